@@ -1,0 +1,82 @@
+"""Roles and teams.
+
+A ``Role`` is a kind of agent (proposer, reviewer, solver, debater, ...): its system prompt, how
+many instances the team has, which LoRA adapter it writes with and whether that adapter trains.
+A ``Team`` is the list of roles; agent instances are named ``<role>_<index>`` (``solver_2``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class Role(BaseModel):
+    """One kind of agent in a team."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Role name, lower-case identifier (e.g. 'proposer').")
+    count: int = Field(1, ge=1, le=64, description="Number of agent instances of this role.")
+    prompt: str | None = Field(
+        None, description="System prompt; None uses the protocol's default prompt for this role.")
+    adapter: str | None = Field(
+        None, description="LoRA adapter this role writes with; roles naming the same adapter share "
+                          "it. None means an adapter named after the role.")
+    trainable: bool = Field(True, description="Whether the trainer updates this role's adapter.")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"role name {value!r} must be a lower-case identifier such as 'proposer'")
+        return value
+
+    @property
+    def adapter_name(self) -> str:
+        return self.adapter or self.name
+
+    def agent_ids(self) -> list[str]:
+        return [f"{self.name}_{i}" for i in range(self.count)]
+
+
+class Team(BaseModel):
+    """The roles of a team, in protocol order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    roles: tuple[Role, ...] = Field(description="Roles of the team; names must be unique.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> Team:
+        names = [r.name for r in self.roles]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"team.roles: role names must be unique, repeated: {dupes}")
+        if not self.roles:
+            raise ValueError("team.roles: a team needs at least one role")
+        return self
+
+    def role(self, name: str) -> Role:
+        for r in self.roles:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def agent_ids(self) -> list[str]:
+        return [a for r in self.roles for a in r.agent_ids()]
+
+    def role_of(self, agent: str) -> Role:
+        """The role of agent instance ``agent`` (``"solver_2"`` -> role ``solver``)."""
+        name, _, index = agent.rpartition("_")
+        role = self.role(name)
+        if not index.isdigit() or int(index) >= role.count:
+            raise KeyError(agent)
+        return role
+
+    def adapter_names(self) -> tuple[str, ...]:
+        """Distinct adapters, in role order."""
+        return tuple(dict.fromkeys(r.adapter_name for r in self.roles))

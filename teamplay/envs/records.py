@@ -1,0 +1,166 @@
+"""Typed records that flow between the stages of teamplay.
+
+Task item -> TeamEnv -> Episode (messages + team reward) -> credit -> trainer.
+
+All records are frozen dataclasses: a stage never mutates what an earlier stage produced.
+Token ids and log-probs are tuples so that records stay hashable and cheap to compare in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+def _frozen_mapping(data: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(data or {}))
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    """One problem of a task.
+
+    Fields:
+        id: stable identifier, unique within a task split (e.g. ``"gsm8k/test/17"``).
+        prompt: the problem text shown to the team.
+        reference: the gold answer in the task's canonical form (a number for gsm8k/arith,
+            LaTeX for math, a letter A-D for gpqa).
+        metadata: task-specific extras (level, subject, the shuffled choices, ...).
+    """
+
+    id: str
+    prompt: str
+    reference: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "prompt": self.prompt, "reference": self.reference,
+                "metadata": dict(self.metadata)}
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn of one agent in an episode.
+
+    Fields:
+        agent: the agent instance that wrote it (``"proposer_0"``).
+        role: the role name of that agent (``"proposer"``).
+        round: 0-based round index in the protocol's schedule.
+        stage: what the turn was for (``"solve"``, ``"propose"``, ``"review"``, ``"revise"``, ...).
+        text: the decoded completion ("" when the agent skipped).
+        prompt_ids: token ids of the prompt the model saw, shape [P].
+        completion_ids: token ids generated, shape [C] (empty for a skipped turn or scripted text).
+        logprobs: behaviour log-probs of ``completion_ids`` under the generating policy, shape [C].
+        adapter: name of the LoRA adapter that generated it (``None`` = base model / scripted).
+        answer: the answer the task's extractor found in ``text`` (``None`` if none).
+        spoke: False when a speak/skip controller chose to skip (then text is "" and no tokens).
+    """
+
+    agent: str
+    role: str
+    round: int
+    stage: str
+    text: str
+    prompt_ids: tuple[int, ...] = ()
+    completion_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    adapter: str | None = None
+    answer: str | None = None
+    spoke: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.completion_ids) != len(self.logprobs) and self.logprobs:
+            raise ValueError(
+                f"message of {self.agent}: {len(self.completion_ids)} completion ids but "
+                f"{len(self.logprobs)} log-probs; there must be one log-prob per generated token"
+            )
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.completion_ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent, "role": self.role, "round": self.round, "stage": self.stage,
+            "text": self.text, "prompt_ids": list(self.prompt_ids),
+            "completion_ids": list(self.completion_ids), "logprobs": list(self.logprobs),
+            "adapter": self.adapter, "answer": self.answer, "spoke": self.spoke,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        return cls(
+            agent=data["agent"], role=data["role"], round=int(data["round"]), stage=data["stage"],
+            text=data["text"], prompt_ids=tuple(data.get("prompt_ids", ())),
+            completion_ids=tuple(data.get("completion_ids", ())),
+            logprobs=tuple(float(x) for x in data.get("logprobs", ())),
+            adapter=data.get("adapter"), answer=data.get("answer"), spoke=bool(data.get("spoke", True)),
+        )
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One team's work on one problem.
+
+    Fields:
+        problem_id: ``TaskItem.id`` of the problem.
+        group_id: episodes sampled for the same problem in the same step share a group id.
+        agents: every agent of the team, in the protocol's order (authors of messages are among them).
+        messages: ordered transcript, shape [T].
+        final_answer: the answer the protocol's final-answer rule chose (``None`` if none).
+        reward: team reward in [0, 1]: the verifier's score of the final answer.
+        agent_answers: each agent's last answer (``None`` if it never gave a parsable one).
+        agent_correct: each agent's last answer scored by the verifier, in [0, 1].
+        tokens: completion tokens generated in the episode (prompt tokens excluded).
+        calls: model calls made (one per generated message; a skipped turn costs none).
+        metadata: protocol-specific extras (votes, controller actions, ...).
+    """
+
+    problem_id: str
+    group_id: str
+    agents: tuple[str, ...]
+    messages: tuple[Message, ...]
+    final_answer: str | None
+    reward: float
+    agent_answers: Mapping[str, str | None] = field(default_factory=dict)
+    agent_correct: Mapping[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    calls: int = 0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agent_answers", _frozen_mapping(self.agent_answers))
+        object.__setattr__(self, "agent_correct", _frozen_mapping(self.agent_correct))
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
+        unknown = {m.agent for m in self.messages} - set(self.agents)
+        if unknown:
+            raise ValueError(f"episode {self.problem_id}: messages by agents not in the team: {sorted(unknown)}")
+
+    def messages_by(self, agent: str) -> list[int]:
+        """Indices of ``agent``'s messages in ``messages``."""
+        return [t for t, m in enumerate(self.messages) if m.agent == agent]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "problem_id": self.problem_id, "group_id": self.group_id, "agents": list(self.agents),
+            "messages": [m.to_dict() for m in self.messages], "final_answer": self.final_answer,
+            "reward": self.reward, "agent_answers": dict(self.agent_answers),
+            "agent_correct": dict(self.agent_correct), "tokens": self.tokens, "calls": self.calls,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Episode:
+        return cls(
+            problem_id=data["problem_id"], group_id=data["group_id"], agents=tuple(data["agents"]),
+            messages=tuple(Message.from_dict(m) for m in data["messages"]),
+            final_answer=data.get("final_answer"), reward=float(data["reward"]),
+            agent_answers=data.get("agent_answers", {}), agent_correct=data.get("agent_correct", {}),
+            tokens=int(data.get("tokens", 0)), calls=int(data.get("calls", 0)),
+            metadata=data.get("metadata", {}),
+        )

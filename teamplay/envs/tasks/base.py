@@ -1,0 +1,51 @@
+"""The task interface every benchmark implements.
+
+A task turns a data source into ``TaskItem``s and scores completions against them. Scoring is a
+plain function of (completion text, item): it returns a float in [0, 1], never raises and never
+hangs, whatever the text. ``evaluate`` and ``reward`` are the same call here: a team reward is the
+score of the final answer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from teamplay.envs.records import TaskItem
+
+
+class Task(ABC):
+    """Base class of a benchmark task.
+
+    Subclasses set ``name``, ``splits`` and ``answer_instruction`` and implement the three methods.
+    """
+
+    #: registry name, e.g. ``"gsm8k"``
+    name: str = ""
+    #: splits ``load`` accepts
+    splits: tuple[str, ...] = ("test",)
+    #: one sentence appended to prompts telling the model how to state its final answer
+    answer_instruction: str = "End with 'The answer is X.'"
+
+    @abstractmethod
+    def load(self, split: str = "test", source: str | None = None, limit: int | None = None,
+             seed: int = 0) -> list[TaskItem]:
+        """Load items of ``split`` from the hub (``source=None``) or from a local path.
+
+        Raises ``DataError`` naming the path, line and field when the source is missing or
+        malformed, and when the hub is unreachable (suggesting ``source=PATH``); never falls back
+        to other data. ``limit`` keeps the first ``limit`` items in source order.
+        """
+
+    @abstractmethod
+    def extract(self, completion: str) -> str | None:
+        """The final answer found in ``completion`` in canonical form, or ``None``. Never raises."""
+
+    @abstractmethod
+    def score(self, completion: str, item: TaskItem) -> float:
+        """Score in [0, 1] of ``completion`` against ``item.reference``. Never raises, never hangs."""
+
+    def score_answer(self, answer: str | None, item: TaskItem) -> float:
+        """Score an already extracted answer (``None`` scores 0). Never raises."""
+        if answer is None:
+            return 0.0
+        return self.score(answer, item)
