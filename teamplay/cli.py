@@ -1,0 +1,219 @@
+"""The ``teamplay`` command: eval, play, list (and train once the trainer is configured).
+
+Every user error (bad config, missing file, unknown name) is printed as one ``error:`` line with
+exit status 2; a traceback means a bug in teamplay.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from teamplay.config import EvalConfig, load_config
+from teamplay.errors import TeamplayError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Train and evaluate teams of cooperating LLM agents.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn TeamplayError (and ValueError from validation) into one-line messages, exit 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TeamplayError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: results written so far are kept")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def progress_bar() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err_console,
+                    transient=False)
+
+
+def _shortcut_overrides(**flags: Any) -> list[str]:
+    """CLI shortcut flags (``--task gsm8k``) as ``--set`` overrides; None means not given."""
+    return [f"{key}={json.dumps(value) if not isinstance(value, str) else value}"
+            for key, value in flags.items() if value is not None]
+
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (see configs/).")
+SetOpt = typer.Option([], "--set", help="Override a config field: --set sampling.temperature=0.7")
+
+
+@app.command("eval")
+@user_errors
+def eval_command(
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    task: str | None = typer.Option(None, help="Task: arith, gsm8k, math, math500, gpqa."),
+    split: str | None = typer.Option(None, help="Split to evaluate."),
+    source: str | None = typer.Option(None, help="Local data file (or 'level=N' for arith)."),
+    limit: int | None = typer.Option(None, help="Evaluate the first N problems."),
+    protocol: str | None = typer.Option(None, help="Protocol name or file (teamplay list)."),
+    model: str | None = typer.Option(None, help="Hub id, local path or 'smollm2-135m'."),
+    backend: str | None = typer.Option(None, help="hf, vllm or scripted."),
+    policy: str | None = typer.Option(None, help="Scripted policy: oracle, wrong, ..."),
+    samples: int | None = typer.Option(None, help="Episodes per problem."),
+    temperature: float | None = typer.Option(None, help="Sampling temperature (0 = greedy)."),
+    max_new_tokens: int | None = typer.Option(None, help="Tokens per message at most."),
+    seed: int | None = typer.Option(None, help="Seed."),
+    checkpoint: str | None = typer.Option(None, help="Evaluate the adapters of a trained run."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Output folder."),
+) -> None:
+    """Evaluate a team on a benchmark: accuracy, cost and correction metrics."""
+    from teamplay.training.evaluation import evaluate
+    from teamplay.training.rollout import RolloutRunner
+    from teamplay.training.setup import build_backend, env_factory, load_items, sampling_params
+
+    overrides = _shortcut_overrides(**{
+        "task.name": task, "task.split": split, "task.source": source, "task.limit": limit,
+        "protocol.name": protocol, "model.name": model, "backend.name": backend,
+        "backend.policy": policy, "samples": samples, "sampling.temperature": temperature,
+        "sampling.max_new_tokens": max_new_tokens, "seed": seed, "model.checkpoint": checkpoint,
+        "output_dir": output}) + list(set_)
+    cfg = load_config(EvalConfig, config, overrides)
+    task_obj, items = load_items(cfg.task)
+    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team)
+    backend_obj = build_backend(cfg.model, cfg.backend, team)
+    runner = RolloutRunner(make_env, backend_obj, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with progress_bar() as bar:
+        job = bar.add_task(f"eval {cfg.task.name}/{cfg.protocol.name}", total=len(items) * cfg.samples)
+        episodes, metrics = evaluate(runner, task_obj, items, samples=cfg.samples, seed=cfg.seed,
+                                     transcripts_path=out / "transcripts.jsonl",
+                                     on_episode=lambda _: bar.advance(job))
+    results = {"config": cfg.model_dump(mode="json"), "metrics": metrics.to_dict()}
+    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    console.print(metrics_table(f"{cfg.task.name} ({len(items)} problems) / {cfg.protocol.name}", metrics))
+    console.print(f"wrote {out / 'results.json'} and {out / 'transcripts.jsonl'}")
+
+
+def metrics_table(title: str, metrics) -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("team accuracy", f"{metrics.team_accuracy:.3f}")
+    for role, acc in metrics.role_accuracy.items():
+        table.add_row(f"  {role} accuracy", f"{acc:.3f}")
+    table.add_row("any agent right", f"{metrics.any_agent_right:.3f}")
+    table.add_row("initial accuracy", f"{metrics.initial_accuracy:.3f}")
+    table.add_row("wrong -> right", f"{metrics.wrong_to_right:.3f}")
+    table.add_row("right -> wrong", f"{metrics.right_to_wrong:.3f}")
+    table.add_row("tokens / problem", f"{metrics.tokens_per_problem:.1f}")
+    table.add_row("model calls / problem", f"{metrics.calls_per_problem:.2f}")
+    table.add_row("wall time (s)", f"{metrics.seconds:.1f}")
+    table.add_row("tokens / s", f"{metrics.tokens_per_second:.1f}")
+    return table
+
+
+@app.command("play")
+@user_errors
+def play_command(
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    task: str | None = typer.Option(None, help="Task name."),
+    source: str | None = typer.Option(None, help="Local data file (or 'level=N' for arith)."),
+    index: int = typer.Option(0, help="Which problem of the split to play."),
+    protocol: str | None = typer.Option(None, help="Protocol name or file."),
+    model: str | None = typer.Option(None, help="Hub id, local path or 'smollm2-135m'."),
+    backend: str | None = typer.Option(None, help="hf, vllm or scripted."),
+    policy: str | None = typer.Option(None, help="Scripted policy."),
+    temperature: float | None = typer.Option(None, help="Sampling temperature (0 = greedy)."),
+    seed: int | None = typer.Option(None, help="Seed."),
+) -> None:
+    """Run one problem and print the dialogue as it happens."""
+    from teamplay.training.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.setup import build_backend, env_factory, load_items, sampling_params
+
+    overrides = _shortcut_overrides(**{
+        "task.name": task, "task.source": source, "protocol.name": protocol, "model.name": model,
+        "backend.name": backend, "backend.policy": policy, "sampling.temperature": temperature,
+        "seed": seed}) + list(set_)
+    cfg = load_config(EvalConfig, config, overrides)
+    if index < 0:
+        raise TeamplayError(f"--index must be >= 0, got {index}")
+    task_cfg = cfg.task.model_copy(update={"limit": index + 1})
+    task_obj, items = load_items(task_cfg)
+    if index >= len(items):
+        raise TeamplayError(f"--index {index}: the split has only {len(items)} problems")
+    item = items[index]
+    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team)
+    backend_obj = build_backend(cfg.model, cfg.backend, team)
+    console.rule(f"[bold]{item.id}")
+    console.print(item.prompt, highlight=False)
+    console.print(f"[dim]reference: {item.reference}[/]")
+
+    def show(_: int, request, generation) -> None:
+        console.rule(f"[cyan]{request.agent}[/] · {request.stage} · round {request.round}")
+        console.print(generation.text, highlight=False, markup=False)
+        sys.stdout.flush()
+
+    runner = RolloutRunner(make_env, backend_obj, sampling_params(cfg.sampling))
+    [episode] = runner.run([RolloutJob(item=item, group_id=f"{item.id}#play")], seed=cfg.seed, on_message=show)
+    console.rule("[bold]result")
+    verdict = "[green]right[/]" if episode.reward > 0.5 else "[red]wrong[/]"
+    console.print(f"final answer: {episode.final_answer!r} ({verdict}, reward {episode.reward:.2f}); "
+                  f"{episode.tokens} tokens, {episode.calls} model calls")
+    for agent in episode.agents:
+        console.print(f"  {agent}: answer {episode.agent_answers.get(agent)!r}, "
+                      f"correct {episode.agent_correct.get(agent, 0.0):.0f}")
+
+
+@app.command("list")
+@user_errors
+def list_command() -> None:
+    """List tasks, protocols and credit methods."""
+    from teamplay.credit import credit_methods
+    from teamplay.envs.protocols import get_protocol, protocol_names
+    from teamplay.envs.tasks import get_task, task_names
+
+    table = Table(title="tasks")
+    table.add_column("name")
+    table.add_column("splits")
+    table.add_column("how answers are read")
+    for name in task_names():
+        t = get_task(name)
+        table.add_row(name, ", ".join(t.splits), t.answer_instruction)
+    console.print(table)
+    table = Table(title="protocols")
+    table.add_column("name")
+    table.add_column("description")
+    for name in protocol_names():
+        doc = (get_protocol(name).__doc__ or "").strip().splitlines()
+        table.add_row(name, doc[0] if doc else "")
+    console.print(table)
+    table = Table(title="credit methods")
+    table.add_column("name")
+    table.add_column("what it does")
+    for name, method in credit_methods().items():
+        table.add_row(name, method.summary)
+    console.print(table)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,258 @@
+"""Typed configuration of a teamplay run, loaded from YAML and overridden from the CLI.
+
+Every field has a description; ``teamplay eval --help`` and the README's config table are built
+from the same models. Loading reports the first invalid field by its dotted path, with the value
+given and what is allowed:
+
+    config error: sampling.temperature: Input should be greater than or equal to 0 (got -1)
+
+``--set a.b=c`` overrides are applied to the YAML mapping before validation; values are parsed as
+YAML scalars (``--set sampling.temperature=0.7``, ``--set team.roles=[...]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from teamplay.agents.roles import Team
+from teamplay.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskConfig(_Section):
+    """Which benchmark items to use."""
+
+    name: str = Field("arith", description="Task name: arith, gsm8k, math, math500, gpqa.")
+    split: str = Field("test", description="Split to load (train or test).")
+    source: str | None = Field(
+        None, description="Local file to load instead of the hub (jsonl/parquet/csv); for arith, "
+                          "the level as 'level=N'.")
+    limit: int | None = Field(None, ge=1, description="Keep the first N items.")
+    seed: int = Field(0, description="Seed for procedural tasks and choice shuffling.")
+
+
+class ProtocolConfig(_Section):
+    """How the team talks."""
+
+    name: str = Field("single", description="Protocol name (teamplay list) or a path to a protocol "
+                                            "YAML/Python file.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Protocol options, e.g. {rounds: 4, n_agents: 3}.")
+
+
+class LoraConfig(_Section):
+    """LoRA adapters (one per role adapter name) on the shared base model."""
+
+    r: int = Field(8, ge=1, description="LoRA rank.")
+    alpha: int = Field(16, ge=1, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
+    target_modules: str | list[str] = Field(
+        "all-linear", description="Modules to adapt: 'all-linear' or a list of module names.")
+
+
+class ModelConfig(_Section):
+    """The shared base model."""
+
+    name: str = Field("smollm2-135m", description="Hub id, local path, or the embedded alias "
+                                                  "'smollm2-135m'.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter settings.")
+    checkpoint: str | None = Field(None, description="Run folder or checkpoint folder whose "
+                                                     "adapters to load (teamplay eval --checkpoint).")
+
+
+class BackendConfig(_Section):
+    """Generation backend."""
+
+    name: Literal["hf", "vllm", "scripted"] = Field("hf", description="hf, vllm or scripted.")
+    policy: str = Field("oracle", description="Scripted policy (scripted backend only): oracle, "
+                                              "wrong, contrarian, echo, random.")
+    max_prompt_tokens: int = Field(1536, ge=16, description="Prompt budget; longer transcripts are "
+                                                            "truncated by the stated rule.")
+    max_batch: int | None = Field(None, ge=1, description="Most requests per generate call.")
+
+
+class SamplingConfig(_Section):
+    """Decoding settings."""
+
+    max_new_tokens: int = Field(256, ge=1, description="Tokens generated per message at most.")
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+
+
+class EvalConfig(_Section):
+    """A whole evaluation run (`teamplay eval`)."""
+
+    task: TaskConfig = Field(default_factory=TaskConfig, description="Benchmark items.")
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="Team protocol.")
+    team: Team | None = Field(None, description="Roles; None uses the protocol's default team.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Base model.")
+    backend: BackendConfig = Field(default_factory=BackendConfig, description="Generation backend.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Decoding.")
+    samples: int = Field(1, ge=1, description="Episodes per problem.")
+    seed: int = Field(0, description="Seed of env resets and sampling.")
+    output_dir: str = Field("runs/eval", description="Folder for results.json and transcripts.jsonl.")
+
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``data[a][b][c] = value`` for ``dotted = "a.b.c"``, creating mappings on the way."""
+    keys = dotted.split(".")
+    node = data
+    for i, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: {'.'.join(keys[:i + 1])} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
+    """Parse ``["a.b=1", "c=[x, y]"]`` into (key, YAML-parsed value) pairs."""
+    parsed = []
+    for text in overrides:
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set sampling.temperature=0.7")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.problem})") from None
+        parsed.append((key.strip(), value))
+    return parsed
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; missing file and syntax errors name the file (and line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"malformed YAML in {path}{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def build_config(model: type[C], data: Mapping[str, Any], overrides: Sequence[str] = ()) -> C:
+    """Validate ``data`` (plus ``--set`` overrides) into ``model``; errors name the field."""
+    merged = yaml.safe_load(yaml.safe_dump(dict(data)))  # deep copy of plain data
+    for key, value in parse_overrides(overrides):
+        set_dotted(merged, key, value)
+    try:
+        return model.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+
+
+def load_config(model: type[C], path: str | Path | None, overrides: Sequence[str] = ()) -> C:
+    """Load a YAML file (or defaults when ``path`` is None) into ``model``."""
+    return build_config(model, read_yaml(path) if path else {}, overrides)
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per invalid field: ``a.b.c: message (got value)``."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see the README's config table)"
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) or err["type"] == "missing" else f" (got {got!r})"
+        lines.append(f"{where}: {msg}{shown}")
+    return "; ".join(lines)
+
+
+class CreditConfig(_Section):
+    """How the team reward becomes per-message advantages."""
+
+    method: str = Field("grpo", description="Credit method (teamplay list), e.g. grpo, shapley.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of that method.")
+
+
+class ObjectiveConfig(_Section):
+    """The policy-gradient objective."""
+
+    name: Literal["grpo", "gspo"] = Field("grpo", description="grpo: token-level ratio; gspo: "
+                                                              "sequence-level (length-normalised) ratio.")
+    clip_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range epsilon.")
+    clip_high: float | None = Field(None, gt=0.0, description="Upper clip range (None = clip_low).")
+    kl_beta: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the base model "
+                                                    "(adapters disabled); 0 = no KL term.")
+    loss_agg: Literal["seq_mean_token_mean", "token_mean"] = Field(
+        "seq_mean_token_mean", description="GRPO token aggregation.")
+    logratio_clamp: float | None = Field(None, gt=0.0, description="GSPO: clamp the mean log-ratio "
+                                                                    "to [-c, c] before exp (TRACER: 2).")
+
+
+class OptimConfig(_Section):
+    """Optimisation of the LoRA adapters."""
+
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="LR schedule "
+                                                                                     "over the run.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
+    epochs: int = Field(1, ge=1, description="Passes over each step's rollouts.")
+    minibatch_size: int = Field(16, ge=1, description="Messages per optimiser minibatch.")
+    grad_accum: int = Field(1, ge=1, description="Minibatches per optimiser step.")
+    grad_clip: float | None = Field(1.0, gt=0.0, description="Gradient-norm clip (None = off).")
+
+
+class RolloutConfig(_Section):
+    """Rollout sizes per training step."""
+
+    problems_per_step: int = Field(4, ge=1, description="B: problems sampled per step.")
+    group_size: int = Field(4, ge=1, description="G: episodes per problem (a credit group).")
+
+
+class TrainConfig(_Section):
+    """A whole training run (`teamplay train`)."""
+
+    task: TaskConfig = Field(default_factory=lambda: TaskConfig(split="train"), description="Training items.")
+    eval_task: TaskConfig | None = Field(None, description="Held-out items (None = no held-out eval).")
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="Team protocol.")
+    team: Team | None = Field(None, description="Roles; None uses the protocol's default team.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Base model and LoRA.")
+    backend: BackendConfig = Field(default_factory=BackendConfig, description="Generation backend.")
+    sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(temperature=1.0), description="Decoding for training "
+                                                                             "rollouts.")
+    eval_sampling: SamplingConfig = Field(default_factory=SamplingConfig,
+                                          description="Decoding for held-out evaluation (greedy).")
+    credit: CreditConfig = Field(default_factory=CreditConfig, description="Credit assignment.")
+    objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig, description="Loss.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout sizes.")
+    steps: int = Field(10, ge=1, description="Training steps.")
+    alternate_roles_every: int | None = Field(
+        None, ge=1, description="Train one adapter at a time, switching every k steps (None = all).")
+    eval_every: int | None = Field(None, ge=1, description="Held-out eval every N steps (and at the "
+                                                           "start and end); None = start and end only.")
+    checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Keep the last k checkpoints.")
+    output_dir: str = Field("runs/train", description="Run folder.")
+    seed: int = Field(0, description="Seed of data order, rollouts and minibatches.")
+    tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
+    wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")

@@ -1,0 +1,121 @@
+"""Held-out evaluation: accuracy, cost and correction metrics of a team on a benchmark.
+
+``evaluate`` produces episodes with the ``RolloutRunner`` (the only producer of episodes) and
+summarises them with ``summarize``. Metrics, each averaged over episodes:
+
+* ``team_accuracy``: mean team reward (verifier score of the final answer).
+* ``role_accuracy[role]``: mean correctness of the last answer of each agent of that role.
+* ``any_agent_right``: fraction of episodes where at least one agent's last answer was right.
+* ``initial_accuracy``: accuracy of the answer the protocol would have given after its first
+  round (``Episode.metadata["initial_answer"]``); ``wrong_to_right`` / ``right_to_wrong``:
+  fraction of episodes whose answer review or debate turned from wrong to right / right to wrong.
+* ``tokens_per_problem``, ``calls_per_problem``: completion tokens and model calls per episode.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from teamplay.envs.records import Episode, TaskItem
+from teamplay.envs.tasks.base import Task
+from teamplay.training.rollout import RolloutJob, RolloutRunner
+
+
+@dataclass(frozen=True)
+class EvalMetrics:
+    """Summary of a set of episodes (see the module docstring for each field)."""
+
+    episodes: int
+    team_accuracy: float
+    role_accuracy: dict[str, float]
+    any_agent_right: float
+    initial_accuracy: float
+    wrong_to_right: float
+    right_to_wrong: float
+    tokens_per_problem: float
+    calls_per_problem: float
+    seconds: float = 0.0
+    tokens_per_second: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _role(agent: str) -> str:
+    return agent.rpartition("_")[0] or agent
+
+
+def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Task,
+              seconds: float = 0.0) -> EvalMetrics:
+    """Metrics of ``episodes``; ``items`` maps problem id to item (to score initial answers)."""
+    n = len(episodes)
+    if n == 0:
+        raise ValueError("summarize: no episodes")
+    role_scores: dict[str, list[float]] = defaultdict(list)
+    any_right = initial_right = w2r = r2w = 0.0
+    for ep in episodes:
+        for agent in ep.agents:
+            role_scores[_role(agent)].append(float(ep.agent_correct.get(agent, 0.0)))
+        any_right += float(max(ep.agent_correct.values(), default=0.0) > 0.5)
+        initial = ep.metadata.get("initial_answer", ep.final_answer)
+        init_ok = task.score_answer(initial, items[ep.problem_id]) > 0.5
+        final_ok = ep.reward > 0.5
+        initial_right += init_ok
+        w2r += (not init_ok) and final_ok
+        r2w += init_ok and not final_ok
+    tokens = sum(ep.tokens for ep in episodes)
+    return EvalMetrics(
+        episodes=n,
+        team_accuracy=sum(ep.reward for ep in episodes) / n,
+        role_accuracy={r: sum(v) / len(v) for r, v in role_scores.items()},
+        any_agent_right=any_right / n,
+        initial_accuracy=initial_right / n,
+        wrong_to_right=w2r / n,
+        right_to_wrong=r2w / n,
+        tokens_per_problem=tokens / n,
+        calls_per_problem=sum(ep.calls for ep in episodes) / n,
+        seconds=seconds,
+        tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+    )
+
+
+def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], samples: int = 1,
+             seed: int = 0, transcripts_path: Path | None = None,
+             on_episode: Callable[[Episode], None] | None = None) -> tuple[list[Episode], EvalMetrics]:
+    """Run ``samples`` episodes per item and summarise them.
+
+    Transcripts are appended to ``transcripts_path`` (JSON lines, one episode each, with the
+    problem and reference) as each episode finishes, so an interrupted evaluation keeps them.
+    """
+    if not items:
+        raise ValueError("evaluate: no items to evaluate")
+    by_id = {item.id: item for item in items}
+    jobs = [RolloutJob(item=item, group_id=f"{item.id}#eval") for item in items for _ in range(samples)]
+    sink = None
+    if transcripts_path is not None:
+        transcripts_path.parent.mkdir(parents=True, exist_ok=True)
+        sink = transcripts_path.open("w", encoding="utf-8")
+
+    def record(ep: Episode) -> None:
+        if sink is not None:
+            item = by_id[ep.problem_id]
+            row = {"prompt": item.prompt, "reference": item.reference, **ep.to_dict()}
+            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            sink.flush()
+        if on_episode is not None:
+            on_episode(ep)
+
+    start = time.perf_counter()
+    try:
+        episodes = runner.run(jobs, seed=seed, on_episode=record)
+    finally:
+        if sink is not None:
+            sink.close()
+    return episodes, summarize(episodes, by_id, task, seconds=time.perf_counter() - start)

@@ -1,0 +1,77 @@
+"""Metrics of a run: one JSON line per step in ``metrics.jsonl``, mirrored to TensorBoard/wandb.
+
+On resume, lines of steps after the checkpoint are dropped so the file never holds a step twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLogger:
+    """Appends ``{"step": s, **metrics}`` lines; scalar metrics also go to TensorBoard/wandb."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, wandb_project: str | None = None,
+                 config: dict[str, Any] | None = None) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        if wandb_project:
+            try:
+                import wandb
+            except ImportError:
+                from teamplay.errors import ConfigError
+
+                raise ConfigError("wandb_project is set but wandb is not installed: "
+                                  "pip install 'teamplay[wandb]'") from None
+            self._wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, resume="allow")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop lines of steps > ``step`` (their work was lost with the interrupted process)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, **metrics}, default=float) + "\n")
+        for key, value in _flatten(metrics).items():
+            if self._tb is not None:
+                self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(_flatten(metrics), step=step)
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    flat: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, prefix=f"{name}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            flat[name] = float(value)
+    return flat
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -1,0 +1,389 @@
+"""The teamplay trainer: credit-driven GRPO/GSPO on per-role LoRA adapters of one base model.
+
+What one step really does:
+
+    1. take the next B problems of the (seeded, reshuffled each pass) training set;
+    2. run G team episodes per problem through the RolloutRunner (sampled decoding); every
+       generated message keeps the behaviour log-probs of the policy that generated it;
+    3. score them (the env already did: team reward = verifier score of the final answer);
+    4. the configured credit method turns each group's rewards into one advantage per message;
+       groups whose rewards are all equal carry no signal and are dropped (counted in metrics);
+    5. for `epochs` passes over shuffled minibatches of messages, each minibatch split by the
+       adapter that wrote each message: log-probs under the current adapter, the reference
+       log-probs with adapters disabled (only when the KL weight is > 0), the GRPO (token ratio)
+       or GSPO (sequence ratio) clipped loss, backward; every `grad_accum` minibatches one AdamW
+       step with gradient clipping. A non-finite loss or gradient skips that optimiser step
+       (logged) so it never reaches the adapters;
+    6. log metrics, evaluate on held-out problems every `eval_every` steps, checkpoint every
+       `checkpoint_every` steps (atomically).
+
+The ratio in step 5 is between the current weights and the weights that generated the rollout,
+so with several epochs it moves away from 1 and the clip is active (unlike implementations that
+recompute "old" log-probs right before the step). Frozen roles' adapters and the base weights are
+never in the optimiser.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from teamplay.agents.roles import Team
+from teamplay.config import TrainConfig
+from teamplay.credit import CreditBatch, assign
+from teamplay.envs.records import Episode, TaskItem
+from teamplay.errors import ConfigError
+from teamplay.training.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_trainer_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from teamplay.training.evaluation import EvalMetrics, evaluate
+from teamplay.training.losses import grpo_loss, gspo_loss
+from teamplay.training.metrics import MetricsLogger
+from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.samples import PolicySample, build_samples
+from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or resumed and finished) run reports."""
+
+    run_dir: Path
+    steps: int
+    eval_before: EvalMetrics | None
+    eval_after: EvalMetrics | None
+    seconds: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def lora_parameters(model: torch.nn.Module, adapter: str) -> list[torch.nn.Parameter]:
+    """The LoRA parameters of ``adapter`` (peft names them ``...lora_A.<adapter>.weight``)."""
+    params = [p for name, p in model.named_parameters()
+              if ".lora_" in name and f".{adapter}." in f"{name}."]
+    if not params:
+        raise ConfigError(f"no LoRA parameters found for adapter {adapter!r}")
+    return params
+
+
+class Trainer:
+    """Trains a team from a ``TrainConfig``.
+
+    ``team_model`` and ``backend`` may be passed in (tests pass a tiny model); otherwise they are
+    built from the config. ``on_step(step, metrics)`` is called after each step (progress bars).
+    """
+
+    def __init__(self, cfg: TrainConfig, team_model=None, backend=None,
+                 on_step: Callable[[int, dict[str, Any]], None] | None = None,
+                 on_eval: Callable[[str], None] | None = None) -> None:
+        self.cfg = cfg
+        if cfg.backend.name == "scripted":
+            raise ConfigError("backend.name: training needs a model backend (hf or vllm), not 'scripted'")
+        if cfg.sampling.temperature == 0 and cfg.rollout.group_size > 1:
+            raise ConfigError("sampling.temperature: training with group_size > 1 needs sampled "
+                              "decoding (temperature > 0); greedy episodes of a group are identical")
+        self.task, self.items = load_items(cfg.task)
+        self.eval_items: list[TaskItem] = []
+        if cfg.eval_task is not None:
+            self.eval_task, self.eval_items = load_items(cfg.eval_task)
+        self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team)
+        self.trainable = trainable_adapters(self.team)
+        if not self.trainable:
+            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+        self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team)
+        self.backend = backend if backend is not None else build_backend(
+            cfg.model, cfg.backend, self.team, team_model=self.team_model)
+        self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
+                                    max_batch=cfg.backend.max_batch)
+        self.params = {a: lora_parameters(self.team_model.model, a) for a in self.trainable}
+        self.optimizer = torch.optim.AdamW(
+            [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
+            weight_decay=cfg.optim.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.run_dir = Path(cfg.output_dir)
+        self.on_step = on_step
+        self.on_eval = on_eval
+        self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
+        self.extra_state: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------------------- the loop
+    def train(self, resume: str | None = None) -> TrainResult:
+        """Run until ``cfg.steps``; ``resume`` = "auto" (latest checkpoint if any) or a folder."""
+        start = time.perf_counter()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(
+            yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+        resumed_from = self._resume(resume) if resume else None
+        logger = MetricsLogger(self.run_dir, self.cfg.tensorboard, self.cfg.wandb_project,
+                               self.cfg.model_dump(mode="json"))
+        logger.truncate_after(self.state.step)
+        eval_before = None
+        if resumed_from is None and self.eval_items:
+            eval_before = self._evaluate("before")
+            logger.log(0, {"heldout": eval_before.to_dict()})
+        history = []
+        try:
+            while self.state.step < self.cfg.steps:
+                metrics = self.step()
+                step = self.state.step
+                if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 \
+                        and step < self.cfg.steps:
+                    metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
+                logger.log(step, metrics)
+                history.append({"step": step, **metrics})
+                if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+                    self._checkpoint()
+                if self.on_step is not None:
+                    self.on_step(step, metrics)
+            eval_after = None
+            if self.eval_items:
+                eval_after = self._evaluate("after")
+                logger.log(self.state.step, {"heldout_final": eval_after.to_dict()})
+        finally:
+            logger.close()
+        return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
+                           time.perf_counter() - start, history)
+
+    def step(self) -> dict[str, Any]:
+        """One training step (rollouts, credit, update); returns its metrics."""
+        cfg = self.cfg
+        step = self.state.step
+        t0 = time.perf_counter()
+        problems = self._next_problems(cfg.rollout.problems_per_step)
+        jobs = [RolloutJob(item=item, group_id=f"s{step}:{item.id}")
+                for item in problems for _ in range(cfg.rollout.group_size)]
+        episodes = self.runner.run(jobs, seed=cfg.seed * 1_000_003 + step)
+        t_rollout = time.perf_counter() - t0
+
+        groups = group_episodes(episodes)
+        by_id = {item.id: item for item in problems}
+        active = self._active_adapters(step)
+        samples: list[PolicySample] = []
+        credited: list[tuple[Episode, np.ndarray]] = []
+        zero_variance = 0
+        for group in groups:
+            rewards = np.array([ep.reward for ep in group])
+            if np.ptp(rewards) == 0:
+                zero_variance += 1  # no signal: contributes no gradient
+                continue
+            batch = CreditBatch(episodes=tuple(group), item=by_id[group[0].problem_id],
+                                score=self.task.score, extract=self.task.extract,
+                                resources={"backend": self.backend, "task": self.task})
+            advantages = assign(cfg.credit.method, batch, cfg.credit.options)
+            credited.extend(zip(group, advantages))
+            samples.extend(build_samples(group, advantages, active))
+        t_credit = time.perf_counter() - t0 - t_rollout
+
+        update = self._update(samples, step) if samples else {"optimizer_steps": 0}
+        self.scheduler.step()
+        self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
+                                  data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
+        rewards = [ep.reward for ep in episodes]
+        return {
+            "reward_mean": float(np.mean(rewards)),
+            "reward_std": float(np.std(rewards)),
+            "accuracy": float(np.mean([r > 0.5 for r in rewards])),
+            "groups": len(groups),
+            "zero_variance_groups": zero_variance,
+            "samples": len(samples),
+            "trained_adapters": sorted(active),
+            **role_credit_metrics(credited),
+            **update,
+            "lr": self.scheduler.get_last_lr()[0],
+            "tokens": sum(ep.tokens for ep in episodes),
+            "seconds": time.perf_counter() - t0,
+            "rollout_seconds": t_rollout,
+            "credit_seconds": t_credit,
+        }
+
+    # --------------------------------------------------------------------------- the update
+    def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
+        cfg = self.cfg.optim
+        obj = self.cfg.objective
+        stats: dict[str, list[float]] = defaultdict(list)
+        skipped = optimizer_steps = 0
+        temperature = self.cfg.sampling.temperature
+        for epoch in range(cfg.epochs):
+            rng = np.random.default_rng([self.cfg.seed, step, epoch])
+            order = rng.permutation(len(samples))
+            minibatches = [order[i:i + cfg.minibatch_size] for i in range(0, len(order), cfg.minibatch_size)]
+            clip_epoch: list[float] = []
+            for mb_index, mb in enumerate(minibatches):
+                finite = True
+                by_adapter: dict[str, list[PolicySample]] = defaultdict(list)
+                for i in mb:
+                    by_adapter[samples[i].adapter].append(samples[i])
+                for adapter, part in sorted(by_adapter.items()):
+                    loss, s = self._loss(adapter, part, temperature)
+                    weight = len(part) / len(mb) / cfg.grad_accum
+                    if not torch.isfinite(loss):
+                        finite = False
+                        break
+                    (loss * weight).backward()
+                    stats["loss"].append(float(loss))
+                    stats["kl"].append(s.kl_mean)
+                    stats["ratio_mean"].append(s.ratio_mean)
+                    stats["entropy"].append(s.entropy)
+                    clip_epoch.append(s.clip_fraction)
+                last_of_accum = (mb_index + 1) % cfg.grad_accum == 0 or mb_index == len(minibatches) - 1
+                if not finite:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    continue
+                if last_of_accum:
+                    params = [p for ps in self.params.values() for p in ps]
+                    norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or float("inf"))
+                    if not torch.isfinite(norm):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        skipped += 1
+                        continue
+                    stats["grad_norm"].append(float(norm))
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    optimizer_steps += 1
+            stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
+            stats["clip_fraction"].extend(clip_epoch)
+        out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out["optimizer_steps"] = optimizer_steps
+        out["skipped_nonfinite_steps"] = skipped
+        return out
+
+    def _loss(self, adapter: str, part: Sequence[PolicySample], temperature: float):
+        """Loss of one adapter's share of a minibatch and its stats."""
+        obj = self.cfg.objective
+        prompts = [list(s.prompt_ids) for s in part]
+        completions = [list(s.completion_ids) for s in part]
+        logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
+                                                         temperature=temperature)  # [b, C], [b, C]
+        old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
+        adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
+        if obj.name == "gspo":
+            return gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low,
+                             eps_high=obj.clip_high or obj.clip_low, logratio_clamp=obj.logratio_clamp)
+        ref = None
+        if obj.kl_beta > 0:
+            with torch.no_grad(), self.team_model.disabled_adapters():
+                ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
+                                                             temperature=temperature)
+        return grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
+                         beta=obj.kl_beta, loss_agg=obj.loss_agg)
+
+    # ----------------------------------------------------------------------------- helpers
+    def _lr_factor(self, step: int) -> float:
+        cfg = self.cfg.optim
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        span = max(1, self.cfg.steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        if cfg.schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def _active_adapters(self, step: int) -> set[str]:
+        k = self.cfg.alternate_roles_every
+        if not k:
+            return set(self.trainable)
+        return {self.trainable[(step // k) % len(self.trainable)]}
+
+    def _data_order(self, epoch: int) -> tuple[int, ...]:
+        return tuple(int(i) for i in np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.items)))
+
+    def _next_problems(self, n: int) -> list[TaskItem]:
+        order, cursor, epoch = self.state.data_order, self.state.data_cursor, self.state.data_epoch
+        picked = []
+        while len(picked) < n:
+            if cursor >= len(order):
+                epoch += 1
+                order, cursor = self._data_order(epoch), 0
+            picked.append(self.items[order[cursor]])
+            cursor += 1
+        self.state = TrainerState(step=self.state.step, data_order=order, data_cursor=cursor, data_epoch=epoch)
+        return picked
+
+    def _evaluate(self, label: str) -> EvalMetrics:
+        if self.on_eval is not None:
+            self.on_eval(label)
+        runner = RolloutRunner(self.make_env, self.backend, sampling_params(self.cfg.eval_sampling),
+                               max_batch=self.cfg.backend.max_batch)
+        _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
+        return metrics
+
+    def _checkpoint(self) -> Path:
+        return save_checkpoint(self.run_dir, self.state, self.team_model, self.optimizer, self.scheduler,
+                               self.extra_state, self.cfg.model_dump(mode="json"), self.cfg.keep_checkpoints)
+
+    def _resume(self, resume: str) -> Path | None:
+        path = latest_checkpoint(self.run_dir) if resume == "auto" else Path(resume)
+        if path is None:
+            return None  # nothing to resume: a fresh run
+        if not (path / "trainer_state.pt").is_file():
+            raise ConfigError(f"--resume {resume}: {path} is not a teamplay checkpoint "
+                              f"(no trainer_state.pt)")
+        data = load_trainer_state(path)
+        self.team_model.load_adapters(path / "adapters")
+        self.optimizer.load_state_dict(data["optimizer"])
+        self.scheduler.load_state_dict(data["scheduler"])
+        set_rng_state(data["rng"])
+        self.state = data["state"]
+        self.extra_state = data["extra"]
+        return path
+
+
+def trainable_adapters(team: Team) -> list[str]:
+    """Adapters of trainable roles, in role order; a shared adapter must be trainable by all."""
+    trainable: dict[str, bool] = {}
+    for role in team.roles:
+        prev = trainable.setdefault(role.adapter_name, role.trainable)
+        if prev != role.trainable:
+            raise ConfigError(f"team.roles: adapter {role.adapter_name!r} is shared by trainable and frozen "
+                              f"roles; give role {role.name!r} its own adapter or the same trainable flag")
+    return [a for a, t in trainable.items() if t]
+
+
+def group_episodes(episodes: Sequence[Episode]) -> list[list[Episode]]:
+    groups: dict[str, list[Episode]] = {}
+    for ep in episodes:
+        groups.setdefault(ep.group_id, []).append(ep)
+    return list(groups.values())
+
+
+def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[str, Any]:
+    """Per-role mean advantage and credit share.
+
+    credit share of a role = sum of |advantage| of its messages / sum over all messages: the part
+    of the learning signal that role received this step.
+    """
+    total: dict[str, float] = defaultdict(float)
+    absolute: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for ep, adv in credited:
+        for msg, a in zip(ep.messages, adv):
+            total[msg.role] += float(a)
+            absolute[msg.role] += abs(float(a))
+            count[msg.role] += 1
+    norm = sum(absolute.values())
+    return {
+        "adv_mean": {r: total[r] / count[r] for r in count},
+        "credit_share": {r: (absolute[r] / norm if norm > 0 else 0.0) for r in count},
+    }
+
+
+def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:
+    out = torch.zeros(len(rows), width, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
+    return out
