@@ -158,8 +158,8 @@ class _ContinuationValues:
         self.memo: dict[tuple[int, ...], float] = {}
 
     def probs(self, prefix: tuple[int, ...]) -> np.ndarray:
-        return _probs(self.policy_fn, len(prefix), np.array([prefix], dtype=np.int64).reshape(1, -1),
-                      self.A)[0]
+        row = np.array(prefix, dtype=np.int64).reshape(1, len(prefix))
+        return _probs(self.policy_fn, len(prefix), row, self.A)[0]
 
     def __call__(self, prefix: tuple[int, ...]) -> float:
         if len(prefix) == self.K:
@@ -305,7 +305,7 @@ class EmpiricalPolicy:
         self.onehot = np.eye(A)[self.Z]  # [G, K, A]
 
     def __call__(self, k: int, prefixes: np.ndarray) -> np.ndarray:
-        prefixes = np.asarray(prefixes, dtype=np.int64).reshape(-1, k)
+        prefixes = np.asarray(prefixes, dtype=np.int64)  # [B, k]
         if self.mode == "prefix" or k == 0:
             match = np.all(prefixes[:, None, :] == self.Z[None, :, :k], axis=2)  # [B, G]
         else:
