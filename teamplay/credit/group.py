@@ -1,0 +1,105 @@
+"""Group-normalised advantages (credit_spec.md §1.1).
+
+A group is the G rollouts of one prompt. Every method of the credit layer that turns rewards into
+advantages "relative to the group" goes through :func:`group_advantage`, so singleton groups,
+all-equal rewards and bad input are handled by one rule everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+GroupMode = Literal["std", "mean_only"]
+
+
+def as_finite_vector(values: ArrayLike, name: str) -> np.ndarray:
+    """``values`` as a 1-D float64 array; ValueError when empty, not 1-D, NaN or infinite."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (a group needs at least one value)")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}] = {arr[bad[0]]!r} is not finite; rewards must be real numbers")
+    return arr
+
+
+def group_advantage(r: ArrayLike, ddof: int = 0, mode: GroupMode = "std", eps: float = 1e-8) -> np.ndarray:
+    """Advantage of each rollout relative to its group.
+
+    ``mode="std"``:       ``A_i = (r_i - mean(r)) / max(std(r; ddof), eps)``
+    ``mode="mean_only"``: ``A_i = r_i - mean(r)`` (GiGPO's default).
+
+    Args:
+        r: rewards of the G rollouts of one prompt, shape [G].
+        ddof: 0 = population std (TRACER, our default), 1 = unbiased std (``torch.std``).
+        mode: ``"std"`` or ``"mean_only"``.
+        eps: floor of the std, so near-equal rewards cannot blow up.
+
+    Returns:
+        float64 array of shape [G].
+
+    Invariants: ``sum(A) == 0`` (to rounding); with ``mode="std"`` invariant to ``r -> a*r + b``
+    for ``a > 0`` (up to eps).
+
+    Edge cases (one rule each): ``G == 1`` gives ``[0.0]`` (nothing to compare with); all-equal
+    rewards give all zeros (no signal; tested exactly, not via a tiny std). Empty, non-1-D, NaN or
+    infinite input raises ValueError naming the index.
+    """
+    if mode not in ("std", "mean_only"):
+        raise ValueError(f"mode must be 'std' or 'mean_only', got {mode!r}")
+    if ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps!r}")
+    r = as_finite_vector(r, "rewards")
+    # exact check: the mean of equal floats need not equal them, which would leak 1e-17/eps noise.
+    if r.size == 1 or np.all(r == r[0]):
+        return np.zeros_like(r)
+    centred = r - r.mean()  # [G]
+    if mode == "mean_only":
+        return centred
+    return centred / max(float(r.std(ddof=ddof)), eps)
+
+
+def group_credit_advantage(phi: ArrayLike, ddof: int = 0, mode: GroupMode = "std",
+                           eps: float = 1e-8) -> np.ndarray:
+    """Per-agent advantages from per-agent credit over a group: phi [G, n] -> A [G, n].
+
+    Rule (the credit layer's choice for Shapley-type credit; credit_spec.md leaves it open):
+
+        c_{g,i} = phi_{g,i} - mean_{g'} phi_{g',i}          (each agent's own baseline over the group)
+        A_{g,i} = n * c_{g,i} / max(sigma, eps)             mode "std"
+        A_{g,i} = n * c_{g,i}                               mode "mean_only"
+        sigma^2 = sum_{g,i} (n c_{g,i})^2 / (n (G - ddof))  (pooled spread of the scaled credits)
+
+    Why: an agent that never contributes (phi ~ 0 in every episode, a free rider) gets ~0; every
+    agent's advantages sum to 0 over the group (zero-sum, per agent and hence overall); with n
+    symmetric agents (``phi_{g,i} = R_g / n``) it reproduces GRPO's ``group_advantage(R)`` exactly,
+    so learning rates carry over. Locality: ``c`` of agent i uses only agent i's credit; in mode
+    "std" other agents enter only through the shared scale ``sigma`` (like GRPO's shared std).
+
+    Edge cases: ``G == 1`` or every agent's credit constant over the group -> zeros.
+    """
+    if mode not in ("std", "mean_only"):
+        raise ValueError(f"mode must be 'std' or 'mean_only', got {mode!r}")
+    if ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    p = np.asarray(phi, dtype=np.float64)
+    if p.ndim != 2 or p.size == 0:
+        raise ValueError(f"credit must be a non-empty [G, n] array, got shape {p.shape}")
+    if not np.all(np.isfinite(p)):
+        g, i = np.argwhere(~np.isfinite(p))[0]
+        raise ValueError(f"credit of episode {g}, agent {i} is {p[g, i]!r}; it must be finite")
+    G, n = p.shape
+    if G == 1 or np.all(p == p[0]):
+        return np.zeros_like(p)
+    scaled = n * (p - p.mean(axis=0))  # [G, n]
+    if mode == "mean_only":
+        return scaled
+    sigma = float(np.sqrt(np.sum(scaled**2) / (n * (G - ddof))))
+    return scaled / max(sigma, eps)

@@ -1,0 +1,317 @@
+"""Registered credit methods built on group baselines, Shapley values, PRM refinement and coverage.
+
+Importing this module registers: ``grpo``, ``gspo``, ``shapley``, ``shapley_prm``, ``shape_max``,
+``coverage``. Each is ``method(batch: CreditBatch, options) -> list[np.ndarray]`` with one float64
+array of shape [T_g] per episode, one advantage per message. Skipped messages (``spoke=False``)
+always get 0: they produced no tokens to train. Each docstring states the method's invariant; the
+tests in tests/credit/test_methods*.py check them.
+
+Resources a method may need (``batch.resources``, by name):
+
+* ``"transcript_scorer"``: a :data:`~teamplay.credit.characteristic.TranscriptScorer` (e.g. an
+  :class:`~teamplay.credit.characteristic.LLMJudge`), for ``value: masking`` and
+  ``message_score: masking``;
+* ``"replay"``: ``replay(episode, kept_agents: frozenset[str]) -> list[float]``, for ``value: replay``;
+* ``"embedder"``: an :class:`~teamplay.credit.coverage.Embedder` for ``coverage`` (default: the
+  packaged MiniLM model, loaded once per process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from teamplay.credit.characteristic import (
+    CharacteristicFunction,
+    MaskingCharacteristic,
+    ReplayCharacteristic,
+    VoteCharacteristic,
+    last_answer_scorer,
+)
+from teamplay.credit.coverage import Embedder, TransformerEmbedder, coverage_advantages, coverage_shapley
+from teamplay.credit.group import group_advantage, group_credit_advantage
+from teamplay.credit.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
+from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.shapley import shape_grpo_advantages, shapley_exact, shapley_permutation
+from teamplay.envs.records import Episode
+
+
+class GroupOptions(BaseModel):
+    """Options of the group baseline shared by every method here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ddof: Literal[0, 1] = Field(0, description="Std of the group: 0 population (TRACER), 1 unbiased.")
+    mode: Literal["std", "mean_only"] = Field(
+        "std", description="'std' divides by the group std; 'mean_only' only subtracts the mean.")
+    eps: float = Field(1e-8, gt=0, description="Floor of the std.")
+
+
+class ShapleyOptions(GroupOptions):
+    """Options of the ``shapley`` method."""
+
+    value: Literal["vote", "masking", "replay"] = Field(
+        "vote", description="Characteristic function: 'vote' (majority of the coalition's answers, "
+                            "exact), 'masking' (withhold other agents' messages, score with "
+                            "resources['transcript_scorer']), 'replay' (resources['replay']).")
+    exact_max_agents: int = Field(8, ge=1, le=16,
+                                  description="Exact Shapley (2^n coalitions) up to this many agents.")
+    permutations: int = Field(64, ge=1, description="Monte Carlo permutations above exact_max_agents.")
+    antithetic: bool = Field(False, description="Also use each sampled permutation reversed.")
+    seed: int = Field(0, description="Seed of the Monte Carlo permutations (one generator per call).")
+
+
+class ShapleyPRMOptions(ShapleyOptions):
+    """Options of the ``shapley_prm`` method."""
+
+    message_score: Literal["verifier", "masking"] = Field(
+        "verifier", description="Local message score q_t: 'verifier' (2*score(answer)-1, 0 without "
+                                "answer) or 'masking' (leave-one-message-out with "
+                                "resources['transcript_scorer']).")
+    refine_mode: Literal["signed", "proportional"] = Field("signed", description="See refine_to_messages.")
+    beta0: float = Field(1.0, ge=0, description="Largest spread coefficient of the refinement.")
+    bound: float | None = Field(
+        None, gt=0, description="Bound B on |message advantage|; None = 1 + the largest |agent "
+                                "advantage| of the group, i.e. refinement moves a message by <= 1.")
+    temperature: float = Field(1.0, gt=0, description="Softmax temperature of refine_mode='proportional'.")
+
+
+class ShapeMaxOptions(BaseModel):
+    """Options of the ``shape_max`` method (ShapE-GRPO)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: float = Field(0.0, description="v(empty) of the max game; every agent score must be >= base.")
+    ddof: Literal[0, 1] = Field(0, description="Std of the set rewards for non-candidate messages.")
+    eps: float = Field(1e-8, gt=0, description="Added to the stds (spec: std + eps).")
+    length_normalise: bool = Field(
+        False, description="Scale a candidate's message advantages by mean length / its token count.")
+
+
+class CoverageOptions(BaseModel):
+    """Options of the ``coverage`` method (GCPO)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    alpha: float = Field(1.0, gt=0, description="Kernel scale in log det(I + alpha L_S).")
+    exact_max: int = Field(12, ge=1, le=16, description="Exact Shapley up to this group size.")
+    permutations: int = Field(256, ge=1, description="Monte Carlo permutations above exact_max.")
+    seed: int = Field(0, description="Seed of the Monte Carlo permutations.")
+    ddof: Literal[0, 1] = Field(0, description="Std used to normalise the Shapley credit.")
+    eps: float = Field(1e-8, gt=0, description="Floor of that std.")
+    text: Literal["transcript", "final_message"] = Field(
+        "transcript", description="What is embedded: all spoken messages joined, or the last one.")
+    embedding_model: str | None = Field(
+        None, description="Model folder or hub id of the embedder; None = packaged MiniLM default. "
+                          "Ignored when resources['embedder'] is given.")
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+def _broadcast(ep: Episode, per_agent: Mapping[str, float]) -> np.ndarray:
+    """[T]: each spoken message gets its author's value, skipped messages 0."""
+    return np.array([per_agent[m.agent] if m.spoke else 0.0 for m in ep.messages], dtype=np.float64)
+
+
+def _score_answer(batch: CreditBatch) -> Callable[[str | None], float]:
+    if batch.score is None or batch.item is None:
+        raise ValueError("this credit method re-scores answers: the CreditBatch needs score and item")
+    score, item = batch.score, batch.item
+    return lambda answer: 0.0 if answer is None else float(score(answer, item))
+
+
+def _resource(batch: CreditBatch, name: str, why: str):
+    if name not in batch.resources:
+        raise ValueError(f"credit option {why} needs batch.resources[{name!r}]; the trainer must provide it")
+    return batch.resources[name]
+
+
+def _same_team(batch: CreditBatch) -> tuple[str, ...]:
+    agents = batch.episodes[0].agents
+    for g, ep in enumerate(batch.episodes):
+        if ep.agents != agents:
+            raise ValueError(f"credit: episode {g} has agents {ep.agents}, episode 0 has {agents}; "
+                             "a group must be played by one team")
+    return agents
+
+
+def _characteristic(batch: CreditBatch, ep: Episode, value: str) -> CharacteristicFunction:
+    question = batch.item.prompt if batch.item is not None else ""
+    if value == "vote":
+        return VoteCharacteristic(ep, _score_answer(batch))
+    if value == "masking":
+        return MaskingCharacteristic(ep, _resource(batch, "transcript_scorer", "value=masking"), question)
+    return ReplayCharacteristic(ep, _resource(batch, "replay", "value=replay"))
+
+
+def agent_shapley(batch: CreditBatch, options: ShapleyOptions) -> np.ndarray:
+    """Shapley value of every agent in every episode, [G, n] (agents in ``episodes[0].agents`` order).
+
+    Exact when ``n <= exact_max_agents`` (all coalitions in one batched ``values`` call), else
+    permutation Monte Carlo with all coalitions of the M permutations in one batched call.
+    """
+    agents = _same_team(batch)
+    n = len(agents)
+    rng = np.random.default_rng(options.seed)
+    phi = np.empty((len(batch.episodes), n))
+    for g, ep in enumerate(batch.episodes):
+        cf = _characteristic(batch, ep, options.value)
+        if n <= options.exact_max_agents:
+            phi[g] = shapley_exact(n, cf.table())
+        else:
+            phi[g] = shapley_permutation(n, None, options.permutations, rng, antithetic=options.antithetic,
+                                         batch_eval=cf.values)
+    return phi
+
+
+# --------------------------------------------------------------------------------------- methods
+
+@register_credit("grpo", GroupOptions, "group-normalised team reward on every message (GRPO)")
+def grpo_credit(batch: CreditBatch, options: GroupOptions) -> list[np.ndarray]:
+    """``A_g = group_advantage(rewards)[g]`` on every spoken message of episode g.
+
+    Invariant: the episode advantages sum to 0 over the group; all spoken messages of an episode
+    share one value; the advantage of an episode depends on the rewards only (never on messages).
+    """
+    adv = group_advantage([ep.reward for ep in batch.episodes], options.ddof, options.mode, options.eps)
+    return [_broadcast(ep, dict.fromkeys(ep.agents, float(a)))
+            for ep, a in zip(batch.episodes, adv, strict=True)]
+
+
+@register_credit("gspo", GroupOptions, "GRPO advantages, for the sequence-level GSPO objective")
+def gspo_credit(batch: CreditBatch, options: GroupOptions) -> list[np.ndarray]:
+    """Same advantages as ``grpo`` (same options, same invariant).
+
+    GSPO differs from GRPO in the objective, not the advantage: the trainer pairs this method with
+    ``teamplay.training.losses.gspo_loss``, where each message is one sequence with one ratio
+    ``s_i``. It is a separate name so a run config says which objective its advantages feed.
+    """
+    return grpo_credit(batch, options)
+
+
+@register_credit("shapley", ShapleyOptions, "per-agent Shapley credit, group-centred per agent")
+def shapley_credit(batch: CreditBatch, options: ShapleyOptions) -> list[np.ndarray]:
+    """Agent Shapley values -> ``group_credit_advantage`` -> every spoken message of the agent.
+
+    Per episode, ``phi_{g,i}`` is agent i's Shapley value for the characteristic function
+    ``options.value`` (efficiency: ``sum_i phi_{g,i} = v_g(N) - v_g(empty)``). Across the group,
+    ``A_{g,i} = n (phi_{g,i} - mean_g phi_{g,i}) / sigma`` (see ``group_credit_advantage``).
+
+    Invariants: for each agent, ``sum_g A_{g,i} = 0`` (zero-sum group advantages); a null player
+    (e.g. an agent with no answer under ``vote``) gets 0 in every episode; with ``mode="mean_only"``
+    an agent's advantages depend only on its own Shapley values (locality).
+    """
+    agents = _same_team(batch)
+    adv = group_credit_advantage(agent_shapley(batch, options), options.ddof, options.mode, options.eps)
+    return [_broadcast(ep, dict(zip(agents, a.tolist(), strict=True)))
+            for ep, a in zip(batch.episodes, adv, strict=True)]
+
+
+@register_credit("shapley_prm", ShapleyPRMOptions, "Shapley agent credit refined per message by a scorer")
+def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[np.ndarray]:
+    """``shapley`` agent advantages, spread over the agent's messages by local scores (spec §5.1).
+
+    Agent i of episode g has advantage ``A_{g,i}`` (as in ``shapley``) and spoken messages ``M_i``
+    (``n_i`` of them). ``refine_to_messages`` with ``phi = n_i A_{g,i}``, the local message scores
+    ``q`` (``options.message_score``) and bound ``B`` gives message advantages
+    ``a_t = A_{g,i} + beta_i (q_t - qbar_i)``.
+
+    Invariants: conservation ``sum_{t in M_i} a_t = n_i A_{g,i}`` (the total ``shapley`` gives
+    those messages; with equal q the two methods agree exactly); ``|a_t| <= B``; locality: the
+    scores of other agents' messages never change this agent's message advantages. An agent with
+    no spoken message and non-zero advantage raises ValueError (its credit would be lost).
+    """
+    agents = _same_team(batch)
+    adv = group_credit_advantage(agent_shapley(batch, options), options.ddof, options.mode, options.eps)
+    bound = options.bound if options.bound is not None else 1.0 + float(np.abs(adv).max())
+    question = batch.item.prompt if batch.item is not None else ""
+    out = []
+    for ep, a in zip(batch.episodes, adv, strict=True):
+        spoken = [t for t, m in enumerate(ep.messages) if m.spoke]
+        msgs = [ep.messages[t] for t in spoken]
+        if options.message_score == "verifier":
+            q = verifier_message_scores(msgs, _score_answer(batch))
+        else:
+            scorer = _resource(batch, "transcript_scorer", "message_score=masking")
+            q = leave_one_message_out_scores(ep.messages, scorer, question)[spoken]
+        index = {x: j for j, x in enumerate(agents)}
+        authors = [index[m.agent] for m in msgs]
+        counts = np.bincount(authors, minlength=len(agents)) if authors else np.zeros(len(agents), int)
+        r = refine_to_messages(counts * a, authors, q, B=bound, beta0=options.beta0,
+                               mode=options.refine_mode, temperature=options.temperature)
+        full = np.zeros(len(ep.messages))
+        full[spoken] = r
+        out.append(full)
+    return out
+
+
+@register_credit("shape_max", ShapeMaxOptions, "ShapE-GRPO: Shapley credit of the best-answer (max) game")
+def shape_max_credit(batch: CreditBatch, options: ShapeMaxOptions) -> list[np.ndarray]:
+    """ShapE-GRPO over agents as candidates (spec §4.3).
+
+    Candidates of episode g are the agents listed in ``agent_correct`` (utility = that score); the
+    set utility is the best candidate's, ``R_g = max_i u_{g,i}``. Messages of candidate i get
+    ``(K_g phi_{g,i} - mean R) / (std_pool(K phi) + eps)`` (per-token factor ``Lbar / L_i`` with
+    ``length_normalise``, ``L_i`` = the agent's completion tokens); messages of other agents (e.g. an
+    aggregator) get the set-level ``(R_g - mean R) / (std R + eps)``.
+
+    Invariants: per episode ``sum_i phi_{g,i} = R_g - base`` (efficiency); with ``base = 0`` and no
+    length normalisation the candidate advantages sum to 0 over the group, and so do the set-level ones.
+    """
+    utilities, lengths, cands = [], [], []
+    for g, ep in enumerate(batch.episodes):
+        names = [a for a in ep.agents if a in ep.agent_correct]
+        if not names:
+            raise ValueError(f"shape_max: episode {g} has no agent_correct entries; candidates are the "
+                             "agents whose answers were scored")
+        cands.append(names)
+        utilities.append([float(ep.agent_correct[a]) for a in names])
+        lengths.append([sum(m.n_tokens for m in ep.messages if m.agent == a and m.spoke) for a in names])
+    res = shape_grpo_advantages(utilities, base=options.base, eps=options.eps, ddof=options.ddof,
+                                length_normalise=options.length_normalise,
+                                lengths=lengths if options.length_normalise else None)
+    out = []
+    for ep, names, cand, expl in zip(batch.episodes, cands, res.candidate, res.explanation, strict=True):
+        per_agent = dict.fromkeys(ep.agents, float(expl))
+        per_agent.update(zip(names, cand.tolist(), strict=True))
+        out.append(_broadcast(ep, per_agent))
+    return out
+
+
+@lru_cache(maxsize=4)
+def _load_embedder(model: str | None) -> TransformerEmbedder:
+    return TransformerEmbedder(model)
+
+
+@register_credit("coverage", CoverageOptions, "GCPO: Shapley share of the group's valid-solution volume")
+def coverage_credit(batch: CreditBatch, options: CoverageOptions) -> list[np.ndarray]:
+    """GCPO over the G episodes of the group (spec §4.4): each episode is a player of the coverage game.
+
+    ``phi = coverage_shapley(embed(texts), rewards, alpha)``; ``A_g = (phi_g - mean phi) / std phi``
+    on every spoken message of episode g.
+
+    Invariants: ``sum_g phi_g = v(all)`` (efficiency); an episode with reward 0 has ``phi = 0`` (null
+    player); episode advantages sum to 0 over the group.
+    """
+    embedder: Embedder = batch.resources.get("embedder") or _load_embedder(options.embedding_model)
+    texts = []
+    for ep in batch.episodes:
+        spoken = [m.text for m in ep.messages if m.spoke]
+        texts.append("\n\n".join(spoken) if options.text == "transcript" else (spoken[-1] if spoken else ""))
+    E = np.asarray(embedder.embed(texts), dtype=np.float64)
+    rewards = [ep.reward for ep in batch.episodes]
+    phi = coverage_shapley(E, rewards, options.alpha, options.exact_max, options.permutations,
+                           np.random.default_rng(options.seed))
+    adv = coverage_advantages(phi, options.ddof, options.eps)
+    return [_broadcast(ep, dict.fromkeys(ep.agents, float(a)))
+            for ep, a in zip(batch.episodes, adv, strict=True)]
+
+
+__all__ = [
+    "CoverageOptions", "GroupOptions", "ShapeMaxOptions", "ShapleyOptions", "ShapleyPRMOptions",
+    "agent_shapley", "last_answer_scorer",
+]

@@ -1,0 +1,205 @@
+"""Policy-gradient losses over padded token batches: GRPO (token ratio + k3 KL) and GSPO.
+
+Formulas are credit_spec.md §1.2 and §1.3. All functions take padded ``[B, L]`` tensors (B
+sequences, i.e. messages, of up to L completion tokens) and a ``mask`` of the same shape that is 1
+on real tokens and 0 on padding; they return the loss to *minimise* (``-J``) and a ``LossStats``
+the trainer logs. Padding never contributes to the loss or the stats, whatever values it holds
+(even NaN or inf log-probs are masked out before any arithmetic that could spread them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+LossAgg = Literal["seq_mean_token_mean", "token_mean"]
+
+
+@dataclass(frozen=True)
+class LossStats:
+    """What the trainer logs for one loss evaluation (plain floats, detached).
+
+    Fields:
+        clip_fraction: fraction of units (tokens for GRPO, sequences for GSPO) whose ratio lay
+            outside the clip interval *and* whose clipped branch was the minimum (no gradient).
+        ratio_mean: mean ratio over units (token ratios for GRPO, sequence ratios s_i for GSPO).
+        kl_mean: mean k3 KL per token to the reference policy; ``None`` when the loss has no
+            reference policy (GSPO, or GRPO called without ``logp_ref``).
+    """
+
+    clip_fraction: float
+    ratio_mean: float
+    kl_mean: float | None
+
+
+def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """Elementwise k3 estimator of KL(pi_theta || pi_ref): ``exp(d) - d - 1`` with ``d = logp_ref - logp``.
+
+    Always >= 0 and 0 exactly when the two log-probs are equal. Same shape as the inputs.
+    """
+    d = logp_ref - logp  # [B, L]
+    return torch.exp(d) - d - 1.0
+
+
+def _check_batch(mask: torch.Tensor, **tensors: torch.Tensor) -> torch.Tensor:
+    """Shapes must agree; every row needs at least one real token. Returns the boolean mask."""
+    if mask.dim() != 2:
+        raise ValueError(f"mask must be [B, L], got shape {tuple(mask.shape)}")
+    for name, t in tensors.items():
+        if t.shape != mask.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but mask has {tuple(mask.shape)}")
+    keep = mask.bool()  # [B, L]
+    empty = (~keep.any(dim=1)).nonzero().flatten()
+    if empty.numel():
+        raise ValueError(f"row {int(empty[0])} of mask has no tokens; drop empty sequences "
+                         "(e.g. skipped turns) before computing the loss")
+    return keep
+
+
+def _seq_advantage(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Advantages as [B, L]: a [B] vector is broadcast to every token of its sequence."""
+    if adv.dim() == 1:
+        if adv.shape[0] != mask.shape[0]:
+            raise ValueError(f"adv has {adv.shape[0]} entries but the batch has {mask.shape[0]} rows")
+        return adv[:, None].expand_as(mask)  # [B, L]
+    if adv.shape != mask.shape:
+        raise ValueError(f"adv must be [B] or [B, L] = {tuple(mask.shape)}, got {tuple(adv.shape)}")
+    return adv
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor | None,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    eps: float = 0.2,
+    eps_high: float | None = None,
+    beta: float = 0.0,
+    loss_agg: LossAgg = "seq_mean_token_mean",
+) -> tuple[torch.Tensor, LossStats]:
+    """GRPO clipped-surrogate loss with an optional k3 KL penalty (credit_spec.md §1.2).
+
+    Per token: ``rho = exp(logp - logp_old)``,
+    ``term = min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) - beta * k3(logp, logp_ref)``.
+
+    Args:
+        logp: log-probs of the completion tokens under the current policy, [B, L] (requires grad).
+        logp_old: behaviour log-probs (treated as constants), [B, L].
+        logp_ref: reference log-probs (base model, adapters off), [B, L]; may be ``None`` only
+            when ``beta == 0``.
+        adv: advantage per sequence [B] (broadcast to its tokens) or per token [B, L].
+        mask: 1 on real tokens, 0 on padding, [B, L]; each row needs at least one token.
+        eps, eps_high: clip interval ``[1 - eps, 1 + eps_high]``; ``eps_high=None`` means ``eps``
+            (symmetric); a larger ``eps_high`` is DAPO's "clip-higher".
+        beta: KL coefficient (0 disables the KL term, the common modern setting).
+        loss_agg: ``"seq_mean_token_mean"`` averages tokens within each sequence, then sequences
+            (the spec's ``1/G sum_i 1/|y_i|``); ``"token_mean"`` averages all real tokens of the batch.
+
+    Returns:
+        ``(loss, stats)``: scalar loss ``-J`` and ``LossStats`` (clip fraction over tokens).
+
+    Gradient: zero on tokens where the clipped branch is the (strict) minimum.
+    """
+    if eps_high is None:
+        eps_high = eps
+    if not (0 <= eps < 1 and eps_high >= 0):
+        raise ValueError(f"need 0 <= eps < 1 and eps_high >= 0, got eps={eps}, eps_high={eps_high}")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    if loss_agg not in ("seq_mean_token_mean", "token_mean"):
+        raise ValueError(f"loss_agg must be 'seq_mean_token_mean' or 'token_mean', got {loss_agg!r}")
+    if logp_ref is None and beta > 0:
+        raise ValueError("beta > 0 needs logp_ref (reference log-probs); pass them or set beta=0")
+    tensors = {"logp": logp, "logp_old": logp_old}
+    if logp_ref is not None:
+        tensors["logp_ref"] = logp_ref
+    keep = _check_batch(mask, **tensors)
+    fmask = keep.to(logp.dtype)  # [B, L]
+    zeros = torch.zeros_like(logp)
+    # masked positions are replaced before exp so padding garbage cannot become NaN in the sum.
+    log_ratio = torch.where(keep, logp - logp_old.detach(), zeros)  # [B, L]
+    ratio = torch.exp(log_ratio)  # [B, L]
+    A = _seq_advantage(adv.to(logp.dtype), mask).detach()  # [B, L]
+    unclipped = ratio * A  # [B, L]
+    clipped = torch.clamp(ratio, 1.0 - eps, 1.0 + eps_high) * A  # [B, L]
+    term = torch.minimum(unclipped, clipped)  # [B, L]
+    kl = None
+    if logp_ref is not None:
+        kl = torch.where(keep, k3_kl(logp, logp_ref.detach()), zeros)  # [B, L]
+        if beta > 0:
+            term = term - beta * kl
+    if loss_agg == "seq_mean_token_mean":
+        per_seq = (term * fmask).sum(dim=1) / fmask.sum(dim=1)  # [B]
+        objective = per_seq.mean()
+    else:
+        objective = (term * fmask).sum() / fmask.sum()
+    n_tok = fmask.sum()
+    with torch.no_grad():
+        clip_active = (clipped < unclipped) & keep  # [B, L]
+        stats = LossStats(
+            clip_fraction=float(clip_active.sum() / n_tok),
+            ratio_mean=float((ratio * fmask).sum() / n_tok),
+            kl_mean=None if kl is None else float((kl * fmask).sum() / n_tok),
+        )
+    return -objective, stats
+
+
+def gspo_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+    logratio_clamp: float | None = None,
+) -> tuple[torch.Tensor, LossStats]:
+    """GSPO sequence-level clipped loss (credit_spec.md §1.3); no KL term.
+
+    ``s_i = exp(mean_t (logp - logp_old))`` over the real tokens of sequence i (a geometric-mean
+    ratio), ``J = mean_i min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)``, loss ``-J``.
+
+    Args:
+        logp, logp_old, mask: as in :func:`grpo_loss`, [B, L].
+        adv: one advantage per sequence, [B].
+        eps_low, eps_high: clip interval; defaults are the GSPO paper's 3e-4 / 4e-4. TRACER uses
+            a symmetric 0.1.
+        logratio_clamp: TRACER's safety clamp ``c``: the per-sequence mean log-ratio is mapped
+            NaN -> 0, +-inf -> +-c, then clamped to ``[-c, c]`` before ``exp`` (TRACER: 2.0).
+            ``None`` = no clamp (a NaN then propagates: better loud than silently zero).
+
+    Returns:
+        ``(loss, stats)`` with the clip fraction over sequences and ``kl_mean=None``.
+
+    Invariants: ``s_i = 1`` when ``logp == logp_old``; a sequence's term never exceeds
+    ``(1 + eps_high) A_i`` for ``A_i > 0`` or ``(1 - eps_low) A_i`` for ``A_i < 0``; zero gradient
+    for a sequence whose clipped branch is the strict minimum.
+    """
+    if not (0 <= eps_low < 1 and eps_high >= 0):
+        raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
+    if adv.dim() != 1 or adv.shape[0] != mask.shape[0]:
+        raise ValueError(f"GSPO needs one advantage per sequence, shape [{mask.shape[0]}], "
+                         f"got {tuple(adv.shape)}")
+    keep = _check_batch(mask, logp=logp, logp_old=logp_old)
+    fmask = keep.to(logp.dtype)  # [B, L]
+    log_ratio = torch.where(keep, logp - logp_old.detach(), torch.zeros_like(logp))  # [B, L]
+    seq_log_ratio = log_ratio.sum(dim=1) / fmask.sum(dim=1)  # [B]
+    if logratio_clamp is not None:
+        if logratio_clamp <= 0:
+            raise ValueError(f"logratio_clamp must be > 0, got {logratio_clamp}")
+        c = float(logratio_clamp)
+        seq_log_ratio = torch.nan_to_num(seq_log_ratio, nan=0.0, posinf=c, neginf=-c).clamp(-c, c)  # [B]
+    s = torch.exp(seq_log_ratio)  # [B]
+    A = adv.to(logp.dtype).detach()  # [B]
+    unclipped = s * A  # [B]
+    clipped = torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high) * A  # [B]
+    objective = torch.minimum(unclipped, clipped).mean()
+    with torch.no_grad():
+        stats = LossStats(
+            clip_fraction=float((clipped < unclipped).to(logp.dtype).mean()),
+            ratio_mean=float(s.mean()),
+            kl_mean=None,
+        )
+    return -objective, stats
