@@ -1,0 +1,70 @@
+"""GSM8K: grade-school math word problems with a numeric answer (Cobbe et al., 2021).
+
+Data: the hub dataset ``openai/gsm8k`` (config ``main``, splits ``train``/``test``) or a local
+``.jsonl``/``.parquet``/``.json``/``.csv`` with ``question`` and ``answer`` fields, where ``answer``
+is the worked solution ending in ``#### N``. The reference is N in canonical form (commas removed:
+``"1,000"`` becomes ``"1000"``). Items are ``gsm8k/{split}/{row}`` in source order; ``seed`` is
+accepted for the common interface and does not change anything (shuffling is the caller's job).
+
+Scoring: exact numeric equality of the extracted number and the reference; see
+``teamplay.envs.tasks.numeric`` for which number of a completion counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from teamplay.envs.records import TaskItem
+from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.numeric import canonical_number, extract_canonical, numbers_equal, parse_canonical
+from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
+from teamplay.errors import DataError
+
+
+class Gsm8kTask(Task):
+    """GSM8K word problems; reference = the number after ``####`` of the worked solution."""
+
+    name = "gsm8k"
+    splits = ("train", "test")
+    answer_instruction = "End with 'The answer is N.' where N is a number."
+    hub = HubSpec("openai/gsm8k", "main")
+
+    def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
+             seed: int = 0) -> list[TaskItem]:
+        check_load_args(self.name, split, self.splits, limit)
+        return [self._item(row, split) for row in load_rows(self.name, split, source, self.hub, limit)]
+
+    def _item(self, row: Row, split: str) -> TaskItem:
+        solution = row.text("answer")
+        marker = solution.rfind("####")
+        value = parse_canonical(solution[marker + 4:]) if marker >= 0 else None
+        if value is None:
+            raise DataError(f"{row.where}: field 'answer' must end with '#### N' (N a number), "
+                            f"got ...{solution[-60:]!r}")
+        return TaskItem(
+            id=f"{self.name}/{split}/{row.index}",
+            prompt=row.text("question"),
+            reference=canonical_number(value),
+            metadata={"solution": solution},
+        )
+
+    def extract(self, completion: str) -> str | None:
+        """The completion's final number in canonical form (``"1000"``, ``"-3"``, ``"2.5"``) or None.
+
+        >>> Gsm8kTask().extract("She pays $1,000.00 in total. The answer is 1,000.")
+        '1000'
+        """
+        return extract_canonical(completion)
+
+    def score(self, completion: str, item: TaskItem) -> float:
+        """1.0 if the completion's final number equals the reference exactly, else 0.0.
+
+        >>> item = TaskItem(id="gsm8k/test/0", prompt="...", reference="18")
+        >>> Gsm8kTask().score("9 * 2 = $18\\n#### 18", item), Gsm8kTask().score("#### 17", item)
+        (1.0, 0.0)
+        """
+        return self.score_answer(self.extract(completion), item)
+
+    def score_answer(self, answer: str | None, item: TaskItem) -> float:
+        """1.0 if the extracted ``answer`` (e.g. ``"18"``, ``"18.0"``) equals the reference."""
+        return numbers_equal(answer, item.reference)

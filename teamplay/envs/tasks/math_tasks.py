@@ -1,0 +1,133 @@
+"""MATH (Hendrycks et al., 2021) and its 500-problem subset MATH-500 (Lightman et al., 2023).
+
+Data:
+- ``math``: the full test split (5,000 problems) from the hub dataset
+  ``DigitalLearningGmbH/MATH-lighteval`` (one config, fields ``problem``, ``level``, ``type``,
+  ``solution``: the original release, unlike ``EleutherAI/hendrycks_math`` which is split into seven
+  configs by subject), or a local file with the same fields; the train split (7,500) too.
+- ``math500``: ``HuggingFaceH4/MATH-500`` (split ``test``; fields ``problem``, ``solution``,
+  ``answer``, ``subject``, ``level``, ``unique_id``) or a local file with those fields.
+
+A row needs ``problem`` and either ``answer`` or a ``solution`` holding ``\\boxed{...}``; the
+reference is ``answer`` when present, else the content of the solution's last box. Items are
+``{name}/{split}/{row}`` in source order; ``seed`` does not change anything. Metadata: ``level``
+(an int 1-5 where the source says "Level 3" or 3, else the source's string), ``subject``
+(``type`` in the original release), and ``unique_id`` where the source has one.
+
+Scoring: the completion's last ``\\boxed{}`` is its answer (``extract``). It scores 1 when its
+normal form equals the reference's (cheap, no sympy) or math_verify finds them equal within the
+verifier's deadline (``MathVerifier``); anything else, a timeout included, scores 0.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from teamplay.envs.records import TaskItem
+from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.latex import last_boxed, normalize_latex
+from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
+from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
+from teamplay.envs.tasks.text import ANSWER_IS, tail
+from teamplay.errors import DataError
+
+_LEVEL = re.compile(r"^(?:Level\s*)?([1-5])$")
+# the rest of the line after the last "answer is": the answer when a model did not box it
+_STATED_ANSWER = re.compile(r"[ \t]*([^\n]{1,1000})")
+
+
+class MathTask(Task):
+    """Competition mathematics with LaTeX answers, the full MATH test set by default."""
+
+    name = "math"
+    splits = ("train", "test")
+    answer_instruction = "Put your final answer in \\boxed{}."
+    hub = HubSpec("DigitalLearningGmbH/MATH-lighteval")
+
+    def __init__(self, verifier: MathVerifier | None = None) -> None:
+        #: math_verify client; ``None`` uses the process-wide one (one worker process for all tasks)
+        self._verifier = verifier
+
+    @property
+    def verifier(self) -> MathVerifier:
+        return self._verifier if self._verifier is not None else default_verifier()
+
+    def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
+             seed: int = 0) -> list[TaskItem]:
+        check_load_args(self.name, split, self.splits, limit)
+        return [self._item(row, split) for row in load_rows(self.name, split, source, self.hub, limit)]
+
+    def _item(self, row: Row, split: str) -> TaskItem:
+        problem = row.text("problem")
+        answer = row.data.get("answer")
+        if isinstance(answer, str) and answer.strip():
+            reference = answer.strip()
+        else:
+            solution = row.data.get("solution")
+            reference = last_boxed(solution) if isinstance(solution, str) else None
+            if not reference:
+                raise DataError(f"{row.where}: needs a non-empty 'answer' field or a 'solution' "
+                                "containing \\boxed{...}; found neither")
+        metadata: dict[str, Any] = {"level": _level(row.data.get("level"))}
+        subject = row.data.get("subject", row.data.get("type"))
+        if subject is not None:
+            metadata["subject"] = str(subject)
+        if row.data.get("unique_id") is not None:
+            metadata["unique_id"] = str(row.data["unique_id"])
+        return TaskItem(id=f"{self.name}/{split}/{row.index}", prompt=problem, reference=reference,
+                        metadata=metadata)
+
+    def extract(self, completion: str) -> str | None:
+        """The content of the last ``\\boxed{}``; without a box, the rest of the line after the
+        last "answer is" (``$`` and a final period removed); else ``None``.
+
+        >>> MathTask().extract(r"so $x = \\boxed{\\frac{1}{2}}$.")
+        '\\\\frac{1}{2}'
+        >>> MathTask().extract("The answer is $42$.")
+        '42'
+        """
+        boxed = last_boxed(completion)
+        if boxed is not None:
+            return boxed or None
+        text = tail(completion)
+        statements = list(ANSWER_IS.finditer(text))
+        if not statements:
+            return None
+        stated = _STATED_ANSWER.match(text, statements[-1].end())
+        answer = stated.group(1).strip().rstrip(".").strip().strip("$").strip() if stated else ""
+        return answer or None
+
+    def score(self, completion: str, item: TaskItem) -> float:
+        """1.0 if the completion's answer equals ``item.reference`` (see the module doc), else 0.0."""
+        return self.score_answer(self.extract(completion), item)
+
+    def score_answer(self, answer: str | None, item: TaskItem) -> float:
+        """Score an extracted LaTeX answer: normal-form match first, then math_verify. Never raises.
+
+        >>> item = TaskItem(id="math/test/0", prompt="...", reference="\\\\frac{1}{2}")
+        >>> MathTask().score_answer("\\\\dfrac{1}{2}", item)
+        1.0
+        """
+        if not isinstance(answer, str) or not answer.strip():
+            return 0.0
+        if normalize_latex(answer) == normalize_latex(item.reference):
+            return 1.0
+        return 1.0 if self.verifier.equivalent(item.reference, answer) else 0.0
+
+
+class Math500Task(MathTask):
+    """The MATH-500 subset (``HuggingFaceH4/MATH-500``): 500 test problems with an ``answer`` field."""
+
+    name = "math500"
+    splits = ("test",)
+    hub = HubSpec("HuggingFaceH4/MATH-500")
+
+
+def _level(value: object) -> int | str | None:
+    """``"Level 3"`` or ``3`` -> 3; other values as strings (MATH has a few "Level ?")."""
+    if value is None:
+        return None
+    match = _LEVEL.match(str(value).strip())
+    return int(match.group(1)) if match else str(value)
