@@ -180,6 +180,50 @@ def play_command(
                       f"correct {episode.agent_correct.get(agent, 0.0):.0f}")
 
 
+@app.command("train")
+@user_errors
+def train_command(
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    resume: str | None = typer.Option(None, help="'auto' continues the latest checkpoint of the run "
+                                                 "folder; or a checkpoint folder."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Run folder."),
+    steps: int | None = typer.Option(None, help="Training steps."),
+) -> None:
+    """Train a team: rollouts, credit, per-role LoRA updates, held-out eval, checkpoints."""
+    from teamplay.config import TrainConfig
+    from teamplay.training.trainer import Trainer
+
+    overrides = _shortcut_overrides(**{"output_dir": output, "steps": steps}) + list(set_)
+    cfg = load_config(TrainConfig, config, overrides)
+    with progress_bar() as bar:
+        job = bar.add_task("train", total=cfg.steps)
+        status: dict[str, str] = {}
+
+        def on_step(step: int, metrics: dict) -> None:
+            bar.update(job, completed=step, description=(
+                f"train · reward {metrics['reward_mean']:.2f} · {metrics['seconds']:.0f}s/step"))
+
+        def on_eval(label: str) -> None:
+            status["eval"] = label
+            err_console.print(f"held-out evaluation ({label}) ...")
+
+        trainer = Trainer(cfg, on_step=on_step, on_eval=on_eval)
+        bar.update(job, completed=trainer.state.step)
+        result = trainer.train(resume=resume)
+    table = Table(title=f"held-out {cfg.eval_task.name if cfg.eval_task else '-'}: before and after")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    if result.eval_after is not None:
+        before = result.eval_before
+        for name in ("team_accuracy", "any_agent_right", "tokens_per_problem", "calls_per_problem"):
+            b = f"{getattr(before, name):.3f}" if before is not None else "(resumed)"
+            table.add_row(name.replace("_", " "), b, f"{getattr(result.eval_after, name):.3f}")
+        console.print(table)
+    console.print(f"{result.steps} steps in {result.seconds:.0f} s; run folder {result.run_dir}")
+
+
 @app.command("list")
 @user_errors
 def list_command() -> None:

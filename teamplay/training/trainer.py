@@ -187,6 +187,8 @@ class Trainer:
         t_credit = time.perf_counter() - t0 - t_rollout
 
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
+        if update["optimizer_steps"]:
+            self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
         self.scheduler.step()
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
@@ -226,16 +228,17 @@ class Trainer:
                 for i in mb:
                     by_adapter[samples[i].adapter].append(samples[i])
                 for adapter, part in sorted(by_adapter.items()):
-                    loss, s = self._loss(adapter, part, temperature)
+                    loss, s, entropy = self._loss(adapter, part, temperature)
                     weight = len(part) / len(mb) / cfg.grad_accum
                     if not torch.isfinite(loss):
                         finite = False
                         break
                     (loss * weight).backward()
                     stats["loss"].append(float(loss))
-                    stats["kl"].append(s.kl_mean)
+                    if s.kl_mean is not None:
+                        stats["kl"].append(s.kl_mean)
                     stats["ratio_mean"].append(s.ratio_mean)
-                    stats["entropy"].append(s.entropy)
+                    stats["entropy"].append(entropy)
                     clip_epoch.append(s.clip_fraction)
                 last_of_accum = (mb_index + 1) % cfg.grad_accum == 0 or mb_index == len(minibatches) - 1
                 if not finite:
@@ -261,7 +264,11 @@ class Trainer:
         return out
 
     def _loss(self, adapter: str, part: Sequence[PolicySample], temperature: float):
-        """Loss of one adapter's share of a minibatch and its stats."""
+        """Loss of one adapter's share of a minibatch, its stats, and the sampled-token entropy.
+
+        The entropy is estimated as the mean of -log p of the sampled tokens (an unbiased estimate
+        of the policy's per-token entropy under its own samples; no full-vocabulary pass needed).
+        """
         obj = self.cfg.objective
         prompts = [list(s.prompt_ids) for s in part]
         completions = [list(s.completion_ids) for s in part]
@@ -269,16 +276,21 @@ class Trainer:
                                                          temperature=temperature)  # [b, C], [b, C]
         old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
         adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
+        with torch.no_grad():
+            fmask = mask.to(logp.dtype)
+            entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
         if obj.name == "gspo":
-            return gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low,
-                             eps_high=obj.clip_high or obj.clip_low, logratio_clamp=obj.logratio_clamp)
+            loss, stats = gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low,
+                                    eps_high=obj.clip_high or obj.clip_low, logratio_clamp=obj.logratio_clamp)
+            return loss, stats, entropy
         ref = None
         if obj.kl_beta > 0:
             with torch.no_grad(), self.team_model.disabled_adapters():
                 ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
                                                              temperature=temperature)
-        return grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
-                         beta=obj.kl_beta, loss_agg=obj.loss_agg)
+        loss, stats = grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
+                                beta=obj.kl_beta, loss_agg=obj.loss_agg)
+        return loss, stats, entropy
 
     # ----------------------------------------------------------------------------- helpers
     def _lr_factor(self, step: int) -> float:
