@@ -254,5 +254,7 @@ class TrainConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Keep the last k checkpoints.")
     output_dir: str = Field("runs/train", description="Run folder.")
     seed: int = Field(0, description="Seed of data order, rollouts and minibatches.")
+    log_episodes: int = Field(2, ge=0, description="Credited episodes per step written to "
+                                                   "episodes.jsonl (for reports).")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")

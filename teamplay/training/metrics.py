@@ -17,6 +17,7 @@ class MetricsLogger:
     def __init__(self, run_dir: Path, tensorboard: bool = True, wandb_project: str | None = None,
                  config: dict[str, Any] | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
+        self.episodes_path = run_dir / "episodes.jsonl"
         self._tb = None
         self._wandb = None
         if tensorboard:
@@ -35,11 +36,18 @@ class MetricsLogger:
 
     def truncate_after(self, step: int) -> None:
         """Drop lines of steps > ``step`` (their work was lost with the interrupted process)."""
-        if not self.path.exists():
-            return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        for path in (self.path, self.episodes_path):
+            if not path.exists():
+                continue
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and _step_of(line) <= step]
+            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def log_episodes(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Append credited episodes (``Episode.to_dict()`` plus ``advantages``) of ``step``."""
+        with self.episodes_path.open("a", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps({"step": step, **row}, ensure_ascii=False, default=float) + "\n")
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
@@ -57,6 +65,13 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def _step_of(line: str) -> float:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, AttributeError):
+        return math.inf  # a torn last line from a killed process: never kept
 
 
 def _flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:

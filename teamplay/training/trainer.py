@@ -117,6 +117,7 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
+        self._last_credited: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -142,6 +143,7 @@ class Trainer:
                         and step < self.cfg.steps:
                     metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
                 logger.log(step, metrics)
+                logger.log_episodes(step, self._last_credited)
                 history.append({"step": step, **metrics})
                 if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
                     self._checkpoint()
@@ -186,6 +188,9 @@ class Trainer:
             samples.extend(build_samples(group, advantages, active))
         t_credit = time.perf_counter() - t0 - t_rollout
 
+        self._last_credited = [
+            {**ep.to_dict(), "advantages": [float(a) for a in adv]}
+            for ep, adv in credited[:cfg.log_episodes]]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
