@@ -17,8 +17,8 @@ Exact expectations use the Markov structure: with transition matrices
 ``P(a_l | a_m) = M[m, l][a_m, a_l]`` and ``P(a_j, a_l | a_m) = M[m, j][a_m, a_j] M[j, l][a_j, a_l]``.
 So ``Q_m(a_≤m) = E[f | a_≤m]`` (policies of agents > m as given) splits into the realised part plus
 tables that depend only on ``(m, a_m)`` (and, for the cross terms, one upstream ``(k, a_k)``); they
-are built once in ``O(K^3 A^2 + K^2 A^3)`` and any prefix's ``Q`` then costs ``O(K^2)`` — no ``A^K``
-enumeration, so ``K=16`` is exact.
+are built once per instance in ``O(K^3 A^3)`` (cached) and any prefix's ``Q`` then costs ``O(K^2)``
+— no ``A^K`` enumeration, so ``K=16`` is exact.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from teamplay.credit.cosac import (
     cosac_ridge,
     per_prefix,
 )
-from teamplay.credit.registry import CreditBatch
+from teamplay.credit.registry import CreditBatch, assign
 from teamplay.envs.records import Episode, Message
 
 # ---- E3.1: K=2, A=2, π_1 = [.5,.5], π_2(·|0) = [.8,.2], π_2(·|1) = [.3,.7]; R = φ_1 + φ_2 exactly ----
@@ -225,6 +225,8 @@ def test_registered_cosac_on_e31_group():
     expected = [[-0.5, -1.0], [-0.5, 1.0], [0.5, -1.0], [0.5, 1.0]]
     for adv, exp in zip(out, expected, strict=True):
         assert adv == pytest.approx(exp, abs=1e-6)
+    via_registry = assign("cosac", CreditBatch(episodes=eps), {"lam": 1e-8})
+    assert via_registry[3] == pytest.approx([0.5, 1.0], abs=1e-6)
     markov = cosac_credit(CreditBatch(episodes=eps), CosacOptions(lam=1e-8, continuation="markov"))
     for adv, exp in zip(markov, expected, strict=True):  # K = 2: previous label = whole prefix
         assert adv == pytest.approx(exp, abs=1e-6)
