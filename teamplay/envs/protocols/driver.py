@@ -1,0 +1,251 @@
+"""EpisodeDriver: runs one protocol through one episode, independent of any PettingZoo API.
+
+``TeamEnv`` (AEC: one agent at a time) and ``TeamParallelEnv`` (all agents of a round at once) are
+thin adapters over this driver, so both APIs produce the same episode for the same actions.
+
+Planning: the driver walks the protocol's schedule round by round. A round the protocol declares
+simultaneous is planned whole when it starts (every request built from the state at the start of
+the round, every speak/skip decision made then); other rounds are planned one turn at a time, so a
+turn sees the messages written before it in the same round. Skipped turns are recorded in schedule
+order as ``Message(spoke=False, text="")`` and cost no call.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from teamplay.agents.backends.base import ChatMessage, Generation, TurnRequest
+from teamplay.agents.roles import Team
+from teamplay.envs.protocols.base import Protocol, ProtocolState, TurnDecision, TurnSpec
+from teamplay.envs.records import Episode, Message, TaskItem
+from teamplay.envs.tasks.base import Task
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates replaced by U+FFFD (a surrogate pair is joined).
+
+    No tokenizer decodes to a lone surrogate, but a hand-written or random action may contain one,
+    and it would break every later UTF-8 write (logs, episode files) of the transcript.
+
+    >>> clean_text("ok \\ud800!")
+    'ok \\ufffd!'
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def render_chat(chat: Sequence[ChatMessage]) -> str:
+    """Plain-text rendering of a chat (the AEC observation): ``[role]`` headers, blank-line separated."""
+    return "\n\n".join(f"[{m.role}]\n{m.content}" for m in chat)
+
+
+@dataclass(frozen=True)
+class PlannedTurn:
+    """A turn whose request is built; ``speak`` False means the controller skipped it."""
+
+    turn: TurnSpec
+    request: TurnRequest
+    speak: bool = True
+
+    @functools.cached_property
+    def observation(self) -> str:
+        return render_chat(self.request.chat)
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """What the end of an episode decided (set once the last turn is recorded)."""
+
+    final_answer: str | None
+    initial_answer: str | None
+    reward: float
+    agent_answers: dict[str, str | None]
+    agent_correct: dict[str, float]
+
+
+class EpisodeDriver:
+    """Drives ``protocol`` for ``team`` on items of ``task``; reusable across episodes via ``start``."""
+
+    def __init__(self, protocol: Protocol, team: Team, task: Task) -> None:
+        protocol.validate_team(team)
+        self.protocol = protocol
+        self.team = team
+        self.task = task
+        self.agents: tuple[str, ...] = tuple(protocol.agent_order(team))
+        self.plan: tuple[TurnSpec, ...] = protocol.schedule(team)
+        self._check_plan()
+        self.rounds = 1 + max((t.round for t in self.plan), default=-1)
+        self.state: ProtocolState | None = None
+        self.group_id = ""
+        self.result: EpisodeResult | None = None
+        self._queue: list[PlannedTurn] = []
+        self._next = 0
+        self._initial: tuple[str | None] | None = None
+        self._truncated: list[int] = []
+        self._rng = np.random.default_rng()
+
+    def _check_plan(self) -> None:
+        known = set(self.agents)
+        last_round = -1
+        for i, turn in enumerate(self.plan):
+            if turn.agent not in known or self.team.role_of(turn.agent).name != turn.role:
+                raise ValueError(f"protocol {self.protocol.name!r}: schedule[{i}] names agent "
+                                 f"{turn.agent!r} of role {turn.role!r}, not an agent of the team "
+                                 f"{sorted(known)}")
+            if turn.round < last_round:
+                raise ValueError(f"protocol {self.protocol.name!r}: schedule[{i}] goes back from "
+                                 f"round {last_round} to {turn.round}; rounds must not decrease")
+            last_round = turn.round
+
+    # ---- episode life -----------------------------------------------------------------------
+
+    def start(self, item: TaskItem, group_id: str, rng: np.random.Generator) -> None:
+        """Begin an episode on ``item``; ``rng`` is handed to controllers (seeded by the env)."""
+        self.state = self.protocol.new_state(item, self.team, self.task.answer_instruction)
+        self.group_id = group_id
+        self.result = None
+        self._queue = []
+        self._next = 0
+        self._initial = None
+        self._truncated = []
+        self._rng = rng
+        self._advance()
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def pending(self) -> PlannedTurn | None:
+        """The turn that must be answered next (None when the episode is over)."""
+        return self._queue[0] if self._queue else None
+
+    def pending_turns(self) -> tuple[PlannedTurn, ...]:
+        """Every planned, not yet answered turn: the rest of the current round when it is
+        simultaneous, else just the next turn."""
+        return tuple(p for p in self._queue if p.speak)
+
+    def submit(self, action: str | Generation | None) -> Message:
+        """Record ``action`` as the pending turn's message and move on; returns the message."""
+        if self.state is None:
+            raise RuntimeError("EpisodeDriver.submit before start(); call reset() on the env first")
+        planned = self.pending
+        if planned is None:
+            raise RuntimeError("the episode is over: no turn is pending")
+        message = self._message(planned, action)
+        if isinstance(action, Generation) and action.truncated:
+            self._truncated.append(len(self.state.messages))
+        self._queue.pop(0)
+        self._record(message)
+        self._advance()
+        return message
+
+    # ---- internals --------------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        """Plan turns until one must be answered, recording skipped ones; finish at the end."""
+        assert self.state is not None
+        while True:
+            while self._queue and not self._queue[0].speak:
+                skipped = self._queue.pop(0).turn
+                self._record(Message(agent=skipped.agent, role=skipped.role, round=skipped.round,
+                                     stage=skipped.stage, text="", spoke=False))
+            if self._queue:
+                return
+            if self._next >= len(self.plan):
+                self._finish()
+                return
+            self._plan_next()
+
+    def _plan_next(self) -> None:
+        assert self.state is not None
+        round_ = self.plan[self._next].round
+        if round_ > 0 and self._initial is None:
+            # round 0 is complete: what the final-answer rule says now is the initial answer
+            self._initial = (self.protocol.final_answer(self.state),)
+        end = self._next
+        while end < len(self.plan) and self.plan[end].round == round_:
+            end += 1
+        turns = self.plan[self._next:end]
+        if not self.protocol.simultaneous(self.team, turns):
+            turns = turns[:1]
+        self._next += len(turns)
+        self._queue = [self._planned(t) for t in turns]
+
+    def _planned(self, turn: TurnSpec) -> PlannedTurn:
+        assert self.state is not None
+        request = self.protocol.build_request(self.state, turn)
+        speak = True
+        controller = self.protocol.controller
+        if controller is not None and self.protocol.may_skip(self.state, turn):
+            speak = bool(controller(TurnDecision(turn=turn, rounds=self.rounds, request=request,
+                                                 rng=self._rng)))
+        return PlannedTurn(turn=turn, request=request, speak=speak)
+
+    def _message(self, planned: PlannedTurn, action: Any) -> Message:
+        turn, request = planned.turn, planned.request
+        prompt_ids: tuple[int, ...] = ()
+        completion_ids: tuple[int, ...] = ()
+        logprobs: tuple[float, ...] = ()
+        adapter = None
+        if isinstance(action, Generation):
+            if action.adapter is not None and action.adapter != request.adapter:
+                raise ValueError(f"{turn.agent}: generation came from adapter {action.adapter!r} but "
+                                 f"role {turn.role!r} writes with adapter {request.adapter!r}")
+            text = clean_text(action.text)
+            prompt_ids, completion_ids = tuple(action.prompt_ids), tuple(action.completion_ids)
+            logprobs, adapter = tuple(action.logprobs), action.adapter
+        elif isinstance(action, str):
+            text = clean_text(action)
+        elif action is None:
+            raise ValueError(f"{turn.agent} has a pending {turn.stage!r} turn: step() needs its text "
+                             f"(str or Generation); None is only for terminated agents")
+        else:
+            raise TypeError(f"{turn.agent}: action must be a str or a Generation, "
+                            f"got {type(action).__name__}")
+        return Message(agent=turn.agent, role=turn.role, round=turn.round, stage=turn.stage,
+                       text=text, prompt_ids=prompt_ids, completion_ids=completion_ids,
+                       logprobs=logprobs, adapter=adapter, answer=self.task.extract(text))
+
+    def _record(self, message: Message) -> None:
+        assert self.state is not None
+        self.state.messages.append(message)
+        self.protocol.update(self.state, message)
+
+    def _finish(self) -> None:
+        assert self.state is not None
+        item = self.state.item
+        final = self.protocol.final_answer(self.state)
+        initial = self._initial[0] if self._initial is not None else final
+        answers = {a: self.state.last_answer(a) for a in self.agents}
+        self.result = EpisodeResult(
+            final_answer=final, initial_answer=initial,
+            reward=float(self.task.score_answer(final, item)),
+            agent_answers=answers,
+            agent_correct={a: float(self.task.score_answer(ans, item)) for a, ans in answers.items()})
+
+    def episode(self) -> Episode:
+        """The finished episode's record. Raises ``RuntimeError`` while turns remain."""
+        if self.state is None or self.result is None:
+            raise RuntimeError("episode() called before the episode finished: step every pending "
+                               "turn first (env.agents becomes empty at the end)")
+        messages = tuple(self.state.messages)
+        metadata = {"protocol": self.protocol.name, "initial_answer": self.result.initial_answer,
+                    "skipped": sum(not m.spoke for m in messages),
+                    "truncated_turns": list(self._truncated)}
+        metadata.update(self.protocol.episode_metadata(self.state))
+        return Episode(
+            problem_id=self.state.item.id, group_id=self.group_id, agents=self.agents,
+            messages=messages, final_answer=self.result.final_answer, reward=self.result.reward,
+            agent_answers=self.result.agent_answers, agent_correct=self.result.agent_correct,
+            tokens=sum(m.n_tokens for m in messages), calls=sum(m.spoke for m in messages),
+            metadata=metadata)

@@ -1,0 +1,192 @@
+"""``proposer_reviewer``: TRACER's dialogue (credit_spec.md §2.1).
+
+Rounds ``0..R-1`` alternate: even rounds are proposal rounds, odd rounds review rounds. Round ``k``
+is played by agent index ``k mod N`` of its role (round-robin over bundles; with equal proposer and
+reviewer counts this is exactly §2.1's ``(k-1) mod N`` over 1-based rounds, so with N=2 bundles the
+first bundle only proposes and the second only reviews, as in TRACER).
+
+State: the *pending* proposal (its message, answer and author), a vote score (+1 per RIGHT, -1 per
+WRONG review since the pending proposal was set) and the latest parsed verdict.
+
+* A proposal with an answer replaces the pending one (a *refresh*; the vote score resets to 0). A
+  proposal without a parsable answer, or a skipped proposal turn, *keeps* the pending answer (the
+  first proposal is always taken, answer or not, so that reviewers have something to review).
+* A review's verdict is its first non-empty line: RIGHT/CORRECT or WRONG/INCORRECT (case-insensitive,
+  markdown such as ``**`` ignored); anything else is no verdict. Reviews never change the pending
+  answer; the proposal instruction after a WRONG verdict asks the proposer to revise.
+* Final answer: the pending answer after the last round. Initial answer: the first proposal's.
+* Skippable (speak/skip controller): a proposal turn once a pending answer exists (skip = keep), a
+  review turn once a pending proposal exists (skip = stay silent). Round 0 always speaks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
+
+from teamplay.agents.roles import Team
+from teamplay.envs.protocols.base import (
+    Protocol,
+    ProtocolState,
+    RoleSpec,
+    SkippableOptions,
+    TurnSpec,
+    check_count_option,
+)
+from teamplay.envs.protocols.registry import register_protocol
+from teamplay.envs.records import Message, TaskItem
+
+PROPOSER_PROMPT = ("You are the proposer in a problem-solving team. Solve the problem step by step. "
+                   "When a reviewer says your answer is wrong, find the mistake and fix it.")
+REVIEWER_PROMPT = ("You are the reviewer in a problem-solving team. Check the proposed solution step "
+                   "by step. The first line of your reply must be exactly RIGHT or WRONG.")
+
+_VERDICT = re.compile(r"^\W*(?:verdict\W*)?(INCORRECT|CORRECT|WRONG|RIGHT)\b", re.IGNORECASE)
+
+
+def parse_verdict(text: str) -> str | None:
+    """``"RIGHT"``, ``"WRONG"`` or ``None`` from the first non-empty line of a review.
+
+    >>> parse_verdict("**RIGHT**\\nThe sum is 7.")
+    'RIGHT'
+    >>> parse_verdict("\\n  Incorrect: 3 + 4 is 7, not 8.")
+    'WRONG'
+    >>> parse_verdict("I think it is right.") is None
+    True
+    """
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    match = _VERDICT.match(first)
+    if match is None:
+        return None
+    return "RIGHT" if match.group(1).upper() in ("RIGHT", "CORRECT") else "WRONG"
+
+
+class ProposerReviewerOptions(SkippableOptions):
+    rounds: int = Field(5, ge=1, le=64, description="Rounds R (proposal and review rounds alternate, "
+                                                    "starting with a proposal; TRACER's default 5).")
+    n_agents: int | None = Field(None, ge=1, le=16, description="Bundles N (proposers and reviewers "
+                                 "each). None: the team decides (default team: 1 of each).")
+    history: int = Field(4, ge=0, le=64, description="Latest messages shown in the chat (TRACER shows "
+                         "4); the pending proposal is always shown.")
+
+
+@dataclass
+class ReviewState(ProtocolState):
+    """``pending``: the proposal message holding the pending answer (None before round 0 ends)."""
+
+    pending: Message | None = None
+    vote_score: int = 0
+    last_verdict: str | None = None
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    proposals: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pending_answer(self) -> str | None:
+        return self.pending.answer if self.pending is not None else None
+
+
+@register_protocol
+class ProposerReviewer(Protocol):
+    """TRACER: alternating proposal and review rounds; RIGHT/WRONG verdicts; keep or refresh."""
+
+    name = "proposer_reviewer"
+    Options = ProposerReviewerOptions
+    roles = (RoleSpec("proposer", PROPOSER_PROMPT), RoleSpec("reviewer", REVIEWER_PROMPT))
+
+    def role_specs(self) -> tuple[RoleSpec, ...]:
+        n = self.options.n_agents or 1
+        return (RoleSpec("proposer", PROPOSER_PROMPT, count=n),
+                RoleSpec("reviewer", REVIEWER_PROMPT, count=n))
+
+    def validate_team(self, team: Team) -> None:
+        super().validate_team(team)
+        check_count_option(self, team, "proposer", self.options.n_agents)
+        check_count_option(self, team, "reviewer", self.options.n_agents)
+
+    def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
+        n_prop, n_rev = team.role("proposer").count, team.role("reviewer").count
+        turns = []
+        for k in range(self.options.rounds):
+            if k % 2 == 0:
+                turns.append(TurnSpec(f"proposer_{k % n_prop}", "proposer", "propose", k))
+            else:
+                turns.append(TurnSpec(f"reviewer_{k % n_rev}", "reviewer", "review", k))
+        return tuple(turns)
+
+    def new_state(self, item: TaskItem, team: Team, answer_instruction: str) -> ReviewState:
+        return ReviewState(item=item, team=team, answer_instruction=answer_instruction)
+
+    def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:
+        assert isinstance(state, ReviewState)
+        spoken = state.spoken()
+        shown = spoken[len(spoken) - self.options.history:] if self.options.history else []
+        if state.pending is not None and not any(m is state.pending for m in shown):
+            shown = [state.pending, *shown]
+        return shown
+
+    def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
+        assert isinstance(state, ReviewState)
+        answer = _shown(state.pending_answer)
+        if turn.stage == "review":
+            author = state.pending.agent if state.pending is not None else "nobody"
+            return (f"Review the current proposal by {author} (its answer: {answer}). Check every step. "
+                    f"First line: RIGHT or WRONG. Then explain briefly; if WRONG, give the correct answer.")
+        if state.pending is None:
+            return "Solve the problem. Reason step by step, then give the final answer."
+        if state.last_verdict == "WRONG":
+            return (f"A reviewer judged the current answer ({answer}) WRONG. Find the mistake and "
+                    f"write a corrected solution with the final answer.")
+        if state.last_verdict == "RIGHT":
+            return (f"A reviewer judged the current answer ({answer}) RIGHT. Double-check it, then "
+                    f"restate the final answer or correct it.")
+        return f"Re-check the current answer ({answer}) step by step, then give the final answer."
+
+    def turn_metadata(self, state: ProtocolState, turn: TurnSpec) -> Mapping[str, Any]:
+        assert isinstance(state, ReviewState)
+        meta = {"pending_answer": state.pending_answer,
+                "pending_agent": state.pending.agent if state.pending is not None else None,
+                "vote_score": state.vote_score}
+        if turn.stage == "propose":
+            meta["last_verdict"] = state.last_verdict
+        return meta
+
+    def may_skip(self, state: ProtocolState, turn: TurnSpec) -> bool:
+        assert isinstance(state, ReviewState)
+        if turn.stage == "propose":
+            return state.pending_answer is not None
+        return state.pending is not None
+
+    def update(self, state: ProtocolState, message: Message) -> None:
+        assert isinstance(state, ReviewState)
+        if message.stage == "propose":
+            refresh = message.spoke and (message.answer is not None or state.pending_answer is None)
+            if refresh:
+                state.pending, state.vote_score, state.last_verdict = message, 0, None
+            action = "refresh" if refresh else ("keep" if message.spoke else "skip")
+            state.proposals.append({"round": message.round, "agent": message.agent,
+                                    "answer": message.answer, "action": action})
+            return
+        verdict = parse_verdict(message.text) if message.spoke else None
+        state.verdicts.append({"round": message.round, "agent": message.agent, "verdict": verdict,
+                               "spoke": message.spoke, "pending_answer": state.pending_answer,
+                               "pending_agent": state.pending.agent if state.pending else None})
+        if verdict is not None:
+            state.vote_score += 1 if verdict == "RIGHT" else -1
+            state.last_verdict = verdict
+
+    def final_answer(self, state: ProtocolState) -> str | None:
+        assert isinstance(state, ReviewState)
+        return state.pending_answer
+
+    def episode_metadata(self, state: ProtocolState) -> dict[str, Any]:
+        assert isinstance(state, ReviewState)
+        return {"verdicts": [dict(v) for v in state.verdicts],
+                "proposals": [dict(p) for p in state.proposals], "vote_score": state.vote_score}
+
+
+def _shown(answer: str | None) -> str:
+    return answer if answer is not None else "no final answer found"

@@ -1,0 +1,64 @@
+"""``sequential``: K agents in a fixed order, each sees its predecessors (the COSAC setting).
+
+Agent ``k`` (in team order: roles in the order given, instances by index) plays round ``k`` and
+sees every earlier message. Final answer: the answer of the last agent's message (None if it gave
+none: the chain's output is its last link). Initial answer: the first agent's answer. The team may
+use any role names (one role per position gives each position its own adapter); roles without a
+prompt use the chain-member prompt below.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from teamplay.agents.roles import Role, Team
+from teamplay.envs.protocols.base import Protocol, ProtocolOptions, ProtocolState, RoleSpec, TurnSpec
+from teamplay.envs.protocols.registry import register_protocol
+from teamplay.errors import ConfigError
+
+MEMBER_PROMPT = ("You are one member of a chain of problem solvers. Read your teammates' earlier work, "
+                 "fix any mistake you find, and write a complete solution.")
+FIRST_INSTRUCTION = "Solve the problem. Reason step by step, then give the final answer."
+NEXT_INSTRUCTION = ("Your teammates' solutions are above. Check them step by step, correct any "
+                    "mistake, and give your own complete solution with the final answer.")
+
+
+class SequentialOptions(ProtocolOptions):
+    n_agents: int | None = Field(None, ge=1, le=16, description="Chain length K with the default "
+                                 "team (one role 'solver' with K agents). None: 3, or the team's size.")
+
+
+@register_protocol
+class Sequential(Protocol):
+    """K agents in a fixed order, each sees its predecessors; final answer = the last agent's."""
+
+    name = "sequential"
+    Options = SequentialOptions
+    roles = (RoleSpec("solver", MEMBER_PROMPT, count=3),)
+
+    def role_specs(self) -> tuple[RoleSpec, ...]:
+        return (RoleSpec("solver", MEMBER_PROMPT, count=self.options.n_agents or 3),)
+
+    def validate_team(self, team: Team) -> None:
+        # any role names are welcome here; only the chain length can disagree with the option
+        size = len(team.agent_ids())
+        if self.options.n_agents is not None and size != self.options.n_agents:
+            raise ConfigError(f"protocol 'sequential' option n_agents={self.options.n_agents} but the "
+                              f"team has {size} agents; set only one of them")
+
+    def system_prompt(self, role: Role) -> str:
+        return role.prompt if role.prompt is not None else MEMBER_PROMPT
+
+    def agent_order(self, team: Team) -> list[str]:
+        return team.agent_ids()
+
+    def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
+        return tuple(TurnSpec(a, team.role_of(a).name, "solve" if k == 0 else "refine", k)
+                     for k, a in enumerate(team.agent_ids()))
+
+    def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
+        return FIRST_INSTRUCTION if turn.round == 0 else NEXT_INSTRUCTION
+
+    def final_answer(self, state: ProtocolState) -> str | None:
+        last = next((m for m in reversed(state.messages) if m.spoke), None)
+        return last.answer if last is not None else None

@@ -1,0 +1,67 @@
+"""``vote``: N independent solvers, majority vote (self-consistency over parallel reasoning paths).
+
+All solvers answer in one simultaneous round and see nothing but the problem. The final answer is
+``teamplay.envs.voting.majority`` of their answers in agent order (unparsable answers do not vote;
+ties go to the answer voted first).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from teamplay.agents.roles import Team
+from teamplay.envs.protocols.base import (
+    Protocol,
+    ProtocolOptions,
+    ProtocolState,
+    RoleSpec,
+    TurnSpec,
+    check_count_option,
+    majority_of_latest,
+)
+from teamplay.envs.protocols.registry import register_protocol
+from teamplay.envs.protocols.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
+from teamplay.envs.records import Message
+
+
+class VoteOptions(ProtocolOptions):
+    n_agents: int | None = Field(
+        None, ge=1, le=64,
+        description="Number of solvers. None: the team decides (default team: 3).")
+
+
+@register_protocol
+class Vote(Protocol):
+    """N independent solvers in one simultaneous round; final answer = majority vote."""
+
+    name = "vote"
+    Options = VoteOptions
+    roles = (RoleSpec("solver", SOLVER_PROMPT, count=3),)
+
+    def role_specs(self) -> tuple[RoleSpec, ...]:
+        n = self.options.n_agents
+        return (RoleSpec("solver", SOLVER_PROMPT, count=n or 3),)
+
+    def validate_team(self, team: Team) -> None:
+        super().validate_team(team)
+        check_count_option(self, team, "solver", self.options.n_agents)
+
+    def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
+        return tuple(TurnSpec(agent=a, role="solver", stage="solve", round=0)
+                     for a in team.role("solver").agent_ids())
+
+    def simultaneous(self, team: Team, round_turns) -> bool:
+        return True  # solvers see nothing of each other
+
+    def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:
+        return []
+
+    def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
+        return SOLVE_INSTRUCTION
+
+    def final_answer(self, state: ProtocolState) -> str | None:
+        return majority_of_latest(state, state.team.role("solver").agent_ids())
+
+    def episode_metadata(self, state: ProtocolState) -> dict:
+        return {"votes": {a: (m.answer if (m := state.latest(a)) else None)
+                          for a in state.team.role("solver").agent_ids()}}
