@@ -111,7 +111,7 @@ class CharacteristicFunction(ABC):
         self._cache: dict[int, float] = {}
         if empty_value is not None:
             self._cache[0] = float(check_values(np.zeros(1, dtype=np.int64), [empty_value],
-                                                len(self._players), self._range)[0])
+                                                len(self._players), self._range, self._players)[0])
         self.calls = 0  # batched _evaluate calls made (for cost reporting)
 
     @property
@@ -148,7 +148,7 @@ class CharacteristicFunction(ABC):
         todo = np.array(sorted({int(x) for x in m} - self._cache.keys()), dtype=np.int64)
         if todo.size:
             self.calls += 1
-            fresh = check_values(todo, self._evaluate(todo), self.n_players, self._range)
+            fresh = check_values(todo, self._evaluate(todo), self.n_players, self._range, self._players)
             self._cache.update(zip(todo.tolist(), fresh.tolist(), strict=True))
         return np.array([self._cache[int(x)] for x in m], dtype=np.float64)
 
@@ -266,7 +266,8 @@ class ReplayCharacteristic(CharacteristicFunction):
             if scores.ndim != 1 or scores.size == 0:
                 raise ValueError(f"replay of coalition {sorted(kept)} returned {scores.shape} scores; "
                                  "it must return one score per seed (at least one)")
-            out[k] = check_values(np.array([m]), [scores.mean()], self.n_players, self.value_range)[0]
+            out[k] = check_values(np.array([m]), [scores.mean()], self.n_players, self.value_range,
+                                  self.players)[0]
             self._stds.append(float(scores.std()))
         return out
 

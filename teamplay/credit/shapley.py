@@ -42,8 +42,12 @@ def members(mask: int, n: int) -> list[int]:
 
 
 def check_values(masks: np.ndarray, values: ArrayLike, n: int,
-                 value_range: tuple[float, float] | None = None) -> np.ndarray:
-    """``values`` as float64 [len(masks)]; ValueError naming the coalition if NaN/inf/out of range."""
+                 value_range: tuple[float, float] | None = None,
+                 players: Sequence[str] | None = None) -> np.ndarray:
+    """``values`` as float64 [len(masks)]; ValueError naming the coalition if NaN/inf/out of range.
+
+    The coalition is named by player indices, or by ``players[j]`` (agent ids) when given.
+    """
     vals = np.asarray(values, dtype=np.float64)
     if vals.shape != (len(masks),):
         raise ValueError(f"game returned shape {vals.shape} for {len(masks)} coalitions")
@@ -54,10 +58,12 @@ def check_values(masks: np.ndarray, values: ArrayLike, n: int,
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
         m = int(masks[k])
-        where = f"coalition {members(m, n)} (mask {m})"
+        who = members(m, n) if players is None else [players[j] for j in members(m, n)]
+        where = f"coalition {who} (mask {m})"
         if not np.isfinite(vals[k]):
-            raise ValueError(f"game value of {where} is {vals[k]!r}; values must be finite")
-        raise ValueError(f"game value of {where} is {vals[k]!r}, outside the declared range {value_range}")
+            raise ValueError(f"game value of {where} is {float(vals[k])!r}; values must be finite")
+        raise ValueError(f"game value of {where} is {float(vals[k])!r}, "
+                         f"outside the declared range {value_range}")
     return vals
 
 

@@ -1,0 +1,92 @@
+"""GCPO coverage game (credit_spec.md §4.4) and the offline embedding model."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from teamplay.credit.coverage import (
+    Embedder,
+    TransformerEmbedder,
+    coverage_advantages,
+    coverage_shapley,
+    coverage_value,
+    default_embedding_model_path,
+)
+
+E44 = [[1, 0], [1, 0], [0, 1], [0.6, 0.8]]
+R44 = [1, 1, 1, 0]
+
+
+def test_e44_values():
+    # singles: log(1 + 1) = log 2; {0,1} identical: det([[2,1],[1,2]]) = 3 -> log 3;
+    # {0,2} orthogonal: log 4; all: rollout 3 is wrong (r = 0) so v = log(2 * 3) = log 6.
+    v = coverage_value(E44, R44, [1, 2, 4, 8, 3, 5, 15])
+    assert v == pytest.approx([0.693147, 0.693147, 0.693147, 0, 1.098612, 1.386294, 1.791759], abs=1e-6)
+
+
+def test_e44_shapley_and_advantages():
+    phi = coverage_shapley(E44, R44)
+    assert phi == pytest.approx([0.549306, 0.549306, 0.693147, 0.0], abs=1e-6)
+    assert phi.sum() == pytest.approx(math.log(6), abs=1e-12)  # efficiency, v(empty) = 0
+    assert coverage_advantages(phi) == pytest.approx([0.382224, 0.382224, 0.924608, -1.689056], abs=1e-6)
+    assert coverage_shapley(E44, R44, alpha=2) == pytest.approx([0.804719, 0.804719, 1.098612, 0], abs=1e-6)
+
+
+def test_duplicate_shares_credit_and_wrong_is_null():
+    phi = coverage_shapley(E44, R44)
+    assert phi[0] == phi[1]  # identical embeddings, equal credit
+    assert phi[0] < phi[2]  # a duplicate is worth less than a unique correct rollout
+    assert phi[3] == 0.0
+
+
+def test_monte_carlo_path_above_exact_max():
+    exact = coverage_shapley(E44, R44)
+    mc = coverage_shapley(E44, R44, exact_max=3, M=400, rng=np.random.default_rng(0))
+    assert mc.sum() == pytest.approx(math.log(6), abs=1e-12)  # efficiency exact for any M
+    assert mc[3] == 0.0
+    assert np.abs(mc - exact).max() < 0.05  # marginal gains lie in [0, 0.7]: 4 s.e. <= 4*0.35/20 = 0.07
+    with pytest.raises(ValueError, match="rng"):
+        coverage_shapley(E44, R44, exact_max=3)
+
+
+@settings(max_examples=30)
+@given(st.integers(2, 7), st.integers(0, 2**31 - 1))
+def test_properties_random_groups(G, seed):
+    rng = np.random.default_rng(seed)
+    E = rng.normal(size=(G, 5))
+    r = rng.uniform(size=G) * (rng.uniform(size=G) < 0.7)
+    phi = coverage_shapley(E, r)
+    full = coverage_value(E, r, [(1 << G) - 1])[0]
+    assert phi.sum() == pytest.approx(full, abs=1e-9)
+    assert np.all(phi >= -1e-12)  # monotone game
+    assert np.all(phi[r == 0] == pytest.approx(0.0, abs=1e-12))
+
+
+def test_validation():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        coverage_shapley(E44, [1, 1, 2, 0])
+    with pytest.raises(ValueError, match="all zeros"):
+        coverage_shapley([[0, 0], [1, 0]], [1, 1])
+    with pytest.raises(ValueError, match="G=3"):
+        coverage_shapley(E44, [1, 1, 1])
+    with pytest.raises(ValueError, match="not finite"):
+        coverage_shapley([[np.nan, 1], [1, 0]], [1, 1])
+    with pytest.raises(ValueError, match="alpha"):
+        coverage_shapley(E44, R44, alpha=0)
+
+
+def test_default_model_loads_offline_and_embeds(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = default_embedding_model_path()
+    assert (folder / "config.json").is_file()
+    emb = TransformerEmbedder()
+    assert isinstance(emb, Embedder)
+    assert emb.pooling == "mean"  # what the package's 1_Pooling/config.json declares
+    x = emb.embed(["The answer is 4.", "So the answer is four.", "Cats sleep most of the day."])
+    assert x.shape == (3, 384)
+    assert np.linalg.norm(x, axis=1) == pytest.approx([1, 1, 1], abs=1e-9)
+    assert x[0] @ x[1] > x[0] @ x[2] + 0.2  # paraphrases are closer than unrelated text
+    assert emb.embed([]).shape == (0, 384)
