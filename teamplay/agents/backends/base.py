@@ -116,3 +116,9 @@ class GenerationBackend(ABC):
     def adapters(self) -> tuple[str, ...]:
         """Names of the LoRA adapters this backend can generate with (none by default)."""
         return ()
+
+    def sync_adapters(self) -> None:
+        """Make the next ``generate`` use the current adapter weights; the trainer calls it after each
+        update. A no-op for backends that generate with the trained model itself (``hf``); a backend
+        that holds its own copy of the weights (``vllm``) reloads the adapters."""
+        return None  # hf and scripted generate with the current weights: nothing to reload

@@ -1,0 +1,186 @@
+"""Generation with transformers: batched, left-padded, one ``generate`` call per adapter and micro-batch.
+
+``HFBackend.generate`` builds each request's prompt with the chat template under the token budget
+(``teamplay.agents.prompts``), groups the requests by adapter (``None`` = base model, adapters
+disabled), sorts each group by prompt length (less padding) and cuts it into micro-batches. Each
+micro-batch is one ``model.generate`` call with an attention mask; position ids follow the mask, so
+a left-padded prompt gets the same positions as the prompt alone (tested: batched greedy output
+equals one-at-a-time output).
+
+Behaviour log-probs: ``generate`` returns the scores after its logits processors, i.e. of the
+distribution actually sampled (temperature, then top-k, then top-p applied); the log-prob of a
+token is ``log_softmax`` of those scores. For greedy decoding no processor runs: the log-probs are
+those of the T=1 model distribution (what ``TeamModel.completion_logprobs(..., temperature=1)``
+recomputes).
+
+A completion ends after the first stop token (the tokenizer's eos and the model's generation-config
+eos ids), which it includes; the padding ``generate`` writes after it is never returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from transformers import GenerationConfig
+
+from teamplay.agents.backends.base import (
+    ChatMessage,
+    Generation,
+    GenerationBackend,
+    SamplingParams,
+    TurnRequest,
+)
+from teamplay.agents.prompts import build_prompt_ids
+from teamplay.agents.team_model import TeamModel, left_pad
+from teamplay.errors import ConfigError
+
+#: words whose first token counts as "yes" / "no" in ``yes_probability``
+YES_WORDS = ("yes", "Yes")
+NO_WORDS = ("no", "No")
+
+
+class HFBackend(GenerationBackend):
+    """Generate with a ``TeamModel`` in this process.
+
+    Args:
+        team_model: base model + adapters; requests name adapters of it (or ``None``).
+        max_prompt_tokens: prompt budget; longer chats are cut (``Generation.truncated``).
+        micro_batch_size: most sequences in one forward / generate call (bounds memory).
+    """
+
+    name = "hf"
+
+    def __init__(self, team_model: TeamModel, max_prompt_tokens: int = 2048,
+                 micro_batch_size: int = 16) -> None:
+        if max_prompt_tokens < 1:
+            raise ConfigError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+        if micro_batch_size < 1:
+            raise ConfigError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+        self.team_model = team_model
+        self.tokenizer = team_model.tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
+        self.micro_batch_size = micro_batch_size
+        self.stop_ids = self._stop_ids()
+
+    def adapters(self) -> tuple[str, ...]:
+        return self.team_model.adapter_names
+
+    def _stop_ids(self) -> tuple[int, ...]:
+        ids = []
+        configured = self.team_model.base_model.generation_config.eos_token_id
+        if configured is not None:
+            ids.extend(configured if isinstance(configured, (list, tuple)) else [configured])
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        if not ids:
+            raise ConfigError("the model has no eos token id: generation could never stop")
+        return tuple(dict.fromkeys(int(i) for i in ids))
+
+    # ------------------------------------------------------------------ generate
+    def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams) -> list[Generation]:
+        """One ``Generation`` per request, in request order (see the module docstring)."""
+        for r in requests:
+            if r.adapter is not None and r.adapter not in self.team_model.adapter_names:
+                raise ConfigError(f"request of {r.agent} names adapter {r.adapter!r}; the model has "
+                                  f"{list(self.team_model.adapter_names)}")
+        self.stop_ids = self._stop_ids()  # the caller may have changed the generation config
+        prompts = [build_prompt_ids(self.tokenizer, r.chat, self.max_prompt_tokens) for r in requests]
+        results: list[Generation | None] = [None] * len(requests)
+        groups: dict[str | None, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(r.adapter, []).append(i)
+        for adapter, members in groups.items():
+            members = sorted(members, key=lambda i: len(prompts[i][0]))
+            for start in range(0, len(members), self.micro_batch_size):
+                chunk = members[start:start + self.micro_batch_size]
+                seed = None if sampling.seed is None else _derive_seed(sampling.seed, adapter, start)
+                outs = self._generate_chunk([prompts[i][0] for i in chunk], adapter, sampling, seed)
+                for i, (ids, logps) in zip(chunk, outs, strict=True):
+                    results[i] = Generation(
+                        text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                        prompt_ids=tuple(prompts[i][0]), completion_ids=tuple(ids), logprobs=tuple(logps),
+                        adapter=adapter, truncated=prompts[i][1])
+        return [g for g in results if g is not None]
+
+    def _generation_config(self, sampling: SamplingParams) -> GenerationConfig:
+        # Built from scratch: a checkpoint's own generation_config (temperature 0.2, repetition
+        # penalty, ...) must not change what SamplingParams asked for.
+        common = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=list(self.stop_ids),
+                      pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True,
+                      output_scores=True)
+        if sampling.greedy:
+            return GenerationConfig(do_sample=False, **common)
+        return GenerationConfig(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                                top_k=sampling.top_k, **common)
+
+    @torch.no_grad()
+    def _generate_chunk(self, prompts: list[list[int]], adapter: str | None, sampling: SamplingParams,
+                        seed: int | None) -> list[tuple[list[int], list[float]]]:
+        device = self.team_model.device
+        input_ids, attention = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
+        config = self._generation_config(sampling)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            if seed is not None:
+                torch.manual_seed(seed)
+            with self.team_model.using(adapter):
+                out = self.team_model.model.generate(input_ids=input_ids, attention_mask=attention,
+                                                     generation_config=config)
+        new = out.sequences[:, input_ids.shape[1]:]  # [B, N]
+        scores = torch.stack(out.scores, dim=1).float()  # [B, N, V] processed logits
+        logps = torch.log_softmax(scores, dim=-1).gather(-1, new[..., None]).squeeze(-1)  # [B, N]
+        stops = torch.tensor(self.stop_ids, device=device)
+        results = []
+        for b in range(new.shape[0]):
+            is_stop = torch.isin(new[b], stops)  # [N]
+            length = int(is_stop.nonzero()[0, 0]) + 1 if bool(is_stop.any()) else new.shape[1]
+            results.append((new[b, :length].tolist(), logps[b, :length].tolist()))
+        return results
+
+    # ------------------------------------------------------------------ judge
+    def yes_probability(self, prompts: Sequence[str | Sequence[ChatMessage]],
+                        adapter: str | None = None) -> np.ndarray:
+        """P(yes) / (P(yes) + P(no)) of the first answer token, for each prompt: an LLM judge.
+
+        A prompt is a string (sent as one user message) or a chat; it is rendered with the chat
+        template and the assistant generation prompt, cut to ``max_prompt_tokens``. "yes" is the
+        first token of any of ``YES_WORDS``, "no" of ``NO_WORDS`` (T=1 model distribution).
+
+        Returns a float64 array [N] in [0, 1]. Raises ConfigError if a "yes" first token is also a
+        "no" first token for this tokenizer (the judge would be meaningless).
+        """
+        yes = self._first_tokens(YES_WORDS)
+        no = self._first_tokens(NO_WORDS)
+        if set(yes) & set(no):
+            raise ConfigError(f"yes_probability: the tokenizer starts {YES_WORDS} and {NO_WORDS} with "
+                              f"the same token(s) {sorted(set(yes) & set(no))}")
+        chats = [(ChatMessage("user", p),) if isinstance(p, str) else tuple(p) for p in prompts]
+        ids = [build_prompt_ids(self.tokenizer, c, self.max_prompt_tokens)[0] for c in chats]
+        out = np.zeros(len(ids), dtype=np.float64)
+        device = self.team_model.device
+        for start in range(0, len(ids), self.micro_batch_size):
+            chunk = ids[start:start + self.micro_batch_size]
+            input_ids, attention = left_pad(chunk, self.tokenizer.pad_token_id, device)  # [b, P]
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [b, P]
+            with torch.no_grad(), self.team_model.using(adapter):
+                logits = self.team_model.model(input_ids=input_ids, attention_mask=attention,
+                                               position_ids=positions, logits_to_keep=1).logits
+            logits = logits[:, -1]  # [b, V]
+            probs = torch.softmax(logits.double(), dim=-1)  # [b, V]
+            p_yes = probs[:, list(yes)].sum(-1)  # [b]
+            p_no = probs[:, list(no)].sum(-1)  # [b]
+            out[start:start + len(chunk)] = (p_yes / (p_yes + p_no)).cpu().numpy()
+        return out
+
+    def _first_tokens(self, words: Sequence[str]) -> tuple[int, ...]:
+        firsts = (self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words)
+        return tuple(dict.fromkeys(firsts))
+
+
+def _derive_seed(seed: int, adapter: str | None, start: int) -> int:
+    """A seed per (call seed, adapter group, micro-batch): a chunk's samples do not depend on how
+    many random numbers other chunks drew."""
+    digest = hashlib.sha256(f"{seed}/{adapter}/{start}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF

