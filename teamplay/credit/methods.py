@@ -297,7 +297,10 @@ def coverage_credit(batch: CreditBatch, options: CoverageOptions) -> list[np.nda
     Invariants: ``sum_g phi_g = v(all)`` (efficiency); an episode with reward 0 has ``phi = 0`` (null
     player); episode advantages sum to 0 over the group.
     """
-    embedder: Embedder = batch.resources.get("embedder") or _load_embedder(options.embedding_model)
+    if "embedder" in batch.resources:
+        embedder: Embedder = batch.resources["embedder"]
+    else:
+        embedder = _load_embedder(options.embedding_model)
     texts = []
     for ep in batch.episodes:
         spoken = [m.text for m in ep.messages if m.spoke]

@@ -90,3 +90,10 @@ def test_default_model_loads_offline_and_embeds(monkeypatch):
     assert np.linalg.norm(x, axis=1) == pytest.approx([1, 1, 1], abs=1e-9)
     assert x[0] @ x[1] > x[0] @ x[2] + 0.2  # paraphrases are closer than unrelated text
     assert emb.embed([]).shape == (0, 384)
+
+
+def test_missing_model_folder_is_a_model_load_error(tmp_path):
+    from teamplay.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="could not load embedding model"):
+        TransformerEmbedder(tmp_path / "no-such-model")

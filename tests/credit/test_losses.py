@@ -153,3 +153,16 @@ def test_gspo_rejects_bad_input():
     mask[2] = 0
     with pytest.raises(ValueError, match="row 2"):
         gspo_loss(new, old, adv, mask)
+
+
+def test_grpo_per_token_advantages_equal_broadcast():
+    torch.manual_seed(1)
+    logp = torch.randn(3, 4, dtype=torch.float64)
+    old = logp + 0.3 * torch.randn(3, 4, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    adv = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    a, _ = grpo_loss(logp, old, None, adv, mask)
+    b, _ = grpo_loss(logp, old, None, adv[:, None].expand(3, 4).clone(), mask)
+    assert a.item() == pytest.approx(b.item(), abs=1e-15)
+    with pytest.raises(ValueError, match="adv"):
+        grpo_loss(logp, old, None, adv[:2], mask)
