@@ -1,0 +1,17 @@
+"""Credit assignment: from one team reward to one advantage per message.
+
+Importing this package registers the built-in methods; ``credit_methods()`` lists them and
+``assign(name, batch, options)`` runs one. See ``registry.py`` for the one signature they share.
+"""
+
+from teamplay.credit import cosac, methods, regret, turn_baselines  # noqa: F401  (registration)
+from teamplay.credit.registry import (
+    CreditBatch,
+    CreditMethod,
+    assign,
+    credit_methods,
+    get_credit,
+    register_credit,
+)
+
+__all__ = ["CreditBatch", "CreditMethod", "assign", "credit_methods", "get_credit", "register_credit"]
