@@ -40,6 +40,7 @@ import yaml
 from teamplay.agents.roles import Team
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, assign
+from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.envs.records import Episode, TaskItem
 from teamplay.errors import ConfigError
 from teamplay.training.checkpoint import (
@@ -180,9 +181,9 @@ class Trainer:
             if np.ptp(rewards) == 0:
                 zero_variance += 1  # no signal: contributes no gradient
                 continue
-            batch = CreditBatch(episodes=tuple(group), item=by_id[group[0].problem_id],
-                                score=self.task.score, extract=self.task.extract,
-                                resources={"backend": self.backend, "task": self.task})
+            item = by_id[group[0].problem_id]
+            batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
+                                extract=self.task.extract, resources=self._credit_resources(item))
             advantages = assign(cfg.credit.method, batch, cfg.credit.options)
             credited.extend(zip(group, advantages))
             samples.extend(build_samples(group, advantages, active))
@@ -338,6 +339,15 @@ class Trainer:
                                max_batch=self.cfg.backend.max_batch)
         _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics
+
+    def _credit_resources(self, item: TaskItem) -> dict[str, Any]:
+        """What expensive credit methods may ask for: a verifier scorer of masked transcripts
+        (the last answer still visible, scored against this item) and the generation backend."""
+        task = self.task
+        return {
+            "transcript_scorer": last_answer_scorer(lambda answer: task.score_answer(answer, item)),
+            "backend": self.backend,
+        }
 
     def _checkpoint(self) -> Path:
         return save_checkpoint(self.run_dir, self.state, self.team_model, self.optimizer, self.scheduler,
