@@ -93,6 +93,12 @@ class MathVerifier:
                 self._cache.popitem(last=False)
             return result
 
+    @property
+    def worker_pid(self) -> int | None:
+        """Process id of the running worker (``None`` before the first check or after a kill)."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def close(self) -> None:
         """Stop the worker process (a later call starts a new one)."""
         self._forget_parents_worker()
