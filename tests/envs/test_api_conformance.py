@@ -1,0 +1,94 @@
+"""Every protocol passes PettingZoo's own checkers: api_test, seed_test, parallel_api_test."""
+
+from __future__ import annotations
+
+import pytest
+from pettingzoo.test import api_test, parallel_api_test, seed_test
+from pettingzoo.test.seed_test import parallel_seed_test
+
+from teamplay.envs.parallel import parallel_team_env
+from teamplay.envs.team_env import TeamEnv
+from teamplay.errors import ConfigError
+from tests.envs.fakes import ALL_PROTOCOLS, ITEMS, PYTHON_EXAMPLE, FakeTask, oracle, play
+
+# PettingZoo's generic advice (use Box/Discrete spaces, NumPy observations) does not apply to text
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+VARIANTS = [(p, {}) for p in ALL_PROTOCOLS] + [
+    ("proposer_reviewer", {"n_agents": 2, "rounds": 4}),
+    ("debate", {"n_agents": 2, "rounds": 0}),
+    ("vote", {"n_agents": 5}),
+    ("sequential", {"n_agents": 1}),
+]
+
+
+def _ids(variant):
+    name, options = variant
+    return name.rsplit("/", 1)[-1] + "".join(f"-{k}{v}" for k, v in options.items())
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=map(_ids, VARIANTS))
+def test_api_and_seed(variant):
+    name, options = variant
+    api_test(TeamEnv(FakeTask(), name, items=ITEMS, protocol_options=options), num_cycles=20)
+    seed_test(lambda: TeamEnv(FakeTask(), name, items=ITEMS, protocol_options=options), num_cycles=20)
+
+
+@pytest.mark.parametrize("name", ["vote", "debate", PYTHON_EXAMPLE], ids=["vote", "debate", "example_py"])
+def test_parallel_api_and_seed(name):
+    parallel_api_test(parallel_team_env(FakeTask(), name, items=ITEMS), num_cycles=20)
+    parallel_seed_test(lambda: parallel_team_env(FakeTask(), name, items=ITEMS))
+
+
+@pytest.mark.parametrize("name", ["proposer_reviewer", "sequential"])
+def test_parallel_api_with_one_turn_rounds(name):
+    # one agent per round is trivially simultaneous: each parallel step is one agent's turn
+    parallel_api_test(parallel_team_env(FakeTask(), name, items=ITEMS), num_cycles=20)
+
+
+def test_parallel_refused_when_a_round_sees_itself(tmp_path):
+    spec = tmp_path / "pair.yaml"
+    spec.write_text(
+        "name: pair\nroles: {solver: {prompt: Solve., count: 2}}\n"
+        "schedule: [{role: solver, instruction: Solve., sees: all}]\nfinal: {rule: last}\n")
+    with pytest.raises(ConfigError, match="simultaneous rounds"):
+        parallel_team_env(FakeTask(), str(spec), items=ITEMS)
+    # the AEC env plays it turn by turn: solver_1 sees solver_0's message of the same round
+    env = TeamEnv(FakeTask(), str(spec), items=ITEMS)
+    env.reset(seed=0)
+    env.step("The answer is 4.")
+    assert [m.agent for m in env.infos["solver_1"]["turn"].transcript] == ["solver_0"]
+
+
+@pytest.mark.parametrize("name", ["vote", "debate"])
+def test_parallel_and_aec_give_the_same_episode(name):
+    # answers depend on agent and round, so any mix-up of order or visibility shows in the episode
+    def policy(request):
+        return f"{request.agent} in round {request.round} says {len(request.transcript)}"
+
+    aec = play(TeamEnv(FakeTask(), name, items=ITEMS), policy, seed=3)
+    par = parallel_team_env(FakeTask(), name, items=ITEMS)
+    observations, infos = par.reset(seed=3)
+    while par.agents:
+        actions = {a: policy(info["turn"]) for a, info in infos.items() if "turn" in info}
+        observations, rewards, terminations, truncations, infos = par.step(actions)
+    assert par.episode() == aec
+
+
+def test_parallel_step_needs_every_pending_agent():
+    par = parallel_team_env(FakeTask(), "vote", items=ITEMS)
+    par.reset(seed=0)
+    with pytest.raises(ValueError, match="solver_2"):
+        par.step({"solver_0": "1", "solver_1": "2"})
+
+
+def test_parallel_rewards_and_observations():
+    par = parallel_team_env(FakeTask(), "debate", items=ITEMS, protocol_options={"rounds": 1})
+    observations, infos = par.reset(seed=0, options={"item": ITEMS[2]})
+    assert set(observations) == {"debater_0", "debater_1", "debater_2"}
+    assert all("[user]\nWhat is 2 + 3?" in o for o in observations.values())
+    _, rewards, terms, _, infos = par.step({a: oracle(i["turn"]) for a, i in infos.items()})
+    assert rewards == dict.fromkeys(rewards, 0.0) and not any(terms.values())
+    _, rewards, terms, _, _ = par.step({a: oracle(i["turn"]) for a, i in infos.items()})
+    assert rewards == dict.fromkeys(["debater_0", "debater_1", "debater_2"], 1.0)
+    assert all(terms.values()) and par.agents == []

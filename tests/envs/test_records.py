@@ -1,0 +1,77 @@
+"""Episode records: tokens from Generations, calls, answers per agent, ids, round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from teamplay.agents.backends.base import Generation
+from teamplay.envs.records import Episode
+from teamplay.envs.team_env import TeamEnv
+from tests.envs.fakes import ITEMS, FakeTask, oracle, play
+
+ITEM = ITEMS[3]  # reference "7"
+
+
+def _generation(request):
+    text = oracle(request)
+    n = 2 + request.round  # 2, 3, 4, ... tokens per turn
+    return Generation(text=text, prompt_ids=(1, 2, 3), completion_ids=tuple(range(10, 10 + n)),
+                      logprobs=tuple(-0.5 for _ in range(n)), adapter=request.adapter)
+
+
+def test_generation_tokens_calls_and_answers():
+    env = TeamEnv(FakeTask(), "proposer_reviewer", protocol_options={"rounds": 3})
+    ep = play(env, _generation, item=ITEM, group_id="step0/item3")
+    # rounds 0, 1, 2 generate 2 + 3 + 4 = 9 completion tokens in 3 calls
+    assert ep.tokens == 9 and ep.calls == 3
+    first = ep.messages[0]
+    assert first.prompt_ids == (1, 2, 3) and first.completion_ids == (10, 11)
+    assert first.logprobs == (-0.5, -0.5) and first.adapter == "proposer"
+    assert ep.messages[1].adapter == "reviewer" and ep.messages[1].stage == "review"
+    assert ep.problem_id == ITEM.id and ep.group_id == "step0/item3"
+    assert ep.agents == ("proposer_0", "reviewer_0")
+    assert dict(ep.agent_answers) == {"proposer_0": "7", "reviewer_0": "7"}
+    assert dict(ep.agent_correct) == {"proposer_0": 1.0, "reviewer_0": 1.0}
+    assert ep.metadata["protocol"] == "proposer_reviewer" and ep.metadata["truncated_turns"] == []
+    assert Episode.from_dict(ep.to_dict()) == ep
+
+
+def test_string_actions_have_no_tokens_and_group_defaults_to_item():
+    ep = play(TeamEnv(FakeTask(), "vote"), oracle, item=ITEM)
+    assert ep.tokens == 0 and ep.calls == 3 and ep.group_id == ITEM.id
+    assert all(m.adapter is None and m.completion_ids == () for m in ep.messages)
+
+
+def test_truncated_prompts_are_listed():
+    def truncated(request):
+        return Generation(text="7", truncated=request.agent == "solver_1")
+
+    ep = play(TeamEnv(FakeTask(), "vote"), truncated, item=ITEM)
+    assert ep.metadata["truncated_turns"] == [1]
+
+
+def test_adapter_mismatch_is_an_error():
+    env = TeamEnv(FakeTask(), "single")
+    env.reset(options={"item": ITEM})
+    with pytest.raises(ValueError, match="adapter 'reviewer'.*'solver'"):
+        env.step(Generation(text="7", adapter="reviewer"))
+
+
+def test_episode_before_the_end_raises_and_infos_at_the_end():
+    env = TeamEnv(FakeTask(), "vote")
+    env.reset(options={"item": ITEM})
+    with pytest.raises(RuntimeError, match="before the episode finished"):
+        env.episode()
+    for text in ("7", "8", "7"):
+        env.step(text)
+    assert all(env.terminations.values()) and env.rewards == dict.fromkeys(env.agents, 1.0)
+    assert env.infos["solver_1"] == {"final_answer": "7", "reward": 1.0, "answer": "8", "correct": 0.0}
+    assert env.observe("solver_0") == ""
+
+
+def test_reset_starts_a_fresh_episode():
+    env = TeamEnv(FakeTask(), "single", items=ITEMS)
+    first = play(env, oracle, item=ITEMS[0])
+    second = play(env, oracle, item=ITEMS[1])
+    assert len(first.messages) == len(second.messages) == 1
+    assert second.problem_id == ITEMS[1].id
