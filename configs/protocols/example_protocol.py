@@ -6,6 +6,8 @@ file defines exactly one concrete ``Protocol`` subclass; it needs no registratio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field
 
 from teamplay.agents.roles import Team
@@ -38,7 +40,7 @@ class PlanSolve(Protocol):
         plan = (TurnSpec("planner_0", "planner", "plan", 0),)
         return plan + tuple(TurnSpec(a, "solver", "solve", 1) for a in team.role("solver").agent_ids())
 
-    def simultaneous(self, team: Team, round_turns) -> bool:
+    def simultaneous(self, team: Team, round_turns: Sequence[TurnSpec]) -> bool:
         return True  # solvers see the plan only, never each other
 
     def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:

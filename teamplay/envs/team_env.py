@@ -71,15 +71,18 @@ class UnicodeText(Text):
     points: ``contains`` is one regex search, ``character_index`` arithmetic, and the full character
     collections are built lazily, once per process, only if asked for.
 
-    ``sample()`` draws a length uniformly in ``[min_length, sample_max_length]`` (not up to
-    ``max_length``, which is effectively unbounded) and code points uniformly; pass
+    ``sample()`` draws a length uniformly in ``[min_length, sample_max_length]`` (default: up to 64
+    characters, not up to ``max_length``, which is effectively unbounded) and code points uniformly; pass
     ``mask=(length, None)`` for a given length. Character masks are not supported (a mask over 1.1M
     characters is not a useful way to steer text). Not flattenable to a NumPy array.
     """
 
     def __init__(self, max_length: int = sys.maxsize, *, min_length: int = 0,
-                 sample_max_length: int = 64, seed: int | np.random.Generator | None = None) -> None:
+                 sample_max_length: int | None = None,
+                 seed: int | np.random.Generator | None = None) -> None:
         super().__init__(max_length, min_length=min_length, charset="a", seed=seed)
+        if sample_max_length is None:
+            sample_max_length = max(min_length, min(64, max_length))
         if not min_length <= sample_max_length <= max_length:
             raise ValueError(f"sample_max_length must be in [min_length, max_length] = "
                              f"[{min_length}, {max_length}], got {sample_max_length}")

@@ -11,6 +11,8 @@ speak/skip controller; round 0 always speaks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field
 
 from teamplay.agents.roles import Team
@@ -62,7 +64,7 @@ class Debate(Protocol):
         return tuple(TurnSpec(a, "debater", "answer" if r == 0 else "debate", r)
                      for r in range(self.options.rounds + 1) for a in agents)
 
-    def simultaneous(self, team: Team, round_turns) -> bool:
+    def simultaneous(self, team: Team, round_turns: Sequence[TurnSpec]) -> bool:
         return True  # a turn only sees rounds before its own
 
     def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:

@@ -7,6 +7,8 @@ ties go to the answer voted first).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field
 
 from teamplay.agents.roles import Team
@@ -50,7 +52,7 @@ class Vote(Protocol):
         return tuple(TurnSpec(agent=a, role="solver", stage="solve", round=0)
                      for a in team.role("solver").agent_ids())
 
-    def simultaneous(self, team: Team, round_turns) -> bool:
+    def simultaneous(self, team: Team, round_turns: Sequence[TurnSpec]) -> bool:
         return True  # solvers see nothing of each other
 
     def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:

@@ -26,7 +26,7 @@ A team given to the env must have exactly the YAML's roles; it may change their 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -164,7 +164,7 @@ class YamlProtocol(Protocol):
         return tuple(TurnSpec(a, e.role, e.stage or e.role, r)
                      for r, e in enumerate(self.spec.schedule) for a in team.role(e.role).agent_ids())
 
-    def simultaneous(self, team: Team, round_turns) -> bool:
+    def simultaneous(self, team: Team, round_turns: Sequence[TurnSpec]) -> bool:
         return len(round_turns) <= 1 or self.spec.schedule[round_turns[0].round].sees != "all"
 
     def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:
