@@ -85,3 +85,14 @@ def test_scoring(gpqa_csv: Path) -> None:
     assert task.score_answer(f"({item.reference})", item) == 1.0
     assert task.score_answer("AB", item) == 0.0
     assert task.score_answer(None, item) == 0.0
+
+
+def test_csv_with_byte_order_mark(tmp_path: Path) -> None:
+    # spreadsheet exports often start with a BOM; with "Question" as the first column it would
+    # otherwise hide the field
+    path = tmp_path / "bom.csv"
+    header = ["Question"] + HEADER[2:6]
+    path.write_text("\ufeff" + ",".join(header) + "\n" + ",".join([ROWS[1][1]] + ROWS[1][2:6]) + "\n",
+                    encoding="utf-8")
+    item = get_task("gpqa").load("test", source=path)[0]
+    assert item.metadata["choices"]["ABCD".index(item.reference)] == "+7"

@@ -44,3 +44,9 @@ def test_every_reference_solution_scores_one_and_not_the_next_item() -> None:
     assert len(pairs) > 1200  # most neighbours differ, so the negative check has teeth
     leaked = [a.id for a, b in pairs if task.score(a.metadata["solution"], b) != 0.0]
     assert leaked == []
+
+
+def test_local_json_list(tmp_path: Path) -> None:
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps([{"question": "Q0", "answer": "#### 4"}]), encoding="utf-8")
+    assert [i.reference for i in get_task("gsm8k").load("test", source=path)] == ["4"]

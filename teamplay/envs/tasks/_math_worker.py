@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from collections import OrderedDict
 
@@ -49,6 +50,9 @@ def _serve() -> None:
             gold_cache.popitem(last=False)
         return parsed
 
+    # Ctrl-C in a terminal reaches the whole process group; the parent decides when this worker
+    # ends (by closing stdin or killing it), so an interrupt must not kill it with a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()

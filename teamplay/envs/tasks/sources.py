@@ -112,8 +112,12 @@ def read_file(task: str, path: Path, limit: int | None = None) -> list[Row]:
     return rows
 
 
+# Files are read as "utf-8-sig": identical to UTF-8 except that a byte-order mark some editors and
+# spreadsheet exports put at the start is dropped instead of becoming part of the first field name.
+
+
 def _jsonl_rows(path: Path) -> Iterator[Row]:
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding="utf-8-sig") as f:
         index = 0
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
@@ -132,7 +136,7 @@ def _jsonl_rows(path: Path) -> Iterator[Row]:
 
 def _json_rows(path: Path) -> Iterator[Row]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path} line {exc.lineno}: not valid JSON ({exc.msg}); "
                         "a .json source must hold one list of objects") from exc
@@ -146,7 +150,7 @@ def _json_rows(path: Path) -> Iterator[Row]:
 
 
 def _csv_rows(path: Path) -> Iterator[Row]:
-    with path.open(encoding="utf-8", newline="") as f:
+    with path.open(encoding="utf-8-sig", newline="") as f:
         reader = csv.DictReader(f)
         for index, data in enumerate(reader):
             # line_num is the file line where this record ends (records may span lines)
