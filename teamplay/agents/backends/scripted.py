@@ -17,9 +17,10 @@ A custom policy is any callable ``fn(request) -> str``.
 Answer format: ``"The answer is \\boxed{REF}."`` is parsed by every task extractor (numeric answers
 take the last box, letters accept a boxed letter and "answer is", LaTeX answers take the last box).
 
-Metadata keys read from ``TurnRequest.metadata`` (set by the protocols on review turns):
-``"pending_answer"`` (the extracted answer under review, ``None`` when it had none). A turn is a
-review turn when its ``stage`` is ``"review"`` or ``"pending_answer"`` is in the metadata.
+A turn is a review turn when its ``stage`` is ``"review"`` (the ``proposer_reviewer`` protocol's
+stage; its reviewers' first line must be RIGHT or WRONG). The metadata key read there is
+``"pending_answer"``: the extracted answer under review, ``None`` when the proposal had none (then
+the verdict is that of a wrong answer). Other stages see ``"pending_answer"`` too and ignore it.
 Correctness of the pending answer is ``is_correct(pending, item)``: by default the same canonical
 string (whitespace removed) or the same number (``"18.0"`` equals ``"18"``); pass a task's scorer
 for anything finer.
@@ -150,7 +151,7 @@ class ScriptedBackend(GenerationBackend):
 
 
 def _is_review(request: TurnRequest) -> bool:
-    return request.stage == "review" or "pending_answer" in request.metadata
+    return request.stage == "review"
 
 
 def _item(request: TurnRequest, policy: str) -> TaskItem:

@@ -1,0 +1,171 @@
+"""HFBackend on the tiny model: batching is exact, seeds reproduce, log-probs match the trainer's."""
+
+import pytest
+import torch
+
+from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
+from teamplay.agents.backends.hf import HFBackend
+from teamplay.agents.team_model import TeamModel
+from teamplay.errors import ConfigError
+from tests.tiny import tiny_model_and_tokenizer
+
+ADAPTERS = ("proposer", "reviewer")
+
+
+def make_backend(seed=0, **kwargs):
+    model, tokenizer = tiny_model_and_tokenizer(seed=seed)
+    return HFBackend(TeamModel(model, tokenizer, ADAPTERS), **kwargs)
+
+
+def request(i: int, adapter: str | None = "proposer", problem_len: int | None = None) -> TurnRequest:
+    problem = f"Problem {i}: " + "how many apples? " * (i if problem_len is None else problem_len)
+    return TurnRequest(agent="proposer_0", role="proposer", stage="propose", round=0, adapter=adapter,
+                       chat=(ChatMessage("system", "You solve problems."), ChatMessage("user", problem),
+                             ChatMessage("user", "Answer now.")))
+
+
+def perturb(backend: HFBackend, adapter: str, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in backend.team_model.adapter_parameters(adapter):
+            p.copy_(torch.randn(p.shape, generator=gen))
+
+
+GREEDY = SamplingParams(max_new_tokens=10)
+
+
+def test_batched_greedy_equals_one_at_a_time():
+    backend = make_backend()
+    requests = [request(i) for i in range(8)]  # prompts of 8 different lengths
+    lengths = {len(g.prompt_ids) for g in backend.generate(requests, GREEDY)}
+    assert len(lengths) == 8
+    batched = backend.generate(requests, GREEDY)
+    for req, out in zip(requests, batched, strict=True):
+        alone = backend.generate([req], GREEDY)[0]
+        assert out.completion_ids == alone.completion_ids
+        assert out.prompt_ids == alone.prompt_ids
+        assert out.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    micro = make_backend(micro_batch_size=3).generate(requests, GREEDY)
+    assert [g.completion_ids for g in micro] == [g.completion_ids for g in batched]
+
+
+def test_generation_fields():
+    backend = make_backend()
+    out = backend.generate([request(2)], GREEDY)[0]
+    assert len(out.completion_ids) == len(out.logprobs) == 10  # the random model never says eos here
+    assert all(lp <= 0 for lp in out.logprobs)
+    assert out.adapter == "proposer" and not out.truncated
+    assert out.text == backend.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
+
+
+def test_completion_stops_after_the_first_stop_token():
+    backend = make_backend()
+    requests = [request(i) for i in range(4)]
+    free = backend.generate(requests, GREEDY)
+    stop = free[0].completion_ids[3]  # make the 4th token of the first completion a stop token
+    backend.team_model.base_model.generation_config.eos_token_id = [backend.tokenizer.eos_token_id, stop]
+    stopped = backend.generate(requests, GREEDY)
+    for before, after in zip(free, stopped, strict=True):
+        ids = list(before.completion_ids)
+        expected = ids[: ids.index(stop) + 1] if stop in ids else ids
+        assert list(after.completion_ids) == expected  # stop token included, nothing after it
+        assert after.logprobs == pytest.approx(before.logprobs[: len(expected)], abs=1e-6)
+    assert len(stopped[0].completion_ids) == 4
+
+
+def test_seeded_sampling_is_reproducible():
+    backend = make_backend()
+    requests = [request(i) for i in range(6)]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
+    first = backend.generate(requests, params)
+    torch.rand(5)  # the global RNG state must not matter
+    second = backend.generate(requests, params)
+    assert [g.completion_ids for g in first] == [g.completion_ids for g in second]
+    other = backend.generate(requests, SamplingParams(max_new_tokens=12, temperature=1.0, seed=8))
+    assert [g.completion_ids for g in other] != [g.completion_ids for g in first]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.3])
+def test_behaviour_logprobs_equal_completion_logprobs(temperature):
+    backend = make_backend()
+    perturb(backend, "proposer", 1)
+    requests = [request(i) for i in range(5)]
+    gens = backend.generate(requests, SamplingParams(max_new_tokens=10, temperature=temperature, seed=3))
+    with torch.no_grad():
+        logp, mask = backend.team_model.completion_logprobs(
+            [g.prompt_ids for g in gens], [g.completion_ids for g in gens], adapter="proposer",
+            temperature=temperature or 1.0)  # greedy records the T=1 distribution
+    for b, g in enumerate(gens):
+        torch.testing.assert_close(logp[b, : len(g.logprobs)], torch.tensor(g.logprobs), atol=1e-5, rtol=0)
+
+
+def test_top_p_logprobs_are_those_of_the_truncated_distribution():
+    backend = make_backend()
+    gens = backend.generate([request(i) for i in range(4)],
+                            SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.5, seed=3))
+    with torch.no_grad():
+        full, _ = backend.team_model.completion_logprobs(
+            [g.prompt_ids for g in gens], [g.completion_ids for g in gens], adapter="proposer")
+    behaviour = torch.nn.utils.rnn.pad_sequence([torch.tensor(g.logprobs) for g in gens], batch_first=True)
+    # Renormalising over the nucleus raises every kept token's probability: log p_top_p > log p.
+    assert torch.all(behaviour[full != 0] > full[full != 0] + 1e-3)
+
+
+def test_each_adapter_generates_with_its_own_weights():
+    backend = make_backend()
+    requests = [request(i, adapter=None) for i in range(3)]
+    base = backend.generate(requests, GREEDY)
+    perturb(backend, "proposer", 1)
+    mixed = [request(0, "proposer"), request(0, "reviewer"), request(1, None), request(1, "proposer"),
+             request(2, "reviewer")]
+    out = backend.generate(mixed, GREEDY)
+    assert [g.adapter for g in out] == ["proposer", "reviewer", None, "proposer", "reviewer"]
+    # reviewer (untouched, lora_B = 0) and the base model agree; the perturbed proposer does not
+    assert out[1].completion_ids == base[0].completion_ids
+    assert out[2].completion_ids == base[1].completion_ids
+    assert out[4].completion_ids == base[2].completion_ids
+    assert out[0].completion_ids != base[0].completion_ids
+    assert out[3].completion_ids != base[1].completion_ids
+    alone = backend.generate([request(0, "proposer")], GREEDY)[0]
+    assert out[0].completion_ids == alone.completion_ids
+
+
+def test_long_prompts_are_truncated_within_budget():
+    backend = make_backend(max_prompt_tokens=120)
+    out = backend.generate([request(0, problem_len=30), request(1, problem_len=1)], GREEDY)
+    assert out[0].truncated and len(out[0].prompt_ids) <= 120
+    assert not out[1].truncated
+
+
+def test_unknown_adapter_and_bad_options():
+    backend = make_backend()
+    with pytest.raises(ConfigError, match="adapter 'judge'"):
+        backend.generate([request(0, adapter="judge")], GREEDY)
+    model, tokenizer = tiny_model_and_tokenizer()
+    with pytest.raises(ConfigError, match="micro_batch_size"):
+        HFBackend(TeamModel(model, tokenizer, ()), micro_batch_size=0)
+
+
+def test_yes_probability_matches_a_direct_forward():
+    backend = make_backend(micro_batch_size=2)
+    tok = backend.tokenizer
+    prompts = ["Is 2 + 2 = 4?", "Is the sky green? Answer yes or no.", "ok"]
+    probs = backend.yes_probability(prompts)
+    assert probs.shape == (3,)
+    for prompt, p in zip(prompts, probs, strict=True):
+        text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                       add_generation_prompt=True)
+        ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            q = torch.softmax(backend.team_model.base_model(input_ids=ids).logits[0, -1].double(), -1)
+        y, Y, n, N = (tok.convert_tokens_to_ids(c) for c in "yYnN")  # byte-level: first token = letter
+        assert p == pytest.approx(float((q[y] + q[Y]) / (q[y] + q[Y] + q[n] + q[N])), abs=1e-6)
+    # Aligning the "y" row of the output head with the last hidden state drives P(yes) to 1.
+    base = backend.team_model.base_model
+    text = tok.apply_chat_template([{"role": "user", "content": "Is it?"}], tokenize=False,
+                                   add_generation_prompt=True)
+    with torch.no_grad():
+        hidden = base(input_ids=torch.tensor([tok(text, add_special_tokens=False)["input_ids"]]),
+                      output_hidden_states=True).hidden_states[-1][0, -1]  # [H]
+        base.lm_head.weight[tok.convert_tokens_to_ids("y")] = 100 * hidden / hidden.norm()
+    assert backend.yes_probability(["Is it?"])[0] > 0.99

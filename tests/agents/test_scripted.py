@@ -1,0 +1,93 @@
+"""Scripted policies, their answer format against the real task extractors, and the backend registry."""
+
+import pytest
+
+from teamplay.agents.backends import BACKENDS, get_backend
+from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
+from teamplay.agents.backends.scripted import ScriptedBackend, format_answer, same_answer, wrong_answer
+from teamplay.envs.records import TaskItem
+from teamplay.errors import ConfigError
+
+PARAMS = SamplingParams()
+ITEM = TaskItem(id="arith/test/0", prompt="What is 7 + 11?", reference="18")
+
+
+def turn(stage="solve", pending=None, item=ITEM, agent="solver_0", round_=0, chat=None):
+    metadata = {} if stage == "solve" else {"pending_answer": pending, "pending_agent": "proposer_0"}
+    chat = chat or (ChatMessage("system", "sys"), ChatMessage("user", item.prompt if item else "?"),
+                    ChatMessage("user", "Answer."))
+    return TurnRequest(agent=agent, role=agent.rsplit("_", 1)[0], stage=stage, round=round_, chat=chat,
+                       adapter="solver", item=item, metadata=metadata)
+
+
+def say(policy, request, **kwargs):
+    return ScriptedBackend(policy, **kwargs).generate([request], PARAMS)[0].text
+
+
+def test_oracle_answers_and_reviews():
+    assert say("oracle", turn()) == "The answer is \\boxed{18}."
+    assert say("oracle", turn("review", pending="18")) == "RIGHT"
+    assert say("oracle", turn("review", pending="18.0")) == "RIGHT"
+    assert say("oracle", turn("review", pending="19")) == "WRONG"
+    assert say("oracle", turn("review", pending=None)) == "WRONG"
+    # a proposer also sees pending_answer in its metadata: it still answers
+    assert say("oracle", turn("propose", pending="19")) == "The answer is \\boxed{18}."
+
+
+def test_wrong_and_contrarian():
+    assert say("wrong", turn()) == "The answer is \\boxed{19}."
+    assert say("wrong", turn("review", pending="18")) == "WRONG"
+    assert say("wrong", turn("review", pending="5")) == "RIGHT"
+    assert say("contrarian", turn()) == "The answer is \\boxed{19}."
+    assert say("contrarian", turn("review", pending="18")) == "WRONG"
+    assert say("contrarian", turn("review", pending="5")) == "WRONG"
+
+
+def test_wrong_answer_differs_from_the_reference():
+    assert [wrong_answer(r) for r in ("18", "1,000", "-2.5", "A", "D", "\\frac{1}{2}")] == \
+        ["19", "1001", "-1.5", "B", "A", "\\frac{1}{2}+1"]
+
+
+def test_custom_judge_for_review_verdicts():
+    lenient = ScriptedBackend("oracle", is_correct=lambda answer, item: True)
+    assert lenient.generate([turn("review", pending="7")], PARAMS)[0].text == "RIGHT"
+    assert same_answer(" 18 ", ITEM) and not same_answer("1 8x", ITEM)
+
+
+def test_echo_random_and_custom_callables():
+    chat = (ChatMessage("system", "s"), ChatMessage("user", "problem"),
+            ChatMessage("user", "[proposer_0, round 1]: 42"), ChatMessage("user", "Review it."))
+    assert say("echo", turn(chat=chat)) == "[proposer_0, round 1]: 42"
+    assert say("echo", turn()) == ITEM.prompt
+    a = say("random", turn(), seed=1)
+    assert a == say("random", turn(), seed=1)
+    texts = {say("random", turn(agent=f"solver_{i}"), seed=1) for i in range(5)}
+    assert len(texts) == 5  # different agents get different text
+    out = ScriptedBackend(lambda r: f"{r.agent}:{r.round}").generate([turn(round_=3)], PARAMS)[0]
+    assert out.text == "solver_0:3" and out.adapter == "solver" and out.completion_ids == ()
+
+
+def test_errors():
+    with pytest.raises(ConfigError, match="unknown scripted policy 'genius'.*oracle"):
+        ScriptedBackend("genius")
+    with pytest.raises(ConfigError, match="needs TurnRequest.item"):
+        say("oracle", turn(item=None))
+
+
+@pytest.mark.parametrize(("task_name", "reference"), [
+    ("arith", "18"), ("gsm8k", "1000"), ("gsm8k", "-3.5"), ("math", "\\frac{3}{4}"),
+    ("math", "2\\sqrt{2}"), ("gpqa", "C"),
+])
+def test_answer_format_is_parsed_by_every_task(task_name, reference):
+    tasks = pytest.importorskip("teamplay.envs.tasks")
+    task = tasks.get_task(task_name)
+    item = TaskItem(id=f"{task_name}/test/0", prompt="?", reference=reference)
+    assert task.score(format_answer(reference), item) == 1.0
+    assert task.score(format_answer(wrong_answer(reference)), item) == 0.0
+
+
+def test_registry():
+    assert sorted(BACKENDS) == ["hf", "scripted", "vllm"]
+    assert isinstance(get_backend("scripted", policy="echo"), ScriptedBackend)
+    with pytest.raises(ConfigError, match=r"unknown backend 'tgi'; known: \['hf', 'scripted', 'vllm'\]"):
+        get_backend("tgi")
