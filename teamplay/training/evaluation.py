@@ -4,7 +4,8 @@
 summarises them with ``summarize``. Metrics, each averaged over episodes:
 
 * ``team_accuracy``: mean team reward (verifier score of the final answer).
-* ``role_accuracy[role]``: mean correctness of the last answer of each agent of that role.
+* ``role_accuracy[role]``: mean correctness of the last answer of each agent of that role, for
+  roles that give answers (a reviewer that only says RIGHT/WRONG has no accuracy of its own).
 * ``any_agent_right``: fraction of episodes where at least one agent's last answer was right.
 * ``initial_accuracy``: accuracy of the answer the protocol would have given after its first
   round (``Episode.metadata["initial_answer"]``); ``wrong_to_right`` / ``right_to_wrong``:
@@ -59,10 +60,13 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
     if n == 0:
         raise ValueError("summarize: no episodes")
     role_scores: dict[str, list[float]] = defaultdict(list)
+    answering_roles: set[str] = set()
     any_right = initial_right = w2r = r2w = 0.0
     for ep in episodes:
         for agent in ep.agents:
             role_scores[_role(agent)].append(float(ep.agent_correct.get(agent, 0.0)))
+            if ep.agent_answers.get(agent) is not None:
+                answering_roles.add(_role(agent))
         any_right += float(max(ep.agent_correct.values(), default=0.0) > 0.5)
         initial = ep.metadata.get("initial_answer", ep.final_answer)
         init_ok = task.score_answer(initial, items[ep.problem_id]) > 0.5
@@ -74,7 +78,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
     return EvalMetrics(
         episodes=n,
         team_accuracy=sum(ep.reward for ep in episodes) / n,
-        role_accuracy={r: sum(v) / len(v) for r, v in role_scores.items()},
+        role_accuracy={r: sum(v) / len(v) for r, v in role_scores.items() if r in answering_roles},
         any_agent_right=any_right / n,
         initial_accuracy=initial_right / n,
         wrong_to_right=w2r / n,
