@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from teamplay.envs.tasks.latex import last_boxed, matching_braces, normalize_latex
+from teamplay.envs.tasks.latex import last_boxed, matching_braces, normalize_latex, tidy_latex
 from teamplay.envs.tasks.text import TAIL_CHARS
 
 
@@ -69,3 +69,15 @@ def test_normal_form_merges_equal_spellings(a: str, b: str) -> None:
 ])
 def test_normal_form_keeps_different_answers_apart(a: str, b: str) -> None:
     assert normalize_latex(a) != normalize_latex(b)
+
+
+@pytest.mark.parametrize(("raw", "tidy"), [
+    ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+    ("$\\left( 3,  \\frac{\\pi}{2} \\right)$.", "( 3, \\frac{\\pi}{2} )"),
+    ("\\pi r^2", "\\pi r^2"),                # tokens are never joined
+    ("1, 2, \\ldots", "1, 2, \\ldots"),
+    ("x \\rightarrow 0", "x \\rightarrow 0"),  # \\right only as a delimiter command
+    ("  $ $ ", ""),
+])
+def test_tidy_latex(raw: str, tidy: str) -> None:
+    assert tidy_latex(raw) == tidy

@@ -42,6 +42,14 @@ def test_extract_and_score() -> None:
     assert task.score_answer("(3,\\pi/2)", item) == 1.0                   # the output of extract
 
 
+def test_equal_spellings_extract_to_one_vote() -> None:
+    task = get_task("math")
+    spellings = ["\\boxed{\\dfrac{1}{2}}", "$\\boxed{\\frac{1}{2}}$.", "The answer is $\\tfrac{1}{2}$.",
+                 "\\boxed{ \\frac{1}{2} }"]
+    assert {task.extract(s) for s in spellings} == {"\\frac{1}{2}"}
+    assert task.extract("\\boxed{}") is None
+
+
 def test_math500_solutions_match_their_answers() -> None:
     path = data_file("math/math500_test.jsonl")
     task = get_task("math500")

@@ -71,6 +71,29 @@ def last_boxed(text: object) -> str | None:
     return None
 
 
+_DELIMITER_SIZING = re.compile(r"\\(?:left|right)(?![A-Za-z])")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def tidy_latex(answer: str) -> str:
+    """A conservative canonical spelling that stays valid LaTeX (what ``MathTask.extract`` returns).
+
+    Strips ``$`` delimiters and a trailing period, drops ``\\left``/``\\right``, makes
+    ``\\dfrac``/``\\tfrac`` plain ``\\frac`` and collapses whitespace runs to one space, so that
+    votes over extracted answers do not split on spelling. Unlike ``normalize_latex`` it never
+    joins tokens (``\\pi r`` stays parseable).
+
+    >>> tidy_latex(r" $\\left( 3,  \\dfrac{\\pi}{2} \\right)$. ")
+    '( 3, \\\\frac{\\\\pi}{2} )'
+    """
+    s = answer.strip().strip("$").strip()
+    if s.endswith(".") and not s.endswith("..."):
+        s = s[:-1]
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _DELIMITER_SIZING.sub("", s)
+    return _WHITESPACE.sub(" ", s).strip().strip("$").strip()
+
+
 _SPACING = re.compile(r"\\[,;:! ]|\\(?:left|right|displaystyle)(?![A-Za-z])|\s+")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _DEGREES = re.compile(r"\^\{?\\circ\}?")

@@ -27,7 +27,7 @@ from typing import Any
 
 from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks.base import Task
-from teamplay.envs.tasks.latex import last_boxed, normalize_latex
+from teamplay.envs.tasks.latex import last_boxed, normalize_latex, tidy_latex
 from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
 from teamplay.envs.tasks.text import ANSWER_IS, tail
@@ -81,23 +81,22 @@ class MathTask(Task):
 
     def extract(self, completion: str) -> str | None:
         """The content of the last ``\\boxed{}``; without a box, the rest of the line after the
-        last "answer is" (``$`` and a final period removed); else ``None``.
+        last "answer is"; else ``None``. The answer is tidied (``tidy_latex``: ``$``, a final period,
+        ``\\left``/``\\right`` and extra spaces removed, ``\\dfrac`` made ``\\frac``) so equal
+        spellings vote together.
 
-        >>> MathTask().extract(r"so $x = \\boxed{\\frac{1}{2}}$.")
+        >>> MathTask().extract(r"so $x = \\boxed{\\dfrac{1}{2}}$.")
         '\\\\frac{1}{2}'
         >>> MathTask().extract("The answer is $42$.")
         '42'
         """
-        boxed = last_boxed(completion)
-        if boxed is not None:
-            return boxed or None
-        text = tail(completion)
-        statements = list(ANSWER_IS.finditer(text))
-        if not statements:
-            return None
-        stated = _STATED_ANSWER.match(text, statements[-1].end())
-        answer = stated.group(1).strip().rstrip(".").strip().strip("$").strip() if stated else ""
-        return answer or None
+        answer = last_boxed(completion)
+        if answer is None:
+            text = tail(completion)
+            statements = list(ANSWER_IS.finditer(text))
+            stated = _STATED_ANSWER.match(text, statements[-1].end()) if statements else None
+            answer = stated.group(1) if stated else None
+        return (tidy_latex(answer) or None) if answer is not None else None
 
     def score(self, completion: str, item: TaskItem) -> float:
         """1.0 if the completion's answer equals ``item.reference`` (see the module doc), else 0.0."""
