@@ -66,6 +66,9 @@ def test_a_frozen_worker_is_killed_at_the_deadline_and_replaced(caplog: pytest.L
             os.kill(pid, 0)
         assert v.equivalent("3", "3.0") is True  # a fresh worker answers the next call
         assert v.starts == 2
+        calls = v.calls
+        assert v.equivalent("2", "2.0") is False  # a missed deadline is remembered, not retried
+        assert v.calls == calls
     finally:
         v.close()
 

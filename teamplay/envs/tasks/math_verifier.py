@@ -87,10 +87,11 @@ class MathVerifier:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-            result = self._ask(gold, pred)
-            self._cache[key] = result
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            result, settled = self._ask(gold, pred)
+            if settled:
+                self._cache[key] = result
+                if len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
             return result
 
     @property
@@ -115,11 +116,14 @@ class MathVerifier:
 
     # -- the worker process; every method below runs under self._lock --
 
-    def _ask(self, gold: str, pred: str) -> bool:
+    def _ask(self, gold: str, pred: str) -> tuple[bool, bool]:
+        """(equal, settled): ``settled`` is False when no worker could answer (it died or would not
+        start), so the result is not cached. A missed deadline is settled: the same pair would
+        miss it again, and a GRPO group repeats answers."""
         try:
             proc = self._ensure_worker()
             if proc is None:
-                return False
+                return False, False
             self._next_id += 1
             request_id = self._next_id
             proc.stdin.write(json.dumps({"id": request_id, "gold": gold, "pred": pred}) + "\n")
@@ -128,7 +132,7 @@ class MathVerifier:
         except OSError as exc:  # the worker died between calls (killed, out of memory)
             logger.warning("math_verify worker unreachable (%s); scoring as wrong, restarting", exc)
             self._stop()
-            return False
+            return False, False
         deadline = time.monotonic() + self.timeout_s
         while True:
             reply = self._next_reply(deadline)
@@ -137,16 +141,16 @@ class MathVerifier:
                 logger.warning("math_verify exceeded %.1f s on gold=%.80r pred=%.80r; scoring as wrong "
                                "and restarting its worker", self.timeout_s, gold, pred)
                 self._stop()
-                return False
+                return False, True
             if reply is None:
                 logger.warning("math_verify worker exited (code %s); scoring as wrong, restarting",
                                self._proc.poll() if self._proc else None)
                 self._stop()
-                return False
+                return False, False
             if reply.get("id") == request_id:
                 if "error" in reply:
                     logger.debug("math_verify failed on pred=%.80r: %s", pred, reply["error"])
-                return bool(reply.get("equal"))
+                return bool(reply.get("equal")), True
             # a reply to an older request cannot arrive (a late worker is killed); skip it if it does
 
     def _next_reply(self, deadline: float) -> dict | None | object:
