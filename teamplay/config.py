@@ -37,6 +37,8 @@ class TaskConfig(_Section):
                           "the level as 'level=N'.")
     limit: int | None = Field(None, ge=1, description="Keep the first N items.")
     seed: int = Field(0, description="Seed for procedural tasks and choice shuffling.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Task constructor options, e.g. {level: 3} for arith.")
 
 
 class ProtocolConfig(_Section):

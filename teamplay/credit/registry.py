@@ -101,7 +101,7 @@ def assign(name: str, batch: CreditBatch, options: BaseModel | Mapping[str, Any]
     out = method.fn(batch, parse_options(method, options))
     if len(out) != len(batch.episodes):
         raise RuntimeError(f"credit method {name!r} returned {len(out)} arrays for {len(batch.episodes)} episodes")
-    for g, (adv, ep) in enumerate(zip(out, batch.episodes)):
+    for g, (adv, ep) in enumerate(zip(out, batch.episodes, strict=True)):
         if np.shape(adv) != (len(ep.messages),):
             raise RuntimeError(f"credit method {name!r}: episode {g} has {len(ep.messages)} messages "
                                f"but {np.shape(adv)} advantages")

@@ -90,7 +90,7 @@ class RolloutRunner:
         """
         start = time.perf_counter()
         envs = [self.make_env() for _ in jobs]
-        for i, (env, job) in enumerate(zip(envs, jobs)):
+        for i, (env, job) in enumerate(zip(envs, jobs, strict=True)):
             env.reset(seed=seed + i, options={"item": job.item, "group_id": job.group_id})
         episodes: list[Episode | None] = [None] * len(jobs)
         generate_calls = requests_total = 0
@@ -124,7 +124,7 @@ class RolloutRunner:
                 if len(generations) != len(part):
                     raise RuntimeError(f"backend {self.backend.name!r} returned {len(generations)} "
                                        f"generations for {len(part)} requests")
-                for (i, request), generation in zip(part, generations):
+                for (i, request), generation in zip(part, generations, strict=True):
                     envs[i].step(generation)
                     if on_message is not None:
                         on_message(i, request, generation)

@@ -48,10 +48,10 @@ def build_samples(episodes: Sequence[Episode], advantages: Sequence[np.ndarray],
     if len(episodes) != len(advantages):
         raise ValueError(f"{len(episodes)} episodes but {len(advantages)} advantage arrays")
     samples = []
-    for ep, adv in zip(episodes, advantages):
+    for ep, adv in zip(episodes, advantages, strict=True):
         if len(adv) != len(ep.messages):
             raise ValueError(f"episode {ep.problem_id}: {len(ep.messages)} messages, {len(adv)} advantages")
-        for msg, a in zip(ep.messages, adv):
+        for msg, a in zip(ep.messages, adv, strict=True):
             if not msg.spoke or not msg.completion_ids or msg.adapter not in trainable_adapters:
                 continue
             samples.append(PolicySample(

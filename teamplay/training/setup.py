@@ -22,7 +22,7 @@ from teamplay.envs.team_env import TeamEnv
 
 def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:
     """The task object and its items as the config selects them."""
-    task = get_task(cfg.name)
+    task = get_task(cfg.name, **cfg.options)
     items = task.load(cfg.split, source=cfg.source, limit=cfg.limit, seed=cfg.seed)
     return task, items
 
@@ -61,8 +61,8 @@ def build_team_model(model_cfg: ModelConfig, team: Team):
 
     model, tokenizer = load_model(model_cfg.name, dtype=model_cfg.dtype)
     lora = model_cfg.lora
-    team_model = TeamModel(model, tokenizer, adapters=team.adapter_names(), r=lora.r, alpha=lora.alpha,
-                           dropout=lora.dropout, target_modules=lora.target_modules)
+    team_model = TeamModel.from_team(model, tokenizer, team, r=lora.r, alpha=lora.alpha,
+                                     dropout=lora.dropout, target_modules=lora.target_modules)
     if model_cfg.checkpoint:
         team_model.load_adapters(model_cfg.checkpoint)
     return team_model

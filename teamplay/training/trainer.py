@@ -42,6 +42,7 @@ from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, assign
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.envs.records import Episode, TaskItem
+from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.training.checkpoint import (
     TrainerState,
@@ -70,23 +71,16 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def lora_parameters(model: torch.nn.Module, adapter: str) -> list[torch.nn.Parameter]:
-    """The LoRA parameters of ``adapter`` (peft names them ``...lora_A.<adapter>.weight``)."""
-    params = [p for name, p in model.named_parameters()
-              if ".lora_" in name and f".{adapter}." in f"{name}."]
-    if not params:
-        raise ConfigError(f"no LoRA parameters found for adapter {adapter!r}")
-    return params
-
-
 class Trainer:
     """Trains a team from a ``TrainConfig``.
 
     ``team_model`` and ``backend`` may be passed in (tests pass a tiny model); otherwise they are
-    built from the config. ``on_step(step, metrics)`` is called after each step (progress bars).
+    built from the config. ``task`` with ``items`` (and ``eval_items``) replace the config's task
+    sections, for a task defined in Python. ``on_step(step, metrics)`` is called after each step.
     """
 
-    def __init__(self, cfg: TrainConfig, team_model=None, backend=None,
+    def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
+                 items: Sequence[TaskItem] | None = None, eval_items: Sequence[TaskItem] | None = None,
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,
                  on_eval: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
@@ -95,11 +89,27 @@ class Trainer:
         if cfg.sampling.temperature == 0 and cfg.rollout.group_size > 1:
             raise ConfigError("sampling.temperature: training with group_size > 1 needs sampled "
                               "decoding (temperature > 0); greedy episodes of a group are identical")
-        self.task, self.items = load_items(cfg.task)
-        self.eval_items: list[TaskItem] = []
-        if cfg.eval_task is not None:
-            self.eval_task, self.eval_items = load_items(cfg.eval_task)
+        if cfg.sampling.top_p < 1 or cfg.sampling.top_k > 0:
+            raise ConfigError("sampling.top_p/top_k: training rollouts must sample the full distribution "
+                              "(top_p=1, top_k=0) so the behaviour log-probs and the trainer's ratio refer "
+                              "to the same policy")
+        if task is not None:
+            if not items:
+                raise ConfigError("Trainer(task=...) needs the training items too (items=[...])")
+            self.task, self.items = task, list(items)
+            self.eval_task, self.eval_items = task, list(eval_items or [])
+        else:
+            self.task, self.items = load_items(cfg.task)
+            self.eval_task, self.eval_items = self.task, []
+            if cfg.eval_task is not None:
+                self.eval_task, self.eval_items = load_items(cfg.eval_task)
+        if not self.items:
+            raise ConfigError("task: no training items were loaded")
         self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team)
+        if self.eval_task is not self.task:
+            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
+        else:
+            self.make_eval_env = self.make_env
         self.trainable = trainable_adapters(self.team)
         if not self.trainable:
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
@@ -108,7 +118,7 @@ class Trainer:
             cfg.model, cfg.backend, self.team, team_model=self.team_model)
         self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
                                     max_batch=cfg.backend.max_batch)
-        self.params = {a: lora_parameters(self.team_model.model, a) for a in self.trainable}
+        self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         self.optimizer = torch.optim.AdamW(
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
             weight_decay=cfg.optim.weight_decay)
@@ -185,7 +195,7 @@ class Trainer:
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
                                 extract=self.task.extract, resources=self._credit_resources(item))
             advantages = assign(cfg.credit.method, batch, cfg.credit.options)
-            credited.extend(zip(group, advantages))
+            credited.extend(zip(group, advantages, strict=True))
             samples.extend(build_samples(group, advantages, active))
         t_credit = time.perf_counter() - t0 - t_rollout
 
@@ -219,7 +229,6 @@ class Trainer:
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
         cfg = self.cfg.optim
-        obj = self.cfg.objective
         stats: dict[str, list[float]] = defaultdict(list)
         skipped = optimizer_steps = 0
         temperature = self.cfg.sampling.temperature
@@ -335,7 +344,7 @@ class Trainer:
     def _evaluate(self, label: str) -> EvalMetrics:
         if self.on_eval is not None:
             self.on_eval(label)
-        runner = RolloutRunner(self.make_env, self.backend, sampling_params(self.cfg.eval_sampling),
+        runner = RolloutRunner(self.make_eval_env, self.backend, sampling_params(self.cfg.eval_sampling),
                                max_batch=self.cfg.backend.max_batch)
         _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics
@@ -398,7 +407,7 @@ def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[
     absolute: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     for ep, adv in credited:
-        for msg, a in zip(ep.messages, adv):
+        for msg, a in zip(ep.messages, adv, strict=True):
             total[msg.role] += float(a)
             absolute[msg.role] += abs(float(a))
             count[msg.role] += 1
