@@ -75,11 +75,15 @@ class TeamModel:
         adapters: adapter names, unique; may be empty (then only the base model generates).
         r, alpha, dropout, target_modules: LoRA settings of every adapter (see ``LoraSettings``).
         frozen: adapters that never train (their weights still load and generate).
+        init_seed: seed of the LoRA initialisation (A matrices are random, B start at zero): the
+            same seed gives the same adapters in every process, which exact resume and
+            reproducible runs need. The global torch RNG is left untouched.
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  adapters: Sequence[str], *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
-                 target_modules: str | Sequence[str] = "all-linear", frozen: Iterable[str] = ()) -> None:
+                 target_modules: str | Sequence[str] = "all-linear", frozen: Iterable[str] = (),
+                 init_seed: int = 0) -> None:
         names = tuple(adapters)
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -98,9 +102,11 @@ class TeamModel:
             p.requires_grad_(False)
         if names:
             config = self.lora.peft_config()
-            self.model: torch.nn.Module = get_peft_model(model, config, adapter_name=names[0])
-            for name in names[1:]:
-                self.model.add_adapter(name, self.lora.peft_config())
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(init_seed)
+                self.model: torch.nn.Module = get_peft_model(model, config, adapter_name=names[0])
+                for name in names[1:]:
+                    self.model.add_adapter(name, self.lora.peft_config())
             self._active: str | None = names[0]
             self._apply_trainability()
         else:

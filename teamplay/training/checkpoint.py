@@ -100,6 +100,29 @@ def save_checkpoint(run_dir: Path, state: TrainerState, team_model, optimizer, s
     return final
 
 
+def resolve_adapters_dir(path: str | Path) -> Path:
+    """The adapters folder of a run folder (its latest checkpoint), a checkpoint, or itself.
+
+    Raises ``ConfigError`` naming the path when none of these holds adapters.
+    """
+    from teamplay.errors import ConfigError
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"checkpoint not found: {path}")
+    if (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise ConfigError(f"run folder {path} has no complete checkpoint yet")
+        path = latest
+    if (path / "adapters").is_dir():
+        path = path / "adapters"
+    if not any(child.is_dir() and (child / "adapter_config.json").is_file() for child in path.iterdir()):
+        raise ConfigError(f"{path} holds no LoRA adapters (expected a run folder, a checkpoint folder "
+                          f"or an adapters folder with one PEFT adapter per role)")
+    return path
+
+
 def load_trainer_state(path: Path) -> dict[str, Any]:
     """The raw trainer state of a checkpoint (optimizer/scheduler state dicts, RNG, TrainerState)."""
     data = torch.load(Path(path) / "trainer_state.pt", weights_only=False)

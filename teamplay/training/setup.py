@@ -54,15 +54,28 @@ def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team
                        max_prompt_tokens=backend_cfg.max_prompt_tokens)
 
 
-def build_team_model(model_cfg: ModelConfig, team: Team):
-    """The shared base model with one LoRA adapter per adapter name of the team."""
+def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
+    """The shared base model with one LoRA adapter per adapter name of the team.
+
+    With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
+    alpha, target modules) is taken from the saved adapters, not from ``model.lora``.
+    """
+    from peft import LoraConfig as PeftLoraConfig
+
     from teamplay.agents.models import load_model
     from teamplay.agents.team_model import TeamModel
+    from teamplay.training.checkpoint import resolve_adapters_dir
 
+    lora = dict(r=model_cfg.lora.r, alpha=model_cfg.lora.alpha, dropout=model_cfg.lora.dropout,
+                target_modules=model_cfg.lora.target_modules)
+    adapters_dir = resolve_adapters_dir(model_cfg.checkpoint) if model_cfg.checkpoint else None
+    if adapters_dir is not None:
+        saved = PeftLoraConfig.from_pretrained(next(p for p in sorted(adapters_dir.iterdir()) if p.is_dir()))
+        targets = saved.target_modules
+        lora = dict(r=saved.r, alpha=saved.lora_alpha, dropout=saved.lora_dropout,
+                    target_modules=targets if isinstance(targets, str) else sorted(targets))
     model, tokenizer = load_model(model_cfg.name, dtype=model_cfg.dtype)
-    lora = model_cfg.lora
-    team_model = TeamModel.from_team(model, tokenizer, team, r=lora.r, alpha=lora.alpha,
-                                     dropout=lora.dropout, target_modules=lora.target_modules)
-    if model_cfg.checkpoint:
-        team_model.load_adapters(model_cfg.checkpoint)
+    team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
+    if adapters_dir is not None:
+        team_model.load_adapters(adapters_dir)
     return team_model

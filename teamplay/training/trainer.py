@@ -26,7 +26,9 @@ never in the optimiser.
 from __future__ import annotations
 
 import math
+import random
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +86,7 @@ class Trainer:
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,
                  on_eval: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
+        seed_everything(cfg.seed)
         if cfg.backend.name == "scripted":
             raise ConfigError("backend.name: training needs a model backend (hf or vllm), not 'scripted'")
         if cfg.sampling.temperature == 0 and cfg.rollout.group_size > 1:
@@ -113,7 +116,7 @@ class Trainer:
         self.trainable = trainable_adapters(self.team)
         if not self.trainable:
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
-        self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team)
+        self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
         self.backend = backend if backend is not None else build_backend(
             cfg.model, cfg.backend, self.team, team_model=self.team_model)
         self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
@@ -205,7 +208,11 @@ class Trainer:
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # the schedule advances per trainer step, also when a step made no optimiser update
+            # (all groups without signal): torch warns about that order, which is intended here.
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            self.scheduler.step()
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
         rewards = [ep.reward for ep in episodes]
@@ -249,7 +256,7 @@ class Trainer:
                         finite = False
                         break
                     (loss * weight).backward()
-                    stats["loss"].append(float(loss))
+                    stats["loss"].append(float(loss.detach()))
                     if s.kl_mean is not None:
                         stats["kl"].append(s.kl_mean)
                     stats["ratio_mean"].append(s.ratio_mean)
@@ -377,6 +384,15 @@ class Trainer:
         self.state = data["state"]
         self.extra_state = data["extra"]
         return path
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch's global generators (torch picks a random seed per process
+    otherwise). Rollouts and minibatch orders use their own seeded generators; this covers
+    everything else, e.g. a user's task code."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 
 def trainable_adapters(team: Team) -> list[str]:
