@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 import warnings
 from collections import defaultdict
@@ -211,7 +212,7 @@ class Trainer:
         with warnings.catch_warnings():
             # the schedule advances per trainer step, also when a step made no optimiser update
             # (all groups without signal): torch warns about that order, which is intended here.
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
             self.scheduler.step()
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)

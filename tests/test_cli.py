@@ -1,0 +1,117 @@
+"""The `teamplay` command end to end: eval/play/list/train, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from teamplay.cli import app
+from tests.tiny import save_tiny
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+GSM8K_TEST = DATA / "gsm8k" / "test.jsonl"
+PROTOCOLS = ["single", "vote", "proposer_reviewer", "debate", "sequential"]
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.mark.skipif(not GSM8K_TEST.is_file(), reason="benchmark data folder ../shared/data is absent")
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_scripted_oracle_and_wrong_on_200_gsm8k_items(tmp_path, protocol):
+    for policy, expected in (("oracle", 1.0), ("wrong", 0.0)):
+        out = tmp_path / policy
+        result = invoke("eval", "--task", "gsm8k", "--source", GSM8K_TEST, "--limit", 200, "--protocol", protocol,
+                        "--backend", "scripted", "--policy", policy, "-o", out)
+        assert result.exit_code == 0, result.output
+        metrics = json.loads((out / "results.json").read_text())["metrics"]
+        assert metrics["episodes"] == 200
+        assert metrics["team_accuracy"] == expected
+        assert len((out / "transcripts.jsonl").read_text().splitlines()) == 200
+        assert "team accuracy" in result.output
+
+
+def test_yaml_protocol_example_runs(tmp_path):
+    example = Path(__file__).resolve().parents[1] / "configs" / "protocols" / "solver_checker.yaml"
+    result = invoke("eval", "--task", "arith", "--limit", 5, "--protocol", example, "--backend", "scripted",
+                    "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "results.json").read_text())["metrics"]["team_accuracy"] == 1.0
+
+
+def test_play_prints_the_dialogue():
+    result = invoke("play", "--task", "arith", "--protocol", "proposer_reviewer", "--backend", "scripted",
+                    "--set", "protocol.options.rounds=3")
+    assert result.exit_code == 0, result.output
+    assert "proposer_0" in result.output and "reviewer_0" in result.output
+    assert "reward 1.00" in result.output
+
+
+def test_list_shows_tasks_protocols_and_credit_methods():
+    result = invoke("list")
+    assert result.exit_code == 0
+    for name in ("gsm8k", "arith", "proposer_reviewer", "debate", "shapley", "cosac", "grpo"):
+        assert name in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--protocol", "telepathy"], "unknown protocol 'telepathy'"),
+    (["--set", "team.roles=[{name: critic}]", "--protocol", "proposer_reviewer"], "critic"),
+    (["--backend", "hf", "--model", "/no/such/model/folder"], "/no/such/model/folder"),
+    (["--task", "nosuchtask"], "unknown task 'nosuchtask'"),
+    (["--set", "sampling.temperature=-1"], "sampling.temperature"),
+    (["--set", "sampling.tempreature=1"], "sampling.tempreature: unknown field"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, args, message):
+    result = runner.invoke(app, ["eval", "--task", "arith", "--limit", "2", "--backend", "scripted",
+                                 "-o", str(tmp_path), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_malformed_yaml_config_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task:\n  name: arith\n  limit: [1, 2\n")
+    result = runner.invoke(app, ["eval", "--config", str(bad)])
+    assert result.exit_code == 2
+    assert "malformed YAML" in result.output and "bad.yaml" in result.output and "line" in result.output
+
+
+def test_train_then_resume_then_eval_checkpoint(tmp_path):
+    model = save_tiny(tmp_path / "tiny")
+    config = tmp_path / "train.yaml"
+    config.write_text(json.dumps({  # JSON is YAML
+        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
+        "backend": {"max_prompt_tokens": 1024},
+        "task": {"name": "arith", "split": "train", "limit": 16},
+        "eval_task": {"name": "arith", "split": "test", "limit": 4},
+        "protocol": {"name": "single"},
+        "rollout": {"problems_per_step": 2, "group_size": 4},
+        "sampling": {"max_new_tokens": 4, "temperature": 1.0},
+        "eval_sampling": {"max_new_tokens": 4},
+        "steps": 2, "checkpoint_every": 1, "tensorboard": False,
+        "output_dir": str(tmp_path / "run"),
+    }))
+    result = invoke("train", "--config", config)
+    assert result.exit_code == 0, result.output
+    assert "before" in result.output and "after" in result.output
+    run = tmp_path / "run"
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["step-000001", "step-000002"]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 2]  # held-out before, two steps, held-out after
+    # resume a finished run with more steps: continues from step 2
+    result = invoke("train", "--config", config, "--resume", "auto", "--steps", 3)
+    assert result.exit_code == 0, result.output
+    assert (run / "checkpoints" / "step-000003").is_dir()
+    result = invoke("eval", "--task", "arith", "--limit", 3, "--model", model, "--checkpoint", run,
+                    "--max-new-tokens", 4, "--set", "backend.max_prompt_tokens=1024", "-o", tmp_path / "ev")
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "ev" / "results.json").read_text())
+    assert saved["config"]["model"]["checkpoint"] == str(run)
