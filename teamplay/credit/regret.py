@@ -233,22 +233,21 @@ def skip_value(pending_answer: Any, truth: Any,
 
 
 def parse_verdict(text: str) -> bool | None:
-    """A review's verdict from its first non-empty line: True if it starts with RIGHT/CORRECT,
-    False with WRONG/INCORRECT (case-insensitive), None otherwise.
+    """A review's verdict as the proposer_reviewer protocol reads it (one parser for env and
+    credit, so they can never disagree): True for RIGHT/CORRECT, False for WRONG/INCORRECT on the
+    first non-empty line (case-insensitive, markdown ignored), None otherwise.
 
     >>> parse_verdict("\\n  Right, 12 is the sum")
     True
-    >>> parse_verdict("INCORRECT: the carry is lost")
+    >>> parse_verdict("**INCORRECT**: the carry is lost")
     False
     >>> parse_verdict("I think it is right") is None
     True
     """
-    first = next((line.strip().lower() for line in text.splitlines() if line.strip()), "")
-    if first.startswith(("right", "correct")):
-        return True
-    if first.startswith(("wrong", "incorrect")):
-        return False
-    return None
+    from teamplay.envs.protocols.proposer_reviewer import parse_verdict as protocol_verdict
+
+    verdict = protocol_verdict(text)
+    return None if verdict is None else verdict == "RIGHT"
 
 
 def reviewer_reward(text: str, pending_correct: bool | None) -> float:

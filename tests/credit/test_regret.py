@@ -124,7 +124,10 @@ def test_t26_value_functions():
     assert reviewer_reward("INCORRECT", True) == -1.0
     assert reviewer_reward("RIGHT", None) == 0.0  # no pending answer
     assert reviewer_reward("", True) == 0.0
-    assert parse_verdict("incorrectly formatted?") is False  # prefix match, as TRACER does
+    # One parser for env and credit (the protocol's): the verdict must be a whole word, so unlike
+    # TRACER's bare prefix test "incorrectly formatted?" is no verdict; markdown is tolerated.
+    assert parse_verdict("incorrectly formatted?") is None
+    assert parse_verdict("**RIGHT** the sum is 7") is True
     assert signed(True) == 1.0 and signed(False) == -1.0
 
 
