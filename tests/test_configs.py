@@ -1,0 +1,45 @@
+"""Every shipped config validates: its sections, its protocol and team, its credit options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from teamplay.config import EvalConfig, TrainConfig, load_config, read_yaml
+from teamplay.credit import get_credit
+from teamplay.credit.registry import parse_options
+from teamplay.envs.protocols import get_protocol
+from teamplay.envs.tasks import get_task
+from teamplay.training.setup import env_factory
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+RUN_CONFIGS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "protocols")
+PROTOCOL_FILES = sorted((CONFIGS / "protocols").iterdir())
+
+
+def test_configs_are_found():
+    # guards the parametrisations below against silently testing nothing
+    names = {p.relative_to(CONFIGS).as_posix() for p in RUN_CONFIGS}
+    assert {"demo.yaml", "gsm8k_proposer_reviewer.yaml", "gsm8k_debate.yaml", "eval/math500.yaml",
+            "eval/gpqa_diamond.yaml"} <= names
+    assert len(PROTOCOL_FILES) >= 2
+
+
+@pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.relative_to(CONFIGS).as_posix())
+def test_run_config_validates(path):
+    is_train = "steps" in read_yaml(path)
+    cfg = load_config(TrainConfig if is_train else EvalConfig, path)
+    task = get_task(cfg.task.name, **cfg.task.options)
+    _, team = env_factory(task, cfg.protocol, cfg.team)
+    assert team.roles
+    if is_train:
+        parse_options(get_credit(cfg.credit.method), cfg.credit.options)
+        assert cfg.eval_task is not None, "a training config should name its held-out task"
+        get_task(cfg.eval_task.name, **cfg.eval_task.options)
+
+
+@pytest.mark.parametrize("path", PROTOCOL_FILES, ids=lambda p: p.name)
+def test_protocol_example_loads(path):
+    protocol = get_protocol(str(path))
+    assert protocol.name
