@@ -31,6 +31,7 @@ class AgentCredit:
         successes: those of them where the team succeeded (reward > 0.5).
         messages: the agent's messages in the successful episodes (the sample of ``mean_success``).
         mean_success: mean advantage of those messages; None when there are none.
+        mean_failure: mean advantage of its messages in the episodes the team got wrong (None if none).
         mean_all: mean advantage of all the agent's messages in every logged episode (None if none).
         free_rider: True when ``mean_success`` is not None and |mean_success| < the threshold.
     """
@@ -41,6 +42,7 @@ class AgentCredit:
     successes: int
     messages: int
     mean_success: float | None
+    mean_failure: float | None
     mean_all: float | None
     free_rider: bool
 
@@ -58,6 +60,7 @@ def agent_credit(episodes: Sequence[LoggedEpisode], threshold: float = FREE_RIDE
     n_episodes: dict[str, int] = {}
     n_success: dict[str, int] = {}
     adv_success: dict[str, list[float]] = {}
+    adv_failure: dict[str, list[float]] = {}
     adv_all: dict[str, list[float]] = {}
     for logged in episodes:
         if logged.advantages is None:
@@ -71,18 +74,20 @@ def agent_credit(episodes: Sequence[LoggedEpisode], threshold: float = FREE_RIDE
             n_success[agent] = n_success.get(agent, 0) + int(success)
         for msg, adv in zip(ep.messages, logged.advantages, strict=True):
             adv_all.setdefault(msg.agent, []).append(adv)
-            if success:
-                adv_success.setdefault(msg.agent, []).append(adv)
+            (adv_success if success else adv_failure).setdefault(msg.agent, []).append(adv)
     rows = []
     for agent, role in order.items():
-        succ = adv_success.get(agent, [])
-        every = adv_all.get(agent, [])
-        mean_success = sum(succ) / len(succ) if succ else None
+        mean_success = _mean(adv_success.get(agent, []))
         rows.append(AgentCredit(
-            agent=agent, role=role, episodes=n_episodes[agent], successes=n_success[agent], messages=len(succ),
-            mean_success=mean_success, mean_all=sum(every) / len(every) if every else None,
+            agent=agent, role=role, episodes=n_episodes[agent], successes=n_success[agent],
+            messages=len(adv_success.get(agent, [])), mean_success=mean_success,
+            mean_failure=_mean(adv_failure.get(agent, [])), mean_all=_mean(adv_all.get(agent, [])),
             free_rider=mean_success is not None and abs(mean_success) < threshold))
     return rows
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 POSITIVE_RGB = (22, 163, 74)   # green: the message was credited with helping

@@ -351,11 +351,11 @@ def free_rider_table(label: str, run: RunData, threshold: float = FREE_RIDER_THR
             status = '<span class="tag warn">free rider?</span>'
         else:
             status = '<span class="tag fine">credited</span>'
-        rows.append([f'<span class="agent">{esc(a.agent)}</span>', esc(a.role), fmt(a.episodes), fmt(a.successes),
-                     fmt(a.messages), fmt_signed(a.mean_success), fmt_signed(a.mean_all), status])
+        rows.append([f'<span class="agent">{esc(a.agent)}</span><br><span class="role">{esc(a.role)}</span>',
+                     f"{fmt(a.successes)} / {fmt(a.episodes)}", fmt_signed(a.mean_success),
+                     fmt_signed(a.mean_failure), status])
         classes.append("flag" if a.free_rider else "")
-    headers = ["agent", "role", "episodes", "team right", "messages when right", "mean adv when right",
-               "mean adv (all)", ""]
+    headers = ["agent", "team right", "mean adv when right", "mean adv when wrong", ""]
     return table(headers, rows, "free-riders", classes)
 
 
@@ -385,7 +385,7 @@ def _credit_section(runs: Sequence[tuple[str, RunData]], figures: Figures) -> st
         f"An agent is flagged when the mean advantage of its messages in the logged episodes where the team "
         f"was right (reward > 0.5) has |mean| < {FREE_RIDER_THRESHOLD}: the team succeeded, but the credit "
         f"layer saw no contribution from it. Computed over the logged (credited) episodes only.")
-    return _grid(figures.credit) + f'<div class="panel gap"><h3>Free riders</h3>{riders}{rider_note}</div>'
+    return _grid([*figures.credit, _card_panel("Free riders", riders + rider_note)])
 
 
 def _controllers_section(runs: Sequence[tuple[str, RunData]], figures: Figures) -> str:

@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from teamplay.report.analysis import FREE_RIDER_THRESHOLD, agent_credit  # noqa: E402
 from teamplay.report.data import RunData, StepMetrics  # noqa: E402
 from teamplay.training.evaluation import EvalMetrics  # noqa: E402
 
@@ -286,6 +287,34 @@ def speak_rate_plot(runs: RunSeries, out_dir: Path) -> Plot:
                 "Fraction of its turns each speak/skip controller chose to speak.")
 
 
+def agent_credit_plot(runs: RunSeries, out_dir: Path) -> Plot:
+    """Mean advantage of each agent's messages in logged episodes the team got right (green) and
+    wrong (red), with the free-rider band |mean| < threshold shaded: a free rider's green bar
+    stays inside the band."""
+    key, title = "agent_credit", "Credit per agent: team right vs wrong"
+    bars = [(agent if len(runs) == 1 else f"{label}\n{agent}", a)
+            for label, run in runs for a in agent_credit(run.episodes) for agent in [a.agent]]
+    if not bars:
+        return Plot(key, title, None, "no credited episodes were logged")
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    xs = range(len(bars))
+    ax.axhspan(-FREE_RIDER_THRESHOLD, FREE_RIDER_THRESHOLD, color="#fde68a", alpha=0.6, linewidth=0,
+               label=f"|mean| < {FREE_RIDER_THRESHOLD} (free rider band)")
+    for offset, name, color, attr in ((-0.2, "team right", "#16a34a", "mean_success"),
+                                      (0.2, "team wrong", "#dc2626", "mean_failure")):
+        values = [getattr(a, attr) for _, a in bars]
+        ax.bar([x + offset for x, v in zip(xs, values, strict=True) if v is not None],
+               [v for v in values if v is not None], width=0.38, color=color, label=name)
+    ax.axhline(0.0, color="#6b7280", linewidth=0.8)
+    ax.set_xticks(list(xs), [mathtext_safe(name) for name, _ in bars], fontsize=8)
+    _style(ax, "", "mean advantage of its messages", integer_x=False)
+    ax.grid(False, axis="x")
+    _legend(ax, 3)
+    return Plot(key, title, _save(fig, out_dir / f"{key}.png"),
+                "Over the logged (credited) episodes. An agent whose green bar stays in the band got no "
+                "credit while its team succeeded.")
+
+
 RATE_METRICS = (("team_accuracy", "team\naccuracy"), ("any_agent_right", "any agent\nright"),
                 ("initial_accuracy", "initial\naccuracy"), ("wrong_to_right", "wrong →\nright"),
                 ("right_to_wrong", "right →\nwrong"))
@@ -320,8 +349,8 @@ def run_plots(runs: RunSeries, out_dir: Path) -> list[Plot]:
 
 
 def credit_plots(runs: RunSeries, out_dir: Path) -> list[Plot]:
-    """The credit figures: credit share and mean advantage per role over steps."""
-    return [credit_share_plot(runs, out_dir), adv_mean_plot(runs, out_dir)]
+    """The credit figures: credit share and mean advantage per role over steps, credit per agent."""
+    return [credit_share_plot(runs, out_dir), adv_mean_plot(runs, out_dir), agent_credit_plot(runs, out_dir)]
 
 
 def _with_note(plot: Plot, note: str) -> Plot:

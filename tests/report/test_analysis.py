@@ -25,10 +25,12 @@ def test_reviewer_with_near_zero_credit_while_team_succeeds_is_a_free_rider() ->
     assert (proposer.agent, proposer.role, proposer.episodes, proposer.successes) == ("proposer_0", "proposer", 3, 2)
     assert proposer.messages == 4
     assert proposer.mean_success == pytest.approx(0.8)
+    assert proposer.mean_failure == pytest.approx(-0.6)
     assert proposer.mean_all == pytest.approx(1 / 3)
     assert not proposer.free_rider
     # reviewer: 0.01 in both right episodes -> |0.01| < 0.05; all: (0.01 + 0.01 - 0.02) / 3 = 0
     assert reviewer.mean_success == pytest.approx(0.01)
+    assert reviewer.mean_failure == pytest.approx(-0.02)
     assert reviewer.mean_all == pytest.approx(0.0)
     assert reviewer.free_rider
 
@@ -51,6 +53,7 @@ def test_negative_credit_is_not_free_riding() -> None:
 def test_no_success_means_no_evidence_and_uncredited_episodes_are_ignored() -> None:
     rows = agent_credit([logged(False, advantages(False)), logged(True, None)])
     assert [r.mean_success for r in rows] == [None, None]
+    assert [r.mean_failure for r in rows] == pytest.approx([-0.6, -0.02])
     assert not any(r.free_rider for r in rows)
     # only the credited (wrong) episode counts: 1 episode, 0 successes
     assert [(r.episodes, r.successes) for r in rows] == [(1, 0), (1, 0)]

@@ -70,7 +70,8 @@ def test_run_report_in_browser(browser: Chromium, tmp_path: Path) -> None:
 
     # figures: every <img> is an embedded PNG that the browser decoded
     images = browser.evaluate("Array.from(document.images).map(i => [i.src.slice(0, 22), i.naturalWidth])")
-    assert len(images) == 9  # reward, heldout, kl, clip, tokens, credit share, adv mean, speak rate, eval bars
+    # reward, held-out, KL, clip, tokens, credit share, mean advantage, agent credit, speak rate, eval bars
+    assert len(images) == 10
     assert all(src == "data:image/png;base64," and width > 0 for src, width in images)
 
     # the transcript panel exists and shows one episode at a time
