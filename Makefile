@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: install
+	# the report test drives a real headless chromium (Debian's package; skipped if absent)
+	bash tests/report/install_chromium.sh
 	$(BIN)/python -m pytest -q
 
 demo: install

