@@ -116,3 +116,17 @@ def test_scoring() -> None:
     item = task.load("test", limit=1)[0]
     assert task.score(f"Adding them gives {item.reference}. The answer is {item.reference}.", item) == 1.0
     assert task.score(f"The answer is {int(item.reference) + 1}.", item) == 0.0
+
+
+def test_max_operand_bounds_the_sums_of_levels_1_and_2():
+    for level in (1, 2):
+        items = get_task("arith", level=level, max_operand=20).load("train", limit=200)
+        operands = [int(x) for item in items for x in re.findall(r"\d+", item.prompt)]
+        assert max(operands) <= 20 and min(operands) >= 1
+        assert all(f"/L{level}/m20/" in item.id for item in items)
+        # the references are still the values of the expressions
+        assert all(eval(item.prompt[len("What is "):-1]) == int(item.reference) for item in items)
+    # the default bound gives exactly the default items
+    assert get_task("arith", max_operand=99).load("test", limit=20) == get_task("arith").load("test", limit=20)
+    with pytest.raises(ConfigError, match="max_operand"):
+        get_task("arith", max_operand=1)

@@ -61,13 +61,13 @@ def split_of(prompt: str) -> str:
 
 # -- one generator per level: rng -> (prompt, answer) --
 
-def _level1(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(1, 99), rng.randint(1, 99)
+def _level1(rng: random.Random, top: int = 99) -> tuple[str, int]:
+    a, b = rng.randint(1, top), rng.randint(1, top)
     return f"What is {a} + {b}?", a + b
 
 
-def _level2(rng: random.Random) -> tuple[str, int]:
-    a, b, c = rng.randint(1, 99), rng.randint(1, 99), rng.randint(1, 99)
+def _level2(rng: random.Random, top: int = 99) -> tuple[str, int]:
+    a, b, c = rng.randint(1, top), rng.randint(1, top), rng.randint(1, top)
     op1, op2 = rng.choice("+-"), rng.choice("+-")
     b_signed = b if op1 == "+" else -b
     c_signed = c if op2 == "+" else -c
@@ -131,8 +131,14 @@ class ArithTask(Task):
     splits = ("train", "test")
     answer_instruction = "End with 'The answer is N.' where N is a number."
 
-    def __init__(self, level: int = 1) -> None:
+    def __init__(self, level: int = 1, max_operand: int = 99) -> None:
+        """``max_operand`` bounds the operands of the sums of levels 1 and 2 (default 99: 1-2 digit
+        numbers); a smaller bound makes an easier curriculum, e.g. ``max_operand=20`` for a small
+        model. Levels 3-5 ignore it."""
         self.level = _check_level(level, "level")
+        if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 2 <= max_operand <= 10**6:
+            raise ConfigError(f"arith: max_operand must be an integer from 2 to 1000000, got {max_operand!r}")
+        self.max_operand = max_operand
 
     def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
              seed: int = 0) -> list[TaskItem]:
@@ -146,14 +152,18 @@ class ArithTask(Task):
 
     def item(self, split: str, level: int, seed: int, index: int) -> TaskItem:
         """Item ``index`` of (seed, split, level), generated on its own (no earlier items needed)."""
-        rng = random.Random(_digest("arith", seed, split, level, index))
+        bounded = level in (1, 2) and self.max_operand != 99
+        # the default bound keeps the original seeds and ids, so existing item sets never change
+        extra = (f"m{self.max_operand}",) if bounded else ()
+        rng = random.Random(_digest("arith", seed, split, level, index, *extra))
         generate = _GENERATORS[level]
         while True:  # ends quickly: a draw lands in "test" with probability 1/5, "train" 4/5
-            prompt, answer = generate(rng)
+            prompt, answer = generate(rng, self.max_operand) if level in (1, 2) else generate(rng)
             if split_of(prompt) == split:
                 break
-        return TaskItem(id=f"arith/L{level}/s{seed}/{split}/{index}", prompt=prompt, reference=str(answer),
-                        metadata={"level": level, "seed": seed, "index": index})
+        tag = f"/m{self.max_operand}" if bounded else ""
+        return TaskItem(id=f"arith/L{level}{tag}/s{seed}/{split}/{index}", prompt=prompt, reference=str(answer),
+                        metadata={"level": level, "seed": seed, "index": index, "max_operand": self.max_operand})
 
     def extract(self, completion: str) -> str | None:
         """The completion's final number in canonical form (the GSM8K rule), or ``None``.
