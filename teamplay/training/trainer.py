@@ -179,8 +179,10 @@ class Trainer:
         step = self.state.step
         t0 = time.perf_counter()
         problems = self._next_problems(cfg.rollout.problems_per_step)
-        jobs = [RolloutJob(item=item, group_id=f"s{step}:{item.id}")
-                for item in problems for _ in range(cfg.rollout.group_size)]
+        # the problem's position is in the group id: a problem drawn twice in one step (a small
+        # training set) makes two groups, not one group of 2G
+        jobs = [RolloutJob(item=item, group_id=f"s{step}:{k}:{item.id}")
+                for k, item in enumerate(problems) for _ in range(cfg.rollout.group_size)]
         episodes = self.runner.run(jobs, seed=cfg.seed * 1_000_003 + step)
         t_rollout = time.perf_counter() - t0
 
