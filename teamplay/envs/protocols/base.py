@@ -20,9 +20,11 @@ Chat convention of every ``TurnRequest`` (``teamplay.agents.prompts`` relies on 
 assistant messages; ``chat[-1]`` user = the instruction for this turn.
 
 Speak/skip hook: before a turn for which ``may_skip`` is True, the driver calls
-``protocol.controller(TurnDecision) -> bool`` (True = speak). A skipped turn costs no generation and
-is recorded as a ``Message`` with ``spoke=False`` and ``text=""``. The default controller is None:
-every turn speaks. Learned controllers (regret matching) plug in through the ``controller`` option.
+``protocol.controller(TurnDecision)``, which returns a bool (True = speak) or a ``ControllerChoice``.
+A skipped turn costs no generation and is recorded as a ``Message`` with ``spoke=False`` and
+``text=""``; each decision is logged in ``Episode.metadata["controller"]``. The default controller is
+None: every turn speaks. Learned controllers (``teamplay.agents.controllers``, regret matching) plug
+in through the ``controller`` option.
 
 Subclassing (see ``configs/protocols/example_protocol.py``): set ``name``, ``roles`` (with default
 prompts and counts), ``Options`` if the protocol takes options, and implement ``schedule``,
@@ -92,8 +94,27 @@ class TurnDecision:
     rng: np.random.Generator
 
 
-#: ``controller(decision) -> True`` to speak, ``False`` to skip.
-Controller = Callable[[TurnDecision], bool]
+@dataclass(frozen=True)
+class ControllerChoice:
+    """A controller's answer with more than speak/skip (what learned controllers return).
+
+    Fields:
+        speak: True to speak, False to skip.
+        counterfactual: only with ``speak=False``: publish the turn anyway, marked
+            ``TurnRequest.metadata["counterfactual"] = True``, so the policy writes what it would have
+            said. The text is kept in the decision log, never in the transcript, and costs the team
+            no call (training uses it to value the unchosen *speak*).
+        record: JSON-ready facts the learner needs later (information state, prices, ...), copied
+            into this decision's entry of ``Episode.metadata["controller"]``.
+    """
+
+    speak: bool
+    counterfactual: bool = False
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: ``controller(decision) -> True`` to speak, ``False`` to skip, or a ``ControllerChoice``.
+Controller = Callable[[TurnDecision], bool | ControllerChoice]
 
 
 class ProtocolOptions(BaseModel):

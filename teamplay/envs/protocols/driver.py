@@ -8,21 +8,32 @@ simultaneous is planned whole when it starts (every request built from the state
 the round, every speak/skip decision made then); other rounds are planned one turn at a time, so a
 turn sees the messages written before it in the same round. Skipped turns are recorded in schedule
 order as ``Message(spoke=False, text="")`` and cost no call.
+
+Controller decisions: every call of the protocol's controller adds one plain dict to the episode's
+``metadata["controller"]`` (``agent``, ``stage``, ``round``, ``spoke``, plus the ``record`` of a
+``ControllerChoice``). A skipped turn whose choice asks for a *counterfactual* stays pending: its
+request, marked ``metadata["counterfactual"] = True``, is answered like any other turn (so a
+rollout runner batches it with the real turns of that step), but the answer goes into the log entry
+(``counterfactual_text``, ``counterfactual_tokens``), and the transcript gets the usual skipped
+message. ``metadata["counterfactual_tokens"]`` sums those tokens; ``Episode.tokens`` and
+``calls`` exclude them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from teamplay.agents.backends.base import ChatMessage, Generation, TurnRequest
 from teamplay.agents.roles import Team
-from teamplay.envs.protocols.base import Protocol, ProtocolState, TurnDecision, TurnSpec
+from teamplay.envs.protocols.base import ControllerChoice, Protocol, ProtocolState, TurnDecision, TurnSpec
 from teamplay.envs.records import Episode, Message, TaskItem
 from teamplay.envs.tasks.base import Task
 
@@ -50,11 +61,22 @@ def render_chat(chat: Sequence[ChatMessage]) -> str:
 
 @dataclass(frozen=True)
 class PlannedTurn:
-    """A turn whose request is built; ``speak`` False means the controller skipped it."""
+    """A turn whose request is built; ``speak`` False means the controller skipped it.
+
+    ``counterfactual`` (only when skipped): the turn is still answered, for the controller's log
+    only. ``log_index``: this turn's entry in the decision log (None when no controller was asked).
+    """
 
     turn: TurnSpec
     request: TurnRequest
     speak: bool = True
+    counterfactual: bool = False
+    log_index: int | None = None
+
+    @property
+    def acts(self) -> bool:
+        """Whether an agent must answer this turn (spoken or counterfactual)."""
+        return self.speak or self.counterfactual
 
     @functools.cached_property
     def observation(self) -> str:
@@ -91,6 +113,7 @@ class EpisodeDriver:
         self._next = 0
         self._initial: tuple[str | None] | None = None
         self._truncated: list[int] = []
+        self._decisions: list[dict[str, Any]] = []
         self._rng = np.random.default_rng()
 
     def _check_plan(self) -> None:
@@ -117,6 +140,7 @@ class EpisodeDriver:
         self._next = 0
         self._initial = None
         self._truncated = []
+        self._decisions = []
         self._rng = rng
         self._advance()
 
@@ -132,7 +156,7 @@ class EpisodeDriver:
     def pending_turns(self) -> tuple[PlannedTurn, ...]:
         """Every planned, not yet answered turn: the rest of the current round when it is
         simultaneous, else just the next turn."""
-        return tuple(p for p in self._queue if p.speak)
+        return tuple(p for p in self._queue if p.acts)
 
     def submit(self, action: str | Generation | None) -> Message:
         """Record ``action`` as the pending turn's message and move on; returns the message."""
@@ -142,7 +166,13 @@ class EpisodeDriver:
         if planned is None:
             raise RuntimeError("the episode is over: no turn is pending")
         message = self._message(planned, action)
-        if isinstance(action, Generation) and action.truncated:
+        if not planned.speak:  # a counterfactual answer: logged, not said
+            assert planned.log_index is not None
+            self._decisions[planned.log_index].update(
+                counterfactual_text=message.text, counterfactual_tokens=message.n_tokens,
+                counterfactual_answer=message.answer)
+            message = _skipped(planned.turn)
+        elif isinstance(action, Generation) and action.truncated:
             self._truncated.append(len(self.state.messages))
         self._queue.pop(0)
         self._record(message)
@@ -155,10 +185,8 @@ class EpisodeDriver:
         """Plan turns until one must be answered, recording skipped ones; finish at the end."""
         assert self.state is not None
         while True:
-            while self._queue and not self._queue[0].speak:
-                skipped = self._queue.pop(0).turn
-                self._record(Message(agent=skipped.agent, role=skipped.role, round=skipped.round,
-                                     stage=skipped.stage, text="", spoke=False))
+            while self._queue and not self._queue[0].acts:
+                self._record(_skipped(self._queue.pop(0).turn))
             if self._queue:
                 return
             if self._next >= len(self.plan):
@@ -184,12 +212,20 @@ class EpisodeDriver:
     def _planned(self, turn: TurnSpec) -> PlannedTurn:
         assert self.state is not None
         request = self.protocol.build_request(self.state, turn)
-        speak = True
         controller = self.protocol.controller
-        if controller is not None and self.protocol.may_skip(self.state, turn):
-            speak = bool(controller(TurnDecision(turn=turn, rounds=self.rounds, request=request,
-                                                 rng=self._rng)))
-        return PlannedTurn(turn=turn, request=request, speak=speak)
+        if controller is None or not self.protocol.may_skip(self.state, turn):
+            return PlannedTurn(turn=turn, request=request)
+        choice = controller(TurnDecision(turn=turn, rounds=self.rounds, request=request, rng=self._rng))
+        if not isinstance(choice, ControllerChoice):
+            choice = ControllerChoice(speak=bool(choice))
+        counterfactual = choice.counterfactual and not choice.speak
+        self._decisions.append({"agent": turn.agent, "stage": turn.stage, "round": turn.round,
+                                "spoke": choice.speak, **choice.record})
+        if counterfactual:
+            request = dataclasses.replace(
+                request, metadata=MappingProxyType({**request.metadata, "counterfactual": True}))
+        return PlannedTurn(turn=turn, request=request, speak=choice.speak, counterfactual=counterfactual,
+                           log_index=len(self._decisions) - 1)
 
     def _message(self, planned: PlannedTurn, action: Any) -> Message:
         turn, request = planned.turn, planned.request
@@ -233,6 +269,10 @@ class EpisodeDriver:
             agent_answers=answers,
             agent_correct={a: float(self.task.score_answer(ans, item)) for a, ans in answers.items()})
 
+    def decisions(self) -> list[dict[str, Any]]:
+        """The controller decisions of the current episode so far (copies)."""
+        return [dict(d) for d in self._decisions]
+
     def episode(self) -> Episode:
         """The finished episode's record. Raises ``RuntimeError`` while turns remain."""
         if self.state is None or self.result is None:
@@ -242,6 +282,9 @@ class EpisodeDriver:
         metadata = {"protocol": self.protocol.name, "initial_answer": self.result.initial_answer,
                     "skipped": sum(not m.spoke for m in messages),
                     "truncated_turns": list(self._truncated)}
+        if self._decisions:
+            metadata["controller"] = [dict(d) for d in self._decisions]
+            metadata["counterfactual_tokens"] = sum(d.get("counterfactual_tokens", 0) for d in self._decisions)
         metadata.update(self.protocol.episode_metadata(self.state))
         return Episode(
             problem_id=self.state.item.id, group_id=self.group_id, agents=self.agents,
@@ -249,3 +292,9 @@ class EpisodeDriver:
             agent_answers=self.result.agent_answers, agent_correct=self.result.agent_correct,
             tokens=sum(m.n_tokens for m in messages), calls=sum(m.spoke for m in messages),
             metadata=metadata)
+
+
+def _skipped(turn: TurnSpec) -> Message:
+    """The transcript record of a turn the controller skipped."""
+    return Message(agent=turn.agent, role=turn.role, round=turn.round, stage=turn.stage, text="",
+                   spoke=False)
