@@ -84,13 +84,18 @@ def eval_command(
     temperature: float | None = typer.Option(None, help="Sampling temperature (0 = greedy)."),
     max_new_tokens: int | None = typer.Option(None, help="Tokens per message at most."),
     seed: int | None = typer.Option(None, help="Seed."),
-    checkpoint: str | None = typer.Option(None, help="Evaluate the adapters of a trained run."),
+    checkpoint: str | None = typer.Option(None, help="Evaluate the adapters (and controller tables) "
+                                                     "of a trained run."),
     output: str | None = typer.Option(None, "--output", "-o", help="Output folder."),
+    compare_always_speak: bool = typer.Option(
+        True, "--compare-always-speak/--no-compare-always-speak",
+        help="With controllers enabled: also run the same team with always_speak on the same items "
+             "and print both side by side."),
 ) -> None:
     """Evaluate a team on a benchmark: accuracy, cost and correction metrics."""
     from teamplay.training.evaluation import evaluate
     from teamplay.training.rollout import RolloutRunner
-    from teamplay.training.setup import build_backend, env_factory, load_items, sampling_params
+    from teamplay.training.setup import build_backend, env_factory, load_controllers, load_items, sampling_params
 
     overrides = _shortcut_overrides(**{
         "task.name": task, "task.split": split, "task.source": source, "task.limit": limit,
@@ -100,20 +105,56 @@ def eval_command(
         "output_dir": output}) + list(set_)
     cfg = load_config(EvalConfig, config, overrides)
     task_obj, items = load_items(cfg.task)
-    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team)
+    controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
+    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
+                                 controller=controllers.controller() if controllers else None)
     backend_obj = build_backend(cfg.model, cfg.backend, team)
-    runner = RolloutRunner(make_env, backend_obj, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # the always-speak baseline: same team, items, seed and backend; only the controller differs
+    runs = {"metrics": (make_env, "transcripts.jsonl", cfg.controllers.mode if controllers else "")}
+    if controllers is not None and compare_always_speak and cfg.controllers.mode != "always_speak":
+        baseline_env, _ = env_factory(task_obj, cfg.protocol, team, controller=controllers.controller("always_speak"))
+        runs["always_speak"] = (baseline_env, "always_speak_transcripts.jsonl", "always_speak")
+    results: dict[str, Any] = {"config": cfg.model_dump(mode="json")}
+    measured = {}
     with progress_bar() as bar:
-        job = bar.add_task(f"eval {cfg.task.name}/{cfg.protocol.name}", total=len(items) * cfg.samples)
-        episodes, metrics = evaluate(runner, task_obj, items, samples=cfg.samples, seed=cfg.seed,
-                                     transcripts_path=out / "transcripts.jsonl",
-                                     on_episode=lambda _: bar.advance(job))
-    results = {"config": cfg.model_dump(mode="json"), "metrics": metrics.to_dict()}
+        for key, (factory, transcripts, label) in runs.items():
+            runner = RolloutRunner(factory, backend_obj, sampling_params(cfg.sampling),
+                                   max_batch=cfg.backend.max_batch)
+            job = bar.add_task(f"eval {cfg.task.name}/{cfg.protocol.name} {label}".rstrip(),
+                               total=len(items) * cfg.samples)
+            _, measured[key] = evaluate(runner, task_obj, items, samples=cfg.samples, seed=cfg.seed,
+                                        transcripts_path=out / transcripts,
+                                        on_episode=lambda _, job=job: bar.advance(job))
+            results[key] = measured[key].to_dict()
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    metrics = measured["metrics"]
     console.print(metrics_table(f"{cfg.task.name} ({len(items)} problems) / {cfg.protocol.name}", metrics))
-    console.print(f"wrote {out / 'results.json'} and {out / 'transcripts.jsonl'}")
+    if "always_speak" in measured:
+        console.print(controller_table(f"speak/skip controllers ({cfg.controllers.mode}) vs always_speak",
+                                       cfg.controllers.mode, metrics, measured["always_speak"]))
+    console.print(f"wrote {out / 'results.json'} and {', '.join(str(out / r[1]) for r in runs.values())}")
+
+
+def controller_table(title: str, mode: str, controlled, always) -> Table:
+    """Accuracy, cost and speak rates of a controlled team next to the same team always speaking."""
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column(mode, justify="right")
+    table.add_column("always_speak", justify="right")
+    table.add_row("team accuracy", f"{controlled.team_accuracy:.3f}", f"{always.team_accuracy:.3f}")
+    table.add_row("tokens / problem", f"{controlled.tokens_per_problem:.1f}", f"{always.tokens_per_problem:.1f}")
+    table.add_row("model calls / problem", f"{controlled.calls_per_problem:.2f}",
+                  f"{always.calls_per_problem:.2f}")
+    rates, base = controlled.extra.get("speak_rate", {}), always.extra.get("speak_rate", {})
+    for key in sorted(set(rates) | set(base)):
+        shown = (f"{rates[key]:.3f}" if key in rates else "-", f"{base[key]:.3f}" if key in base else "-")
+        table.add_row(f"  speak rate {key}", *shown)
+    saved = always.tokens_per_problem - controlled.tokens_per_problem
+    share = f" ({saved / always.tokens_per_problem:.0%})" if always.tokens_per_problem > 0 else ""
+    table.add_row("tokens saved / problem", f"{saved:.1f}{share}", "")
+    return table
 
 
 def metrics_table(title: str, metrics) -> Table:

@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from teamplay.agents.controllers import ControllerConfig
 from teamplay.agents.roles import Team
 from teamplay.errors import ConfigError
 
@@ -98,6 +99,9 @@ class EvalConfig(_Section):
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="Team protocol.")
     team: Team | None = Field(None, description="Roles; None uses the protocol's default team.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Base model.")
+    controllers: ControllerConfig = Field(
+        default_factory=ControllerConfig, description="Learned speak/skip controllers; their tables come "
+                                                      "from model.checkpoint (teamplay eval --checkpoint).")
     backend: BackendConfig = Field(default_factory=BackendConfig, description="Generation backend.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Decoding.")
     samples: int = Field(1, ge=1, description="Episodes per problem.")
@@ -237,6 +241,9 @@ class TrainConfig(_Section):
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="Team protocol.")
     team: Team | None = Field(None, description="Roles; None uses the protocol's default team.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Base model and LoRA.")
+    controllers: ControllerConfig = Field(
+        default_factory=ControllerConfig, description="Learned speak/skip controllers, trained by regret "
+                                                      "matching alongside the adapters.")
     backend: BackendConfig = Field(default_factory=BackendConfig, description="Generation backend.")
     sampling: SamplingConfig = Field(
         default_factory=lambda: SamplingConfig(temperature=1.0), description="Decoding for training "

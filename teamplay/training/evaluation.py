@@ -11,6 +11,8 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   round (``Episode.metadata["initial_answer"]``); ``wrong_to_right`` / ``right_to_wrong``:
   fraction of episodes whose answer review or debate turned from wrong to right / right to wrong.
 * ``tokens_per_problem``, ``calls_per_problem``: completion tokens and model calls per episode.
+* ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
+  the fraction of its decisions that spoke (``teamplay.agents.controllers.speak_rates``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teamplay.agents.controllers import speak_rates
 from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.training.rollout import RolloutJob, RolloutRunner
@@ -87,6 +90,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         calls_per_problem=sum(ep.calls for ep in episodes) / n,
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+        extra={"speak_rate": rates} if (rates := speak_rates(episodes)) else {},
     )
 
 

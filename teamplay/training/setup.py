@@ -6,18 +6,23 @@ thing everywhere.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 from teamplay.agents.backends import get_backend
 from teamplay.agents.backends.base import GenerationBackend, SamplingParams
+from teamplay.agents.controllers import ControllerConfig, TeamControllers
 from teamplay.agents.roles import Team
 from teamplay.config import BackendConfig, ModelConfig, ProtocolConfig, SamplingConfig, TaskConfig
 from teamplay.envs.protocols import get_protocol
+from teamplay.envs.protocols.base import Controller
 from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks import get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
+from teamplay.errors import ConfigError
 
 
 def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:
@@ -27,13 +32,29 @@ def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:
     return task, items
 
 
-def env_factory(task: Task, protocol_cfg: ProtocolConfig, team: Team | None) -> tuple[Callable[[], TeamEnv], Team]:
+def env_factory(task: Task, protocol_cfg: ProtocolConfig, team: Team | None,
+                controller: Controller | None = None) -> tuple[Callable[[], TeamEnv], Team]:
     """A factory of fresh envs and the (validated) team they use.
 
+    ``controller`` (e.g. ``TeamControllers.controller("train")``) becomes the protocol's
+    ``controller`` option; a protocol without skippable turns refuses it with a ConfigError.
     Building one env up front validates the protocol and team, so config errors surface before
     any model is loaded.
     """
-    protocol = get_protocol(protocol_cfg.name, **protocol_cfg.options)
+    options = dict(protocol_cfg.options)
+    if controller is not None:
+        if "controller" in options:
+            raise ConfigError("protocol.options.controller: set controllers in the `controllers:` "
+                              "section, not as a protocol option")
+        options["controller"] = controller
+    try:
+        protocol = get_protocol(protocol_cfg.name, **options)
+    except ConfigError as exc:
+        if controller is not None and "unknown option 'controller'" in str(exc):
+            raise ConfigError(f"controllers.enabled: protocol {protocol_cfg.name!r} has no skippable "
+                              f"turns (use proposer_reviewer, debate, or a YAML protocol with "
+                              f"`skippable: true`)") from None
+        raise
     probe = TeamEnv(task, protocol, team)
     return partial(TeamEnv, task, protocol, probe.team), probe.team
 
@@ -79,3 +100,42 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
     if adapters_dir is not None:
         team_model.load_adapters(adapters_dir)
     return team_model
+
+
+def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> TeamControllers:
+    """Controllers for evaluation, their tables read from ``checkpoint``'s ``extra_state.json``.
+
+    ``checkpoint`` is a run folder (its latest checkpoint is used) or a checkpoint folder. Tables
+    are required unless ``cfg.mode`` is ``always_speak``: evaluating learned controllers without
+    their tables would silently evaluate an always-speaking team.
+    """
+    from teamplay.training.checkpoint import latest_checkpoint
+
+    controllers = TeamControllers(cfg)
+    if checkpoint is None:
+        if cfg.mode != "always_speak":
+            raise ConfigError(f"controllers.mode={cfg.mode!r} needs learned tables: pass --checkpoint RUN "
+                              f"(a run trained with controllers.enabled), or use mode always_speak")
+        return controllers
+    path = Path(checkpoint)
+    if (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise ConfigError(f"run folder {path} has no complete checkpoint yet")
+        path = latest
+    extra = path / "extra_state.json"
+    if not extra.is_file():
+        raise ConfigError(f"controllers: {path} is not a checkpoint folder (no extra_state.json); pass a "
+                          f"run folder or one of its checkpoints/step-N folders")
+    try:
+        data = json.loads(extra.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"controllers: {extra} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if "controllers" not in data:
+        raise ConfigError(f"controllers.enabled: checkpoint {path} has no controller tables (the run was "
+                          f"trained without controllers); set controllers.enabled=false")
+    try:
+        controllers.load_state_dict(data["controllers"])
+    except ValueError as exc:
+        raise ConfigError(f"controllers: {extra}: {exc}") from None
+    return controllers

@@ -17,6 +17,14 @@ What one step really does:
     6. log metrics, evaluate on held-out problems every `eval_every` steps, checkpoint every
        `checkpoint_every` steps (atomically).
 
+With `controllers.enabled`, the rollouts of step 2 ask a learned speak/skip controller before each
+skippable turn (sampling its current strategy; a skipped review or debate turn is generated anyway,
+in the same batched call, to value the unchosen speak), and right after the rollouts, before the
+credit and the LoRA update, the controller tables take one regret update per logged decision
+(`teamplay.agents.controllers`). The tables do not enter the loss, so the order only matters for
+what the metrics of a step describe. They are saved in each checkpoint's `extra_state.json` under
+"controllers" and restored exactly on resume.
+
 The ratio in step 5 is between the current weights and the weights that generated the rollout,
 so with several epochs it moves away from 1 and the clip is active (unlike implementations that
 recompute "old" log-probs right before the step). Frozen roles' adapters and the base weights are
@@ -40,6 +48,7 @@ import numpy as np
 import torch
 import yaml
 
+from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.agents.roles import Team
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, assign
@@ -109,8 +118,13 @@ class Trainer:
                 self.eval_task, self.eval_items = load_items(cfg.eval_task)
         if not self.items:
             raise ConfigError("task: no training items were loaded")
-        self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team)
-        if self.eval_task is not self.task:
+        self.controllers = TeamControllers(cfg.controllers) if cfg.controllers.enabled else None
+        train_ctrl = self.controllers.controller("train") if self.controllers else None
+        self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team, controller=train_ctrl)
+        if self.controllers is not None:  # held-out evaluation decides as `teamplay eval` would
+            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team,
+                                                controller=self.controllers.controller())
+        elif self.eval_task is not self.task:
             self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
         else:
             self.make_eval_env = self.make_env
@@ -186,8 +200,9 @@ class Trainer:
         episodes = self.runner.run(jobs, seed=cfg.seed * 1_000_003 + step)
         t_rollout = time.perf_counter() - t0
 
-        groups = group_episodes(episodes)
         by_id = {item.id: item for item in problems}
+        controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
+        groups = group_episodes(episodes)
         active = self._active_adapters(step)
         samples: list[PolicySample] = []
         credited: list[tuple[Episode, np.ndarray]] = []
@@ -231,6 +246,7 @@ class Trainer:
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
+            **controller_metrics,
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
@@ -317,6 +333,20 @@ class Trainer:
                                 beta=obj.kl_beta, loss_agg=obj.loss_agg)
         return loss, stats, entropy
 
+    def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
+        """Regret updates from this step's decision logs; the step's controller metrics."""
+        assert self.controllers is not None
+        task = self.task
+
+        def judge(answer: str, problem_id: str) -> bool:
+            return task.score_answer(answer, by_id[problem_id]) >= 0.5
+
+        stats = self.controllers.learn(episodes, judge)
+        return {"speak_rate": speak_rates(episodes),
+                "speak_prob_average": self.controllers.summary(),
+                "controller_updates": stats.updates,
+                "counterfactual_tokens": stats.counterfactual_tokens}
+
     # ----------------------------------------------------------------------------- helpers
     def _lr_factor(self, step: int) -> float:
         cfg = self.cfg.optim
@@ -369,6 +399,8 @@ class Trainer:
         }
 
     def _checkpoint(self) -> Path:
+        if self.controllers is not None:
+            self.extra_state["controllers"] = self.controllers.state_dict()
         return save_checkpoint(self.run_dir, self.state, self.team_model, self.optimizer, self.scheduler,
                                self.extra_state, self.cfg.model_dump(mode="json"), self.cfg.keep_checkpoints)
 
@@ -386,6 +418,11 @@ class Trainer:
         set_rng_state(data["rng"])
         self.state = data["state"]
         self.extra_state = data["extra"]
+        if self.controllers is not None:
+            if "controllers" not in self.extra_state:
+                raise ConfigError(f"--resume {resume}: checkpoint {path} has no controller tables but "
+                                  f"controllers.enabled is true; resume with the run's own config")
+            self.controllers.load_state_dict(self.extra_state["controllers"])
         return path
 
 
