@@ -1,0 +1,201 @@
+"""What every benchmark shares: the ``Result`` record, the machine description, the embedded-model
+helpers, and the rewriting of one table region of BENCHMARKS.md.
+
+A benchmark module exposes ``run(quick: bool = False, ...) -> Result``. Speed and memory are
+reported as RATIOS of two variants measured side by side in the same process (or the same
+command); absolute seconds are kept in ``Result.data`` for the curious but are noisy on a shared
+machine.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: the embedded default model (``teamplay.agents.models.SMOLLM2_ALIAS``)
+EMBEDDED_MODEL = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one benchmark run produced.
+
+    Fields:
+        name: the benchmark's name (its module name; the ``bench:NAME`` markers of BENCHMARKS.md).
+        table: a markdown table of the figures (no surrounding prose).
+        headline: one line for the README: the ratio and whether the target is met.
+        target_met: whether the stated target was reached; ``None`` when the benchmark has no
+            pass/fail target.
+        notes: sentences printed under the table (how to read it, what was extrapolated).
+        data: the raw numbers (seconds, tokens, bytes, settings), JSON-serialisable.
+    """
+
+    name: str
+    table: str
+    headline: str
+    target_met: bool | None
+    notes: tuple[str, ...] = ()
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def markdown(self, command: str, machine: str) -> str:
+        """The region written between this benchmark's markers: command, table, notes."""
+        lines = [f"Command: `{command}` ({machine}).", "", self.table, ""]
+        lines += [f"{note}" for note in self.notes]
+        lines += ["", f"**Result:** {self.headline}"]
+        return "\n".join(lines).strip() + "\n"
+
+
+# ---------------------------------------------------------------------------------- machine
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (``platform.processor()`` where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    match = re.search(r"^model name\s*:\s*(.+)$", text, flags=re.MULTILINE)
+    return match.group(1).strip() if match else (platform.processor() or "unknown CPU")
+
+
+def ram_gib() -> float | None:
+    """Total RAM in GiB from /proc/meminfo; ``None`` where it cannot be read."""
+    try:
+        text = Path("/proc/meminfo").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    match = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, flags=re.MULTILINE)
+    return int(match.group(1)) / 2**20 if match else None
+
+
+def machine_info() -> dict[str, Any]:
+    """Cores, CPU model, RAM, library versions, date and load average of this machine, now."""
+    import torch
+    import transformers
+
+    ram = ram_gib()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "date": _dt.date.today().isoformat(),
+        "cores": os.cpu_count(),
+        "cpu": cpu_model(),
+        "ram_gib": round(ram, 1) if ram is not None else None,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1min": round(load[0], 2) if load else None,
+    }
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    """One line naming the machine, e.g. ``2 cores AMD EPYC, 23.4 GiB RAM, torch 2.13.0, 2026-01-05``."""
+    ram = f"{info['ram_gib']} GiB RAM" if info["ram_gib"] is not None else "RAM unknown"
+    return (f"{info['cores']} cores {info['cpu']}, {ram}, torch {info['torch']}, "
+            f"transformers {info['transformers']}, {info['date']}, load average "
+            f"{info['load_average_1min']} at start")
+
+
+# ---------------------------------------------------------------------------------- timing
+def set_threads(n: int) -> None:
+    """Use ``n`` torch CPU threads (0 = torch's default). One thread is the default of the suite:
+    on a machine shared with other jobs, OpenMP threads that wait for a busy core spin, and a
+    2-thread batch-1 generate ran 4-7x slower than a 1-thread one here; one thread gives stable
+    ratios."""
+    import torch
+
+    if n < 0:
+        raise ValueError(f"threads must be >= 0, got {n}")
+    if n:
+        torch.set_num_threads(n)
+
+
+class Stopwatch:
+    """Accumulates wall time under named parts: ``with watch("env"): ...``; ``watch.seconds["env"]``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, part: str) -> Iterator[None]:
+        import time
+
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - start
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}×"
+
+
+def fmt_pct(x: float) -> str:
+    return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table; cells are written with ``str``."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- the model
+def load_team_model(model: str, team, r: int = 8, alpha: int = 16, seed: int = 0):
+    """``TeamModel`` of ``model`` (alias, local folder or hub id) with one LoRA adapter per adapter
+    of ``team``, built exactly as ``teamplay train`` builds it (``build_team_model``)."""
+    from teamplay.config import LoraConfig, ModelConfig
+    from teamplay.training.setup import build_team_model
+
+    cfg = ModelConfig(name=model, lora=LoraConfig(r=r, alpha=alpha))
+    return build_team_model(cfg, team, seed=seed)
+
+
+def arith_items(n: int, split: str = "test", seed: int = 0):
+    """The arith task (level 1) and its first ``n`` items of ``split``."""
+    from teamplay.envs.tasks import get_task
+
+    task = get_task("arith", level=1)
+    return task, task.load(split, limit=n, seed=seed)
+
+
+# ---------------------------------------------------------------------------------- BENCHMARKS.md
+def marker(name: str, end: bool) -> str:
+    return f"<!-- bench:{name}:{'end' if end else 'start'} -->"
+
+
+def replace_region(text: str, name: str, content: str) -> str:
+    """``text`` with the region between ``bench:NAME`` markers replaced by ``content``.
+
+    The markers themselves and everything outside them (hand-written prose) are kept. When the
+    markers are absent, a new section ``## NAME`` holding them is appended at the end, so a
+    benchmark added later still gets written. Raises ValueError when the markers are present but
+    out of order or repeated (editing the file by hand went wrong; fix the markers).
+    """
+    start, end = marker(name, end=False), marker(name, end=True)
+    n_start, n_end = text.count(start), text.count(end)
+    if n_start == 0 and n_end == 0:
+        return text.rstrip("\n") + f"\n\n## {name}\n\n{start}\n{content.rstrip()}\n{end}\n"
+    if n_start != 1 or n_end != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"BENCHMARKS.md: expected one {start} followed by one {end}; found {n_start} "
+                         f"start and {n_end} end marker(s). Fix the markers by hand")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{content.rstrip()}\n{end}{tail}"
+
+
+def write_regions(path: Path, regions: dict[str, str]) -> None:
+    """Rewrite the named regions of ``path`` (created when missing); written atomically."""
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    for name, content in regions.items():
+        text = replace_region(text, name, content)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,100 @@
+"""Smoke tests of the benchmark suite: every benchmark's quickest path on the tiny random model,
+and the rewriting of BENCHMARKS.md regions. No figure is asserted: timings belong in the
+benchmarks, never in tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import credit_fraction, lora_memory, rollout_batching, rollout_overhead, trainer_vs_trl
+from benchmarks.__main__ import main
+from benchmarks.common import Result, marker, replace_region
+from tests.tiny import save_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def _check(result: Result, name: str) -> None:
+    assert result.name == name
+    lines = result.table.splitlines()
+    assert lines[0].startswith("| ") and set(lines[1]) <= set("|-")
+    assert len(lines) >= 3  # a header, the rule, at least one row
+    assert result.headline
+
+
+def test_rollout_batching_quick(tiny_model):
+    result = rollout_batching.run(quick=True, model=tiny_model)
+    _check(result, "rollout_batching")
+    (comparison,) = result.data["comparisons"]
+    # greedy: batching must not change a single token; one lock-step call vs one call per job
+    assert comparison["identical"] == comparison["episodes"] == 4
+    assert comparison["generate_calls_batched"] == 1 and comparison["generate_calls_sequential"] == 4
+
+
+def test_rollout_overhead_quick(tiny_model):
+    result = rollout_overhead.run(quick=True, model=tiny_model)  # raises if the variants' tokens differ
+    _check(result, "rollout_overhead")
+    assert result.data["prompts"] == 4
+
+
+def test_credit_fraction_quick(tiny_model):
+    result = credit_fraction.run(quick=True, model=tiny_model)
+    _check(result, "credit_fraction")
+    gen = result.data["generation"]
+    assert gen["episodes"] == 2 and gen["messages"] == 8  # 1 problem x 2 episodes x 4 solvers
+    assert set(result.data["fractions"]) == {"shapley_exact_8_agents", "grpo", "gspo", "shapley",
+                                             "shapley_prm", "shape_max"}
+
+
+def test_trainer_vs_trl_quick(tiny_model):
+    pytest.importorskip("trl", reason="trainer_vs_trl compares against TRL (pip install 'trl>=1.16')")
+    result = trainer_vs_trl.run(quick=True, model=tiny_model)  # raises if the length was not forced
+    _check(result, "trainer_vs_trl")
+    assert len(result.data["teamplay_step_seconds"]) == len(result.data["trl_step_seconds"]) == 2
+
+
+@pytest.mark.slow  # four fresh interpreters importing torch: about 20-30 s
+def test_lora_memory_quick(tiny_model):
+    result = lora_memory.run(quick=True, model=tiny_model)
+    _check(result, "lora_memory")
+    assert set(result.data["peak_rss_kib"]) == set(lora_memory.MODES)
+
+
+def test_main_quick_rewrites_only_its_region(tmp_path):
+    out = tmp_path / "BENCH.md"
+    out.write_text(f"# Title\n\nProse before.\n\n{marker('cosac_bandit', False)}\nold table\n"
+                   f"{marker('cosac_bandit', True)}\n\nProse after.\n", encoding="utf-8")
+    main(["cosac_bandit", "--quick", "--output", str(out)])
+    first = out.read_text(encoding="utf-8")
+    assert first.startswith("# Title\n\nProse before.\n\n") and first.endswith("\n\nProse after.\n")
+    assert "old table" not in first and "| K | COSAC |" in first
+    assert "`python -m benchmarks cosac_bandit`" in first
+    main(["cosac_bandit", "--quick", "--output", str(out)])
+    assert out.read_text(encoding="utf-8") == first  # same seeds, same table: idempotent
+
+
+def test_main_rejects_unknown_names(capsys):
+    with pytest.raises(SystemExit):
+        main(["rollout_batchin"])
+    assert "unknown benchmark(s) ['rollout_batchin']" in capsys.readouterr().err
+
+
+def test_replace_region_keeps_prose_and_appends_missing_sections():
+    text = f"intro\n{marker('a', False)}\nx\n{marker('a', True)}\noutro\n"
+    assert replace_region(text, "a", "new\n") == f"intro\n{marker('a', False)}\nnew\n{marker('a', True)}\noutro\n"
+    appended = replace_region("intro\n", "b", "table")
+    assert appended == f"intro\n\n## b\n\n{marker('b', False)}\ntable\n{marker('b', True)}\n"
+
+
+@pytest.mark.parametrize("broken", [
+    "{end}\n{start}\n",  # out of order
+    "{start}\n{start}\n{end}\n",  # repeated start
+    "{start}\nno end\n",  # missing end
+])
+def test_replace_region_refuses_broken_markers(broken):
+    text = broken.format(start=marker("a", False), end=marker("a", True))
+    with pytest.raises(ValueError, match="bench:a"):
+        replace_region(text, "a", "new")
