@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     info = machine_info()
     line = machine_line(info)
     print(f"# {line}", flush=True)
+    output = args.output if args.output is not None else (None if args.quick else DEFAULT_OUTPUT)
     regions, raw = {}, {"machine": info, "quick": args.quick, "results": {}}
     for name in names:
         start = time.perf_counter()
@@ -58,14 +59,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
         regions[name] = result.markdown(command_of(name, args.model, args.threads), line)
         raw["results"][name] = {"headline": result.headline, "target_met": result.target_met,
                                 "seconds": seconds, "data": result.data}
-    if set(names) == set(BENCHMARKS):
-        regions["machine"] = _machine_region(info)
-    output = args.output if args.output is not None else (None if args.quick else DEFAULT_OUTPUT)
+        # written after each benchmark: a later failure does not lose the figures already measured
+        if output is not None:
+            write_regions(output, {name: regions[name]})
+        if args.json is not None:
+            args.json.write_text(json.dumps(raw, indent=2, default=str), encoding="utf-8")
+    if set(names) == set(BENCHMARKS) and output is not None:
+        write_regions(output, {"machine": _machine_region(info)})
     if output is not None:
-        write_regions(output, regions)
         print(f"\nupdated {output.name}: {', '.join(regions)}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(raw, indent=2, default=str), encoding="utf-8")
     return raw
 
 

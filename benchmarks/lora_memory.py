@@ -1,16 +1,20 @@
 """Peak memory of a 4-role team: per-role LoRA adapters on one base model vs 4 full model copies.
 
 Each variant runs in a fresh Python subprocess that does the same work and reports its peak
-resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``):
+resident set size: ``VmHWM`` of /proc/self/status where there is one. Not ``getrusage``'s
+``ru_maxrss``: Linux carries the parent's peak into a forked child's ``ru_maxrss`` across exec, so
+a child of a big parent (the suite after the trainer benchmark) would report the parent's peak.
 
 * ``baseline``: import torch, transformers, peft and teamplay; nothing else. Subtracted from the
   others, so the figures are the memory of the models and their work;
-* ``one``: one model (``load_model``) with one LoRA adapter: the single-agent reference;
+* ``one``: one model (``load_model``) with one LoRA adapter doing the work 4 times: the
+  single-agent reference (same number of batches as the team, so allocator growth from repeated
+  work is not charged to the adapters);
 * ``team``: one model, 4 LoRA adapters (``TeamModel``, one per role), as teamplay runs a team;
 * ``copies``: 4 ``load_model`` copies, each with its own LoRA adapter (one model per role, as
   systems without shared-base adapters run a team).
 
-The work, per adapter (``team``) or per copy (``copies``), once for ``one``: generate a batch of 8
+The work, per adapter (``team``), per copy (``copies``), or 4 times for ``one``: generate a batch of 8
 arith prompts (24 new tokens, greedy), then one forward and backward of the completions'
 log-probs. Every copy gets a LoRA adapter rather than full fine-tuning, so the comparison isolates
 the sharing of the base weights (full fine-tuning of 4 copies would also hold 4 sets of gradients
@@ -27,6 +31,7 @@ import json
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, set_threads
 
@@ -54,7 +59,7 @@ def _work(team_model, adapter: str, n_prompts: int, max_new: int) -> None:
 
 
 def worker(mode: str, model: str, n_prompts: int, max_new: int) -> int:
-    """Run ``mode`` in this process; returns the peak RSS in KiB (Linux reports ru_maxrss in KiB)."""
+    """Run ``mode`` in this process; returns its peak RSS in KiB."""
     import peft  # noqa: F401  (the baseline imports what every variant imports)
     import torch  # noqa: F401
     import transformers  # noqa: F401
@@ -65,7 +70,9 @@ def worker(mode: str, model: str, n_prompts: int, max_new: int) -> int:
     roles = [f"role{i}" for i in range(ROLES)]
     if mode == "one":
         base, tok = load_model(model)
-        _work(TeamModel(base, tok, ["role0"], r=8, alpha=16), "role0", n_prompts, max_new)
+        single = TeamModel(base, tok, ["role0"], r=8, alpha=16)
+        for _ in roles:  # the same number of batches as the team: only the adapters differ
+            _work(single, "role0", n_prompts, max_new)
     elif mode == "team":
         base, tok = load_model(model)
         team_model = TeamModel(base, tok, roles, r=8, alpha=16)
@@ -80,7 +87,18 @@ def worker(mode: str, model: str, n_prompts: int, max_new: int) -> int:
             _work(team_model, role, n_prompts, max_new)
     elif mode != "baseline":
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak_rss_kib()
+
+
+def peak_rss_kib() -> int:
+    """This process's peak RSS in KiB: ``VmHWM`` (Linux, reset by exec), else ``ru_maxrss``."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])  # "VmHWM:   123456 kB"
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 
 
 def measure(mode: str, model: str, n_prompts: int, max_new: int, threads: int) -> int:
@@ -98,6 +116,9 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, threads: int = 1) -> R
     n_prompts, max_new = (2, 4) if quick else (8, 24)
     peak = {mode: measure(mode, model, n_prompts, max_new, threads) for mode in MODES}
     above = {mode: (peak[mode] - peak["baseline"]) / 2**10 for mode in MODES[1:]}  # MiB
+    if above["one"] <= 0:
+        raise RuntimeError(f"lora_memory: one model measured no memory above the bare interpreter "
+                           f"(peak RSS KiB {peak}); the measurement is broken on this platform")
     rows = [[label, f"{peak[mode] / 2**10:.0f}", f"{above[mode]:.0f}", f"**{fmt_ratio(above[mode] / above['one'])}**"]
             for mode, label in (("one", "one model, 1 LoRA adapter"),
                                 ("team", f"{ROLES}-role team: one base model, {ROLES} LoRA adapters"),
@@ -112,7 +133,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, threads: int = 1) -> R
                 f"target < {TARGET}× {'met' if met else 'NOT met'}.")
     notes = (f"Model {model} (float32), per adapter or copy: generate {n_prompts} arith prompts × {max_new} "
              f"new tokens, then one backward of their log-probs; each variant in a fresh subprocess "
-             f"(peak RSS from getrusage).",)
+             f"(peak RSS: VmHWM of /proc/self/status).",)
     return Result("lora_memory", table, headline, met, notes,
                   {"model": model, "peak_rss_kib": peak, "above_baseline_mib": above})
 
