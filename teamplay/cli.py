@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -27,6 +28,10 @@ from rich.table import Table
 
 from teamplay.config import EvalConfig, load_config
 from teamplay.errors import TeamplayError
+
+# transformers 5 warns about its own deprecated attribute each time peft builds LoRA layers: noise
+# for a user, nothing they can change.
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Train and evaluate teams of cooperating LLM agents.")
