@@ -137,7 +137,8 @@ def fmt_ratio(x: float) -> str:
 
 
 def fmt_pct(x: float) -> str:
-    return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
+    """A fraction as a percentage with 3 significant digits below 1% (0.00037 -> ``0.0370%``)."""
+    return f"{100 * x:.3g}%" if abs(x) < 0.01 else f"{100 * x:.1f}%"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
