@@ -13,7 +13,7 @@ import datetime as _dt
 import os
 import platform
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,3 +200,17 @@ def write_regions(path: Path, regions: dict[str, str]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def script_main(run: Callable[..., Any], description: str) -> None:
+    """``python -m benchmarks.NAME [--quick] [--model M] [--threads N]``: run one benchmark, print it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="tiniest sizes")
+    parser.add_argument("--model", default=EMBEDDED_MODEL, help="model alias, folder or hub id")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    args = parser.parse_args()
+    set_threads(args.threads)
+    result = run(quick=args.quick, model=args.model)
+    print(result.table, *result.notes, result.headline, sep="\n\n")

@@ -18,8 +18,6 @@ solver sees only the problem) and the table says so.
 
 from __future__ import annotations
 
-import argparse
-
 from benchmarks import credit_speed
 from benchmarks.common import (
     EMBEDDED_MODEL,
@@ -28,7 +26,7 @@ from benchmarks.common import (
     fmt_pct,
     load_team_model,
     markdown_table,
-    set_threads,
+    script_main,
 )
 
 #: the target: credit under this fraction of generation time, for teams up to 8 agents
@@ -96,14 +94,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, gen_problems: int | No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiniest sizes")
-    parser.add_argument("--model", default=EMBEDDED_MODEL, help="model alias, folder or hub id")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
-    args = parser.parse_args()
-    set_threads(args.threads)
-    result = run(quick=args.quick, model=args.model)
-    print(result.table, *result.notes, result.headline, sep="\n\n")
+    script_main(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ argmax, and is counted, not hidden).
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from benchmarks.common import (
@@ -24,7 +23,7 @@ from benchmarks.common import (
     fmt_ratio,
     load_team_model,
     markdown_table,
-    set_threads,
+    script_main,
 )
 
 #: the target ratio (batched tokens/s over one-at-a-time tokens/s) on a 2-core CPU
@@ -125,14 +124,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiniest sizes")
-    parser.add_argument("--model", default=EMBEDDED_MODEL, help="model alias, folder or hub id")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
-    args = parser.parse_args()
-    set_threads(args.threads)
-    result = run(quick=args.quick, model=args.model)
-    print(result.table, *result.notes, result.headline, sep="\n\n")
+    script_main(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ disturbed by other processes on a shared machine).
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from benchmarks.common import (
@@ -31,7 +30,7 @@ from benchmarks.common import (
     fmt_pct,
     load_team_model,
     markdown_table,
-    set_threads,
+    script_main,
 )
 
 #: the target: total overhead under this fraction of the generation time
@@ -149,14 +148,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiniest sizes")
-    parser.add_argument("--model", default=EMBEDDED_MODEL, help="model alias, folder or hub id")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
-    args = parser.parse_args()
-    set_threads(args.threads)
-    result = run(quick=args.quick, model=args.model)
-    print(result.table, *result.notes, result.headline, sep="\n\n")
+    script_main(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

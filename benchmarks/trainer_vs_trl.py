@@ -21,12 +21,11 @@ Needs ``trl`` (``pip install "trl>=1.16"``); without it the benchmark raises a C
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, set_threads
+from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, script_main
 
 LORA_R, LORA_ALPHA, LR = 8, 16, 1e-5
 
@@ -203,14 +202,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiniest sizes")
-    parser.add_argument("--model", default=EMBEDDED_MODEL, help="model alias, folder or hub id")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
-    args = parser.parse_args()
-    set_threads(args.threads)
-    result = run(quick=args.quick, model=args.model)
-    print(result.table, *result.notes, result.headline, sep="\n\n")
+    script_main(run, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
