@@ -194,15 +194,17 @@ def play_command(
     policy: str | None = typer.Option(None, help="Scripted policy."),
     temperature: float | None = typer.Option(None, help="Sampling temperature (0 = greedy)."),
     seed: int | None = typer.Option(None, help="Seed."),
+    checkpoint: str | None = typer.Option(None, help="Play with the adapters (and controller tables) "
+                                                     "of a trained run."),
 ) -> None:
     """Run one problem and print the dialogue as it happens."""
     from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import build_backend, env_factory, load_items, sampling_params
+    from teamplay.training.setup import build_backend, env_factory, load_controllers, load_items, sampling_params
 
     overrides = _shortcut_overrides(**{
         "task.name": task, "task.source": source, "protocol.name": protocol, "model.name": model,
         "backend.name": backend, "backend.policy": policy, "sampling.temperature": temperature,
-        "seed": seed}) + list(set_)
+        "seed": seed, "model.checkpoint": checkpoint}) + list(set_)
     cfg = load_config(EvalConfig, config, overrides)
     if index < 0:
         raise TeamplayError(f"--index must be >= 0, got {index}")
@@ -211,7 +213,9 @@ def play_command(
     if index >= len(items):
         raise TeamplayError(f"--index {index}: the split has only {len(items)} problems")
     item = items[index]
-    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team)
+    controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
+    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
+                                 controller=controllers.controller() if controllers else None)
     backend_obj = build_backend(cfg.model, cfg.backend, team)
     console.rule(f"[bold]{item.id}")
     console.print(item.prompt, highlight=False)
@@ -224,6 +228,10 @@ def play_command(
 
     runner = RolloutRunner(make_env, backend_obj, sampling_params(cfg.sampling))
     [episode] = runner.run([RolloutJob(item=item, group_id=f"{item.id}#play")], seed=cfg.seed, on_message=show)
+    for message in episode.messages:
+        if not message.spoke:
+            console.print(f"[dim]{message.agent} skipped its {message.stage} turn in round {message.round} "
+                          f"(speak/skip controller)[/]")
     console.rule("[bold]result")
     verdict = "[green]right[/]" if episode.reward > 0.5 else "[red]wrong[/]"
     console.print(f"final answer: {episode.final_answer!r} ({verdict}, reward {episode.reward:.2f}); "

@@ -115,3 +115,16 @@ def test_train_then_resume_then_eval_checkpoint(tmp_path):
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "ev" / "results.json").read_text())
     assert saved["config"]["model"]["checkpoint"] == str(run)
+
+
+def test_play_uses_controllers_from_the_config():
+    # always_speak needs no learned tables; a learned mode without a checkpoint is refused clearly
+    ok = invoke("play", "--task", "arith", "--protocol", "proposer_reviewer", "--backend", "scripted",
+                "--set", "protocol.options.rounds=3", "--set", "controllers.enabled=true",
+                "--set", "controllers.mode=always_speak")
+    assert ok.exit_code == 0, ok.output
+    assert "reward 1.00" in ok.output
+    refused = runner.invoke(app, ["play", "--task", "arith", "--protocol", "proposer_reviewer", "--backend",
+                                  "scripted", "--set", "controllers.enabled=true"])
+    assert refused.exit_code == 2
+    assert "needs learned tables" in refused.output
