@@ -25,8 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
+from teamplay.config import read_yaml
 from teamplay.envs.records import Episode
 from teamplay.errors import DataError, TeamplayError
 from teamplay.training.evaluation import EvalMetrics
@@ -171,7 +170,7 @@ def load_folder(path: Path) -> RunData | EvalData:
 
 def load_run(path: Path) -> RunData:
     """Load a run folder; ``metrics.jsonl`` and ``episodes.jsonl`` may be missing or empty."""
-    config = _read_yaml(path / "config.yaml") if (path / "config.yaml").is_file() else {}
+    config = read_yaml(path / "config.yaml") if (path / "config.yaml").is_file() else {}
     steps: list[StepMetrics] = []
     heldout: list[HeldoutPoint] = []
     metrics_path = path / "metrics.jsonl"
@@ -215,18 +214,6 @@ def load_eval(path: Path) -> EvalData:
 
 
 # ----------------------------------------------------------------------------------- parsing
-def _read_yaml(path: Path) -> Mapping[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise DataError(f"{path}: not valid YAML ({exc})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected a mapping of config sections, got {type(data).__name__}")
-    return data
-
-
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(1-based line number, object) for each non-blank line; a missing file has no lines."""
     if not path.is_file():
