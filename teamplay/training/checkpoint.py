@@ -100,10 +100,10 @@ def save_checkpoint(run_dir: Path, state: TrainerState, team_model, optimizer, s
     return final
 
 
-def resolve_adapters_dir(path: str | Path) -> Path:
-    """The adapters folder of a run folder (its latest checkpoint), a checkpoint, or itself.
+def resolve_checkpoint_dir(path: str | Path) -> Path:
+    """A run folder's latest complete checkpoint, or ``path`` itself (a checkpoint or adapters folder).
 
-    Raises ``ConfigError`` naming the path when none of these holds adapters.
+    Raises ``ConfigError`` when the path does not exist or a run folder has no checkpoint yet.
     """
     from teamplay.errors import ConfigError
 
@@ -114,7 +114,18 @@ def resolve_adapters_dir(path: str | Path) -> Path:
         latest = latest_checkpoint(path)
         if latest is None:
             raise ConfigError(f"run folder {path} has no complete checkpoint yet")
-        path = latest
+        return latest
+    return path
+
+
+def resolve_adapters_dir(path: str | Path) -> Path:
+    """The adapters folder of a run folder (its latest checkpoint), a checkpoint, or itself.
+
+    Raises ``ConfigError`` naming the path when none of these holds adapters.
+    """
+    from teamplay.errors import ConfigError
+
+    path = resolve_checkpoint_dir(path)
     if (path / "adapters").is_dir():
         path = path / "adapters"
     if not any(child.is_dir() and (child / "adapter_config.json").is_file() for child in path.iterdir()):

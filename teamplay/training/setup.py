@@ -109,7 +109,7 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     are required unless ``cfg.mode`` is ``always_speak``: evaluating learned controllers without
     their tables would silently evaluate an always-speaking team.
     """
-    from teamplay.training.checkpoint import latest_checkpoint
+    from teamplay.training.checkpoint import resolve_checkpoint_dir
 
     controllers = TeamControllers(cfg)
     if checkpoint is None:
@@ -117,12 +117,7 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
             raise ConfigError(f"controllers.mode={cfg.mode!r} needs learned tables: pass --checkpoint RUN "
                               f"(a run trained with controllers.enabled), or use mode always_speak")
         return controllers
-    path = Path(checkpoint)
-    if (path / "checkpoints").is_dir():
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise ConfigError(f"run folder {path} has no complete checkpoint yet")
-        path = latest
+    path = resolve_checkpoint_dir(checkpoint)
     extra = path / "extra_state.json"
     if not extra.is_file():
         raise ConfigError(f"controllers: {path} is not a checkpoint folder (no extra_state.json); pass a "
