@@ -49,7 +49,6 @@ import torch
 import yaml
 
 from teamplay.agents.controllers import TeamControllers, speak_rates
-from teamplay.agents.roles import Team
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, assign
 from teamplay.credit.characteristic import last_answer_scorer
@@ -128,10 +127,11 @@ class Trainer:
             self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
         else:
             self.make_eval_env = self.make_env
-        self.trainable = trainable_adapters(self.team)
-        if not self.trainable:
+        if not any(role.trainable for role in self.team.roles):  # before the model loads
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
         self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
+        # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
+        self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         self.backend = backend if backend is not None else build_backend(
             cfg.model, cfg.backend, self.team, team_model=self.team_model)
         self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
@@ -433,17 +433,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def trainable_adapters(team: Team) -> list[str]:
-    """Adapters of trainable roles, in role order; a shared adapter must be trainable by all."""
-    trainable: dict[str, bool] = {}
-    for role in team.roles:
-        prev = trainable.setdefault(role.adapter_name, role.trainable)
-        if prev != role.trainable:
-            raise ConfigError(f"team.roles: adapter {role.adapter_name!r} is shared by trainable and frozen "
-                              f"roles; give role {role.name!r} its own adapter or the same trainable flag")
-    return [a for a, t in trainable.items() if t]
 
 
 def group_episodes(episodes: Sequence[Episode]) -> list[list[Episode]]:
