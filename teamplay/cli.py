@@ -1,4 +1,4 @@
-"""The ``teamplay`` command: train, eval, play, report, list.
+"""The ``teamplay`` command: train, sweep, eval, play, report, list.
 
 Every user error (bad config, missing file, unknown name) is printed as one ``error:`` line with
 exit status 2; a traceback means a bug in teamplay.
@@ -285,11 +285,60 @@ def train_command(
     console.print(f"{result.steps} steps in {result.seconds:.0f} s; run folder {result.run_dir}")
 
 
+@app.command("sweep")
+@user_errors
+def sweep_command(
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    grid: list[str] = typer.Option([], "--grid", help="KEY=V1,V2 over a dotted config path, e.g. "
+                                                      "--grid credit.method=grpo,shapley (repeatable: "
+                                                      "the cartesian product)."),
+    seeds: str = typer.Option("0", help="Comma-separated trainer seeds, e.g. 0,1,2."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Sweep folder (default: the config's "
+                                                                   "output_dir)."),
+    steps: int | None = typer.Option(None, help="Training steps of every run."),
+) -> None:
+    """Train every grid point x seed (resumable) and tabulate mean ± 95% CI over seeds."""
+    from teamplay.config import TrainConfig, read_yaml
+    from teamplay.training.sweep import parse_grid, parse_seeds, plan, run_sweep, write_results
+    from teamplay.training.trainer import Trainer
+
+    base = read_yaml(config) if config else {}
+    overrides = _shortcut_overrides(**{"steps": steps}) + list(set_)
+    folder = Path(output) if output else Path(load_config(TrainConfig, config, overrides).output_dir)
+    sweep = plan(folder, base, parse_grid(grid), parse_seeds(seeds), overrides)
+
+    def train(cfg, resume):
+        with progress_bar() as bar:
+            job = bar.add_task(Path(cfg.output_dir).name, total=cfg.steps)
+            trainer = Trainer(cfg, on_step=lambda step, m: bar.update(
+                job, completed=step, description=f"{Path(cfg.output_dir).name} · reward {m['reward_mean']:.2f}"))
+            bar.update(job, completed=trainer.state.step)
+            trainer.train(resume=resume)
+
+    def announce(run, status):
+        shown = {"skip": "done, skipped", "resume": "resuming from its checkpoint", "start": "starting"}[status]
+        err_console.print(f"[{sweep.runs.index(run) + 1}/{len(sweep.runs)}] {run.name}: {shown}")
+
+    run_sweep(sweep, train, on_run=announce)
+    results = write_results(sweep)
+    table = Table(title=f"sweep {folder}: mean ± 95% CI over seeds")
+    table.add_column("metric")
+    for label in results.labels:
+        table.add_column(f"{label} (n={len(results.seeds_done[label])})", justify="right")
+    for metric in results.metrics:
+        table.add_row(metric, *(results.cells[label][metric].text() if metric in results.cells[label] else "-"
+                                for label in results.labels))
+    console.print(table)
+    console.print(f"wrote {folder / 'results.md'}, results.csv, results.json")
+
+
 @app.command("report")
 @user_errors
 def report_command(
-    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare)."),
-    compare: bool = typer.Option(False, "--compare", help="Put two runs or evals side by side."),
+    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare, or one sweep folder)."),
+    compare: bool = typer.Option(False, "--compare", help="Put two runs or evals side by side, or every grid "
+                                                          "point of a sweep folder."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output folder (default RUN/report, "
                                                                     "or ./report-compare)."),
 ) -> None:

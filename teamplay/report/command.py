@@ -2,6 +2,8 @@
 
     teamplay report RUN_DIR                  -> RUN_DIR/report/index.html (+ the PNGs beside it)
     teamplay report --compare RUN_A RUN_B    -> ./report-compare/index.html (or --output DIR)
+    teamplay report --compare SWEEP_DIR      -> SWEEP_DIR/report/index.html: every grid point of a
+                                                sweep, curves with bands over seeds (sweep_page)
 
 The CLI wiring lives in ``teamplay/cli.py``; this module holds the whole behaviour so that it is
 testable without a subprocess.
@@ -15,6 +17,7 @@ from teamplay.errors import TeamplayError
 from teamplay.report.data import EvalData, RunData, folder_label, load_folder
 from teamplay.report.html import Figures, render_page
 from teamplay.report.plots import credit_plots, eval_bars, run_plots, speak_rate_plot
+from teamplay.report.sweep_page import is_sweep_folder, sweep_report
 
 DEFAULT_COMPARE_DIR = Path("report-compare")
 PAGE = "index.html"
@@ -33,8 +36,11 @@ def report_command(run_dirs: list[Path], compare: bool, output: Path | None) -> 
     eval folder, and DataError for a malformed file (naming the file and line).
     """
     dirs = [Path(d) for d in run_dirs]
+    if compare and len(dirs) == 1 and is_sweep_folder(dirs[0]):
+        return sweep_report(dirs[0], Path(output) if output is not None else dirs[0] / "report")
     if compare and len(dirs) != 2:
-        raise TeamplayError(f"report --compare needs exactly two run or eval folders, got {len(dirs)}")
+        raise TeamplayError(f"report --compare needs a sweep folder or exactly two run or eval folders, "
+                            f"got {len(dirs)}")
     if not compare and len(dirs) != 1:
         raise TeamplayError(f"report takes one run or eval folder (use --compare for two), got {len(dirs)}")
     loaded = [load_folder(d) for d in dirs]
