@@ -3,6 +3,11 @@
 A ``Role`` is a kind of agent (proposer, reviewer, solver, debater, ...): its system prompt, how
 many instances the team has, which LoRA adapter it writes with and whether that adapter trains.
 A ``Team`` is the list of roles; agent instances are named ``<role>_<index>`` (``solver_2``).
+
+Mixed teams: a role with ``policy: "scripted:noisy_proposer(p_right=0.5)"`` is played by that
+scripted policy (``teamplay.agents.backends.scripted``) in training and evaluation while the other
+roles generate with their LoRA adapters. A scripted role has no adapter: it is absent from
+``Team.adapter_names()``, so it never enters the model, the optimiser or a checkpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +32,41 @@ class Role(BaseModel):
         None, description="LoRA adapter this role writes with; roles naming the same adapter share "
                           "it. None means an adapter named after the role.")
     trainable: bool = Field(True, description="Whether the trainer updates this role's adapter.")
+    policy: str | None = Field(
+        None, description="'scripted:NAME' or 'scripted:NAME(key=value, ...)', e.g. "
+                          "'scripted:noisy_proposer(p_right=0.5)': this role is played by a scripted "
+                          "policy (no adapter, never trained); None: the model plays it.")
+
+    @field_validator("policy")
+    @classmethod
+    def _check_policy(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from teamplay.agents.backends.scripted import parse_policy  # the policy registry
+
+        kind, sep, spec = value.partition(":")
+        if not sep or kind.strip() != "scripted":
+            raise ValueError(f"policy {value!r}: expected 'scripted:NAME' or 'scripted:NAME(key=value)', "
+                             f"e.g. 'scripted:noisy_proposer(p_right=0.5)'")
+        parse_policy(spec)  # a ConfigError is a ValueError: pydantic reports it on this field
+        return value
+
+    @model_validator(mode="after")
+    def _scripted_has_no_adapter(self) -> Role:
+        if self.policy is not None and self.adapter is not None:
+            raise ValueError(f"role {self.name!r}: a scripted role (policy {self.policy!r}) has no adapter; "
+                             f"remove `adapter`")
+        return self
+
+    @property
+    def scripted(self) -> bool:
+        """True when a scripted policy plays this role instead of the model."""
+        return self.policy is not None
+
+    @property
+    def scripted_spec(self) -> str | None:
+        """The policy spec after ``scripted:`` (``"noisy_proposer(p_right=0.5)"``), or None."""
+        return self.policy.partition(":")[2].strip() if self.policy is not None else None
 
     @field_validator("name")
     @classmethod
@@ -78,5 +118,9 @@ class Team(BaseModel):
         return role
 
     def adapter_names(self) -> tuple[str, ...]:
-        """Distinct adapters, in role order."""
-        return tuple(dict.fromkeys(r.adapter_name for r in self.roles))
+        """Distinct adapters of the model-played roles, in role order (scripted roles have none)."""
+        return tuple(dict.fromkeys(r.adapter_name for r in self.roles if not r.scripted))
+
+    def scripted_roles(self) -> dict[str, str]:
+        """{role name: policy spec} of the roles a scripted policy plays."""
+        return {r.name: r.scripted_spec for r in self.roles if r.scripted_spec is not None}

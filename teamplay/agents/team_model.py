@@ -123,7 +123,7 @@ class TeamModel:
         """
         frozen = []
         for adapter in team.adapter_names():
-            flags = {r.name: r.trainable for r in team.roles if r.adapter_name == adapter}
+            flags = {r.name: r.trainable for r in team.roles if r.adapter_name == adapter and not r.scripted}
             if len(set(flags.values())) > 1:
                 raise ConfigError(f"team.roles: roles {sorted(flags)} share adapter {adapter!r} but disagree "
                                   f"on trainable ({flags}); give them separate adapters or the same flag")

@@ -66,13 +66,28 @@ def sampling_params(cfg: SamplingConfig, seed: int | None = None) -> SamplingPar
 
 def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team,
                   team_model=None) -> GenerationBackend:
-    """The generation backend of the config (loads the model for hf/vllm unless given one)."""
+    """The generation backend of the config (loads the model for hf/vllm unless given one).
+
+    A mixed team (roles with ``policy: scripted:...``) gets a ``MixedBackend`` around it; the
+    model is then built with the adapters of the model-played roles only.
+    """
     if backend_cfg.name == "scripted":
-        return get_backend("scripted", policy=backend_cfg.policy)
-    if team_model is None:
-        team_model = build_team_model(model_cfg, team)
-    return get_backend(backend_cfg.name, team_model=team_model,
-                       max_prompt_tokens=backend_cfg.max_prompt_tokens)
+        backend = get_backend("scripted", policy=backend_cfg.policy)
+    else:
+        if team_model is None:
+            team_model = build_team_model(model_cfg, team)
+        backend = get_backend(backend_cfg.name, team_model=team_model,
+                              max_prompt_tokens=backend_cfg.max_prompt_tokens)
+    return mixed_backend(backend, team)
+
+
+def mixed_backend(backend: GenerationBackend, team: Team, seed: int = 0) -> GenerationBackend:
+    """``backend`` wrapped so that the team's scripted roles play their policies (unchanged when
+    no role is scripted)."""
+    from teamplay.agents.backends.mixed import MixedBackend
+
+    scripted = team.scripted_roles()
+    return MixedBackend(backend, scripted, seed=seed) if scripted else backend
 
 
 def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):

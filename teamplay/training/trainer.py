@@ -67,7 +67,14 @@ from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
-from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
+from teamplay.training.setup import (
+    build_backend,
+    build_team_model,
+    env_factory,
+    load_items,
+    mixed_backend,
+    sampling_params,
+)
 
 
 @dataclass
@@ -127,12 +134,13 @@ class Trainer:
             self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
         else:
             self.make_eval_env = self.make_env
-        if not any(role.trainable for role in self.team.roles):  # before the model loads
-            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+        if not any(role.trainable and not role.scripted for role in self.team.roles):  # before the model loads
+            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one role "
+                              "that the model plays; scripted roles never train)")
         self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.backend = backend if backend is not None else build_backend(
+        self.backend = mixed_backend(backend, self.team) if backend is not None else build_backend(
             cfg.model, cfg.backend, self.team, team_model=self.team_model)
         self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
                                     max_batch=cfg.backend.max_batch)

@@ -11,6 +11,17 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
   the problem when there is none).
 - ``random``: seeded random text (printable unicode, digits, LaTeX-ish symbols; 0-200 characters);
   the same (backend seed, sampling seed, item, agent, stage, round) gives the same text.
+- ``noisy_proposer(p_right=0.5)``: a proposer that is right with probability ``p_right`` on its
+  first proposal and *complies* with the review afterwards: after a WRONG verdict it switches
+  (a right pending answer becomes a wrong one, a wrong one becomes the reference), otherwise it
+  restates the pending answer. With it, the team's final answer is right exactly when the review
+  was right, which makes the credit of a review known (the controlled credit arena). The coin of
+  request ``i`` of a ``generate`` call is drawn from (backend seed, sampling seed, ``i``, item,
+  agent, round), so greedy evaluations see the same proposals before and after training. On a
+  review turn it behaves as ``oracle``.
+
+A policy with options is written ``name(key=value, ...)`` (``noisy_proposer(p_right=0.3)``), values
+as YAML scalars; ``parse_policy`` reads that form and ``policy_options`` lists what each accepts.
 
 A custom policy is any callable ``fn(request) -> str``.
 
@@ -30,8 +41,12 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import yaml
 
 from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
 from teamplay.envs.records import TaskItem
@@ -85,12 +100,48 @@ def same_answer(answer: str, item: TaskItem) -> bool:
     return "".join(answer.split()) == "".join(item.reference.split())
 
 
+_SPEC = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
+
+
+def parse_policy(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"noisy_proposer(p_right=0.3)"`` -> ``("noisy_proposer", {"p_right": 0.3})``; checks the name
+    and the option names and values.
+
+    >>> parse_policy("oracle"), parse_policy("noisy_proposer(p_right=0.25)")
+    (('oracle', {}), ('noisy_proposer', {'p_right': 0.25}))
+    """
+    match = _SPEC.match(spec)
+    if match is None:
+        raise ConfigError(f"scripted policy {spec!r}: expected NAME or NAME(key=value, ...)")
+    name, args = match.group(1), match.group(2)
+    if name not in POLICIES:
+        raise ConfigError(f"unknown scripted policy {name!r}; known: {sorted(POLICIES)}")
+    options: dict[str, Any] = {}
+    for part in (args or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        if not sep or key not in POLICY_OPTIONS.get(name, {}):
+            allowed = sorted(POLICY_OPTIONS.get(name, {})) or "none"
+            raise ConfigError(f"scripted policy {spec!r}: unknown option {key!r}; {name} takes {allowed}")
+        try:
+            options[key] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"scripted policy {spec!r}: option {key} has a malformed value {raw!r}") from None
+    for key, check in POLICY_OPTIONS.get(name, {}).items():
+        if key in options and not check(options[key]):
+            raise ConfigError(f"scripted policy {spec!r}: {key}={options[key]!r} is out of range")
+    return name, options
+
+
 class ScriptedBackend(GenerationBackend):
     """Answers every request with a scripted policy.
 
     Args:
-        policy: a built-in policy name (``POLICIES``) or a callable ``fn(request) -> str``.
-        seed: seed of the ``random`` policy.
+        policy: a built-in policy name (``POLICIES``), a spec with options
+            (``"noisy_proposer(p_right=0.3)"``, see ``parse_policy``) or a callable ``fn(request) -> str``.
+        seed: seed of the ``random`` and ``noisy_proposer`` policies.
         is_correct: correctness of a pending answer for review verdicts (default ``same_answer``).
 
     Generations carry text only (no token ids or log-probs) and the request's adapter.
@@ -102,19 +153,29 @@ class ScriptedBackend(GenerationBackend):
                  is_correct: Judge = same_answer) -> None:
         self.seed = seed
         self.is_correct = is_correct
+        self.options: Mapping[str, Any] = {}
         if callable(policy):
             self._policy: Callable[[TurnRequest, SamplingParams], str] = lambda r, _s: policy(r)
             self.policy_name = getattr(policy, "__name__", "custom")
-        elif policy in POLICIES:
-            method = POLICIES[policy]
-            self._policy = lambda r, s: method(self, r, s)
-            self.policy_name = policy
-        else:
-            raise ConfigError(f"backend.policy: unknown scripted policy {policy!r}; known: "
-                              f"{sorted(POLICIES)} or a callable fn(request) -> str")
+            return
+        try:
+            name, self.options = parse_policy(policy)
+        except ConfigError as exc:
+            raise ConfigError(f"backend.policy: {exc}; or pass a callable fn(request) -> str") from None
+        method = POLICIES[name]
+        self._policy = lambda r, s: method(self, r, s)
+        self.policy_name = name
+        self._position = 0
 
-    def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams) -> list[Generation]:
-        return [Generation(text=self._policy(r, sampling), adapter=r.adapter) for r in requests]
+    def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams,
+                 positions: Sequence[int] | None = None) -> list[Generation]:
+        """One text per request. ``positions`` (default 0..n-1) are the requests' places in the
+        caller's batch; seeded policies key their randomness on them (see ``MixedBackend``)."""
+        out = []
+        for i, r in enumerate(requests):
+            self._position = positions[i] if positions is not None else i
+            out.append(Generation(text=self._policy(r, sampling), adapter=r.adapter))
+        return out
 
     # ------------------------------------------------------------------ policies
     def _oracle(self, request: TurnRequest, _sampling: SamplingParams) -> str:
@@ -145,6 +206,21 @@ class ScriptedBackend(GenerationBackend):
         rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
         return "".join(rng.choice(_RANDOM_ALPHABET) for _ in range(rng.randint(0, 200)))
 
+    def _noisy_proposer(self, request: TurnRequest, sampling: SamplingParams) -> str:
+        item = _item(request, "noisy_proposer")
+        if _is_review(request):
+            return self._oracle(request, sampling)
+        pending = request.metadata.get("pending_answer")
+        if pending is None:  # first proposal: right with probability p_right
+            key = f"{self.seed}/{sampling.seed}/{self._position}/{item.id}/{request.agent}/{request.round}"
+            rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
+            right = rng.random() < float(self.options.get("p_right", 0.5))
+            return format_answer(item.reference if right else wrong_answer(item.reference))
+        if request.metadata.get("last_verdict") == "WRONG":  # comply: switch
+            correct = self._pending_correct(request, item)
+            return format_answer(wrong_answer(item.reference) if correct else item.reference)
+        return format_answer(str(pending))
+
     def _pending_correct(self, request: TurnRequest, item: TaskItem) -> bool:
         pending = request.metadata.get("pending_answer")
         return pending is not None and bool(self.is_correct(str(pending), item))
@@ -168,4 +244,11 @@ POLICIES: dict[str, Callable[[ScriptedBackend, TurnRequest, SamplingParams], str
     "contrarian": ScriptedBackend._contrarian,
     "echo": ScriptedBackend._echo,
     "random": ScriptedBackend._random,
+    "noisy_proposer": ScriptedBackend._noisy_proposer,
+}
+
+#: options each policy accepts, with a check of the value
+POLICY_OPTIONS: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "noisy_proposer": {"p_right": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and 0.0 <= v <= 1.0},
 }

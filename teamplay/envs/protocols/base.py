@@ -300,7 +300,7 @@ class Protocol(ABC):
         chat.append(ChatMessage("user", self.instruction(state, turn)))
         return TurnRequest(
             agent=turn.agent, role=turn.role, stage=turn.stage, round=turn.round, chat=tuple(chat),
-            adapter=role.adapter_name, item=state.item, transcript=visible,
+            adapter=None if role.scripted else role.adapter_name, item=state.item, transcript=visible,
             metadata=MappingProxyType(dict(self.turn_metadata(state, turn))))
 
     def __repr__(self) -> str:
