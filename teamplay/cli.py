@@ -173,6 +173,15 @@ def metrics_table(title: str, metrics) -> Table:
     table.add_row("initial accuracy", f"{metrics.initial_accuracy:.3f}")
     table.add_row("wrong -> right", f"{metrics.wrong_to_right:.3f}")
     table.add_row("right -> wrong", f"{metrics.right_to_wrong:.3f}")
+    team = metrics.extra.get("team", {})
+    for role, acc in team.get("first_answer_accuracy", {}).items():
+        table.add_row(f"  {role} first-answer accuracy", f"{acc:.3f}")
+    for key, label in (("verdict_accuracy", "review verdict accuracy"), ("wrong_caught", "  wrong answers caught"),
+                       ("right_rejected", "  right answers rejected"), ("correction_rate", "correction rate (of wrong)"),
+                       ("harm_rate", "harm rate (of right)"), ("toward_majority", "debate: toward majority"),
+                       ("away_from_majority", "debate: away from majority")):
+        if key in team:
+            table.add_row(label, f"{team[key]:.3f}")
     table.add_row("tokens / problem", f"{metrics.tokens_per_problem:.1f}")
     table.add_row("model calls / problem", f"{metrics.calls_per_problem:.2f}")
     table.add_row("wall time (s)", f"{metrics.seconds:.1f}")

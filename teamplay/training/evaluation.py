@@ -13,6 +13,9 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
 * ``tokens_per_problem``, ``calls_per_problem``: completion tokens and model calls per episode.
 * ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
   the fraction of its decisions that spoke (``teamplay.agents.controllers.speak_rates``).
+* ``extra["team"]``: what each role learned: first-answer accuracy per role, review verdict
+  accuracy split into wrong answers caught and right answers wrongly rejected, correction and harm
+  rates, debate moves toward/away from the majority (``teamplay.training.team_metrics``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from teamplay.agents.controllers import speak_rates
 from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.team_metrics import team_metrics
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,11 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
     role_scores: dict[str, list[float]] = defaultdict(list)
     answering_roles: set[str] = set()
     any_right = initial_right = w2r = r2w = 0.0
+    initial_flags: list[bool] = []
+
+    def correct(answer: str | None, problem_id: str) -> bool:
+        return answer is not None and task.score_answer(answer, items[problem_id]) > 0.5
+
     for ep in episodes:
         for agent in ep.agents:
             role_scores[_role(agent)].append(float(ep.agent_correct.get(agent, 0.0)))
@@ -73,6 +82,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         any_right += float(max(ep.agent_correct.values(), default=0.0) > 0.5)
         initial = ep.metadata.get("initial_answer", ep.final_answer)
         init_ok = task.score_answer(initial, items[ep.problem_id]) > 0.5
+        initial_flags.append(init_ok)
         final_ok = ep.reward > 0.5
         initial_right += init_ok
         w2r += (not init_ok) and final_ok
@@ -90,7 +100,8 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         calls_per_problem=sum(ep.calls for ep in episodes) / n,
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
-        extra={"speak_rate": rates} if (rates := speak_rates(episodes)) else {},
+        extra={"team": team_metrics(episodes, correct, initial_flags),
+               **({"speak_rate": rates} if (rates := speak_rates(episodes)) else {})},
     )
 
 

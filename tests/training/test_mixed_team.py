@@ -83,6 +83,11 @@ def test_eval_cli_controlled_team_accuracy_is_the_reviews_accuracy(tmp_path):
         metrics = json.loads((out / "results.json").read_text())["metrics"]
         assert metrics["team_accuracy"] == expected
         assert 0.1 <= metrics["initial_accuracy"] <= 0.5  # p_right = 0.3 over 60 problems
+        team_metrics = metrics["extra"]["team"]
+        good = policy == "oracle"
+        assert team_metrics["verdict_accuracy"] == float(good)
+        assert team_metrics["wrong_caught"] == float(good) and team_metrics["right_rejected"] == float(not good)
+        assert team_metrics["correction_rate"] == float(good) and team_metrics["harm_rate"] == float(not good)
     bad = runner.invoke(app, ["eval", "--task", "arith", "--limit", "2", "--protocol", "proposer_reviewer",
                               "--backend", "scripted", "--set",
                               'team.roles=[{"name": "proposer", "policy": "scripted:nope"}, {"name": "reviewer"}]'])

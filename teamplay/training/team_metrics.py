@@ -1,0 +1,112 @@
+"""What each role learned, measured on a set of evaluated episodes (``EvalMetrics.extra["team"]``).
+
+All rates are fractions in [0, 1]; a rate whose denominator is empty is left out (never 0/0 or a
+made-up 0). Correctness of an answer is the task's ``score_answer(answer, item) > 0.5``.
+
+* ``first_answer_accuracy[role]``: over the agents of ``role`` that gave an answer, the fraction
+  whose *first* answer was right (for proposer/reviewer: the proposer's first proposal).
+* Review verdicts (``Episode.metadata["verdicts"]``, written by ``proposer_reviewer``), over the
+  review turns that spoke:
+  ``verdict_accuracy`` = reviews whose verdict was right (RIGHT on a right answer, WRONG on a wrong
+  one) / reviews (a review with no parsable verdict counts as not right); ``verdict_rate`` =
+  reviews with a parsable verdict / reviews; ``wrong_caught`` = WRONG verdicts on wrong answers /
+  reviews of wrong answers; ``right_rejected`` = WRONG verdicts on right answers / reviews of right
+  answers (the lower the better).
+* ``correction_rate`` = episodes whose initial answer was wrong and final answer right / episodes
+  whose initial answer was wrong; ``harm_rate`` = right -> wrong / initially right.
+* Debate (messages of stage ``debate``): for each revision turn, the majority of all debaters'
+  latest answers before that round (``teamplay.envs.voting.majority``); ``toward_majority`` = turns
+  that changed the agent's answer to the majority from a non-majority answer / revision turns,
+  ``away_from_majority`` = turns that left the majority answer for another / revision turns.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from teamplay.envs.records import Episode
+from teamplay.envs.voting import majority
+
+Correct = Callable[[str | None, str], bool]
+"""``correct(answer, problem_id)``: whether ``answer`` is right for that problem."""
+
+
+def _rate(num: int, den: int, out: dict[str, Any], name: str) -> None:
+    if den > 0:
+        out[name] = num / den
+
+
+def first_answer_accuracy(episodes: Sequence[Episode], correct: Correct) -> dict[str, float]:
+    hits: dict[str, list[bool]] = defaultdict(list)
+    for ep in episodes:
+        seen: set[str] = set()
+        for m in ep.messages:
+            if m.spoke and m.answer is not None and m.agent not in seen:
+                seen.add(m.agent)
+                hits[m.role].append(correct(m.answer, ep.problem_id))
+    return {role: sum(v) / len(v) for role, v in hits.items()}
+
+
+def review_metrics(episodes: Sequence[Episode], correct: Correct, out: dict[str, Any]) -> None:
+    reviews = right_verdicts = parsed = 0
+    wrong_seen = wrong_caught = right_seen = right_rejected = 0
+    for ep in episodes:
+        for v in ep.metadata.get("verdicts", ()) or ():
+            if not v.get("spoke", True):
+                continue
+            reviews += 1
+            verdict = v.get("verdict")
+            pending_right = correct(v.get("pending_answer"), ep.problem_id)
+            parsed += verdict is not None
+            right_verdicts += (verdict == "RIGHT" and pending_right) or (verdict == "WRONG" and not pending_right)
+            if pending_right:
+                right_seen += 1
+                right_rejected += verdict == "WRONG"
+            else:
+                wrong_seen += 1
+                wrong_caught += verdict == "WRONG"
+    _rate(right_verdicts, reviews, out, "verdict_accuracy")
+    _rate(parsed, reviews, out, "verdict_rate")
+    _rate(wrong_caught, wrong_seen, out, "wrong_caught")
+    _rate(right_rejected, right_seen, out, "right_rejected")
+
+
+def debate_metrics(episodes: Sequence[Episode], out: dict[str, Any]) -> None:
+    turns = toward = away = 0
+    for ep in episodes:
+        latest: dict[str, str | None] = {}
+        rounds = sorted({m.round for m in ep.messages})
+        for r in rounds:
+            before = dict(latest)
+            crowd = majority([before.get(a) for a in ep.agents])
+            for m in ep.messages:
+                if m.round != r:
+                    continue
+                if m.stage == "debate" and m.spoke:
+                    turns += 1
+                    old, new = before.get(m.agent), m.answer
+                    if new is not None and new != old and crowd is not None:
+                        toward += new == crowd
+                        away += old == crowd
+                if m.spoke and m.answer is not None:
+                    latest[m.agent] = m.answer
+    _rate(toward, turns, out, "toward_majority")
+    _rate(away, turns, out, "away_from_majority")
+
+
+def team_metrics(episodes: Sequence[Episode], correct: Correct, initial_right: Sequence[bool]) -> dict[str, Any]:
+    """The metrics of the module docstring; ``initial_right[i]``: episode i's initial answer was right."""
+    out: dict[str, Any] = {}
+    first = first_answer_accuracy(episodes, correct)
+    if first:
+        out["first_answer_accuracy"] = first
+    review_metrics(episodes, correct, out)
+    wrong_first = sum(not r for r in initial_right)
+    _rate(sum((not r) and ep.reward > 0.5 for ep, r in zip(episodes, initial_right, strict=True)),
+          wrong_first, out, "correction_rate")
+    _rate(sum(r and ep.reward <= 0.5 for ep, r in zip(episodes, initial_right, strict=True)),
+          len(episodes) - wrong_first, out, "harm_rate")
+    debate_metrics(episodes, out)
+    return out
