@@ -52,9 +52,9 @@ from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, assign
 from teamplay.credit.characteristic import last_answer_scorer
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, TaskItem
 from teamplay.training.checkpoint import (
     TrainerState,
     latest_checkpoint,
