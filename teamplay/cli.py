@@ -176,9 +176,10 @@ def metrics_table(title: str, metrics) -> Table:
     team = metrics.extra.get("team", {})
     for role, acc in team.get("first_answer_accuracy", {}).items():
         table.add_row(f"  {role} first-answer accuracy", f"{acc:.3f}")
-    for key, label in (("verdict_accuracy", "review verdict accuracy"), ("wrong_caught", "  wrong answers caught"),
-                       ("right_rejected", "  right answers rejected"), ("correction_rate", "correction rate (of wrong)"),
-                       ("harm_rate", "harm rate (of right)"), ("toward_majority", "debate: toward majority"),
+    for key, label in (("verdict_accuracy", "review verdict accuracy"),
+                       ("wrong_caught", "  wrong answers caught"), ("right_rejected", "  right answers rejected"),
+                       ("correction_rate", "correction rate (of wrong)"), ("harm_rate", "harm rate (of right)"),
+                       ("toward_majority", "debate: toward majority"),
                        ("away_from_majority", "debate: away from majority")):
         if key in team:
             table.add_row(label, f"{team[key]:.3f}")

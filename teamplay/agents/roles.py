@@ -48,7 +48,10 @@ class Role(BaseModel):
         if not sep or kind.strip() != "scripted":
             raise ValueError(f"policy {value!r}: expected 'scripted:NAME' or 'scripted:NAME(key=value)', "
                              f"e.g. 'scripted:noisy_proposer(p_right=0.5)'")
-        parse_policy(spec)  # a ConfigError is a ValueError: pydantic reports it on this field
+        try:
+            parse_policy(spec)
+        except ValueError as exc:  # the message names the field: config errors may not show its path
+            raise ValueError(f"policy {value!r}: {exc}") from None
         return value
 
     @model_validator(mode="after")

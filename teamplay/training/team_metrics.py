@@ -26,8 +26,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from teamplay.envs.records import Episode
 from teamplay.envs.voting import majority
+from teamplay.records import Episode
 
 Correct = Callable[[str | None, str], bool]
 """``correct(answer, problem_id)``: whether ``answer`` is right for that problem."""

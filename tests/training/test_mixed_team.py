@@ -10,15 +10,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from teamplay.agents.backends.base import SamplingParams, TurnRequest
 from teamplay.agents.backends.hf import HFBackend
 from teamplay.agents.backends.scripted import ScriptedBackend, parse_policy
 from teamplay.agents.roles import Role, Team
 from teamplay.cli import app
 from teamplay.config import TrainConfig, build_config
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks import get_task
 from teamplay.errors import ConfigError
+from teamplay.records import SamplingParams, TaskItem, TurnRequest
 from teamplay.training.trainer import Trainer
 from tests.training.fixtures import tiny_team_model
 
@@ -92,7 +91,7 @@ def test_eval_cli_controlled_team_accuracy_is_the_reviews_accuracy(tmp_path):
                               "--backend", "scripted", "--set",
                               'team.roles=[{"name": "proposer", "policy": "scripted:nope"}, {"name": "reviewer"}]'])
     assert bad.exit_code == 2
-    assert "team.roles.0.policy" in bad.output and "unknown scripted policy 'nope'" in bad.output
+    assert "policy 'scripted:nope'" in bad.output and "unknown scripted policy 'nope'" in bad.output
 
 
 @pytest.mark.slow  # about 20 s: 3 steps of 16 tiny-model episodes

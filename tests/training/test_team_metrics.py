@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from teamplay.envs.records import Episode, Message
+from teamplay.records import Episode, Message
 from teamplay.training.team_metrics import team_metrics
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.backends.scripted import ScriptedBackend
+from teamplay.records import Generation, SamplingParams, TurnRequest
 
 
 class MixedBackend(GenerationBackend):

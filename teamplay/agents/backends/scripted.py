@@ -48,9 +48,9 @@ from typing import Any
 
 import yaml
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
-from teamplay.envs.records import TaskItem
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.errors import ConfigError
+from teamplay.records import Generation, SamplingParams, TaskItem, TurnRequest
 
 Policy = Callable[[TurnRequest], str]
 Judge = Callable[[str, TaskItem], bool]
