@@ -23,10 +23,10 @@ from benchmarks.suite import BENCHMARKS
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
 
-def command_of(name: str, model: str, threads: int) -> str:
+def command_of(name: str, model: str, threads: int, quick: bool = False) -> str:
     """The command that reproduces one benchmark's region."""
     extra = (f" --model {model}" if model != EMBEDDED_MODEL else "") + (f" --threads {threads}" if threads != 1 else "")
-    return f"python -m benchmarks {name}{extra}"
+    return f"python -m benchmarks {name}{' --quick' if quick else ''}{extra}"
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         seconds = time.perf_counter() - start
         print(f"\n## {name} ({seconds:.0f} s)\n\n{result.table}\n", *result.notes, f"\n{result.headline}",
               sep="\n", flush=True)
-        regions[name] = result.markdown(command_of(name, args.model, args.threads), line)
+        regions[name] = result.markdown(command_of(name, args.model, args.threads, args.quick), line)
         raw["results"][name] = {"headline": result.headline, "target_met": result.target_met,
                                 "seconds": seconds, "data": result.data}
         # written after each benchmark: a later failure does not lose the figures already measured

@@ -11,7 +11,9 @@ Layout of a sweep folder::
     SWEEP/results.{csv,md,json}         the table, rewritten after every finished run
 
 Grid keys are dotted config paths (``credit.method``, ``optim.lr``, ``credit.options.mode``); the
-values after ``=`` are comma-separated YAML scalars. Several ``--grid`` flags make the cartesian
+values after ``=`` are comma-separated YAML values (a value may be a flow mapping, so one grid
+axis can vary a whole section: ``--grid 'credit={method: grpo},{method: shapley, options: {value:
+masking}}'``). Several ``--grid`` flags make the cartesian
 product. Every run shares the base config (team, task, budget, held-out set); only the grid
 values and the trainer ``seed`` differ, so differences between points come from the grid alone.
 
@@ -102,7 +104,8 @@ class Sweep:
 def parse_grid(specs: Sequence[str]) -> dict[str, tuple[Any, ...]]:
     """``["credit.method=grpo,shapley", "optim.lr=1e-4,3e-4"]`` -> {key: (values...)}.
 
-    Values are YAML scalars (``1e-4`` is a float, ``true`` a bool); a value may not contain a comma.
+    Values are YAML values (``0.001`` is a float, ``true`` a bool, ``{method: grpo}`` a mapping);
+    commas inside brackets or braces do not split values.
     """
     grid: dict[str, tuple[Any, ...]] = {}
     for spec in specs:
@@ -114,7 +117,7 @@ def parse_grid(specs: Sequence[str]) -> dict[str, tuple[Any, ...]]:
             raise ConfigError(f"--grid {key}: use --seeds for seeds and --output for the sweep folder")
         if key in grid:
             raise ConfigError(f"--grid {key}: given twice; put all its values in one --grid")
-        texts = [v.strip() for v in raw.split(",")]
+        texts = [v.strip() for v in split_top_level(raw)]
         if any(not t for t in texts):
             raise ConfigError(f"--grid {spec!r}: empty value between commas")
         if len(set(texts)) != len(texts):
@@ -122,6 +125,23 @@ def parse_grid(specs: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         values = tuple(value for _, value in parse_overrides([f"{key}={t}" for t in texts]))
         grid[key] = values
     return grid
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split at commas outside brackets and braces, so a value may be a YAML flow collection.
+
+    >>> split_top_level("grpo,{method: shapley, options: {value: masking}}")
+    ['grpo', '{method: shapley, options: {value: masking}}']
+    """
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -135,8 +155,13 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return seeds
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
+def _label(key: str, value: Any) -> list[str]:
+    """``key=value`` parts of a label; a mapping value gives one part per leaf
+    (``credit={method: shapley, options: {value: masking}}`` -> ``credit.method=shapley``,
+    ``credit.options.value=masking``)."""
+    if isinstance(value, dict) and value:
+        return [part for k, v in value.items() for part in _label(f"{key}.{k}", v)]
+    return [f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
 
 
 def plan(folder: Path, base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]],
@@ -155,7 +180,7 @@ def plan(folder: Path, base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]
     keys = list(grid)
     for values in itertools.product(*(grid[k] for k in keys)) if keys else [()]:
         point = dict(zip(keys, values, strict=True))
-        label = ",".join(f"{k}={_text(v)}" for k, v in point.items()) or "base"
+        label = ",".join(part for k, v in point.items() for part in _label(k, v)) or "base"
         for seed in seeds:
             sets = tuple(f"{k}={json.dumps(v)}" for k, v in point.items()) + (f"seed={seed}",)
             name = f"{_UNSAFE.sub('_', label)}__seed{seed}"

@@ -1,0 +1,204 @@
+"""The credit arena: which credit method makes a team learn best, same budget, several seeds.
+
+Every method trains the same team on the same problems with the same steps, batch, decoding,
+learning rate and held-out set; only ``credit`` (and the trainer seed) differ. The runs are a
+``teamplay sweep`` (``teamplay.training.sweep``): one normal run folder per method and seed, the
+table is the sweep's mean ± 95% Student-t interval over seeds.
+
+Settings:
+
+* ``controlled``: a scripted noisy proposer (right with probability 0.5 on its first proposal,
+  compliant with the review: it switches its answer after a WRONG verdict) and an LLM reviewer,
+  the only trained role. The team is right exactly when the review is right, so the right credit is
+  known: a review earns credit when it catches a wrong answer or wrongly rejects a right one.
+  Measures: held-out reviewer verdict accuracy (wrong caught, right rejected) and team accuracy.
+* ``full``: proposer and reviewer both played (and trained) by the model on level-2 arith (three
+  1-2 digit numbers added and subtracted, where the untrained embedded model is far below
+  ceiling), held out on 200 problems.
+
+Methods: ``grpo`` (team reward broadcast), ``shapley`` with the masking characteristic function
+(withhold an agent's messages, score the last visible answer), ``tracer_roles`` (TRACER's role
+rewards). ``cosac`` is registered for the sequential protocol only and is refused for
+proposer/reviewer, so it is not in this arena; the replay, continuation and token-level methods
+join the list when they are registered (``ARENA_METHODS`` keeps only registered ones).
+
+Tuning: none for any method. Every method runs with the one shared setting below (chosen before
+any arena run, from the trainer's defaults and the sizes the CPU allows); the methods' own options
+are their defaults, except ``shapley``'s characteristic function (masking).
+
+    python -m benchmarks credit_arena            # controlled setting (the suite's run)
+    python -m benchmarks credit_arena --quick    # smoke size: about 10 minutes on 2 cores
+    python -m benchmarks.credit_arena --setting full --quick
+
+The runs live in a sweep folder (``runs/credit_arena-<setting>[-quick]`` under the working
+directory, or ``--output``): running the same command again skips finished runs and resumes an
+interrupted one; delete the folder for fresh runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
+
+#: method label -> credit section; only registered methods run
+ARENA_METHODS: dict[str, dict[str, Any]] = {
+    "grpo": {"method": "grpo"},
+    "shapley (masking)": {"method": "shapley", "options": {"value": "masking"}},
+    "shapley (replay)": {"method": "shapley", "options": {"value": "replay"}},
+    "continuation": {"method": "continuation"},
+    "tracer_roles": {"method": "tracer_roles"},
+    "cosac": {"method": "cosac"},
+}
+
+#: (steps, problems per step, group size, held-out problems, seeds) per setting and size
+SIZES = {
+    ("controlled", True): (3, 4, 4, 24, 3),
+    ("controlled", False): (12, 4, 8, 100, 3),
+    ("full", True): (2, 2, 4, 200, 3),
+    ("full", False): (20, 4, 8, 200, 3),
+}
+
+NOISY_PROPOSER = "scripted:noisy_proposer(p_right=0.5)"
+#: the credit resources ``Trainer._credit_resources`` fills in
+TRAINER_PROVIDES = frozenset({"transcript_scorer", "backend"})
+
+
+def arena_config(setting: str, quick: bool, model: str) -> dict[str, Any]:
+    """The base config shared by every method of ``setting``."""
+    steps, problems, group, heldout, _ = SIZES[(setting, quick)]
+    if setting == "controlled":
+        team = {"roles": [{"name": "proposer", "policy": NOISY_PROPOSER}, {"name": "reviewer"}]}
+        level, new_tokens = 1, 6  # a verdict is its first line: RIGHT or WRONG
+    else:
+        team = {"roles": [{"name": "proposer"}, {"name": "reviewer"}]}
+        level, new_tokens = 2, 48
+    return {
+        "model": {"name": model, "lora": {"r": 8, "alpha": 16}},
+        "task": {"name": "arith", "split": "train", "options": {"level": level}},
+        "eval_task": {"name": "arith", "split": "test", "limit": heldout, "options": {"level": level}},
+        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
+        "team": team,
+        "rollout": {"problems_per_step": problems, "group_size": group},
+        "sampling": {"max_new_tokens": new_tokens, "temperature": 1.0},
+        "eval_sampling": {"max_new_tokens": new_tokens},
+        "optim": {"lr": 5e-4, "minibatch_size": 32},
+        "steps": steps, "checkpoint_every": steps, "keep_checkpoints": 1,
+        "tensorboard": False, "log_episodes": 2,
+    }
+
+
+def applicable_methods(base: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(methods that can run on this config, {method: why not} for the others)."""
+    from teamplay.config import TrainConfig, build_config
+    from teamplay.credit import check_credit, credit_methods
+
+    known = credit_methods()
+    ok, refused = {}, {}
+    for label, credit in ARENA_METHODS.items():
+        if credit["method"] not in known:
+            refused[label] = "not registered in this version"
+            continue
+        try:
+            cfg = build_config(TrainConfig, {**base, "credit": credit})
+            check_credit(cfg.credit.method, cfg.credit.options, cfg.protocol.name, TRAINER_PROVIDES)
+        except ValueError as exc:
+            refused[label] = str(exc).split(";")[0].removeprefix("credit.method: ")
+            continue
+        ok[label] = credit
+    return ok, refused
+
+
+def separated(a: dict[str, Any], b: dict[str, Any]) -> int:
+    """+1 when interval a lies wholly above interval b, -1 when wholly below, 0 when they overlap."""
+    lo_a, hi_a = a["mean"] - (a["ci95"] or math.inf), a["mean"] + (a["ci95"] or math.inf)
+    lo_b, hi_b = b["mean"] - (b["ci95"] or math.inf), b["mean"] + (b["ci95"] or math.inf)
+    return 1 if lo_a > hi_b else (-1 if hi_a < lo_b else 0)
+
+
+def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "controlled",
+        folder: Path | None = None) -> Result:
+    from teamplay.training.sweep import plan, run_sweep, summarize
+    from teamplay.training.trainer import Trainer
+
+    base = arena_config(setting, quick, model)
+    methods, refused = applicable_methods(base)
+    seeds = tuple(range(SIZES[(setting, quick)][4]))
+    # a sweep folder, so an interrupted arena run continues where it stopped when run again
+    out = folder or Path("runs") / f"credit_arena-{setting}{'-quick' if quick else ''}"
+    sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds)
+    run_sweep(sweep, lambda cfg, resume: Trainer(cfg).train(resume=resume),
+              on_run=lambda r, status: print(f"  {r.name}: {status}", flush=True))
+    results = summarize(sweep).to_json()
+    labels = dict(zip([p["label"] for p in results["points"]], methods, strict=True))
+    return _result(setting, quick, base, seeds, results, labels, refused)
+
+
+METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
+           ("heldout/team/verdict_accuracy", "verdict acc."), ("heldout/team/wrong_caught", "wrong caught"),
+           ("heldout/team/right_rejected", "right rejected"), ("budget/tokens", "train tokens"))
+
+
+def _cell(metric: dict[str, Any] | None, digits: int = 3) -> str:
+    if metric is None:
+        return "—"
+    ci = "n=1" if metric["ci95"] is None else f"± {metric['ci95']:.{digits}f}"
+    return f"{metric['mean']:.{digits}f} {ci}"
+
+
+def _result(setting: str, quick: bool, base: dict[str, Any], seeds: tuple[int, ...], results: dict[str, Any],
+            labels: dict[str, str], refused: dict[str, str]) -> Result:
+    points = {labels[p["label"]]: p["metrics"] for p in results["points"]}
+    header = ["method", *(name for _, name in METRICS)]
+    rows = [[label, *(_cell(m.get(key), 0 if key.startswith("budget") else 3) for key, _ in METRICS)]
+            for label, m in points.items()]
+    table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                      + ["| " + " | ".join(r) + " |" for r in rows])
+    verdicts = []
+    grpo = points.get("grpo", {})
+    for label, m in points.items():
+        if label == "grpo":
+            continue
+        for key, name in METRICS[:3]:
+            if key in m and key in grpo:
+                side = separated(m[key], grpo[key])
+                word = {1: "beats", -1: "is below", 0: "does not separate from"}[side]
+                verdicts.append(f"{label} {word} grpo on {name}")
+    steps, problems, group, heldout, _ = SIZES[(setting, quick)]
+    notes = (
+        f"Setting `{setting}`{' (--quick)' if quick else ''}: {len(seeds)} seeds per method; {steps} steps of "
+        f"{problems} problems x {group} episodes; held-out: {heldout} arith level "
+        f"{base['task']['options']['level']} test problems, greedy; lr {base['optim']['lr']}, LoRA r 8, "
+        f"{base['sampling']['max_new_tokens']} new tokens per message. Cells: mean ± 95% t interval over seeds; "
+        f"'train tokens' is the generated-token budget (counterfactual tokens included when a method "
+        f"generates any). No method was tuned: all share this one setting.",
+        "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
+        "Beyond their intervals: " + ("; ".join(verdicts) if verdicts else "no comparison") + ".",
+    )
+    separated_any = [v for v in verdicts if " beats " in v]
+    headline = (f"{setting}: " + (", ".join(separated_any) if separated_any else
+                                  "no method beats grpo beyond the 95% intervals") + f" ({len(seeds)} seeds).")
+    return Result("credit_arena", table, headline, None, tuple(n for n in notes if n),
+                  {"results": results, "labels": labels, "refused": refused, "config": base})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the credit arena (one setting)")
+    parser.add_argument("--quick", action="store_true", help="smoke sizes")
+    parser.add_argument("--setting", choices=("controlled", "full"), default="controlled")
+    parser.add_argument("--model", default=EMBEDDED_MODEL)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output", type=Path, default=None, help="keep the sweep folder here")
+    args = parser.parse_args()
+    set_threads(args.threads)
+    result = run(quick=args.quick, model=args.model, setting=args.setting, folder=args.output)
+    print(result.table, *result.notes, result.headline, sep="\n\n")
+    print(json.dumps(result.data["labels"]))
+
+
+if __name__ == "__main__":
+    main()
