@@ -57,23 +57,28 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
 
 #: (steps, problems per step, group size, held-out problems, seeds) per setting and size
 SIZES = {
-    ("controlled", True): (3, 4, 4, 24, 3),
+    ("controlled", True): (2, 2, 4, 12, 3),
     ("controlled", False): (12, 4, 8, 100, 3),
     ("full", True): (2, 2, 4, 200, 3),
     ("full", False): (20, 4, 8, 200, 3),
 }
 
 NOISY_PROPOSER = "scripted:noisy_proposer(p_right=0.5)"
+#: a short reviewer prompt: the prompt is most of the cost of a one-word verdict on a CPU
+REVIEWER_PROMPT = ("You check the proposed answer to an arithmetic problem. The first word of your reply "
+                   "must be RIGHT if the proposed answer is correct, WRONG if it is not.")
 #: the credit resources ``Trainer._credit_resources`` fills in
 TRAINER_PROVIDES = frozenset({"transcript_scorer", "backend"})
 
 
-def arena_config(setting: str, quick: bool, model: str) -> dict[str, Any]:
-    """The base config shared by every method of ``setting``."""
-    steps, problems, group, heldout, _ = SIZES[(setting, quick)]
+def arena_config(setting: str, quick: bool, model: str,
+                 sizes: tuple[int, int, int, int, int] | None = None) -> dict[str, Any]:
+    """The base config shared by every method of ``setting`` (``sizes`` replaces ``SIZES``)."""
+    steps, problems, group, heldout, _ = sizes or SIZES[(setting, quick)]
     if setting == "controlled":
-        team = {"roles": [{"name": "proposer", "policy": NOISY_PROPOSER}, {"name": "reviewer"}]}
-        level, new_tokens = 1, 6  # a verdict is its first line: RIGHT or WRONG
+        team = {"roles": [{"name": "proposer", "policy": NOISY_PROPOSER},
+                          {"name": "reviewer", "prompt": REVIEWER_PROMPT}]}
+        level, new_tokens = 1, 4  # a verdict is its first line: RIGHT or WRONG
     else:
         team = {"roles": [{"name": "proposer"}, {"name": "reviewer"}]}
         level, new_tokens = 2, 48
@@ -84,6 +89,7 @@ def arena_config(setting: str, quick: bool, model: str) -> dict[str, Any]:
         "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
         "team": team,
         "rollout": {"problems_per_step": problems, "group_size": group},
+        "backend": {"max_prompt_tokens": 512},
         "sampling": {"max_new_tokens": new_tokens, "temperature": 1.0},
         "eval_sampling": {"max_new_tokens": new_tokens},
         "optim": {"lr": 5e-4, "minibatch_size": 32},
@@ -121,13 +127,16 @@ def separated(a: dict[str, Any], b: dict[str, Any]) -> int:
 
 
 def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "controlled",
-        folder: Path | None = None) -> Result:
+        folder: Path | None = None, sizes: tuple[int, int, int, int, int] | None = None) -> Result:
+    """Train every applicable method x seed of ``setting`` and tabulate them (see the module doc).
+    ``sizes`` = (steps, problems per step, group size, held-out problems, seeds) replaces ``SIZES``."""
     from teamplay.training.sweep import plan, run_sweep, summarize
     from teamplay.training.trainer import Trainer
 
-    base = arena_config(setting, quick, model)
+    sizes = sizes or SIZES[(setting, quick)]
+    base = arena_config(setting, quick, model, sizes)
     methods, refused = applicable_methods(base)
-    seeds = tuple(range(SIZES[(setting, quick)][4]))
+    seeds = tuple(range(sizes[4]))
     # a sweep folder, so an interrupted arena run continues where it stopped when run again
     out = folder or Path("runs") / f"credit_arena-{setting}{'-quick' if quick else ''}"
     sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds)
@@ -135,7 +144,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
               on_run=lambda r, status: print(f"  {r.name}: {status}", flush=True))
     results = summarize(sweep).to_json()
     labels = dict(zip([p["label"] for p in results["points"]], methods, strict=True))
-    return _result(setting, quick, base, seeds, results, labels, refused)
+    return _result(setting, quick, sizes, base, seeds, results, labels, refused)
 
 
 METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
@@ -150,8 +159,8 @@ def _cell(metric: dict[str, Any] | None, digits: int = 3) -> str:
     return f"{metric['mean']:.{digits}f} {ci}"
 
 
-def _result(setting: str, quick: bool, base: dict[str, Any], seeds: tuple[int, ...], results: dict[str, Any],
-            labels: dict[str, str], refused: dict[str, str]) -> Result:
+def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, Any], seeds: tuple[int, ...],
+            results: dict[str, Any], labels: dict[str, str], refused: dict[str, str]) -> Result:
     points = {labels[p["label"]]: p["metrics"] for p in results["points"]}
     header = ["method", *(name for _, name in METRICS)]
     rows = [[label, *(_cell(m.get(key), 0 if key.startswith("budget") else 3) for key, _ in METRICS)]
@@ -168,7 +177,7 @@ def _result(setting: str, quick: bool, base: dict[str, Any], seeds: tuple[int, .
                 side = separated(m[key], grpo[key])
                 word = {1: "beats", -1: "is below", 0: "does not separate from"}[side]
                 verdicts.append(f"{label} {word} grpo on {name}")
-    steps, problems, group, heldout, _ = SIZES[(setting, quick)]
+    steps, problems, group, heldout, _ = sizes
     notes = (
         f"Setting `{setting}`{' (--quick)' if quick else ''}: {len(seeds)} seeds per method; {steps} steps of "
         f"{problems} problems x {group} episodes; held-out: {heldout} arith level "

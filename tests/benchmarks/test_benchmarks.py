@@ -98,3 +98,20 @@ def test_replace_region_refuses_broken_markers(broken):
     text = broken.format(start=marker("a", False), end=marker("a", True))
     with pytest.raises(ValueError, match="bench:a"):
         replace_region(text, "a", "new")
+
+
+@pytest.mark.slow  # 3 methods x 2 seeds of 1 tiny training step: about 30-60 s
+def test_credit_arena_quick_path(tiny_model, tmp_path):
+    from benchmarks import credit_arena
+
+    result = credit_arena.run(model=tiny_model, folder=tmp_path / "arena", sizes=(1, 1, 2, 2, 2))
+    _check(result, "credit_arena")
+    assert list(result.data["labels"].values()) == ["grpo", "shapley (masking)", "tracer_roles"]
+    # refused before any model loaded, each with the registry's reason
+    assert "sequential" in result.data["refused"]["cosac"]
+    assert "replay" in result.data["refused"]["shapley (replay)"]
+    for point in result.data["results"]["points"]:
+        assert point["seeds"] == [0, 1]
+        assert point["metrics"]["heldout/team_accuracy"]["n"] == 2
+    assert [line.split(" |")[0] for line in result.table.splitlines()[2:]] == [
+        "| grpo", "| shapley (masking)", "| tracer_roles"]

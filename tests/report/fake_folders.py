@@ -108,3 +108,32 @@ def write_eval(path: Path, accuracy: float = 0.5, protocol: str = "proposer_revi
             for i, right in enumerate((True, False))]
     (path / "transcripts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+def write_sweep(path: Path) -> Path:
+    """A sweep folder as ``teamplay sweep`` writes it: 2 grid points (``grpo`` and a label carrying
+    ``INJECTION``) x 2 seeds, each run a ``write_run`` folder with ``done.json``. The final held-out
+    team accuracy of (point, seed) is 0.5 + 0.1 * point + 0.2 * seed (grpo: 0.5, 0.7; the other:
+    0.6, 0.8), and every final evaluation carries team metrics (verdict accuracy 0.5 + 0.1 * seed)."""
+    values = ["grpo", INJECTION]
+    runs = []
+    for p, value in enumerate(values):
+        for seed in (0, 1):
+            name = f"point{p}__seed{seed}"
+            runs.append({"name": name, "label": f"credit.method={value}", "point": {"credit.method": value},
+                         "seed": seed})
+            run = write_run(path / "runs" / name)
+            lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            for line in lines:
+                if "heldout_final" in line:
+                    final = line["heldout_final"]
+                    final["team_accuracy"] = 0.5 + 0.1 * p + 0.2 * seed
+                    final["extra"] = {"team": {"verdict_accuracy": 0.5 + 0.1 * seed, "wrong_caught": 0.4,
+                                               "first_answer_accuracy": {"proposer": 0.3}}}
+                if "reward_mean" in line:
+                    line["reward_mean"] += 0.05 * seed + 0.1 * p
+            (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+            (run / "done.json").write_text(json.dumps(runs[-1]), encoding="utf-8")
+    manifest = {"base_config": {}, "grid": {"credit.method": values}, "seeds": [0, 1], "runs": runs}
+    (path / "sweep.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return path
