@@ -41,6 +41,9 @@ def report_command(run_dirs: list[Path], compare: bool, output: Path | None) -> 
     if compare and len(dirs) != 2:
         raise TeamplayError(f"report --compare needs a sweep folder or exactly two run or eval folders, "
                             f"got {len(dirs)}")
+    if not compare and len(dirs) == 1 and is_sweep_folder(dirs[0]):
+        raise TeamplayError(f"report: {dirs[0]} is a sweep folder; use teamplay report --compare {dirs[0]} "
+                            f"(or pass one of its runs/ folders)")
     if not compare and len(dirs) != 1:
         raise TeamplayError(f"report takes one run or eval folder (use --compare for two), got {len(dirs)}")
     loaded = [load_folder(d) for d in dirs]

@@ -92,7 +92,9 @@ class Sweep:
 
     def config(self, run: SweepRun) -> TrainConfig:
         """The validated config of ``run`` (its output folder is its run folder)."""
-        return build_config(TrainConfig, self.base, [*run.overrides, f"output_dir={self.run_dir(run)}"])
+        # JSON strings are YAML strings: a folder name with ': ' stays a string
+        folder = json.dumps(str(self.run_dir(run)))
+        return build_config(TrainConfig, self.base, [*run.overrides, f"output_dir={folder}"])
 
     def manifest(self) -> dict[str, Any]:
         return {"base_config": dict(self.base), "grid": {k: list(v) for k, v in self.grid.items()},
