@@ -67,8 +67,6 @@ NOISY_PROPOSER = "scripted:noisy_proposer(p_right=0.5)"
 #: a short reviewer prompt: the prompt is most of the cost of a one-word verdict on a CPU
 REVIEWER_PROMPT = ("You check the proposed answer to an arithmetic problem. The first word of your reply "
                    "must be RIGHT if the proposed answer is correct, WRONG if it is not.")
-#: the credit resources ``Trainer._credit_resources`` fills in
-TRAINER_PROVIDES = frozenset({"transcript_scorer", "backend"})
 
 
 def arena_config(setting: str, quick: bool, model: str,
@@ -101,7 +99,8 @@ def arena_config(setting: str, quick: bool, model: str,
 def applicable_methods(base: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """(methods that can run on this config, {method: why not} for the others)."""
     from teamplay.config import TrainConfig, build_config
-    from teamplay.credit import check_credit, credit_methods
+    from teamplay.credit import credit_methods
+    from teamplay.training.setup import validate_run
 
     known = credit_methods()
     ok, refused = {}, {}
@@ -110,8 +109,7 @@ def applicable_methods(base: dict[str, Any]) -> tuple[dict[str, dict[str, Any]],
             refused[label] = "not registered in this version"
             continue
         try:
-            cfg = build_config(TrainConfig, {**base, "credit": credit})
-            check_credit(cfg.credit.method, cfg.credit.options, cfg.protocol.name, TRAINER_PROVIDES)
+            validate_run(build_config(TrainConfig, {**base, "credit": credit}))  # what the trainer checks
         except ValueError as exc:
             refused[label] = str(exc).split(";")[0].removeprefix("credit.method: ")
             continue
