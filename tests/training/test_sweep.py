@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from teamplay.cli import app
 from teamplay.errors import ConfigError
 from teamplay.report import report_command
+from teamplay.training.checkpoint import latest_checkpoint
 from teamplay.training.sweep import Cell, load_sweep, parse_grid, parse_seeds, plan, summarize, t_quantile_975
 from tests.tiny import save_tiny
 
@@ -147,7 +148,7 @@ def test_kill_9_then_rerun_finishes_the_missing_runs_only(tmp_path):
     second = out / "runs" / "credit.method=tracer_roles__seed0"
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        while not (second / "checkpoints").is_dir():  # the second run has started training
+        while latest_checkpoint(second) is None:  # the second run has a finished checkpoint
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
