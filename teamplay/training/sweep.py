@@ -48,6 +48,7 @@ from teamplay.config import TrainConfig, build_config, parse_overrides
 from teamplay.errors import ConfigError, DataError
 from teamplay.training.checkpoint import latest_checkpoint
 from teamplay.training.metrics import read_metrics
+from teamplay.training.setup import validate_run
 
 MANIFEST = "sweep.json"
 DONE = "done.json"
@@ -171,7 +172,9 @@ def plan(folder: Path, base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]
     """The sweep's runs: the cartesian product of the grid values, times the seeds.
 
     ``overrides`` (``--set``) are applied to ``base`` first, for every run. Every run's config is
-    validated here, before anything trains, so a bad grid value stops the sweep in its first second.
+    validated here (fields, then what the trainer checks before loading anything: task, protocol,
+    credit method with its options and resources), so a bad grid value stops the sweep before any
+    run trains.
     """
     if not seeds:
         raise ConfigError("--seeds: give at least one seed")
@@ -194,7 +197,7 @@ def plan(folder: Path, base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]
     sweep = Sweep(sweep.folder, sweep.base, sweep.grid, sweep.seeds, tuple(runs))
     for run in runs:
         try:
-            sweep.config(run)
+            validate_run(sweep.config(run))
         except ConfigError as exc:
             raise ConfigError(f"--grid {run.label}, seed {run.seed}: {exc}") from None
     return sweep

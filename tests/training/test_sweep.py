@@ -54,7 +54,8 @@ def test_grid_and_seed_parsing_and_errors(tmp_path):
     assert (cfg.credit.method, cfg.optim.lr, cfg.seed) == ("grpo", 0.003, 1)
     assert cfg.output_dir == str(tmp_path / "runs" / sweep.runs[3].name)
     for bad, words in ((["credit.method"], "KEY=V1,V2"), (["seed=1,2"], "--seeds"),
-                       (["optim.lr=0.1,,2"], "empty value"), (["optim.lr=-1,1"], "optim.lr")):
+                       (["optim.lr=0.1,,2"], "empty value"), (["optim.lr=-1,1"], "optim.lr"),
+                       (["credit.method=grpo,nosuch"], "credit.method=nosuch")):
         with pytest.raises(ConfigError, match=words):
             plan(tmp_path, {}, parse_grid(bad), (0,))
     with pytest.raises(ConfigError, match="repeated seed"):
