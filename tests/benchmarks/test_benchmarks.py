@@ -71,7 +71,7 @@ def test_main_quick_rewrites_only_its_region(tmp_path):
     first = out.read_text(encoding="utf-8")
     assert first.startswith("# Title\n\nProse before.\n\n") and first.endswith("\n\nProse after.\n")
     assert "old table" not in first and "| K | COSAC |" in first
-    assert "`python -m benchmarks cosac_bandit`" in first
+    assert "`python -m benchmarks cosac_bandit --quick`" in first  # the command that made the region
     main(["cosac_bandit", "--quick", "--output", str(out)])
     assert out.read_text(encoding="utf-8") == first  # same seeds, same table: idempotent
 
