@@ -184,7 +184,7 @@ def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, A
         f"'train tokens' is the generated-token budget (counterfactual tokens included when a method "
         f"generates any). No method was tuned: all share this one setting.",
         "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
-        "Beyond their intervals: " + ("; ".join(verdicts) if verdicts else "no comparison") + ".",
+        "Beyond their intervals: " + ("; ".join(verdicts) if verdicts else "no comparison").rstrip(".") + ".",
     )
     separated_any = [v for v in verdicts if " beats " in v]
     headline = (f"{setting}: " + (", ".join(separated_any) if separated_any else
