@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from teamplay.agents.controllers import ControllerConfig
 from teamplay.agents.roles import Team
@@ -198,18 +198,54 @@ class CreditConfig(_Section):
 
 
 class ObjectiveConfig(_Section):
-    """The policy-gradient objective."""
+    """The policy-gradient objective.
+
+    Combinations with no meaning are refused at load, never silently dropped: GSPO has its own
+    sequence-level aggregation and no KL term, so ``loss_agg``, ``kl_beta``, ``kl_clamp`` and
+    ``dual_clip`` are refused with it; ``logratio_clamp`` is GSPO's only; ``kl_clamp`` needs
+    ``kl_beta > 0``; ``norm_tokens`` belongs to ``loss_agg: seq_mean_token_sum_norm``.
+    """
 
     name: Literal["grpo", "gspo"] = Field("grpo", description="grpo: token-level ratio; gspo: "
                                                               "sequence-level (length-normalised) ratio.")
     clip_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range epsilon.")
     clip_high: float | None = Field(None, gt=0.0, description="Upper clip range (None = clip_low).")
-    kl_beta: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the base model "
+    kl_beta: float = Field(0.0, ge=0.0, description="GRPO: weight of the k3 KL to the base model "
                                                     "(adapters disabled); 0 = no KL term.")
-    loss_agg: Literal["seq_mean_token_mean", "token_mean"] = Field(
-        "seq_mean_token_mean", description="GRPO token aggregation.")
+    kl_clamp: float | None = Field(None, gt=0.0, description="GRPO: clamp the k3 estimate to at most "
+                                                             "this (verl: 10); None = no clamp.")
+    loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = Field(
+        "seq_mean_token_mean", description="GRPO token aggregation: per-sequence mean then mean (GRPO), "
+                                           "mean over all tokens (DAPO), or token sum / a constant "
+                                           "(Dr. GRPO).")
+    norm_tokens: int | None = Field(None, ge=1, description="The constant of seq_mean_token_sum_norm "
+                                                            "(None = sampling.max_new_tokens).")
+    dual_clip: float | None = Field(None, gt=1.0, description="GRPO: dual-clip constant c for negative "
+                                                              "advantages (verl: 3); None = off.")
     logratio_clamp: float | None = Field(None, gt=0.0, description="GSPO: clamp the mean log-ratio "
                                                                     "to [-c, c] before exp (TRACER: 2).")
+
+    @model_validator(mode="after")
+    def _meaningful_combination(self) -> ObjectiveConfig:
+        given = self.model_fields_set
+        if self.name == "gspo":
+            for name, why in (("loss_agg", "GSPO averages per sequence"),
+                              ("kl_beta", "GSPO has no KL term"),
+                              ("kl_clamp", "GSPO has no KL term"),
+                              ("dual_clip", "dual-clip is defined for the token ratio"),
+                              ("norm_tokens", "GSPO averages per sequence")):
+                # kl_beta: 0 is accepted (it means "no KL", which GSPO is); any other value given is refused
+                if name in given and not (name == "kl_beta" and self.kl_beta == 0):
+                    raise ValueError(f"{name} does not apply to name 'gspo' ({why}); "
+                                     f"remove it or use name 'grpo'")
+        elif self.logratio_clamp is not None:
+            raise ValueError("logratio_clamp applies to name 'gspo' only; remove it")
+        if self.kl_clamp is not None and self.kl_beta == 0:
+            raise ValueError("kl_clamp needs kl_beta > 0 (there is no KL term to clamp)")
+        if self.norm_tokens is not None and self.loss_agg != "seq_mean_token_sum_norm":
+            raise ValueError("norm_tokens is the constant of loss_agg "
+                             "'seq_mean_token_sum_norm'; set that loss_agg or remove it")
+        return self
 
 
 class OptimConfig(_Section):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,28 @@ def test_run_config_validates(path):
 def test_protocol_example_loads(path):
     protocol = get_protocol(str(path))
     assert protocol.name
+
+
+@pytest.mark.parametrize("objective,needle", [
+    ({"name": "gspo", "kl_beta": 0.1}, "kl_beta does not apply to name 'gspo'"),
+    ({"name": "gspo", "loss_agg": "token_mean"}, "loss_agg does not apply to name 'gspo'"),
+    ({"name": "gspo", "dual_clip": 3.0}, "dual_clip does not apply"),
+    ({"name": "grpo", "logratio_clamp": 2.0}, "logratio_clamp applies to name 'gspo' only"),
+    ({"name": "grpo", "kl_clamp": 10.0}, "kl_clamp needs kl_beta > 0"),
+    ({"name": "grpo", "norm_tokens": 64}, "norm_tokens is the constant"),
+    ({"name": "grpo", "dual_clip": 0.5}, "objective.dual_clip"),
+])
+def test_objective_combinations_without_meaning_are_refused(objective, needle):
+    from teamplay.config import TrainConfig, build_config
+    from teamplay.errors import ConfigError
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        build_config(TrainConfig, {"objective": objective})
+
+
+def test_objective_meaningful_combinations_load():
+    from teamplay.config import TrainConfig, build_config
+    cfg = build_config(TrainConfig, {"objective": {"name": "grpo", "kl_beta": 0.1, "kl_clamp": 10,
+                                                   "loss_agg": "seq_mean_token_sum_norm",
+                                                   "norm_tokens": 128, "dual_clip": 3}})
+    assert cfg.objective.norm_tokens == 128
+    assert build_config(TrainConfig, {"objective": {"name": "gspo", "kl_beta": 0}}).objective.name == "gspo"

@@ -203,6 +203,7 @@ class Trainer:
         by_id = {item.id: item for item in problems}
         controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
         groups = group_episodes(episodes)
+        step_rewards = tuple(float(ep.reward) for ep in episodes)  # for scale_rewards: batch
         active = self._active_adapters(step)
         samples: list[PolicySample] = []
         credited: list[tuple[Episode, np.ndarray]] = []
@@ -214,7 +215,8 @@ class Trainer:
                 continue
             item = by_id[group[0].problem_id]
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
-                                extract=self.task.extract, resources=self._credit_resources(item))
+                                extract=self.task.extract,
+                                resources={**self._credit_resources(item), "batch_rewards": step_rewards})
             advantages = assign(cfg.credit.method, batch, cfg.credit.options)
             credited.extend(zip(group, advantages, strict=True))
             samples.extend(build_samples(group, advantages, active))
@@ -330,7 +332,9 @@ class Trainer:
                 ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
                                                              temperature=temperature)
         loss, stats = grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
-                                beta=obj.kl_beta, loss_agg=obj.loss_agg)
+                                beta=obj.kl_beta, loss_agg=obj.loss_agg,
+                                norm_tokens=obj.norm_tokens or self.cfg.sampling.max_new_tokens,
+                                dual_clip=obj.dual_clip, kl_clamp=obj.kl_clamp)
         return loss, stats, entropy
 
     def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
