@@ -190,11 +190,23 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
+class TokenCreditConfig(_Section):
+    """Token-level credit: spread each message's advantage over its tokens."""
+
+    method: str = Field(..., description="Token credit method (teamplay list), e.g. dgpo, aem.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of that method.")
+    roles: list[str] | None = Field(None, description="Roles whose messages get token credit; the "
+                                                      "others keep one advantage per message. "
+                                                      "None = every role.")
+
+
 class CreditConfig(_Section):
     """How the team reward becomes per-message advantages."""
 
     method: str = Field("grpo", description="Credit method (teamplay list), e.g. grpo, shapley.")
     options: dict[str, Any] = Field(default_factory=dict, description="Options of that method.")
+    token: TokenCreditConfig | None = Field(None, description="Token-level credit after the message "
+                                                              "method (None = one advantage per message).")
 
 
 class ObjectiveConfig(_Section):
@@ -303,3 +315,14 @@ class TrainConfig(_Section):
                                                    "episodes.jsonl (for reports).")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")
+
+    @model_validator(mode="after")
+    def _token_credit_fits_objective(self) -> TrainConfig:
+        token = self.credit.token
+        if token is not None and self.objective.kl_beta > 0:
+            from teamplay.credit.token import get_token_credit
+
+            if get_token_credit(token.method).excludes_kl:
+                raise ValueError(f"credit.token.method {token.method!r} replaces the KL penalty; "
+                                 f"set objective.kl_beta to 0")
+        return self

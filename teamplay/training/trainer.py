@@ -33,6 +33,7 @@ never in the optimiser.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -51,6 +52,8 @@ import yaml
 from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, assign
+from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
+from teamplay.credit.token.base import parse_token_options
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
@@ -67,6 +70,7 @@ from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
+from teamplay.training.token_stats import compute_token_stats
 from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
 
 
@@ -129,6 +133,8 @@ class Trainer:
             self.make_eval_env = self.make_env
         if not any(role.trainable for role in self.team.roles):  # before the model loads
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+        if cfg.credit.token is not None:  # before the model loads
+            check_token_credit(cfg.credit.token, {role.name for role in self.team.roles})
         self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
@@ -207,6 +213,8 @@ class Trainer:
         active = self._active_adapters(step)
         samples: list[PolicySample] = []
         credited: list[tuple[Episode, np.ndarray]] = []
+        token_rows: list[list[np.ndarray | None]] = []
+        batches: list[tuple[CreditBatch, list[np.ndarray]]] = []
         zero_variance = 0
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
@@ -217,14 +225,21 @@ class Trainer:
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
                                 extract=self.task.extract,
                                 resources={**self._credit_resources(item), "batch_rewards": step_rewards})
-            advantages = assign(cfg.credit.method, batch, cfg.credit.options)
-            credited.extend(zip(group, advantages, strict=True))
-            samples.extend(build_samples(group, advantages, active))
+            batches.append((batch, assign(cfg.credit.method, batch, cfg.credit.options)))
+        if cfg.credit.token is not None and batches:
+            token_rows = self._token_credit(batches, active)
+        for k, (batch, advantages) in enumerate(batches):
+            credited.extend(zip(batch.episodes, advantages, strict=True))
+            samples.extend(build_samples(batch.episodes, advantages, active,
+                                         token_rows[k] if token_rows else None))
         t_credit = time.perf_counter() - t0 - t_rollout
 
+        flat_tokens = [row for rows in token_rows for row in rows] if token_rows else []
         self._last_credited = [
-            {**ep.to_dict(), "advantages": [float(a) for a in adv]}
-            for ep, adv in credited[:cfg.log_episodes]]
+            {**ep.to_dict(), "advantages": [float(a) for a in adv],
+             **({"token_advantages": [None if r is None else [round(float(x), 6) for x in r]
+                                      for r in flat_tokens[i]]} if flat_tokens else {})}
+            for i, (ep, adv) in enumerate(credited[:cfg.log_episodes])]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
@@ -245,6 +260,7 @@ class Trainer:
             "samples": len(samples),
             "trained_adapters": sorted(active),
             **role_credit_metrics(credited),
+            **token_credit_metrics(samples),
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
@@ -253,6 +269,35 @@ class Trainer:
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
         }
+
+    def _token_credit(self, batches: list[tuple[CreditBatch, list[np.ndarray]]], active: set[str]
+                      ) -> list[list[list[np.ndarray | None]]]:
+        """Token advantages of every credited group: token statistics of the messages that get token
+        credit (spoken, with tokens, a trained adapter, a listed role) in one batched pass, then the
+        token method per group. Returns ``rows[k][g][t]`` for group k (``None`` = scalar)."""
+        token = self.cfg.credit.token
+        assert token is not None
+        method = get_token_credit(token.method)
+        roles = set(token.roles) if token.roles is not None else None
+        wanted: list[tuple[int, int, int]] = []
+        for k, (batch, _) in enumerate(batches):
+            for g, ep in enumerate(batch.episodes):
+                for t, msg in enumerate(ep.messages):
+                    if msg.spoke and msg.completion_ids and msg.adapter in active \
+                            and (roles is None or msg.role in roles):
+                        wanted.append((k, g, t))
+        messages = [batches[k][0].episodes[g].messages[t] for k, g, t in wanted]
+        stats = compute_token_stats(self.team_model, messages, method.needs, self.cfg.sampling.temperature,
+                                    chunk=max(1, min(8, self.cfg.optim.minibatch_size)))
+        table = [[[None] * len(ep.messages) for ep in batch.episodes] for batch, _ in batches]
+        for (k, g, t), st in zip(wanted, stats, strict=True):
+            table[k][g][t] = st
+        rows = []
+        for k, (batch, advantages) in enumerate(batches):
+            group_stats = GroupTokenStats(tuple(tuple(r) for r in table[k]))
+            tb = dataclasses.replace(batch, resources={**batch.resources, "token_stats": group_stats})
+            rows.append(assign_tokens(token.method, tb, advantages, token.options, roles))
+        return rows
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
@@ -318,7 +363,12 @@ class Trainer:
         logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
                                                          temperature=temperature)  # [b, C], [b, C]
         old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
-        adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
+        if any(s.token_advantages is not None for s in part):
+            # token-level credit: [b, C]; messages without token credit broadcast their scalar
+            adv = _pad([s.token_advantages if s.token_advantages is not None
+                        else (s.advantage,) * len(s.completion_ids) for s in part], logp.shape[1], logp.dtype)
+        else:
+            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
@@ -465,6 +515,27 @@ def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[
         "adv_mean": {r: total[r] / count[r] for r in count},
         "credit_share": {r: (absolute[r] / norm if norm > 0 else 0.0) for r in count},
     }
+
+
+def check_token_credit(token, role_names: set[str]) -> None:
+    """Refuse an unknown token method, bad options or a role the team does not have (ConfigError)."""
+    parse_token_options(get_token_credit(token.method), token.options)
+    unknown = sorted(set(token.roles or ()) - role_names)
+    if unknown:
+        raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
+                          f"roles: {', '.join(sorted(role_names))}")
+
+
+def token_credit_metrics(samples: Sequence[PolicySample]) -> dict[str, Any]:
+    """How much token credit moved: the number of messages with token advantages and the mean,
+    over them, of the within-message std of the token advantages divided by |message advantage|
+    (0 = uniform tokens, as message-level credit). Empty when no sample has token advantages."""
+    spread = [float(np.std(s.token_advantages)) / abs(s.advantage)
+              for s in samples if s.token_advantages is not None and s.advantage != 0]
+    n = sum(s.token_advantages is not None for s in samples)
+    if not n:
+        return {}
+    return {"token_credit_messages": n, "token_adv_relative_spread": float(np.mean(spread)) if spread else 0.0}
 
 
 def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:

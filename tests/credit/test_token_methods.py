@@ -1,0 +1,135 @@
+"""Token-level credit methods: hand-worked formulas, invariants (hypothesis), the dispatcher contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from teamplay.credit.registry import CreditBatch
+from teamplay.credit.token import GroupTokenStats, TokenStats, assign_tokens, token_methods
+from teamplay.credit.token.aem import aem_scales
+from teamplay.credit.token.dgpo import dgpo_weights
+from teamplay.envs.records import Episode, Message
+from teamplay.errors import ConfigError
+
+
+def episode(lengths, roles=None, reward=1.0, skipped=()):
+    roles = roles or ["solver"] * len(lengths)
+    msgs = tuple(Message(f"{r}_0", r, t, "solve", "" if t in skipped else "x",
+                         completion_ids=() if t in skipped else (1,) * n,
+                         logprobs=() if t in skipped else (-1.0,) * n, spoke=t not in skipped)
+                 for t, (n, r) in enumerate(zip(lengths, roles, strict=True)))
+    return Episode("p/0", "g", tuple(sorted({m.agent for m in msgs})), msgs, "1", reward)
+
+
+def group_batch(episodes, stats):
+    return CreditBatch(tuple(episodes), resources={"token_stats": GroupTokenStats(
+        tuple(tuple(row) for row in stats))})
+
+
+def test_token_methods_registered_with_needs():
+    methods = token_methods()
+    assert methods["dgpo"].needs == {"entropies", "hellinger"} and methods["dgpo"].conserves
+    assert methods["dgpo"].excludes_kl
+    assert methods["aem"].needs == frozenset() and not methods["aem"].conserves
+
+
+# ---------------------------------------------------------------------------------------- DGPO
+def test_dgpo_hand_worked():
+    # s = H * e = [0.5*1, 0*2, 0.2*0.5] = [0.5, 0, 0.1]; mean 0.2 -> s/mean = [2.5, 0, 0.5]
+    # mix 0.5: w = 0.5 + 0.5 * [2.5, 0, 0.5] = [1.75, 0.5, 0.75] (sum 3 = C); A = 2 -> [3.5, 1, 1.5]
+    w = dgpo_weights(np.array([0.5, 0.0, 0.2]), np.array([1.0, 2.0, 0.5]), mix=0.5)
+    np.testing.assert_allclose(w, [1.75, 0.5, 0.75], atol=1e-12)
+    ep = episode([3])
+    stats = TokenStats(np.full(3, -1.0), entropies=np.array([1.0, 2.0, 0.5]),
+                       hellinger=np.array([0.5, 0.0, 0.2]))
+    rows = assign_tokens("dgpo", group_batch([ep], [[stats]]), [np.array([2.0])], {"mix": 0.5})
+    np.testing.assert_allclose(rows[0][0], [3.5, 1.0, 1.5], atol=1e-12)
+    # mix 0 is GRPO (uniform); no deviation anywhere keeps the scalar on every token
+    np.testing.assert_allclose(dgpo_weights(np.array([0.5, 0.0, 0.2]), np.ones(3), mix=0.0), np.ones(3))
+    np.testing.assert_allclose(dgpo_weights(np.zeros(3), np.ones(3), mix=1.0), np.ones(3))
+
+
+def test_dgpo_softmax_variant_hand_worked():
+    # s = [1, 0]; temperature 1: softmax = [e/(e+1), 1/(e+1)] = [0.731059, 0.268941]; * C = 2 ->
+    # [1.462117, 0.537883]; mix 1 -> those weights.
+    w = dgpo_weights(np.array([1.0, 0.0]), np.array([1.0, 1.0]), mix=1.0, temperature=1.0)
+    np.testing.assert_allclose(w, [1.462117, 0.537883], atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.floats(-3, 3), st.floats(0, 1),
+       st.one_of(st.none(), st.floats(0.05, 5)), st.integers(0, 2**31 - 1))
+def test_dgpo_conserves_each_message_total(lengths, adv, mix, temperature, seed):
+    rng = np.random.default_rng(seed)
+    ep = episode(lengths)
+    stats = [TokenStats(-rng.random(n), entropies=rng.random(n) * 3,
+                        hellinger=rng.random(n) * (rng.random(n) > 0.3)) for n in lengths]
+    A = np.full(len(lengths), adv)
+    rows = assign_tokens("dgpo", group_batch([ep], [stats]), [A], {"mix": mix, "temperature": temperature})
+    for n, row in zip(lengths, rows[0], strict=True):
+        assert np.isfinite(row).all()
+        assert row.sum() == pytest.approx(n * adv, abs=1e-9)
+        # bounds: w in [1 - mix, 1 - mix + mix * C], same sign as A
+        w = row / adv if adv != 0 else np.ones(n)
+        assert (w >= 1 - mix - 1e-9).all() and (w <= 1 - mix + mix * n + 1e-9).all()
+
+
+def test_dgpo_refuses_missing_statistics():
+    ep = episode([2])
+    with pytest.raises(ValueError, match="needs token statistic 'hellinger'"):
+        assign_tokens("dgpo", group_batch([ep], [[TokenStats(np.zeros(2), entropies=np.ones(2))]]),
+                      [np.array([1.0])])
+
+
+# ----------------------------------------------------------------------------------------- AEM
+def test_aem_hand_worked():
+    # surprisal u = [1, 2, 3] (mean 2) -> rho = [0.5, 1, 1.5]; A = [1, -1, -1]: 1 positive, 2 negative
+    # -> kappa = (2 - 1) / 3 = 1/3; c = rho ** (1/3) = [0.793701, 1, 1.144714]
+    c = aem_scales(np.array([1.0, 2.0, 3.0]), np.array([1.0, -1.0, -1.0]), strength=1.0, max_scale=2.0)
+    np.testing.assert_allclose(c, [0.793701, 1.0, 1.144714], atol=1e-6)
+    # mostly succeeding flips the exponent: kappa = -1/3 -> c = rho ** (-1/3) = [1.259921, 1, 0.873580]
+    c = aem_scales(np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, -1.0]), strength=1.0, max_scale=2.0)
+    np.testing.assert_allclose(c, [1.259921, 1.0, 0.873580], atol=1e-6)
+    # through the dispatcher: the episode's three messages, log-probs -1, -2, -3 per token
+    msgs = tuple(Message("solver_0", "solver", t, "solve", "x", completion_ids=(1, 1),
+                         logprobs=(-(t + 1.0),) * 2) for t in range(3))
+    ep = Episode("p/0", "g", ("solver_0",), msgs, "1", 1.0)
+    stats = [TokenStats(np.array(m.logprobs)) for m in msgs]
+    rows = assign_tokens("aem", group_batch([ep], [stats]), [np.array([1.0, -1.0, -1.0])])
+    np.testing.assert_allclose(np.concatenate(rows[0]), np.repeat([0.793701, -1.0, -1.144714], 2), atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 8.0), st.floats(-3, 3)), min_size=1, max_size=8),
+       st.floats(0, 4), st.floats(1, 5))
+def test_aem_keeps_signs_and_bounds(items, strength, max_scale):
+    u = np.array([x for x, _ in items])
+    a = np.array([y for _, y in items])
+    c = aem_scales(u, a, strength, max_scale)
+    assert np.isfinite(c).all()
+    assert (c >= 1 / max_scale - 1e-12).all() and (c <= max_scale + 1e-12).all()
+    assert (np.sign(c * a) == np.sign(a)).all()
+    np.testing.assert_allclose(aem_scales(u, a, 0.0, max_scale), np.ones_like(u))
+
+
+# ---------------------------------------------------------------------------------- dispatcher
+def test_roles_filter_and_skipped_messages_keep_scalars():
+    ep = episode([2, 0, 3], roles=["proposer", "reviewer", "reviewer"], skipped=(1,))
+    stats = [TokenStats(np.full(2, -1.0), entropies=np.ones(2), hellinger=np.array([1.0, 0.0])), None,
+             TokenStats(np.full(3, -1.0), entropies=np.ones(3), hellinger=np.array([1.0, 0.0, 0.0]))]
+    rows = assign_tokens("dgpo", group_batch([ep], [stats]), [np.array([1.0, 0.0, -1.0])], {"mix": 1.0},
+                         roles={"proposer"})
+    np.testing.assert_allclose(rows[0][0], [2.0, 0.0])  # proposer: all the credit on the deviating token
+    assert rows[0][1] is None and rows[0][2] is None  # skipped; reviewer not listed
+
+
+def test_unknown_method_and_bad_options_name_the_field():
+    ep = episode([1])
+    b = group_batch([ep], [[TokenStats(np.zeros(1))]])
+    with pytest.raises(ConfigError, match="unknown token credit method 'nope'"):
+        assign_tokens("nope", b, [np.zeros(1)])
+    with pytest.raises(ConfigError, match=r"credit.token.options.mix"):
+        assign_tokens("dgpo", b, [np.zeros(1)], {"mix": 2.0})
