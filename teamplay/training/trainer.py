@@ -52,9 +52,9 @@ import yaml
 from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, assign
+from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
 from teamplay.credit.token.base import parse_token_options
-from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
@@ -70,8 +70,8 @@ from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
-from teamplay.training.token_stats import compute_token_stats
 from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
+from teamplay.training.token_stats import compute_token_stats
 
 
 @dataclass

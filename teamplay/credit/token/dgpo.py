@@ -9,8 +9,9 @@ For message t with advantage A and tokens j = 1..C:
     a_j = A * w_j
 
 so ``sum_j a_j = C * A`` (conservation) and ``w_j`` lies in ``[1 - mix, 1 - mix + mix * C]``:
-every token keeps at least ``(1 - mix)`` of the message's advantage, with its sign. A message whose scores are all zero (no deviation from the
-reference yet, e.g. the first step of a fresh adapter) keeps its scalar on every token.
+every token keeps at least ``(1 - mix)`` of the message's advantage, with its sign. A message
+whose scores are all zero (no deviation from the reference yet, e.g. the first step of a fresh
+adapter) keeps its scalar on every token.
 
 What the public abstract fixes: Hellinger distance (bounded) to the reference, an entropy gate,
 redistribution of the sequence advantage to tokens, no token-level KL penalty (so a run with
