@@ -54,8 +54,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.regret import SKIP, SPEAK, RegretMatcher, info_state, reviewer_reward, signed
 from teamplay.envs.protocols.base import Controller, ControllerChoice, TurnDecision
-from teamplay.envs.records import Episode, Message
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, Message
 
 #: stages whose action values are defined (proposer_reviewer's two, debate's revision rounds)
 STAGES = ("propose", "review", "debate")

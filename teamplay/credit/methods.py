@@ -37,7 +37,7 @@ from teamplay.credit.group import batch_std, group_advantage, group_credit_advan
 from teamplay.credit.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.credit.shapley import shape_grpo_advantages, shapley_exact, shapley_permutation
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 
 
 class GroupOptions(BaseModel):

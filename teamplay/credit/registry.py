@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, TaskItem
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch, register_credit
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 
 
 def _ragged(values: Sequence[Sequence[float]], name: str) -> list[np.ndarray]:

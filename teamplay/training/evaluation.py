@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.agents.controllers import speak_rates
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
+from teamplay.records import Episode, TaskItem
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from teamplay.credit.token import TokenStats
-from teamplay.envs.records import Message
+from teamplay.records import Message
 
 
 def compute_token_stats(team_model, messages: Sequence[Message], needs: Collection[str], temperature: float,

@@ -55,9 +55,9 @@ from teamplay.credit import CreditBatch, assign
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
 from teamplay.credit.token.base import parse_token_options
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, TaskItem
 from teamplay.training.checkpoint import (
     TrainerState,
     latest_checkpoint,

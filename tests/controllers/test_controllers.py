@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.agents.controllers import ControllerConfig, TeamControllers, speak_rates
 from teamplay.config import EvalConfig, ProtocolConfig, TrainConfig, build_config
 from teamplay.envs.protocols.base import TurnDecision, TurnSpec
-from teamplay.envs.records import Episode, Message
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, Generation, Message, SamplingParams, TurnRequest
 from teamplay.training.controller_training import train_controllers
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.setup import env_factory

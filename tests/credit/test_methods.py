@@ -6,8 +6,8 @@ import pytest
 import teamplay.credit.methods as methods
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.registry import CreditBatch, assign, credit_methods
-from teamplay.envs.records import Episode, Message, TaskItem
 from teamplay.envs.voting import majority
+from teamplay.records import Episode, Message, TaskItem
 
 ITEM = TaskItem("arith/0", "What is 2+2?", "4")
 

@@ -11,8 +11,8 @@ from teamplay.credit.registry import CreditBatch
 from teamplay.credit.token import GroupTokenStats, TokenStats, assign_tokens, token_methods
 from teamplay.credit.token.aem import aem_scales
 from teamplay.credit.token.dgpo import dgpo_weights
-from teamplay.envs.records import Episode, Message
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, Message
 
 
 def episode(lengths, roles=None, reward=1.0, skipped=()):

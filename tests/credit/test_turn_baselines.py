@@ -23,7 +23,7 @@ from teamplay.credit.turn_baselines import (
     loto_credit,
     loto_method,
 )
-from teamplay.envs.records import Episode, Message
+from teamplay.records import Episode, Message
 
 
 def brute_force_shapley(V, T):

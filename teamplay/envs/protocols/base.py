@@ -44,11 +44,10 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from teamplay.agents.backends.base import ChatMessage, TurnRequest
 from teamplay.agents.roles import Role, Team
-from teamplay.envs.records import Message, TaskItem
 from teamplay.envs.voting import majority
 from teamplay.errors import ConfigError
+from teamplay.records import ChatMessage, Message, TaskItem, TurnRequest
 
 
 @dataclass(frozen=True)

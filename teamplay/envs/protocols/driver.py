@@ -31,11 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from teamplay.agents.backends.base import ChatMessage, Generation, TurnRequest
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import ControllerChoice, Protocol, ProtocolState, TurnDecision, TurnSpec
-from teamplay.envs.records import Episode, Message, TaskItem
 from teamplay.envs.tasks.base import Task
+from teamplay.records import ChatMessage, Episode, Generation, Message, TaskItem, TurnRequest
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

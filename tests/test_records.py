@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from teamplay.agents.backends.base import Generation
-from teamplay.envs.records import Episode
 from teamplay.envs.team_env import TeamEnv
+from teamplay.records import Episode, Generation
 from tests.envs.fakes import ITEMS, FakeTask, oracle, play
 
 ITEM = ITEMS[3]  # reference "7"
