@@ -328,6 +328,15 @@ def list_command() -> None:
     for name, method in credit_methods().items():
         table.add_row(name, method.summary)
     console.print(table)
+    from teamplay.credit.token import token_methods
+
+    table = Table(title="token credit methods (credit.token: after the message method, per role)")
+    table.add_column("name")
+    table.add_column("what it does")
+    table.add_column("needs")
+    for name, tm in token_methods().items():
+        table.add_row(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
+    console.print(table)
 
 
 def main() -> None:  # pragma: no cover - console entry point
