@@ -133,8 +133,12 @@ class Trainer:
             self.make_eval_env = self.make_env
         if not any(role.trainable for role in self.team.roles):  # before the model loads
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+        self._token_keeps_zero_variance = False
         if cfg.credit.token is not None:  # before the model loads
             check_token_credit(cfg.credit.token, {role.name for role in self.team.roles})
+            method = get_token_credit(cfg.credit.token.method)
+            self._token_keeps_zero_variance = method.wants_zero_variance_groups(
+                parse_token_options(method, cfg.credit.token.options))
         self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
@@ -219,8 +223,9 @@ class Trainer:
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
             if np.ptp(rewards) == 0:
-                zero_variance += 1  # no signal: contributes no gradient
-                continue
+                zero_variance += 1  # no signal: contributes no gradient ...
+                if not self._token_keeps_zero_variance:  # ... unless the token method gives one
+                    continue
             item = by_id[group[0].problem_id]
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
                                 extract=self.task.extract,

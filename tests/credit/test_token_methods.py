@@ -11,6 +11,7 @@ from teamplay.credit.registry import CreditBatch
 from teamplay.credit.token import GroupTokenStats, TokenStats, assign_tokens, token_methods
 from teamplay.credit.token.aem import aem_scales
 from teamplay.credit.token.dgpo import dgpo_weights
+from teamplay.credit.token.ep_grpo import ep_grpo_tokens, progress_tokens
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, Message
 
@@ -34,6 +35,7 @@ def test_token_methods_registered_with_needs():
     assert methods["dgpo"].needs == {"entropies", "hellinger"} and methods["dgpo"].conserves
     assert methods["dgpo"].excludes_kl
     assert methods["aem"].needs == frozenset() and not methods["aem"].conserves
+    assert methods["ep_grpo"].needs == {"entropies", "ref_logprobs"} and methods["ep_grpo"].conserves
 
 
 # ---------------------------------------------------------------------------------------- DGPO
@@ -133,3 +135,37 @@ def test_unknown_method_and_bad_options_name_the_field():
         assign_tokens("nope", b, [np.zeros(1)])
     with pytest.raises(ConfigError, match=r"credit.token.options.mix"):
         assign_tokens("dgpo", b, [np.zeros(1)], {"mix": 2.0})
+
+
+# -------------------------------------------------------------------------------------- EP-GRPO
+def test_ep_grpo_hand_worked():
+    # e = [1, 3] -> e/mean = [0.5, 1.5]; mix 0.5 -> w = [0.75, 1.25]
+    # l - r = [0.5, -0.5], tau 1 -> z = [0.462117, -0.462117] (mean 0)
+    # A = -2, process 0.5: a = -2 w + 0.5 * 2 * z = [-1.5 + 0.462117, -2.5 - 0.462117]
+    a = ep_grpo_tokens(-2.0, np.array([1.0, 3.0]), np.array([-1.0, -2.0]), np.array([-1.5, -1.5]),
+                       mix=0.5, process=0.5, tau=1.0)
+    np.testing.assert_allclose(a, [-1.037883, -2.962117], atol=1e-6)
+    assert a.sum() == pytest.approx(-4.0)  # C * A
+    # progress: e = [1, 1, 2] -> P = [0.25, 0.5, 1]; R = 1, scale 0.2 -> [0.05, 0.1, 0.2]; R = 0 negated
+    np.testing.assert_allclose(progress_tokens(1.0, np.array([1.0, 1.0, 2.0]), 0.2), [0.05, 0.1, 0.2])
+    np.testing.assert_allclose(progress_tokens(0.0, np.array([1.0, 1.0, 2.0]), 0.2), [-0.05, -0.1, -0.2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 10), min_size=1, max_size=3), st.floats(-3, 3), st.floats(0, 1), st.floats(0, 2),
+       st.floats(0.1, 5), st.integers(0, 2**31 - 1))
+def test_ep_grpo_conserves_and_zero_variance_is_bounded(lengths, adv, mix, process, tau, seed):
+    rng = np.random.default_rng(seed)
+    stats = [TokenStats(-rng.random(n) * 5, entropies=rng.random(n) * 2, ref_logprobs=-rng.random(n) * 5)
+             for n in lengths]
+    eps = [episode(lengths, reward=1.0), episode(lengths, reward=0.0)]
+    opts = {"mix": mix, "process": process, "tau": tau, "zero_variance": 0.3}
+    rows = assign_tokens("ep_grpo", group_batch(eps, [stats, stats]),
+                         [np.full(len(lengths), adv), np.full(len(lengths), -adv)], opts)
+    for g, sign in ((0, 1), (1, -1)):
+        for n, row in zip(lengths, rows[g], strict=True):
+            assert np.isfinite(row).all() and row.sum() == pytest.approx(n * sign * adv, abs=1e-9)
+    same = [episode(lengths, reward=0.0), episode(lengths, reward=0.0)]  # zero variance: progress signal
+    rows = assign_tokens("ep_grpo", group_batch(same, [stats, stats]), [np.zeros(len(lengths))] * 2, opts)
+    for row in rows[0]:
+        assert (row <= 0).all() and (np.abs(row) <= 0.3 + 1e-12).all()

@@ -16,7 +16,8 @@ from teamplay.credit.token import token_methods
 from teamplay.errors import ConfigError
 from teamplay.training.token_stats import compute_token_stats
 from tests.tiny import save_tiny
-from tests.training.test_trainer import make_trainer
+from tests.training.fixtures import ConstantTask
+from tests.training.test_trainer import LETTERS, make_trainer
 
 TEAM = Team(roles=(Role(name="proposer"), Role(name="reviewer")))
 
@@ -126,3 +127,22 @@ def test_teamplay_train_runs_every_token_method(tmp_path, method):
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]
+
+
+@pytest.mark.parametrize("zero_variance", [0.0, 0.5])
+def test_ep_grpo_progress_signal_trains_on_equal_reward_groups_only_when_asked(tmp_path, zero_variance):
+    # every completion scores 1: all groups have zero reward variance, so GRPO has no gradient
+    trainer = make_trainer(tmp_path, {"steps": 1, "rollout": {"problems_per_step": 2, "group_size": 4},
+                                      "credit": {"token": {"method": "ep_grpo",
+                                                           "options": {"zero_variance": zero_variance}}}},
+                           task=ConstantTask(LETTERS))
+    before = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+    [metrics] = trainer.train().history
+    assert metrics["zero_variance_groups"] == 2
+    after = trainer.team_model.trainable_parameters()
+    unchanged = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    if zero_variance == 0:
+        assert metrics["samples"] == 0 and unchanged
+    else:
+        assert metrics["samples"] == 8 and metrics["token_credit_messages"] == 8
+        assert metrics["optimizer_steps"] == 1 and not unchanged

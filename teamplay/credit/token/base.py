@@ -93,18 +93,28 @@ class TokenMethod:
     needs: frozenset[str]
     conserves: bool
     excludes_kl: bool = False
+    keeps_zero_variance: Callable[[BaseModel], bool] | None = None
+
+    def wants_zero_variance_groups(self, options: BaseModel) -> bool:
+        """Whether, with these options, groups whose rewards are all equal still get token credit
+        (the trainer drops them otherwise: their message advantages carry no signal)."""
+        return self.keeps_zero_variance is not None and self.keeps_zero_variance(options)
 
 
 _TOKEN_REGISTRY: dict[str, TokenMethod] = {}
 
 
 def register_token_credit(name: str, options: type[BaseModel], summary: str, needs: Collection[str] = (),
-                          conserves: bool = True, excludes_kl: bool = False) -> Callable[[TokenFn], TokenFn]:
+                          conserves: bool = True, excludes_kl: bool = False,
+                          keeps_zero_variance: Callable[[BaseModel], bool] | None = None
+                          ) -> Callable[[TokenFn], TokenFn]:
     """Decorator registering a token method.
 
     ``needs``: token statistics beyond the behaviour log-probs; ``conserves``: each message's token
     advantages sum to C * A (checked by :func:`assign_tokens`); ``excludes_kl``: the method replaces
-    the KL penalty, so a config with ``objective.kl_beta > 0`` is refused at load.
+    the KL penalty, so a config with ``objective.kl_beta > 0`` is refused at load;
+    ``keeps_zero_variance(options)``: the method gives groups with all-equal rewards a signal of
+    its own (conservation is then not checked for those groups: their message totals are 0).
     """
     unknown = set(needs) - set(NEEDS)
     if unknown:
@@ -113,7 +123,8 @@ def register_token_credit(name: str, options: type[BaseModel], summary: str, nee
     def wrap(fn: TokenFn) -> TokenFn:
         if name in _TOKEN_REGISTRY:
             raise ValueError(f"token credit method {name!r} is already registered")
-        _TOKEN_REGISTRY[name] = TokenMethod(name, fn, options, summary, frozenset(needs), conserves, excludes_kl)
+        _TOKEN_REGISTRY[name] = TokenMethod(name, fn, options, summary, frozenset(needs), conserves, excludes_kl,
+                                            keeps_zero_variance)
         return fn
 
     return wrap
@@ -156,13 +167,15 @@ def assign_tokens(name: str, batch: CreditBatch, message_adv: Sequence[np.ndarra
     """Run token method ``name``; messages of roles outside ``roles`` (when given) keep their scalar.
 
     Checks the contract: one entry per message, each ``None`` or a finite [C] array, and, for a
-    method that declares conservation, ``sum_j a_j = C * A`` (to 1e-6 relative).
+    method that declares conservation, ``sum_j a_j = C * A`` (to 1e-6 relative) in groups whose
+    rewards differ.
     """
     method = get_token_credit(name)
     out = method.fn(batch, message_adv, parse_token_options(method, options))
     if len(out) != len(batch.episodes):
         raise RuntimeError(f"token method {name!r} returned {len(out)} episodes for {len(batch.episodes)}")
     result: TokenAdvantages = []
+    check_conservation = method.conserves and len({ep.reward for ep in batch.episodes}) > 1
     for g, (ep, rows, adv) in enumerate(zip(batch.episodes, out, message_adv, strict=True)):
         if len(rows) != len(ep.messages):
             raise RuntimeError(f"token method {name!r}: episode {g} has {len(ep.messages)} messages, "
@@ -179,7 +192,7 @@ def assign_tokens(name: str, batch: CreditBatch, message_adv: Sequence[np.ndarra
             if not np.all(np.isfinite(row)):
                 raise RuntimeError(f"token method {name!r} produced non-finite token advantages "
                                    f"(episode {g}, message {t})")
-            if method.conserves:
+            if check_conservation:
                 total = len(row) * float(adv[t])
                 if abs(row.sum() - total) > 1e-6 * max(1.0, abs(total)):
                     raise RuntimeError(f"token method {name!r} broke conservation on message {t} of "
