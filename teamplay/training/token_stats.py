@@ -25,13 +25,17 @@ def compute_token_stats(team_model, messages: Sequence[Message], needs: Collecti
                         chunk: int = 8) -> list[TokenStats]:
     """One :class:`TokenStats` per message (same order); each message needs completion tokens.
 
-    ``needs`` is a subset of {"entropies", "ref_logprobs", "hellinger"}; with none of them no
-    model pass is made. Memory: one chunk's [chunk, C, V] distributions (twice with the reference).
+    ``needs`` is a subset of {"entropies", "ref_logprobs", "hellinger", "text_offsets"}; without
+    the first three no model pass is made ("text_offsets" only decodes with the tokenizer).
+    Memory: one chunk's [chunk, C, V] distributions (twice with the reference).
     """
     needs = set(needs)
     out: list[TokenStats | None] = [None] * len(messages)
-    if not needs:
-        return [TokenStats(logprobs=np.asarray(m.logprobs, dtype=np.float64)) for m in messages]
+    texts = [text_offsets(team_model.tokenizer, m.completion_ids) for m in messages] \
+        if "text_offsets" in needs else [(None, None)] * len(messages)
+    if not needs & {"entropies", "ref_logprobs", "hellinger"}:
+        return [TokenStats(logprobs=np.asarray(m.logprobs, dtype=np.float64), text=t, token_ends=e)
+                for m, (t, e) in zip(messages, texts, strict=True)]
     by_adapter: dict[str, list[int]] = defaultdict(list)
     for i, m in enumerate(messages):
         if not m.completion_ids:
@@ -67,5 +71,19 @@ def compute_token_stats(team_model, messages: Sequence[Message], needs: Collecti
                         entropies=None if entropy is None else entropy[row, :n].double().cpu().numpy(),
                         ref_logprobs=(ref_tok[row, :n].double().cpu().numpy()
                                       if ref_tok is not None and "ref_logprobs" in needs else None),
-                        hellinger=None if hell is None else hell[row, :n].double().cpu().numpy())
+                        hellinger=None if hell is None else hell[row, :n].double().cpu().numpy(),
+                        text=texts[i][0], token_ends=texts[i][1])
     return out  # type: ignore[return-value]
+
+
+def text_offsets(tokenizer, ids: Sequence[int]) -> tuple[str, np.ndarray]:
+    """The decoded completion and, per token, the length of the decoding of the tokens up to it.
+
+    Prefixes are decoded whole (not token by token) so multi-byte characters split across tokens
+    land on the token that completes them; a prefix ending mid-character may decode longer than the
+    next one, so the ends are made non-decreasing and capped at the full text's length.
+    """
+    text = tokenizer.decode(list(ids), skip_special_tokens=True)
+    ends = np.array([len(tokenizer.decode(list(ids[:j + 1]), skip_special_tokens=True)) for j in range(len(ids))])
+    ends = np.minimum(np.maximum.accumulate(ends), len(text)) if len(ends) else ends
+    return text, ends.astype(np.int64)

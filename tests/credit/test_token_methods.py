@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from teamplay.credit.token import GroupTokenStats, TokenStats, assign_tokens, to
 from teamplay.credit.token.aem import aem_scales
 from teamplay.credit.token.dgpo import dgpo_weights
 from teamplay.credit.token.ep_grpo import ep_grpo_tokens, progress_tokens
+from teamplay.credit.token.vpr import claims, evaluate
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, Message
 
@@ -169,3 +172,51 @@ def test_ep_grpo_conserves_and_zero_variance_is_bounded(lengths, adv, mix, proce
     rows = assign_tokens("ep_grpo", group_batch(same, [stats, stats]), [np.zeros(len(lengths))] * 2, opts)
     for row in rows[0]:
         assert (row <= 0).all() and (np.abs(row) <= 0.3 + 1e-12).all()
+
+
+# ------------------------------------------------------------------------------------------ VPR
+def char_stats(text: str, logprob: float = -1.0) -> TokenStats:
+    """One token per character: token j ends at offset j + 1."""
+    return TokenStats(np.full(len(text), logprob), text=text, token_ends=np.arange(1, len(text) + 1))
+
+
+def text_episode(text: str, reward: float) -> Episode:
+    msg = Message("solver_0", "solver", 0, "solve", text, completion_ids=(1,) * len(text),
+                  logprobs=(-1.0,) * len(text))
+    return Episode("p/0", "g", ("solver_0",), (msg,), "1", reward)
+
+
+def test_vpr_oracle_and_parser():
+    assert evaluate("3-2") == 1 and evaluate("2+3*4") == 14 and evaluate("7/2") == Fraction(7, 2)
+    assert evaluate("1/0") is None
+    # "12 + 7 = 19" true, "19*2 = 39" false, "10 / 4 = 2.5" true; "x = 3" is not a claim
+    assert [c[2] for c in claims("12 + 7 = 19, so 19*2 = 39; 10 / 4 = 2.5 and x = 3")] == [1.0, -1.0, 1.0]
+
+
+def test_vpr_hand_worked():
+    # ep0 "1+1=2 ok" (claim [0, 5) true), ep1 "1+1=3 no" (false): rewards at claim 0 = [1, -1],
+    # mean 0, std 1 -> Rhat = [1, -1] / (1 + 1e-6); weight 0.5; message advantages [1, -1]:
+    # tokens 0..4 (start inside the claim) get A + 0.5 Rhat, tokens 5..7 keep A.
+    eps = [text_episode("1+1=2 ok", 1.0), text_episode("1+1=3 no", 0.0)]
+    b = group_batch(eps, [[char_stats("1+1=2 ok")], [char_stats("1+1=3 no")]])
+    rows = assign_tokens("vpr", b, [np.array([1.0]), np.array([-1.0])], {"weight": 0.5})
+    step = 0.5 / (1 + 1e-6)
+    np.testing.assert_allclose(rows[0][0], [1 + step] * 5 + [1.0] * 3, atol=1e-12)
+    np.testing.assert_allclose(rows[1][0], [-1 - step] * 5 + [-1.0] * 3, atol=1e-12)
+    # normalise none: raw +-1 rewards
+    rows = assign_tokens("vpr", b, [np.array([1.0]), np.array([-1.0])], {"weight": 0.5, "normalise": "none"})
+    np.testing.assert_allclose(rows[1][0], [-1.5] * 5 + [-1.0] * 3, atol=1e-12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.text(alphabet="0123456789+-*/=. x", max_size=30), min_size=1, max_size=4),
+       st.floats(0, 2), st.floats(-2, 2))
+def test_vpr_never_raises_and_weight_zero_is_the_message_advantage(texts, weight, adv):
+    texts = [t or "0" for t in texts]
+    eps = [text_episode(t, float(i % 2)) for i, t in enumerate(texts)]
+    stats = [[char_stats(t)] for t in texts]
+    advs = [np.array([adv])] * len(texts)
+    for row in assign_tokens("vpr", group_batch(eps, stats), advs, {"weight": weight}):
+        assert np.isfinite(row[0]).all() and (np.abs(row[0] - adv) <= weight * 10 + 1e-9).all()
+    for row in assign_tokens("vpr", group_batch(eps, stats), advs, {"weight": 0.0}):
+        np.testing.assert_allclose(row[0], adv)

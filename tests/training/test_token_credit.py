@@ -97,6 +97,14 @@ def test_token_stats_pass_matches_the_scoring_path(tmp_path):
         np.testing.assert_allclose(s.ref_logprobs, logp[k, :n].detach().numpy(), atol=1e-5)  # fresh LoRA: policy == ref
         np.testing.assert_allclose(s.hellinger, 0.0, atol=1e-6)  # same distributions
         assert (s.entropies > 0).all() and (s.entropies <= np.log(tm.model.config.vocab_size) + 1e-6).all()
+    texts = compute_token_stats(tm, msgs, {"text_offsets"}, 1.0)
+    for m, s in zip(msgs, texts, strict=True):
+        assert s.entropies is None and s.text == tm.tokenizer.decode(list(m.completion_ids), skip_special_tokens=True)
+        assert (np.diff(s.token_ends) >= 0).all() and s.token_ends[-1] == len(s.text)
+        # every prefix of tokens decodes to the text up to its end
+        j = len(m.completion_ids) // 2
+        assert s.text.startswith(tm.tokenizer.decode(list(m.completion_ids[:j + 1]), skip_special_tokens=True)[
+            :s.token_ends[j]])
 
 
 def test_config_refusals(tmp_path):

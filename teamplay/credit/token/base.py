@@ -29,8 +29,8 @@ from pydantic import BaseModel, ValidationError
 from teamplay.credit.registry import CreditBatch
 from teamplay.errors import ConfigError
 
-Need = Literal["entropies", "ref_logprobs", "hellinger"]
-NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger")
+Need = Literal["entropies", "ref_logprobs", "hellinger", "text_offsets"]
+NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger", "text_offsets")
 
 
 @dataclass(frozen=True)
@@ -47,16 +47,20 @@ class TokenStats:
         hellinger: Hellinger distance between the policy's and the reference's next-token
             distributions at each position, ``sqrt(1 - sum_v sqrt(p_v q_v))`` in [0, 1];
             ``None`` unless needed.
+        text: the completion decoded by the tokenizer (``"text_offsets"``), and
+        token_ends: [C] ints, ``text[:token_ends[j]]`` is the decoding of tokens 0..j (non-decreasing).
     """
 
     logprobs: np.ndarray
     entropies: np.ndarray | None = None
     ref_logprobs: np.ndarray | None = None
     hellinger: np.ndarray | None = None
+    text: str | None = None
+    token_ends: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.logprobs)
-        for name in ("entropies", "ref_logprobs", "hellinger"):
+        for name in ("entropies", "ref_logprobs", "hellinger", "token_ends"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"TokenStats.{name} has {len(value)} entries for {n} tokens")
