@@ -21,7 +21,7 @@ With `controllers.enabled`, the rollouts of step 2 ask a learned speak/skip cont
 skippable turn (sampling its current strategy; a skipped review or debate turn is generated anyway,
 in the same batched call, to value the unchosen speak), and right after the rollouts, before the
 credit and the LoRA update, the controller tables take one regret update per logged decision
-(`teamplay.agents.controllers`). The tables do not enter the loss, so the order only matters for
+(`teamplay.training.controllers`). The tables do not enter the loss, so the order only matters for
 what the metrics of a step describe. They are saved in each checkpoint's `extra_state.json` under
 "controllers" and restored exactly on resume.
 
@@ -49,9 +49,8 @@ import numpy as np
 import torch
 import yaml
 
-from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.config import TrainConfig
-from teamplay.credit import CreditBatch, assign
+from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
 from teamplay.credit.token.base import parse_token_options
@@ -65,6 +64,7 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from teamplay.training.controllers import TeamControllers, speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
@@ -229,7 +229,8 @@ class Trainer:
             item = by_id[group[0].problem_id]
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
                                 extract=self.task.extract,
-                                resources={**self._credit_resources(item), "batch_rewards": step_rewards})
+                                resources=dataclasses.replace(self._credit_resources(item),
+                                                              batch_rewards=step_rewards))
             batches.append((batch, assign(cfg.credit.method, batch, cfg.credit.options)))
         if cfg.credit.token is not None and batches:
             token_rows = self._token_credit(batches, active)
@@ -300,7 +301,7 @@ class Trainer:
         rows = []
         for k, (batch, advantages) in enumerate(batches):
             group_stats = GroupTokenStats(tuple(tuple(r) for r in table[k]))
-            tb = dataclasses.replace(batch, resources={**batch.resources, "token_stats": group_stats})
+            tb = dataclasses.replace(batch, resources=dataclasses.replace(batch.resources, token_stats=group_stats))
             rows.append(assign_tokens(token.method, tb, advantages, token.options, roles))
         return rows
 
@@ -448,14 +449,14 @@ class Trainer:
         _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics
 
-    def _credit_resources(self, item: TaskItem) -> dict[str, Any]:
-        """What expensive credit methods may ask for: a verifier scorer of masked transcripts
-        (the last answer still visible, scored against this item) and the generation backend."""
+    def _credit_resources(self, item: TaskItem) -> CreditResources:
+        """What expensive credit methods may ask for (``TRAINER_RESOURCES``): a verifier scorer of
+        masked transcripts (the last answer still visible, scored against this item) and the
+        generation backend."""
         task = self.task
-        return {
-            "transcript_scorer": last_answer_scorer(lambda answer: task.score_answer(answer, item)),
-            "backend": self.backend,
-        }
+        return CreditResources(
+            transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
+            backend=self.backend)
 
     def _checkpoint(self) -> Path:
         if self.controllers is not None:

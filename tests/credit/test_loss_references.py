@@ -257,3 +257,23 @@ def test_eps_rule_floor_vs_add_on_nearly_equal_rewards():
     # ddof at G = 2: population std 0.5, unbiased 0.707107 -> ratio sqrt(2) = 1.414214
     a0, a1 = group_advantage([0.0, 1.0], ddof=0), group_advantage([0.0, 1.0], ddof=1)
     assert a0[1] / a1[1] == pytest.approx(1.414214, abs=1e-6)
+
+
+def test_grpo_method_scale_rewards_batch_uses_the_step_rewards():
+    from teamplay.credit.registry import CreditBatch, CreditResources, assign, get_credit, parse_options
+    from teamplay.records import Episode, Message
+
+    def ep(r):
+        return Episode("p/0", "g", ("solver_0",), (Message("solver_0", "solver", 0, "solve", "x",
+                                                           completion_ids=(1,)),), "1", r)
+
+    group = (ep(1.0), ep(0.0))
+    step = (1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0)  # pooled rewards: mean 0.375, ddof-0 std 0.484123
+    # centred group [0.5, -0.5] / 0.484123 = [1.032796, -1.032796]
+    out = assign("grpo", CreditBatch(group, resources=CreditResources(batch_rewards=step)), {"scale_rewards": "batch"})
+    np.testing.assert_allclose([a[0] for a in out], [1.032796, -1.032796], atol=1e-6)
+    method = get_credit("grpo")
+    assert method.requires(parse_options(method, {"scale_rewards": "batch"})) == {"batch_rewards"}
+    assert method.requires(parse_options(method, {})) == frozenset()
+    with pytest.raises(ValueError, match="batch_rewards"):
+        assign("grpo", CreditBatch(group), {"scale_rewards": "batch"})

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.registry import CreditBatch
+from teamplay.credit.registry import CreditBatch, CreditResources
 from teamplay.credit.token import GroupTokenStats, TokenStats, assign_tokens, token_methods
 from teamplay.credit.token.aem import aem_scales
 from teamplay.credit.token.dgpo import dgpo_weights
@@ -29,8 +29,8 @@ def episode(lengths, roles=None, reward=1.0, skipped=()):
 
 
 def group_batch(episodes, stats):
-    return CreditBatch(tuple(episodes), resources={"token_stats": GroupTokenStats(
-        tuple(tuple(row) for row in stats))})
+    return CreditBatch(tuple(episodes), resources=CreditResources(token_stats=GroupTokenStats(
+        tuple(tuple(row) for row in stats))))
 
 
 def test_token_methods_registered_with_needs():

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from teamplay.credit.registry import CreditBatch
 from teamplay.errors import ConfigError
+from teamplay.registry import Registry
 
 Need = Literal["entropies", "ref_logprobs", "hellinger", "text_offsets"]
 NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger", "text_offsets")
@@ -105,7 +106,15 @@ class TokenMethod:
         return self.keeps_zero_variance is not None and self.keeps_zero_variance(options)
 
 
-_TOKEN_REGISTRY: dict[str, TokenMethod] = {}
+def _check_user_method(entry: Any, where: str) -> TokenMethod:
+    method = getattr(entry, "token_method", entry)
+    if not isinstance(method, TokenMethod):
+        raise ConfigError(f"{where}: not a token credit method; decorate the function with "
+                          f"@register_token_credit(name, Options, summary) from teamplay.credit.token")
+    return method
+
+
+TOKEN_CREDIT: Registry[TokenMethod] = Registry("token credit method", "credit.token.method", _check_user_method)
 
 
 def register_token_credit(name: str, options: type[BaseModel], summary: str, needs: Collection[str] = (),
@@ -125,25 +134,23 @@ def register_token_credit(name: str, options: type[BaseModel], summary: str, nee
         raise ValueError(f"token method {name!r}: unknown needs {sorted(unknown)}; known: {NEEDS}")
 
     def wrap(fn: TokenFn) -> TokenFn:
-        if name in _TOKEN_REGISTRY:
-            raise ValueError(f"token credit method {name!r} is already registered")
-        _TOKEN_REGISTRY[name] = TokenMethod(name, fn, options, summary, frozenset(needs), conserves, excludes_kl,
-                                            keeps_zero_variance)
+        method = TokenMethod(name, fn, options, summary, frozenset(needs), conserves, excludes_kl,
+                             keeps_zero_variance)
+        TOKEN_CREDIT.add(name, method)
+        fn.token_method = method  # type: ignore[attr-defined]  (how a user's file is found)
         return fn
 
     return wrap
 
 
 def token_methods() -> dict[str, TokenMethod]:
-    return dict(sorted(_TOKEN_REGISTRY.items()))
+    """The built-in token methods by name."""
+    return {name: TOKEN_CREDIT.get(name) for name in TOKEN_CREDIT.names()}
 
 
 def get_token_credit(name: str) -> TokenMethod:
-    try:
-        return _TOKEN_REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown token credit method {name!r}; known: "
-                          f"{', '.join(sorted(_TOKEN_REGISTRY))}") from None
+    """A token method by registered name or by user file (``path/to/file.py:function``)."""
+    return TOKEN_CREDIT.get(name)
 
 
 def parse_token_options(method: TokenMethod, options: BaseModel | dict | None) -> BaseModel:
@@ -158,9 +165,9 @@ def parse_token_options(method: TokenMethod, options: BaseModel | dict | None) -
 
 
 def group_token_stats(batch: CreditBatch) -> GroupTokenStats:
-    stats = batch.resources.get("token_stats")
+    stats = batch.resources.token_stats
     if not isinstance(stats, GroupTokenStats):
-        raise ValueError("token credit needs batch.resources['token_stats'] (a GroupTokenStats); "
+        raise ValueError("token credit needs batch.resources.token_stats (a GroupTokenStats); "
                          "the trainer provides it when credit.token is configured")
     return stats
 

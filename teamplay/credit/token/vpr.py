@@ -13,7 +13,8 @@ message t of role rho, with claims k = 1..K_t found in its decoded text:
     a_j   = A                            for tokens after the last claim
 
 A claim's step is the text from just after the previous claim (or the message start) to the end
-of the claim: the tokens that led to it (a token belongs to the step in which it starts). Messages without a claim keep A on every token.
+of the claim: the tokens that led to it (a token belongs to the step in which it starts).
+Messages without a claim keep A on every token.
 
 What the paper fixes: oracle rewards per intermediate action, normalised across the group at each
 step (its turn level), added to the outcome signal. What is chosen here: the step is one claim
