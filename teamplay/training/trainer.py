@@ -71,7 +71,7 @@ from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
-from teamplay.training.token_stats import compute_token_stats
+from teamplay.training.token_stats import compute_token_stats, text_offsets
 
 
 @dataclass
@@ -243,8 +243,7 @@ class Trainer:
         flat_tokens = [row for rows in token_rows for row in rows] if token_rows else []
         self._last_credited = [
             {**ep.to_dict(), "advantages": [float(a) for a in adv],
-             **({"token_advantages": [None if r is None else [round(float(x), 6) for x in r]
-                                      for r in flat_tokens[i]]} if flat_tokens else {})}
+             **(self._token_log(ep, flat_tokens[i]) if flat_tokens else {})}
             for i, (ep, adv) in enumerate(credited[:cfg.log_episodes])]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
@@ -304,6 +303,20 @@ class Trainer:
             tb = dataclasses.replace(batch, resources=dataclasses.replace(batch.resources, token_stats=group_stats))
             rows.append(assign_tokens(token.method, tb, advantages, token.options, roles))
         return rows
+
+    def _token_log(self, ep: Episode, rows: Sequence[np.ndarray | None]) -> dict[str, Any]:
+        """Token advantages and the text piece of each token (for the report's token shading)."""
+        pieces: list[list[str] | None] = []
+        for msg, row in zip(ep.messages, rows, strict=True):
+            if row is None:
+                pieces.append(None)
+                continue
+            _, ends = text_offsets(self.team_model.tokenizer, msg.completion_ids)
+            text = self.team_model.tokenizer.decode(list(msg.completion_ids), skip_special_tokens=True)
+            starts = np.concatenate([[0], ends[:-1]])
+            pieces.append([text[a:b] for a, b in zip(starts, ends, strict=True)])
+        return {"token_advantages": [None if r is None else [round(float(x), 6) for x in r] for r in rows],
+                "token_pieces": pieces}
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:

@@ -55,6 +55,12 @@ def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(
     assert logged and all(
         (tok is None) == (msg["role"] == "reviewer" or not msg["completion_ids"])
         for ep in logged for msg, tok in zip(ep["messages"], ep["token_advantages"], strict=True))
+    tok = trainer.team_model.tokenizer
+    for ep in logged:  # the logged pieces (for the report's token shading) rebuild each message's text
+        for msg, pieces, advs in zip(ep["messages"], ep["token_pieces"], ep["token_advantages"], strict=True):
+            if pieces is not None:
+                assert len(pieces) == len(advs) == len(msg["completion_ids"])
+                assert "".join(pieces) == tok.decode(msg["completion_ids"], skip_special_tokens=True)
 
 
 def _train_one_step(tmp_path, credit, objective=None):
