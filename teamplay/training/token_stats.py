@@ -22,20 +22,28 @@ from teamplay.records import Message
 
 
 def compute_token_stats(team_model, messages: Sequence[Message], needs: Collection[str], temperature: float,
-                        chunk: int = 8) -> list[TokenStats]:
+                        chunk: int = 8, hints: Sequence[Sequence[int]] | None = None) -> list[TokenStats]:
     """One :class:`TokenStats` per message (same order); each message needs completion tokens.
 
-    ``needs`` is a subset of {"entropies", "ref_logprobs", "hellinger", "text_offsets"}; without
-    the first three no model pass is made ("text_offsets" only decodes with the tokenizer).
+    ``needs`` is a subset of {"entropies", "ref_logprobs", "hellinger", "text_offsets",
+    "teacher_logprobs"}; with none of the model statistics no model pass is made ("text_offsets"
+    only decodes with the tokenizer). ``"teacher_logprobs"`` scores each completion after its
+    prompt followed by ``hints[i]`` (token ids of the reference-answer hint), with the adapter on.
     Memory: one chunk's [chunk, C, V] distributions (twice with the reference).
     """
     needs = set(needs)
     out: list[TokenStats | None] = [None] * len(messages)
     texts = [text_offsets(team_model.tokenizer, m.completion_ids) for m in messages] \
         if "text_offsets" in needs else [(None, None)] * len(messages)
+    teacher: list[np.ndarray | None] = [None] * len(messages)
+    if "teacher_logprobs" in needs:
+        if hints is None or len(hints) != len(messages):
+            raise ValueError("teacher_logprobs need one hint (token ids) per message")
+        teacher = _teacher_logprobs(team_model, messages, hints, temperature, chunk)
     if not needs & {"entropies", "ref_logprobs", "hellinger"}:
-        return [TokenStats(logprobs=np.asarray(m.logprobs, dtype=np.float64), text=t, token_ends=e)
-                for m, (t, e) in zip(messages, texts, strict=True)]
+        return [TokenStats(logprobs=np.asarray(m.logprobs, dtype=np.float64), text=t, token_ends=e,
+                           teacher_logprobs=teacher[i])
+                for i, (m, (t, e)) in enumerate(zip(messages, texts, strict=True))]
     by_adapter: dict[str, list[int]] = defaultdict(list)
     for i, m in enumerate(messages):
         if not m.completion_ids:
@@ -72,7 +80,26 @@ def compute_token_stats(team_model, messages: Sequence[Message], needs: Collecti
                         ref_logprobs=(ref_tok[row, :n].double().cpu().numpy()
                                       if ref_tok is not None and "ref_logprobs" in needs else None),
                         hellinger=None if hell is None else hell[row, :n].double().cpu().numpy(),
-                        text=texts[i][0], token_ends=texts[i][1])
+                        text=texts[i][0], token_ends=texts[i][1], teacher_logprobs=teacher[i])
+    return out  # type: ignore[return-value]
+
+
+def _teacher_logprobs(team_model, messages: Sequence[Message], hints: Sequence[Sequence[int]], temperature: float,
+                      chunk: int) -> list[np.ndarray]:
+    """Log-probs [C] of each completion after ``prompt + hint`` under the message's own adapter."""
+    out: list[np.ndarray | None] = [None] * len(messages)
+    by_adapter: dict[str, list[int]] = defaultdict(list)
+    for i, m in enumerate(messages):
+        by_adapter[m.adapter].append(i)
+    with torch.no_grad():
+        for adapter, idx in sorted(by_adapter.items()):
+            for k in range(0, len(idx), chunk):
+                part = idx[k:k + chunk]
+                logp, _ = team_model.completion_logprobs(
+                    [list(messages[i].prompt_ids) + list(hints[i]) for i in part],
+                    [list(messages[i].completion_ids) for i in part], adapter=adapter, temperature=temperature)
+                for row, i in enumerate(part):
+                    out[i] = logp[row, :len(messages[i].completion_ids)].double().cpu().numpy()
     return out  # type: ignore[return-value]
 
 

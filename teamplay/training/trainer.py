@@ -53,7 +53,7 @@ from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
-from teamplay.credit.token.base import parse_token_options
+from teamplay.credit.token.base import TEACHER_HINT, parse_token_options
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
@@ -292,8 +292,14 @@ class Trainer:
                             and (roles is None or msg.role in roles):
                         wanted.append((k, g, t))
         messages = [batches[k][0].episodes[g].messages[t] for k, g, t in wanted]
+        hints = None
+        if "teacher_logprobs" in method.needs:  # the same policy shown the reference answer
+            tok = self.team_model.tokenizer
+            hint_of = {id(b): tok.encode(TEACHER_HINT.format(reference=b.item.reference), add_special_tokens=False)
+                       for b, _ in batches}
+            hints = [hint_of[id(batches[k][0])] for k, _, _ in wanted]
         stats = compute_token_stats(self.team_model, messages, method.needs, self.cfg.sampling.temperature,
-                                    chunk=max(1, min(8, self.cfg.optim.minibatch_size)))
+                                    chunk=max(1, min(8, self.cfg.optim.minibatch_size)), hints=hints)
         table = [[[None] * len(ep.messages) for ep in batch.episodes] for batch, _ in batches]
         for (k, g, t), st in zip(wanted, stats, strict=True):
             table[k][g][t] = st

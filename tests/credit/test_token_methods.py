@@ -14,6 +14,7 @@ from teamplay.credit.token import GroupTokenStats, TokenStats, assign_tokens, to
 from teamplay.credit.token.aem import aem_scales
 from teamplay.credit.token.dgpo import dgpo_weights
 from teamplay.credit.token.ep_grpo import ep_grpo_tokens, progress_tokens
+from teamplay.credit.token.gear import gear_weights
 from teamplay.credit.token.vpr import claims, evaluate
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, Message
@@ -39,6 +40,7 @@ def test_token_methods_registered_with_needs():
     assert methods["dgpo"].excludes_kl
     assert methods["aem"].needs == frozenset() and not methods["aem"].conserves
     assert methods["ep_grpo"].needs == {"entropies", "ref_logprobs"} and methods["ep_grpo"].conserves
+    assert methods["gear"].needs == {"teacher_logprobs"} and methods["vpr"].needs == {"text_offsets"}
 
 
 # ---------------------------------------------------------------------------------------- DGPO
@@ -220,3 +222,30 @@ def test_vpr_never_raises_and_weight_zero_is_the_message_advantage(texts, weight
         assert np.isfinite(row[0]).all() and (np.abs(row[0] - adv) <= weight * 10 + 1e-9).all()
     for row in assign_tokens("vpr", group_batch(eps, stats), advs, {"weight": 0.0}):
         np.testing.assert_allclose(row[0], adv)
+
+
+# ----------------------------------------------------------------------------------------- GEAR
+def test_gear_hand_worked():
+    # D = l - q = [0.2, 2.0, -0.5, 0.1]; threshold 1: a spike at j = 1, its segment runs to the end.
+    # anchors: j0 aligned -> 0.2; j1..j3 -> D_1 = 2.0. m = 1 + tanh(anchor) =
+    # [1.197375, 1.964028, 1.964028, 1.964028], sum 7.089458; w = 4 m / sum =
+    # [0.675581, 1.108140, 1.108140, 1.108140]
+    w = gear_weights(np.array([-1.0, -1.0, -1.0, -1.0]), np.array([-1.2, -3.0, -0.5, -1.1]), 1.0, 1.0)
+    np.testing.assert_allclose(w, [0.675581, 1.108140, 1.108140, 1.108140], atol=1e-6)
+    # no divergence: uniform; strength 0: uniform
+    np.testing.assert_allclose(gear_weights(np.zeros(3), np.zeros(3), 1.0, 1.0), np.ones(3))
+    np.testing.assert_allclose(gear_weights(np.zeros(3), -np.ones(3) * 5, 1.0, 0.0), np.ones(3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=3), st.floats(-3, 3), st.floats(0.1, 3), st.floats(0, 3),
+       st.integers(0, 2**31 - 1))
+def test_gear_conserves_each_message_total(lengths, adv, threshold, strength, seed):
+    rng = np.random.default_rng(seed)
+    stats = [TokenStats(-rng.random(n) * 4, teacher_logprobs=-rng.random(n) * 4) for n in lengths]
+    rows = assign_tokens("gear", group_batch([episode(lengths)], [stats]), [np.full(len(lengths), adv)],
+                         {"threshold": threshold, "strength": strength})
+    for n, row in zip(lengths, rows[0], strict=True):
+        assert np.isfinite(row).all() and row.sum() == pytest.approx(n * adv, abs=1e-9)
+        # every weight lies in [1, 1 + strength] / mean: positive, so each token keeps A's sign
+        assert (row * np.sign(adv) >= 0).all()

@@ -103,6 +103,13 @@ def test_token_stats_pass_matches_the_scoring_path(tmp_path):
         np.testing.assert_allclose(s.ref_logprobs, logp[k, :n].detach().numpy(), atol=1e-5)  # fresh LoRA: policy == ref
         np.testing.assert_allclose(s.hellinger, 0.0, atol=1e-6)  # same distributions
         assert (s.entropies > 0).all() and (s.entropies <= np.log(tm.model.config.vocab_size) + 1e-6).all()
+    hint = tm.tokenizer.encode("(The reference answer is q.)\n", add_special_tokens=False)
+    teacher = compute_token_stats(tm, msgs, {"teacher_logprobs"}, 1.0, hints=[hint] * len(msgs))
+    direct, _ = tm.completion_logprobs([list(m.prompt_ids) + hint for m in msgs],
+                                       [list(m.completion_ids) for m in msgs], adapter=msgs[0].adapter)
+    for k, (m, s) in enumerate(zip(msgs, teacher, strict=True)):
+        np.testing.assert_allclose(s.teacher_logprobs, direct[k, :len(m.completion_ids)].detach().numpy(), atol=1e-5)
+    assert not np.allclose(teacher[0].teacher_logprobs, stats[0].logprobs, atol=1e-4)  # the hint changes them
     texts = compute_token_stats(tm, msgs, {"text_offsets"}, 1.0)
     for m, s in zip(msgs, texts, strict=True):
         assert s.entropies is None and s.text == tm.tokenizer.decode(list(m.completion_ids), skip_special_tokens=True)

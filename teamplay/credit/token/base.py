@@ -30,8 +30,12 @@ from teamplay.credit.registry import CreditBatch
 from teamplay.errors import ConfigError
 from teamplay.registry import Registry
 
-Need = Literal["entropies", "ref_logprobs", "hellinger", "text_offsets"]
-NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger", "text_offsets")
+Need = Literal["entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs"]
+NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs")
+
+
+#: what the "teacher" of ``teacher_logprobs`` is shown after the prompt: the reference answer
+TEACHER_HINT = "(The reference answer is {reference}.)\n"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class TokenStats:
         hellinger: Hellinger distance between the policy's and the reference's next-token
             distributions at each position, ``sqrt(1 - sum_v sqrt(p_v q_v))`` in [0, 1];
             ``None`` unless needed.
+        teacher_logprobs: log-probs of the sampled tokens under the same policy shown the reference
+            answer (the prompt followed by :data:`TEACHER_HINT`); ``None`` unless needed.
         text: the completion decoded by the tokenizer (``"text_offsets"``), and
         token_ends: [C] ints, ``text[:token_ends[j]]`` is the decoding of tokens 0..j (non-decreasing).
     """
@@ -58,10 +64,11 @@ class TokenStats:
     hellinger: np.ndarray | None = None
     text: str | None = None
     token_ends: np.ndarray | None = None
+    teacher_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.logprobs)
-        for name in ("entropies", "ref_logprobs", "hellinger", "token_ends"):
+        for name in ("entropies", "ref_logprobs", "hellinger", "token_ends", "teacher_logprobs"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"TokenStats.{name} has {len(value)} entries for {n} tokens")
