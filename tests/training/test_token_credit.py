@@ -167,3 +167,22 @@ def test_ep_grpo_progress_signal_trains_on_equal_reward_groups_only_when_asked(t
     else:
         assert metrics["samples"] == 8 and metrics["token_credit_messages"] == 8
         assert metrics["optimizer_steps"] == 1 and not unchanged
+
+
+def test_teamplay_train_runs_cal_grpo_on_proposer_reviewer(tmp_path):
+    model = save_tiny(tmp_path / "tiny")
+    config = tmp_path / "train.yaml"
+    config.write_text(json.dumps({
+        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
+        "backend": {"max_prompt_tokens": 1024},
+        "task": {"name": "arith", "split": "train", "limit": 8},
+        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 2}},
+        "credit": {"method": "cal_grpo", "token": {"method": "aem", "roles": ["proposer"]}},
+        "rollout": {"problems_per_step": 2, "group_size": 3},
+        "sampling": {"max_new_tokens": 4, "temperature": 1.0},
+        "steps": 1, "checkpoint_every": 5, "tensorboard": False,
+        "output_dir": str(tmp_path / "run"),
+    }))
+    result = CliRunner().invoke(app, ["train", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1
