@@ -60,6 +60,7 @@ def compute_token_stats(team_model, messages: Sequence[Message], needs: Collecti
                                                                 temperature=temperature,
                                                                 return_distributions=True)  # [b, C, V]
                 entropy = -(lp.exp() * lp).sum(-1) if "entropies" in needs else None  # [b, C]
+                current = lp.gather(-1, targets[..., None]).squeeze(-1)  # [b, C]
                 ref_tok = hell = None
                 if want_ref:
                     with team_model.disabled_adapters():
@@ -80,7 +81,8 @@ def compute_token_stats(team_model, messages: Sequence[Message], needs: Collecti
                         ref_logprobs=(ref_tok[row, :n].double().cpu().numpy()
                                       if ref_tok is not None and "ref_logprobs" in needs else None),
                         hellinger=None if hell is None else hell[row, :n].double().cpu().numpy(),
-                        text=texts[i][0], token_ends=texts[i][1], teacher_logprobs=teacher[i])
+                        text=texts[i][0], token_ends=texts[i][1], teacher_logprobs=teacher[i],
+                        current_logprobs=current[row, :n].double().cpu().numpy())
     return out  # type: ignore[return-value]
 
 

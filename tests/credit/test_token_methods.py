@@ -15,6 +15,7 @@ from teamplay.credit.token.aem import aem_scales
 from teamplay.credit.token.dgpo import dgpo_weights
 from teamplay.credit.token.ep_grpo import ep_grpo_tokens, progress_tokens
 from teamplay.credit.token.gear import gear_weights
+from teamplay.credit.token.s_trace import s_trace_weights
 from teamplay.credit.token.vpr import claims, evaluate
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, Message
@@ -249,3 +250,34 @@ def test_gear_conserves_each_message_total(lengths, adv, threshold, strength, se
         assert np.isfinite(row).all() and row.sum() == pytest.approx(n * adv, abs=1e-9)
         # every weight lies in [1, 1 + strength] / mean: positive, so each token keeps A's sign
         assert (row * np.sign(adv) >= 0).all()
+
+
+# -------------------------------------------------------------------------------------- S-trace
+def test_s_trace_hand_worked():
+    # e = [0.1, 2, 0.5, 3], select 0.5 -> decisions {1, 3}; on-policy (rho = 1), lam 0.5:
+    # traces backwards: token 3 -> 1, token 1 -> 0.5; sum 1.5; mix 1, C = 4:
+    # w = [0, 4 * 0.5 / 1.5, 0, 4 * 1 / 1.5] = [0, 1.333333, 0, 2.666667]
+    e = np.array([0.1, 2.0, 0.5, 3.0])
+    np.testing.assert_allclose(s_trace_weights(e, np.zeros(4), 0.5, 0.5, 1.0, 1.0), [0, 4 / 3, 0, 8 / 3], atol=1e-12)
+    # mix 0.5: 0.5 + 0.5 * that = [0.5, 1.166667, 0.5, 1.833333]
+    np.testing.assert_allclose(s_trace_weights(e, np.zeros(4), 0.5, 0.5, 1.0, 0.5),
+                               [0.5, 1.166667, 0.5, 1.833333], atol=1e-6)
+    # successor ratio rho_3 = 0.5 (clip 1 keeps it): token 1's trace = 0.5 * 0.5 = 0.25; sum 1.25:
+    # w = [0, 4 * 0.25 / 1.25, 0, 4 / 1.25] = [0, 0.8, 0, 3.2]; rho_3 = 2 is clipped to 1 (as rho = 1)
+    np.testing.assert_allclose(s_trace_weights(e, np.log([1, 1, 1, 0.5]), 0.5, 0.5, 1.0, 1.0), [0, 0.8, 0, 3.2],
+                               atol=1e-12)
+    np.testing.assert_allclose(s_trace_weights(e, np.log([1, 1, 1, 2.0]), 0.5, 0.5, 1.0, 1.0), [0, 4 / 3, 0, 8 / 3],
+                               atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=3), st.floats(-3, 3), st.floats(0.05, 1),
+       st.floats(0.05, 1), st.floats(0.1, 3), st.floats(0, 1), st.integers(0, 2**31 - 1))
+def test_s_trace_conserves_each_message_total(lengths, adv, select, lam, clip, mix, seed):
+    rng = np.random.default_rng(seed)
+    stats = [TokenStats(-rng.random(n) * 3, entropies=rng.random(n) * 2,
+                        current_logprobs=-rng.random(n) * 3) for n in lengths]
+    rows = assign_tokens("s_trace", group_batch([episode(lengths)], [stats]), [np.full(len(lengths), adv)],
+                         {"select": select, "lam": lam, "clip": clip, "mix": mix})
+    for n, row in zip(lengths, rows[0], strict=True):
+        assert np.isfinite(row).all() and row.sum() == pytest.approx(n * adv, abs=1e-9)

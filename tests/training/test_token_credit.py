@@ -100,6 +100,7 @@ def test_token_stats_pass_matches_the_scoring_path(tmp_path):
     for k, (m, s) in enumerate(zip(msgs, stats, strict=True)):
         n = len(m.completion_ids)
         np.testing.assert_allclose(s.logprobs, m.logprobs, atol=1e-5)  # behaviour = current policy here
+        np.testing.assert_allclose(s.current_logprobs, m.logprobs, atol=1e-4)  # no update since the rollout
         np.testing.assert_allclose(s.ref_logprobs, logp[k, :n].detach().numpy(), atol=1e-5)  # fresh LoRA: policy == ref
         np.testing.assert_allclose(s.hellinger, 0.0, atol=1e-6)  # same distributions
         assert (s.entropies > 0).all() and (s.entropies <= np.log(tm.model.config.vocab_size) + 1e-6).all()

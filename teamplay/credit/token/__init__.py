@@ -3,7 +3,7 @@
 Importing this package registers the built-in token methods; see ``base.py`` for the contract.
 """
 
-from teamplay.credit.token import aem, dgpo, ep_grpo, gear, vpr  # noqa: F401  (registration)
+from teamplay.credit.token import aem, dgpo, ep_grpo, gear, s_trace, vpr  # noqa: F401  (registration)
 from teamplay.credit.token.base import (
     GroupTokenStats,
     TokenMethod,

@@ -52,6 +52,10 @@ class TokenStats:
         hellinger: Hellinger distance between the policy's and the reference's next-token
             distributions at each position, ``sqrt(1 - sum_v sqrt(p_v q_v))`` in [0, 1];
             ``None`` unless needed.
+        current_logprobs: log-probs of the sampled tokens under the adapter as it is when credit
+            runs (from the same pass as the entropies; they differ from ``logprobs`` only when the
+            rollouts came from an older adapter, e.g. remote rollout workers); ``None`` without a
+            model pass.
         teacher_logprobs: log-probs of the sampled tokens under the same policy shown the reference
             answer (the prompt followed by :data:`TEACHER_HINT`); ``None`` unless needed.
         text: the completion decoded by the tokenizer (``"text_offsets"``), and
@@ -65,10 +69,11 @@ class TokenStats:
     text: str | None = None
     token_ends: np.ndarray | None = None
     teacher_logprobs: np.ndarray | None = None
+    current_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.logprobs)
-        for name in ("entropies", "ref_logprobs", "hellinger", "token_ends", "teacher_logprobs"):
+        for name in ("entropies", "ref_logprobs", "hellinger", "token_ends", "teacher_logprobs", "current_logprobs"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"TokenStats.{name} has {len(value)} entries for {n} tokens")
