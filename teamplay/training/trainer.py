@@ -8,6 +8,10 @@ What one step really does:
     3. score them (the env already did: team reward = verifier score of the final answer);
     4. the configured credit method turns each group's rewards into one advantage per message;
        groups whose rewards are all equal carry no signal and are dropped (counted in metrics);
+       with `credit.token`, one batched no-grad pass computes the token statistics the token
+       method declares (entropies, reference or teacher log-probs, ...) and the token method
+       spreads each message's advantage over its tokens (for the listed roles; the others keep
+       one advantage per message, in the same step);
     5. for `epochs` passes over shuffled minibatches of messages, each minibatch split by the
        adapter that wrote each message: log-probs under the current adapter, the reference
        log-probs with adapters disabled (only when the KL weight is > 0), the GRPO (token ratio)
