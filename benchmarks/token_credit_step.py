@@ -62,7 +62,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
         for _ in range(steps + 1):
             for name, _token in VARIANTS:
                 start = time.perf_counter()
-                metrics = trainers[name].step()
+                metrics = trainers[name].step().metrics
                 times[name].append(time.perf_counter() - start)
                 token_messages[name].append(int(metrics.get("token_credit_messages", 0)))
     means = {name: sum(t[1:]) / steps for name, t in times.items()}

@@ -68,21 +68,37 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from teamplay.training.controllers import TeamControllers, speak_rates
+from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import (
-    build_backend,
-    build_team_model,
-    env_factory,
-    load_items,
+    build_run,
     sampling_params,
     validate_run,
 )
 from teamplay.training.token_stats import compute_token_stats, text_offsets
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one ``Trainer.step()`` did.
+
+    Fields:
+        step: the number of steps done after it (1 after the first).
+        metrics: the step's metrics (JSON-ready), as logged to metrics.jsonl.
+        credited: every (episode, advantages [T]) pair that entered the update, in group order;
+            groups without reward variance are not credited.
+        token_advantages: with token-level credit, aligned with ``credited``: per episode, per
+            message its token advantages [C] or ``None`` (the scalar on every token); else ``None``.
+    """
+
+    step: int
+    metrics: dict[str, Any]
+    credited: tuple[tuple[Episode, np.ndarray], ...]
+    token_advantages: tuple[tuple[np.ndarray | None, ...], ...] | None = None
 
 
 @dataclass
@@ -114,43 +130,20 @@ class Trainer:
         # method, its options, resources and protocol) is checked here, before data or model load
         validate_run(cfg)
         seed_everything(cfg.seed)
-        if task is not None:
-            if not items:
-                raise ConfigError("Trainer(task=...) needs the training items too (items=[...])")
-            self.task, self.items = task, list(items)
-            self.eval_task, self.eval_items = task, list(eval_items or [])
-        else:
-            self.task, self.items = load_items(cfg.task)
-            self.eval_task, self.eval_items = self.task, []
-            if cfg.eval_task is not None:
-                self.eval_task, self.eval_items = load_items(cfg.eval_task)
-        if not self.items:
-            raise ConfigError("task: no training items were loaded")
-        self.controllers = TeamControllers(cfg.controllers) if cfg.controllers.enabled else None
-        train_ctrl = self.controllers.controller("train") if self.controllers else None
-        self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team, controller=train_ctrl)
-        if self.controllers is not None:  # held-out evaluation decides as `teamplay eval` would
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team,
-                                                controller=self.controllers.controller())
-        elif self.eval_task is not self.task:
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
-        else:
-            self.make_eval_env = self.make_env
-        if not any(role.trainable for role in self.team.roles):  # before the model loads
-            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+        parts = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items,
+                          eval_items=eval_items)
+        self.task, self.items = parts.task, parts.items
+        self.eval_task, self.eval_items = parts.eval_task, parts.eval_items
+        self.controllers, self.team, self.team_model = parts.controllers, parts.team, parts.team_model
+        self.make_env, self.make_eval_env = parts.make_env, parts.make_eval_env
+        self.backend, self.runner = parts.backend, parts.runner
         self._token_keeps_zero_variance = False
-        if cfg.credit.token is not None:  # before the model loads
-            check_token_credit(cfg.credit.token, {role.name for role in self.team.roles})
+        if cfg.credit.token is not None:
             method = get_token_credit(cfg.credit.token.method)
             self._token_keeps_zero_variance = method.wants_zero_variance_groups(
                 parse_token_options(method, cfg.credit.token.options))
-        self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.backend = backend if backend is not None else build_backend(
-            cfg.model, cfg.backend, self.team, team_model=self.team_model)
-        self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
-                                    max_batch=cfg.backend.max_batch)
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         self.optimizer = torch.optim.AdamW(
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
@@ -161,7 +154,6 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
-        self._last_credited: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -181,13 +173,13 @@ class Trainer:
         history = []
         try:
             while self.state.step < self.cfg.steps:
-                metrics = self.step()
-                step = self.state.step
+                result = self.step()
+                metrics, step = result.metrics, result.step
                 if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 \
                         and step < self.cfg.steps:
                     metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
                 logger.log(step, metrics)
-                logger.log_episodes(step, self._last_credited)
+                logger.log_episodes(step, self.episode_log(result))
                 history.append({"step": step, **metrics})
                 if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
                     self._checkpoint()
@@ -202,8 +194,8 @@ class Trainer:
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
                            time.perf_counter() - start, history)
 
-    def step(self) -> dict[str, Any]:
-        """One training step (rollouts, credit, update); returns its metrics."""
+    def step(self) -> StepResult:
+        """One training step (rollouts, credit, update): its metrics and credited episodes."""
         cfg = self.cfg
         step = self.state.step
         t0 = time.perf_counter()
@@ -245,11 +237,6 @@ class Trainer:
                                          token_rows[k] if token_rows else None))
         t_credit = time.perf_counter() - t0 - t_rollout
 
-        flat_tokens = [row for rows in token_rows for row in rows] if token_rows else []
-        self._last_credited = [
-            {**ep.to_dict(), "advantages": [float(a) for a in adv],
-             **(self._token_log(ep, flat_tokens[i]) if flat_tokens else {})}
-            for i, (ep, adv) in enumerate(credited[:cfg.log_episodes])]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
@@ -261,7 +248,8 @@ class Trainer:
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
         rewards = [ep.reward for ep in episodes]
-        return {
+        flat_tokens = tuple(tuple(row) for rows in token_rows for row in rows) if token_rows else None
+        return StepResult(step=step + 1, credited=tuple(credited), token_advantages=flat_tokens, metrics={
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
@@ -278,7 +266,7 @@ class Trainer:
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
-        }
+        })
 
     def _token_credit(self, batches: list[tuple[CreditBatch, list[np.ndarray]]], active: set[str]
                       ) -> list[list[list[np.ndarray | None]]]:
@@ -314,6 +302,17 @@ class Trainer:
             tb = dataclasses.replace(batch, resources=dataclasses.replace(batch.resources, token_stats=group_stats))
             rows.append(assign_tokens(token.method, tb, advantages, token.options, roles))
         return rows
+
+    def episode_log(self, result: StepResult) -> list[dict[str, Any]]:
+        """The first ``log_episodes`` credited episodes of a step as episodes.jsonl lines (with their
+        token advantages and token text pieces under token-level credit)."""
+        lines = []
+        for i, (ep, adv) in enumerate(result.credited[:self.cfg.log_episodes]):
+            line = {**ep.to_dict(), "advantages": [float(a) for a in adv]}
+            if result.token_advantages is not None:
+                line.update(self._token_log(ep, result.token_advantages[i]))
+            lines.append(line)
+        return lines
 
     def _token_log(self, ep: Episode, rows: Sequence[np.ndarray | None]) -> dict[str, Any]:
         """Token advantages and the text piece of each token (for the report's token shading)."""
@@ -545,15 +544,6 @@ def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[
         "adv_mean": {r: total[r] / count[r] for r in count},
         "credit_share": {r: (absolute[r] / norm if norm > 0 else 0.0) for r in count},
     }
-
-
-def check_token_credit(token, role_names: set[str]) -> None:
-    """Refuse an unknown token method, bad options or a role the team does not have (ConfigError)."""
-    parse_token_options(get_token_credit(token.method), token.options)
-    unknown = sorted(set(token.roles or ()) - role_names)
-    if unknown:
-        raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
-                          f"roles: {', '.join(sorted(role_names))}")
 
 
 def token_credit_metrics(samples: Sequence[PolicySample]) -> dict[str, Any]:

@@ -36,7 +36,8 @@ def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(
         return real_update(samples, step)
 
     trainer._update = spy
-    metrics = trainer.step()
+    result = trainer.step()
+    metrics = result.metrics
     samples = captured["samples"]
     roles = {s.role for s in samples}
     assert roles == {"proposer", "reviewer"}
@@ -51,7 +52,7 @@ def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(
     assert metrics["optimizer_steps"] >= 1 and np.isfinite(metrics["loss"])
     # with mix 1 and a fresh LoRA (B = 0, policy == reference) there is no deviation: uniform tokens
     assert metrics["token_adv_relative_spread"] == pytest.approx(0.0, abs=1e-6)
-    logged = [ep for ep in trainer._last_credited if ep.get("token_advantages")]
+    logged = [ep for ep in trainer.episode_log(result) if ep.get("token_advantages")]
     assert logged and all(
         (tok is None) == (msg["role"] == "reviewer" or not msg["completion_ids"])
         for ep in logged for msg, tok in zip(ep["messages"], ep["token_advantages"], strict=True))
