@@ -275,7 +275,7 @@ class ObjectiveConfig(_Section):
                               ("norm_tokens", "gspo aggregates per sequence")):
                 # kl_beta: 0 is accepted (it means "no KL", which GSPO is); any other value given is refused
                 if name in given and not (name == "kl_beta" and self.kl_beta == 0):
-                    raise ValueError(f"objective.{name}: does not apply to name 'gspo' ({why}); "
+                    raise ValueError(f"objective.{name}: {why}, so it does not apply to name 'gspo'; "
                                      f"remove it or use objective.name: grpo")
         elif self.logratio_clamp is not None:
             raise ValueError(f"objective.logratio_clamp: only the gspo objective clamps its sequence "

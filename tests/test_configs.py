@@ -47,9 +47,10 @@ def test_protocol_example_loads(path):
 
 
 @pytest.mark.parametrize("objective,needle", [
-    ({"name": "gspo", "kl_beta": 0.1}, "objective.kl_beta: does not apply to name 'gspo'"),
-    ({"name": "gspo", "loss_agg": "token_mean"}, "objective.loss_agg: does not apply to name 'gspo'"),
-    ({"name": "gspo", "dual_clip": 3.0}, "objective.dual_clip: does not apply"),
+    ({"name": "gspo", "kl_beta": 0.1}, "objective.kl_beta: the gspo objective has no KL term, so it does not "
+                                       "apply to name 'gspo'"),
+    ({"name": "gspo", "loss_agg": "token_mean"}, "objective.loss_agg: gspo aggregates per sequence"),
+    ({"name": "gspo", "dual_clip": 3.0}, "objective.dual_clip: dual-clip is defined for the token ratio"),
     ({"name": "grpo", "logratio_clamp": 2.0}, "objective.logratio_clamp: only the gspo objective"),
     ({"name": "grpo", "kl_clamp": 10.0}, "objective.kl_clamp: needs kl_beta > 0"),
     ({"name": "grpo", "norm_tokens": 64}, "objective.norm_tokens: the constant"),
