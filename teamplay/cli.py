@@ -28,6 +28,7 @@ from rich.table import Table
 
 from teamplay.config import EvalConfig, load_config
 from teamplay.errors import TeamplayError
+from teamplay.registry import is_plugin_spec
 
 # transformers 5 warns about its own deprecated attribute each time peft builds LoRA layers: noise
 # for a user, nothing they can change.
@@ -354,22 +355,22 @@ def list_command(
     plugins = _load_plugins(plugin, CREDIT, TASKS, PROTOCOLS)
 
     table = Table(title="tasks")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("splits")
     table.add_column("how answers are read")
     for name in task_names() + plugins["task"]:
         t = get_task(name)
-        table.add_row(name, ", ".join(t.splits), t.answer_instruction)
+        table.add_row(_short(name), ", ".join(t.splits), t.answer_instruction)
     console.print(table)
     table = Table(title="protocols")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("description")
     for name in protocol_names() + plugins["protocol"]:
         doc = (get_protocol(name).__doc__ or "").strip().splitlines()
-        table.add_row(name, doc[0] if doc else "")
+        table.add_row(_short(name), doc[0] if doc else "")
     console.print(table)
     table = Table(title="credit methods")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("what it does")
     table.add_column("needs")
     methods = {**credit_methods(), **{spec: CREDIT.get(spec) for spec in plugins["credit method"]}}
@@ -377,8 +378,13 @@ def list_command(
         needs = sorted(method.requires(method.options()))
         if method.protocols is not None:
             needs.append("protocol " + "/".join(sorted(method.protocols)))
-        table.add_row(name, method.summary, ", ".join(needs) or "-")
+        table.add_row(_short(name), method.summary, ", ".join(needs) or "-")
     console.print(table)
+
+
+def _short(name: str) -> str:
+    """A user entry as ``file.py:name`` (its folder dropped), a built-in name as it is."""
+    return Path(name).name if is_plugin_spec(name) else name
 
 
 def _load_plugins(specs: list[str], *registries) -> dict[str, list[str]]:
