@@ -180,7 +180,9 @@ def _last_expression(text: str) -> Value | None:
             break
         if tok.kind == "number":
             gap = cleaned[tok.end:tokens[start].start].lower()
-            if tok.value != value and _HEDGE_WORD.search(gap) and not re.search(r"\bnot\b", gap):
+            earlier = _chain_at(parser, j)  # with its sign: "-1 or 1" offers two values
+            if earlier is not None and earlier[0] != value and _HEDGE_WORD.search(gap) \
+                    and not re.search(r"\bnot\b", gap):
                 return INVALID
             break
     return value
