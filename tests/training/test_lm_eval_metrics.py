@@ -56,11 +56,16 @@ def test_summarize_averages_each_lm_eval_metric_over_episodes() -> None:
     assert summarize([hashes], {ITEM.id: ITEM}, get_task("arith")).lm_eval == {}  # arith: no lm-eval task
 
 
-def test_eval_prints_saves_and_reports_lm_eval_metrics_next_to_accuracy(tmp_path: Path) -> None:
+def _gsm8k_file(folder: Path) -> Path:
     rows = [{"question": "Q0", "answer": SOLUTION},
             {"question": "Q1", "answer": "He has 1,000 + 250 = <<1000+250=1250>>1,250.\n#### 1,250"}]
-    data = tmp_path / "test.jsonl"
+    data = folder / "test.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return data
+
+
+def test_eval_prints_saves_and_reports_lm_eval_metrics_next_to_accuracy(tmp_path: Path) -> None:
+    data = _gsm8k_file(tmp_path)
     out = tmp_path / "eval"
     result = CliRunner().invoke(app, ["eval", "--task", "gsm8k", "--source", str(data), "--backend", "scripted",
                                       "--policy", "oracle", "-o", str(out)], catch_exceptions=False)
@@ -79,3 +84,28 @@ def test_eval_prints_saves_and_reports_lm_eval_metrics_next_to_accuracy(tmp_path
     page = report_command([out], compare=False, output=tmp_path / "report").read_text(encoding="utf-8")
     assert "<td>lm-eval 0.4.13 compatible: gsm8k/flexible-extract</td><td>1.000</td>" in page
     assert "<td>lm-eval 0.4.13 compatible: gsm8k/strict-match</td><td>0.000</td>" in page
+
+
+def test_the_gsm8k_cot_zeroshot_config_sends_lm_evals_prompt_as_one_user_turn(tmp_path: Path) -> None:
+    from teamplay.config import EvalConfig, load_config
+    from teamplay.envs.protocols import get_protocol
+
+    root = Path(__file__).resolve().parents[2]
+    config = root / "configs" / "eval" / "gsm8k_cot_zeroshot.yaml"
+    cfg = load_config(EvalConfig, config, [])
+    assert (cfg.task.name, cfg.task.split, cfg.samples, cfg.sampling.temperature, cfg.sampling.max_new_tokens) == (
+        "gsm8k", "test", 1, 0.0, 256)
+    protocol_file = str(root / cfg.protocol.name)
+    protocol = get_protocol(protocol_file)
+    team = protocol.default_team()
+    state = protocol.new_state(ITEM, team, get_task("gsm8k").answer_instruction)
+    (turn,) = protocol.schedule(team)
+    # lm-eval's doc_to_text as the one user turn: no system prompt, no teamplay answer instruction
+    assert [(m.role, m.content) for m in protocol.build_request(state, turn).chat] == [
+        ("user", "Q: Janet's ducks ...\nA: Let's think step by step.")]
+    # the config runs end to end (a scripted model stands in for the hub model)
+    result = CliRunner().invoke(app, ["eval", "--config", str(config), "--backend", "scripted", "--source",
+                                      str(_gsm8k_file(tmp_path)), "-o", str(tmp_path / "out"),
+                                      "--protocol", protocol_file], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "lm-eval 0.4.13 gsm8k_cot_zeroshot/strict-match" in result.output
