@@ -263,7 +263,8 @@ def _delta(a: float | None, b: float | None, higher_better: bool | None) -> str:
     return f'<span class="{"better" if good else "worse"}">{fmt_signed(d)}</span>'
 
 
-def _eval_row_spec(roles: list[str], lm_eval_keys: Sequence[str] = ()) -> list[tuple[str, Callable[[EvalMetrics], float | None], bool | None]]:
+def _eval_row_spec(roles: list[str], lm_eval_keys: Sequence[str] = ()
+                   ) -> list[tuple[str, Callable[[EvalMetrics], float | None], bool | None]]:
     """(label, value getter, higher-is-better) per row: team accuracy, each role's accuracy, the rest."""
     def field(name: str) -> Callable[[EvalMetrics], float | None]:
         return lambda m: getattr(m, name)

@@ -24,8 +24,13 @@ import pytest
 import yaml
 
 from teamplay.envs.tasks import get_task
-from teamplay.envs.tasks.lm_eval_compat import (LM_EVAL_VERSION, gsm8k_cot_strict_match, gsm8k_flexible_extract,
-                                                 gsm8k_strict_match, minerva_math_verify)
+from teamplay.envs.tasks.lm_eval_compat import (
+    LM_EVAL_VERSION,
+    gsm8k_cot_strict_match,
+    gsm8k_flexible_extract,
+    gsm8k_strict_match,
+    minerva_math_verify,
+)
 from teamplay.records import TaskItem
 from tests.tasks.data import DATA
 from tests.tasks.lm_eval_corpus import GSM8K_ROWS, MATH_ROWS

@@ -96,9 +96,10 @@ class MathTask(Task):
                         metadata=metadata)
 
     def extract(self, completion: str) -> str | None:
-        """The completion's answer (the module doc says where it is looked for) or ``None``. The answer is tidied (``tidy_latex``: ``$``, a final period,
-        ``\\left``/``\\right`` and extra spaces removed, ``\\dfrac`` made ``\\frac``) so equal
-        spellings vote together.
+        """The completion's answer (the module doc says where it is looked for) or ``None``.
+
+        The answer is tidied (``tidy_latex``: ``$``, a final period, ``\\left``/``\\right`` and
+        extra spaces removed, ``\\dfrac`` made ``\\frac``) so equal spellings vote together.
 
         >>> MathTask().extract(r"so $x = \\boxed{\\dfrac{1}{2}}$.")
         '\\\\frac{1}{2}'

@@ -176,7 +176,8 @@ def _last_expression(text: str) -> Value | None:
     # "It is 3 or 4.": a different value earlier in the same sentence, offered as an alternative
     for j in range(start - 1, -1, -1):
         tok = tokens[j]
-        if tok.kind == "other" and (tok.text == "\n" or (tok.text in ".!?" and not cleaned[tok.end:tok.end + 1].isdigit())):
+        sentence_end = tok.text == "\n" or (tok.text in ".!?" and not cleaned[tok.end:tok.end + 1].isdigit())
+        if tok.kind == "other" and sentence_end:
             break
         if tok.kind == "number":
             gap = cleaned[tok.end:tokens[start].start].lower()
