@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.agents.roles import Team
 from teamplay.config import ProtocolConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import SamplingParams, TaskItem
+from teamplay.training.controllers import TeamControllers, speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.setup import env_factory
 

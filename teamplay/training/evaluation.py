@@ -18,7 +18,7 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   not teamplay's accuracy: compare them with published lm-eval numbers, ``team_accuracy`` with
   other teamplay runs.
 * ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
-  the fraction of its decisions that spoke (``teamplay.agents.controllers.speak_rates``).
+  the fraction of its decisions that spoke (``teamplay.training.controllers.speak_rates``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from teamplay.agents.controllers import speak_rates
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.lm_eval_compat import lm_eval_metrics
 from teamplay.records import Episode, TaskItem
+from teamplay.training.controllers import speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 
 

@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.base import Task, register_task
 from teamplay.envs.tasks.latex import last_boxed, normalize_latex, tidy_latex
 from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
@@ -52,6 +52,7 @@ _PROSE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}[ \t]+(?<![\\])[A-Za-z]{2,}")
 _BARE_LINE_CHARS = 200
 
 
+@register_task('math')
 class MathTask(Task):
     """Competition mathematics with LaTeX answers, the full MATH test set by default."""
 
@@ -135,6 +136,7 @@ class MathTask(Task):
         return 1.0 if self.verifier.equivalent(item.reference, answer) else 0.0
 
 
+@register_task('math500')
 class Math500Task(MathTask):
     """The MATH-500 subset (``HuggingFaceH4/MATH-500``): 500 test problems with an ``answer`` field."""
 
