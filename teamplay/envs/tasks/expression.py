@@ -57,8 +57,8 @@ _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\u00b0")  # 90^\circ, 90°: a un
 def _star(match: re.Match[str]) -> str:
     """A single ``*`` multiplies only between two operands; elsewhere it is markdown emphasis."""
     text, i = match.string, match.start()
-    before = text[:i].rstrip(" \t")[-1:]
-    after = text[i + 1:].lstrip(" \t")[:1]
+    before = text[max(0, i - 4):i].rstrip(" \t")[-1:]  # a few characters: O(1) per star
+    after = text[i + 1:i + 5].lstrip(" \t")[:1]
     return "*" if before and (before.isdigit() or before == ")") and after and (after.isdigit() or after in "(.") \
         else ""
 
@@ -177,8 +177,8 @@ def tokenize(text: str) -> list[Token]:
 
 # -- parsing and exact evaluation ----------------------------------------------------------------------
 
-class _Fail(Exception):
-    """No expression at this position (the caller backtracks)."""
+class NoExpression(Exception):
+    """No expression starts at this position (the caller backtracks or tries the next one)."""
 
 
 def _power(base: Value, exponent: Value) -> Value:
@@ -241,7 +241,7 @@ class Parser:
 
     def chain(self, start: int) -> tuple[Value, int, int]:
         """Parse an equality chain at token ``start``: (value of its last side, first token, end
-        token). Raises ``_Fail`` when no expression starts there."""
+        token). Raises ``NoExpression`` when no expression starts there."""
         self.pos = start
         value = self._expr()
         while self._is_op("="):
@@ -249,7 +249,7 @@ class Parser:
             self.pos += 1
             try:
                 value = self._expr()
-            except _Fail:
+            except NoExpression:
                 self.pos = saved
                 break
         return value, start, self.pos
@@ -262,7 +262,7 @@ class Parser:
             self.pos += 1
             try:
                 right = operand()
-            except _Fail:
+            except NoExpression:
                 self.pos = saved
                 break
             value = _binary(op, value, right)
@@ -294,7 +294,7 @@ class Parser:
             self._enter()
             try:
                 exponent = self._unary()
-            except _Fail:
+            except NoExpression:
                 self.pos = saved
                 return INVALID  # "2^" then nothing: a power we cannot read is not its base
             finally:
@@ -305,7 +305,7 @@ class Parser:
     def _primary(self) -> Value:
         tok = self._peek()
         if tok is None:
-            raise _Fail
+            raise NoExpression
         if tok.kind == "number":
             self.pos += 1
             return tok.value  # type: ignore[return-value]
@@ -315,20 +315,20 @@ class Parser:
             self._enter()
             try:
                 value = self._expr()
-            except _Fail:
+            except NoExpression:
                 self.pos = saved
                 raise
             finally:
                 self.depth -= 1
             if not self._is_op(")"):
                 self.pos = saved
-                raise _Fail
+                raise NoExpression
             self.pos += 1
             return value
-        raise _Fail
+        raise NoExpression
 
     def _enter(self) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
             self.depth -= 1
-            raise _Fail
+            raise NoExpression

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from teamplay.envs.tasks.expression import INVALID, Parser, Token, Value, clean, tokenize
+from teamplay.envs.tasks.expression import INVALID, NoExpression, Parser, Token, Value, clean, tokenize
 from teamplay.envs.tasks.latex import last_boxed
 from teamplay.envs.tasks.text import ANSWER_IS, tail
 
@@ -104,7 +104,7 @@ def _chain_at(parser: Parser, index: int) -> tuple[Value, int, int] | None:
     for s in range(start, index + 1):
         try:
             return parser.chain(s)
-        except Exception:  # noqa: BLE001 - _Fail: no expression starts here; try one token later
+        except NoExpression:  # try one token later
             continue
     return None
 
@@ -165,7 +165,7 @@ def _last_expression(text: str) -> Value | None:
                 found = parser.chain(i)
                 i = max(found[2], i + 1)
                 continue
-            except Exception:  # noqa: BLE001 - _Fail: nothing starts here
+            except NoExpression:
                 pass
         i += 1
     if found is None:
