@@ -112,7 +112,8 @@ _OTHER_TOKEN = re.compile(
     r"|(?P<space>[ \t\u2009\u202f\u00a0]{1,100})"
     r"|(?P<command>\\[A-Za-z]{1,30})"
     r"|(?P<word>[^\W\d_]{1,50})"
-    r"|(?P<other>.)",
+    # characters no rule looks at (NUL, emoji, brackets, quotes) come in runs: one token per run
+    r"|(?P<other>[^\w\s.,!?:;()+\-*/^=\\\u221a\u03c0\u00b1<>\u2248\u2264\u2265%$]{1,200}|.)",
     re.DOTALL,
 )
 # after a number: its grouping or decimals go on where a number cannot ("1,00", "12,34", "1.2.3")

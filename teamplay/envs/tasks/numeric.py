@@ -41,6 +41,13 @@ from teamplay.envs.tasks.latex import last_boxed
 from teamplay.envs.tasks.text import ANSWER_IS, tail
 
 _HASHES = re.compile(r"####")
+#: the longest marked span read (a statement's sentence, a box, a "####" line): its first
+#: expression is at its start, so a longer span only loses hedge checks past this point
+MAX_SPAN_CHARS = 1000
+#: without a marker, the final expression and its sentence are looked for in this many characters
+#: before the last digit: the work per call stays bounded whatever the completion holds
+FALLBACK_WINDOW_CHARS = 2000
+_LAST_DIGIT = re.compile(r"\d(?=\D*$)")
 _LINE_END = re.compile(r"\n")
 # the end of an answer statement's sentence: a period not starting decimals, "!" or "?", a newline
 _SENTENCE_END = re.compile(r"\.(?![0-9])(?=[\s$*)}\]]|$)|[!?](?=\s*$|\s+[A-Z])|\n")
@@ -191,12 +198,12 @@ def _last_expression(text: str) -> Value | None:
 
 def _line_after(text: str, pos: int) -> str:
     end = _LINE_END.search(text, pos)
-    return text[pos:end.start() if end else len(text)]
+    return text[pos:end.start() if end else len(text)][:MAX_SPAN_CHARS]
 
 
 def _sentence_after(text: str, pos: int) -> str:
     end = _SENTENCE_END.search(text, pos)
-    return text[pos:end.start() if end else len(text)]
+    return text[pos:end.start() if end else len(text)][:MAX_SPAN_CHARS]
 
 
 def _final_value(text: str) -> Fraction | None:
@@ -206,7 +213,7 @@ def _final_value(text: str) -> Fraction | None:
         spans.append(_line_after(text, hashes[-1].end()))
     boxed = last_boxed(text)
     if boxed is not None:
-        spans.append(boxed)
+        spans.append(boxed[:MAX_SPAN_CHARS])
     statements = list(ANSWER_IS.finditer(text))
     if statements:
         spans.append(_sentence_after(text, statements[-1].end()))
@@ -214,7 +221,10 @@ def _final_value(text: str) -> Fraction | None:
         value = _first_answer(span)
         if value is not None:
             return value if isinstance(value, Fraction) else None
-    value = _last_expression(text)
+    last_digit = _LAST_DIGIT.search(text)
+    if last_digit is None:
+        return None
+    value = _last_expression(text[max(0, last_digit.start() - FALLBACK_WINDOW_CHARS):])
     return value if isinstance(value, Fraction) else None
 
 
