@@ -15,7 +15,7 @@ question is cut there by lm-eval and not here.
 
 from __future__ import annotations
 
-from types import MappingProxyType
+from dataclasses import replace
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols import Protocol, ProtocolState, RoleSpec, TurnSpec
@@ -37,11 +37,9 @@ class LmEvalCotZeroshot(Protocol):
         return TEMPLATE.format(question=state.item.prompt)
 
     def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
-        role = state.team.role(turn.role)
-        chat = (ChatMessage("user", self.instruction(state, turn)),)
-        return TurnRequest(agent=turn.agent, role=turn.role, stage=turn.stage, round=turn.round, chat=chat,
-                           adapter=role.adapter_name, item=state.item, transcript=(),
-                           metadata=MappingProxyType({}))
+        # the base request (adapter, item, what it expects, ...) with the chat replaced by the one turn
+        request = super().build_request(state, turn)
+        return replace(request, chat=(ChatMessage("user", self.instruction(state, turn)),), transcript=())
 
     def final_answer(self, state: ProtocolState) -> str | None:
         latest = state.latest("solver_0")
