@@ -180,7 +180,11 @@ def metrics_table(title: str, metrics) -> Table:
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("team accuracy", f"{metrics.team_accuracy:.3f}")
+    table.add_row("team accuracy (teamplay verifier)", f"{metrics.team_accuracy:.3f}")
+    # lm-evaluation-harness-compatible scores of the same completions: compare these, not team
+    # accuracy, with published lm-eval numbers (README, "Evaluation")
+    for key, value in metrics.lm_eval.items():
+        table.add_row(f"  lm-eval 0.4.13 {key}", f"{value:.3f}")
     for role, acc in metrics.role_accuracy.items():
         table.add_row(f"  {role} accuracy", f"{acc:.3f}")
     table.add_row("any agent right", f"{metrics.any_agent_right:.3f}")
