@@ -9,8 +9,9 @@ the trainer logs. Padding never contributes to the loss or the stats, whatever v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -264,3 +265,38 @@ def gspo_loss(
             kl_mean=None,
         )
     return -objective, stats
+
+
+# ---- one signature for every objective ---------------------------------------------------------------
+
+ObjectiveLoss = Callable[..., tuple[torch.Tensor, LossStats]]
+
+
+def _grpo_objective(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,
+                    adv: torch.Tensor, mask: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, LossStats]:
+    return grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high, beta=obj.kl_beta,
+                     loss_agg=obj.loss_agg, norm_tokens=obj.norm_tokens or norm_tokens,
+                     dual_clip=obj.dual_clip, kl_clamp=obj.kl_clamp)
+
+
+def _gspo_objective(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,
+                    adv: torch.Tensor, mask: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, LossStats]:
+    # the config refuses kl_beta, loss_agg, norm_tokens, dual_clip and kl_clamp with gspo, so ref is None
+    return gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low, eps_high=obj.clip_high or obj.clip_low,
+                     logratio_clamp=obj.logratio_clamp)
+
+
+#: objective name -> loss with the one signature of ``objective_loss``
+OBJECTIVES: dict[str, ObjectiveLoss] = {"grpo": _grpo_objective, "gspo": _gspo_objective}
+
+
+def objective_loss(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,
+                   adv: torch.Tensor, mask: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, LossStats]:
+    """The loss of the objective ``obj`` (an ``ObjectiveConfig``) on one adapter's minibatch.
+
+    Shapes: ``logp``, ``old``, ``ref`` (None without a KL term) and ``mask`` are [b, C]; ``adv`` is
+    [b] (one advantage per message) or [b, C] (token-level credit). ``norm_tokens`` is the constant
+    normaliser of ``seq_mean_token_sum_norm`` when the objective sets none (the trainer passes
+    ``sampling.max_new_tokens``). The trainer calls only this: no objective is special-cased.
+    """
+    return OBJECTIVES[obj.name](obj, logp, old, ref, adv, mask, norm_tokens)

@@ -70,7 +70,7 @@ from teamplay.training.checkpoint import (
 )
 from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
-from teamplay.training.losses import grpo_loss, gspo_loss
+from teamplay.training.losses import objective_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
@@ -401,19 +401,12 @@ class Trainer:
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
-        if obj.name == "gspo":
-            loss, stats = gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low,
-                                    eps_high=obj.clip_high or obj.clip_low, logratio_clamp=obj.logratio_clamp)
-            return loss, stats, entropy
         ref = None
-        if obj.kl_beta > 0:
+        if obj.kl_beta > 0:  # the reference policy: the base model, adapters disabled
             with torch.no_grad(), self.team_model.disabled_adapters():
                 ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
-                                                             temperature=temperature)
-        loss, stats = grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
-                                beta=obj.kl_beta, loss_agg=obj.loss_agg,
-                                norm_tokens=obj.norm_tokens or self.cfg.sampling.max_new_tokens,
-                                dual_clip=obj.dual_clip, kl_clamp=obj.kl_clamp)
+                                                             temperature=temperature)  # [b, C]
+        loss, stats = objective_loss(obj, logp, old, ref, adv, mask, norm_tokens=self.cfg.sampling.max_new_tokens)
         return loss, stats, entropy
 
     def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
