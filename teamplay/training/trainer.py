@@ -147,6 +147,9 @@ class Trainer:
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
         self._last_credited: list[dict[str, Any]] = []
+        # group_hook(item, rewards [G]) -> scale: sees every group of a step (signal or not) and
+        # scales its advantages; federated sites record reward statistics and calibrate with it
+        self.group_hook: Callable[[TaskItem, np.ndarray], float] | None = None
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -209,13 +212,16 @@ class Trainer:
         zero_variance = 0
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
+            item = by_id[group[0].problem_id]
+            scale = self.group_hook(item, rewards) if self.group_hook is not None else 1.0
             if np.ptp(rewards) == 0:
                 zero_variance += 1  # no signal: contributes no gradient
                 continue
-            item = by_id[group[0].problem_id]
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
                                 extract=self.task.extract, resources=self._credit_resources(item))
             advantages = assign(cfg.credit.method, batch, cfg.credit.options)
+            if scale != 1.0:
+                advantages = [a * scale for a in advantages]
             credited.extend(zip(group, advantages, strict=True))
             samples.extend(build_samples(group, advantages, active))
         t_credit = time.perf_counter() - t0 - t_rollout
