@@ -129,7 +129,7 @@ def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: n
         "upload": {"size": update.size, "indices": update.indices, "values": update.values, "dense": update.dense},
     })
     return update, {"site": site, "shard_size": len(shard), "steps": cfg.federated.local_steps,
-                    **stats.metrics()}
+                    "site_step": trainer.state.step, **stats.metrics()}
 
 
 class _GroupStats:
@@ -185,24 +185,34 @@ def _save_state(folder: Path, round_: int, data: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------- Flower glue
-def handle_train(msg, context):
-    """The ClientApp's ``train`` function: decode the order, train, reply with update + metrics."""
-    from flwr.app import Message, MetricRecord, RecordDict
+def site_reply(content, node_config):
+    """A site's answer (a RecordDict: "update" and "metrics") to the content of a ``train`` message.
+
+    ``node_config`` is the SuperNode's: ``partition-id`` (this site's index) and optionally
+    ``state-dir`` (where the site keeps its state; default ``<output_dir>/sites``).
+    """
+    from flwr.app import MetricRecord, RecordDict
 
     from teamplay.federated.wire import encode_update
 
-    conf = msg.content["config"]
+    conf = content["config"]
     cfg = build_config(FederatedConfig, json.loads(conf["run_config"]))
-    site = int(context.node_config["partition-id"])
-    state_dir = Path(str(context.node_config.get("state-dir", Path(cfg.output_dir) / "sites")))
+    site = int(node_config["partition-id"])
+    state_dir = Path(str(node_config.get("state-dir", Path(cfg.output_dir) / "sites")))
     order = RoundOrder(round=int(conf["round"]), resume_round=int(conf["resume_round"]),
                        entries=int(json.loads(conf["entries"])[str(site)]),
                        calibration=json.loads(conf["calibration"]),
                        aggregated=tuple(json.loads(conf["aggregated"])))
-    global_vec = msg.content["global"]["vector"].numpy()
+    global_vec = content["global"]["vector"].numpy()
     update, metrics = train_site(cfg, site, order, global_vec, state_dir)
-    content = RecordDict({"update": encode_update(update), "metrics": MetricRecord(metrics)})
-    return Message(content, reply_to=msg)
+    return RecordDict({"update": encode_update(update), "metrics": MetricRecord(metrics)})
+
+
+def handle_train(msg, context):
+    """The ClientApp's ``train`` function: ``site_reply`` sent back as the reply."""
+    from flwr.app import Message
+
+    return Message(site_reply(msg.content, context.node_config), reply_to=msg)
 
 
 def make_client_app():

@@ -155,7 +155,8 @@ class FederatedServer:
             sites[site] = {"node": node, "bytes": record_bytes(reply.content["update"]),
                            "entries": int(update.size if update.dense else update.indices.size),
                            "signal": float(metrics["signal"]), "reward_mean": float(metrics["reward_mean"]),
-                           "groups": int(metrics["groups"]), "shard_size": int(metrics["shard_size"])}
+                           "groups": int(metrics["groups"]), "shard_size": int(metrics["shard_size"]),
+                           "site_step": int(metrics["site_step"])}
         answered = {reply.metadata.src_node_id for reply in replies}
         failed += [{"node": node, "error": f"no reply within {fed.round_timeout:g} s"}
                    for node in nodes if node not in answered]

@@ -9,7 +9,8 @@ Site -> server (the reply), exactly two records and nothing else:
     "update"  ArrayRecord  dense: {"values": float32 [N]}; sparse: {"indices": int32 [k],
               "values": float32 [k]}: the adapter update (``SparseUpdate``);
     "metrics" MetricRecord scalars only: site index, shard size, signal (mean within-group reward
-              std), reward mean, groups, steps, and per problem type the reward sum and count.
+              std), reward mean, groups, steps this round and in all (``site_step``), and per
+              problem type the reward sum and count.
 No problem text, transcript, answer or per-problem reward is ever put in the reply;
 ``check_reply`` enforces this shape and the wire test calls it on a real site's reply.
 
@@ -29,7 +30,7 @@ import torch
 from teamplay.federated.strategies import SparseUpdate
 
 #: metric names a site may send; "type_sum/<t>" and "type_count/<t>" carry per-type statistics
-SITE_METRICS = frozenset({"site", "shard_size", "signal", "reward_mean", "groups", "steps"})
+SITE_METRICS = frozenset({"site", "shard_size", "signal", "reward_mean", "groups", "steps", "site_step"})
 _TYPE_METRIC = re.compile(r"^type_(sum|count)/.+$")
 
 
