@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from teamplay.envs.records import TaskItem
+from teamplay.records import TaskItem
 from teamplay.errors import ConfigError
 
 

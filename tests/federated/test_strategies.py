@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.envs.records import TaskItem
+from teamplay.records import TaskItem
 from teamplay.federated.partition import partition
 from teamplay.federated.strategies import (
     ErrorFeedback,
