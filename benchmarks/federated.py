@@ -23,6 +23,7 @@ seeds.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tempfile
@@ -50,8 +51,8 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
-        return {"clients": 2, "rounds": 2, "local_steps": 1, "seeds": 2, "eval": 16, "tokens": 24}
-    return {"clients": 3, "rounds": 3, "local_steps": 2, "seeds": 3, "eval": 32, "tokens": 32}
+        return {"clients": 2, "rounds": 2, "local_steps": 1, "seeds": 2, "eval": 8, "tokens": 16, "problems": 2}
+    return {"clients": 3, "rounds": 3, "local_steps": 2, "seeds": 3, "eval": 32, "tokens": 32, "problems": 4}
 
 
 def base_config(model: str, size: dict[str, int], seed: int, out: Path) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def base_config(model: str, size: dict[str, int], seed: int, out: Path) -> dict[
         "credit": {"method": "grpo"},
         "objective": {"name": "grpo", "clip_low": 0.2},
         "optim": {"lr": 5e-4, "minibatch_size": 16},
-        "rollout": {"problems_per_step": 4, "group_size": 4},
+        "rollout": {"problems_per_step": size["problems"], "group_size": 4},
         "sampling": {"max_new_tokens": size["tokens"], "temperature": 1.0},
         "eval_sampling": {"max_new_tokens": size["tokens"], "temperature": 0.0},
         "tensorboard": False, "log_episodes": 0, "seed": seed, "output_dir": str(out),
@@ -122,6 +123,9 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
             for name in VARIANTS:
                 results.setdefault(name, []).append(run_variant(name, model, size, seed, root))
                 print(f"  {name} seed {seed}: {results[name][-1]}", flush=True)
+                # kept as it goes: a run cut short still leaves the figures it measured
+                (Path(tempfile.gettempdir()) / "teamplay-bench-federated-partial.json").write_text(
+                    json.dumps({"sizes": size, "results": results}), encoding="utf-8")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     rows, summary = [], {}
@@ -142,8 +146,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
                 f"dense; Fed-GRPO >= FedAvg: {'yes' if fed_ge_avg else 'no'}; B=100% identical to dense: "
                 f"{'yes' if lossless else 'no'}.")
     notes = (f"Sizes: {size['clients']} sites x {size['rounds']} rounds x {size['local_steps']} local steps "
-             f"(centralized: {size['clients'] * size['rounds'] * size['local_steps']} steps), 4 problems x 4 "
-             f"episodes per step, {size['eval']} held-out arith level-1 problems, {size['seeds']} seeds; "
+             f"(centralized: {size['clients'] * size['rounds'] * size['local_steps']} steps), {size['problems']} "
+             f"problems x 4 episodes per step, {size['eval']} held-out arith level-1 problems, {size['seeds']} seeds; "
              f"± is the half-width of a 95% t interval over seeds.",)
     return Result("federated", table, headline, None, notes, {"sizes": size, "summary": summary})
 
