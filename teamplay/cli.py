@@ -320,7 +320,8 @@ def federate_command(
 @app.command("report")
 @user_errors
 def report_command(
-    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare)."),
+    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare); or any number "
+                                                    "of federated run folders."),
     compare: bool = typer.Option(False, "--compare", help="Put two runs or evals side by side."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output folder (default RUN/report, "
                                                                     "or ./report-compare)."),
