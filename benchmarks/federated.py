@@ -14,8 +14,8 @@ local steps, ``K * rounds * local_steps``, with the same batch (problems per ste
     B=10%, B=1%      Fed-GRPO with a sparse upload budget of 10% and 1% of dense entries
 
 Measures: held-out accuracy of the final global team (greedy, the same held-out arith level-1
-items for every variant: the level the embedded model has a learning signal on) and bytes uploaded by all sites over the run; mean ± 95% CI (t) over
-seeds.
+items for every variant: the level the embedded model has a learning signal on) and bytes
+uploaded by all sites over the run; mean ± 95% CI (t) over seeds.
 
     python -m benchmarks federated
     python -m benchmarks federated --quick

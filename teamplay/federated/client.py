@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 from teamplay.config import FederatedConfig, build_config
-from teamplay.records import TaskItem
 from teamplay.federated.partition import partition, problem_type
 from teamplay.federated.strategies import ErrorFeedback, SparseUpdate, calibration_weight, top_k
 from teamplay.federated.wire import get_vector, param_layout, set_vector
+from teamplay.records import TaskItem
 
 _ROUND_FILE = re.compile(r"^round-(\d{6})\.pt$")
 

@@ -13,8 +13,8 @@ from typing import Literal
 
 import numpy as np
 
-from teamplay.records import TaskItem
 from teamplay.errors import ConfigError
+from teamplay.records import TaskItem
 
 
 def problem_type(item: TaskItem, key: str | None) -> str:

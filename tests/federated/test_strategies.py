@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.records import TaskItem
 from teamplay.federated.partition import partition
 from teamplay.federated.strategies import (
     ErrorFeedback,
@@ -19,6 +18,7 @@ from teamplay.federated.strategies import (
     split_budget,
     top_k,
 )
+from teamplay.records import TaskItem
 
 
 def test_signal_weights_are_proportional_to_std_with_the_floor():
