@@ -390,6 +390,10 @@ class FederatedConfig(TrainConfig):
         if ("steps" in self.model_fields_set and self.steps != derived) or self.eval_every is not None:
             raise ValueError("steps/eval_every: not used by a federated run (set federated.rounds and "
                              "federated.local_steps; the global team is evaluated after every round)")
+        if self.controllers.enabled:
+            # the regret tables would have to be federated and kept per site: not built yet
+            raise ValueError("controllers.enabled: learned speak/skip controllers are not supported in "
+                             "federated runs; set controllers.enabled=false")
         lo, hi = self.federated.fedgrpo.calibration_clip
         if not 0 < lo <= 1 <= hi:
             raise ValueError(f"federated.fedgrpo.calibration_clip: need 0 < lo <= 1 <= hi, got [{lo}, {hi}]")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -146,3 +148,20 @@ def test_partitions_cover_every_problem_once():
     # by_key: sorted by level, cut into sizes 3, 4, 3 (rounded linspace 0, 3.33, 6.67, 10)
     shards = partition(items, 3, "by_key", "level", seed=0)
     assert [[it.metadata["level"] for it in s] for s in shards] == [[1, 1, 1], [1, 2, 2, 2], [3, 3, 3]]
+
+
+def test_federated_config_refuses_what_it_cannot_honour():
+    from teamplay.config import FederatedConfig, build_config
+    from teamplay.errors import ConfigError
+
+    ok = build_config(FederatedConfig, {"federated": {"rounds": 3, "local_steps": 2}})
+    assert ok.steps == 6  # a site's LR schedule spans rounds x local steps
+    assert build_config(FederatedConfig, ok.model_dump(mode="json")).steps == 6  # the copy sent to sites
+    bad = [({"steps": 3}, "steps/eval_every"),
+           ({"controllers": {"enabled": True}}, "controllers.enabled"),
+           ({"federated": {"clients": 2, "failure_drills": [{"site": 2, "round": 1}]}}, "site 2 does not exist"),
+           ({"federated": {"extra_tasks": [{"name": "gsm8k"}]}}, "one task (verifier) per run"),
+           ({"federated": {"fedgrpo": {"budget": 0}}}, "federated.fedgrpo.budget")]
+    for data, message in bad:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            build_config(FederatedConfig, data)
