@@ -25,6 +25,9 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
+    from teamplay.training.setup import validate_run
+
+    validate_run(cfg)  # task, protocol, credit method and its resources, before any data or model
     for site in range(cfg.federated.clients):  # every shard is well-formed before anything starts
         shard_of(cfg, site)
     server = FederatedServer(cfg, resume=resume, on_round=on_round)
