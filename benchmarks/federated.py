@@ -131,6 +131,10 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     return summarize(results, size)
 
 
+def _compare(a: float, b: float) -> str:
+    return "higher" if a > b else "equal" if a == b else "lower"
+
+
 def summarize(results: dict[str, list[dict[str, float]]], size: dict[str, int]) -> Result:
     """The table and headline of ``results`` (variant -> one dict per seed run); variants may have
     fewer seeds than ``size["seeds"]`` (a run cut short), and the table says how many each has."""
@@ -147,7 +151,7 @@ def summarize(results: dict[str, list[dict[str, float]]], size: dict[str, int]) 
     if {"fedgrpo", "fedavg", "centralized"} <= s.keys():
         parts.append(f"held-out accuracy: Fed-GRPO {s['fedgrpo']['accuracy']:.3f}, FedAvg "
                      f"{s['fedavg']['accuracy']:.3f}, centralized {s['centralized']['accuracy']:.3f}; "
-                     f"Fed-GRPO >= FedAvg: {'yes' if s['fedgrpo']['accuracy'] >= s['fedavg']['accuracy'] else 'no'}")
+                     f"Fed-GRPO vs FedAvg: {_compare(s['fedgrpo']['accuracy'], s['fedavg']['accuracy'])}")
     if {"fedgrpo", "fedgrpo -sparse"} <= s.keys():
         pairs = list(zip(s["fedgrpo"]["runs"], s["fedgrpo -sparse"]["runs"], strict=False))
         same = all(a == b for a, b in pairs)
