@@ -15,6 +15,7 @@ from benchmarks import (
     lora_memory,
     rollout_batching,
     rollout_overhead,
+    token_credit_step,
     trainer_vs_trl,
 )
 from benchmarks.common import Result, fmt_ratio
@@ -41,5 +42,6 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "trainer_vs_trl": trainer_vs_trl.run,
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
+    "token_credit_step": token_credit_step.run,
     "federated": federated.run,
 }
