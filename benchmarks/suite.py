@@ -12,6 +12,7 @@ from benchmarks import (
     cosac_bandit,
     credit_arena,
     credit_fraction,
+    federated,
     lora_memory,
     rollout_batching,
     rollout_overhead,
@@ -43,5 +44,6 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
     "token_credit_step": token_credit_step.run,
+    "federated": federated.run,
     "credit_arena": credit_arena.run,
 }
