@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.credit.replay import ReplayEngine, ReplayQuery, replay_values
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 
 
 def boundaries(ep: Episode) -> list[int]:
@@ -99,20 +99,22 @@ def episode_values(batch: CreditBatch, options: ContinuationOptions, engine: Rep
 
 @register_credit("continuation", ContinuationOptions,
                  "continuation values: each message gets V(after) - V(before), V = mean score of k "
-                 "sampled continuations (needs the replay engine)")
+                 "sampled continuations",
+                 requires=lambda options: frozenset({"replay"}),
+                 cost="k continuations per message boundary (partial episodes)")
 def continuation_credit(batch: CreditBatch, options: ContinuationOptions) -> list[np.ndarray]:
     """``continuation_advantages`` per episode, divided by the group's reward std (``mode='std'``).
 
-    Needs ``batch.resources["replay"]``, a :class:`~teamplay.credit.replay.ReplayEngine`.
+    Needs the ``replay`` resource, a :class:`~teamplay.credit.replay.ReplayEngine`.
 
     Invariants: per episode ``sum_t A_t = (R - V(0)) / s`` (``s`` = std + eps, or 1); with
     ``baseline='group_mean'``, ``V(0)`` is the group's mean reward, so the episode totals sum to 0
     over the group; skipped messages get 0.
     """
-    engine = batch.resources.get("replay")
+    engine = batch.resources.need("replay", "method 'continuation'")
     if not isinstance(engine, ReplayEngine):
-        raise ValueError("credit method 'continuation' needs batch.resources['replay'], a replay engine "
-                         "(teamplay.credit.replay.ReplayEngine); the trainer provides one")
+        raise ValueError("credit method 'continuation' needs a replay engine "
+                         "(teamplay.credit.replay.ReplayEngine) as the replay resource")
     values = episode_values(batch, options, engine)
     scale = 1.0
     if options.mode == "std":

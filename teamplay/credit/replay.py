@@ -16,7 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from teamplay.envs.records import Episode, TaskItem
+from teamplay.records import Episode, TaskItem
 
 Removal = Literal["skip", "null_message", "base_policy"]
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from teamplay.credit.characteristic import Transcript
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.credit.replay import ReplayEngine, ReplayQuery, replay_values
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 
 
 def _ragged(values: Sequence[Sequence[float]], name: str) -> list[np.ndarray]:
@@ -308,19 +308,17 @@ class A2TGPOOptions(BaseModel):
 
 
 @register_credit("a2tgpo", A2TGPOOptions,
-                 "A2TGPO: per-turn information gain in the gold answer, z-normalised per turn index "
-                 "(needs resources['answer_probability'])")
+                 "A2TGPO: per-turn information gain in the gold answer, z-normalised per turn index",
+                 requires=lambda options: frozenset({"answer_probability"}),
+                 cost="one teacher-forced pass per message prefix")
 def a2tgpo_credit(batch: CreditBatch, options: A2TGPOOptions) -> list[np.ndarray]:
-    """A2TGPO on episodes. Needs ``batch.resources["answer_probability"]``, a callable
+    """A2TGPO on episodes. Needs ``batch.resources.answer_probability``, a callable
     ``(episode, n_messages) -> p`` giving the policy's probability of the gold answer after the first
     ``n_messages`` messages (``n_messages = 0`` is the question alone). The per-turn clip ranges of
     :func:`a2tgpo_advantage` are not part of the registry's output (one advantage per message); a
     trainer that wants them calls the function directly.
     """
-    prob = batch.resources.get("answer_probability")
-    if prob is None:
-        raise ValueError("credit method 'a2tgpo' needs batch.resources['answer_probability'] "
-                         "(callable (episode, n_messages) -> probability of the gold answer)")
+    prob = batch.resources.need("answer_probability", "method 'a2tgpo'")
     many = getattr(prob, "many", None)
     if many is not None:  # one batched pass over every (episode, prefix) of the group
         pairs = [(ep, n) for ep in batch.episodes for n in range(len(ep.messages) + 1)]
@@ -359,16 +357,17 @@ class LOTOOptions(BaseModel):
                                                          "multiple of the rollout tokens.")
 
 
+def _loto_needs(options: LOTOOptions) -> frozenset[str]:
+    return frozenset({"transcript_scorer"} if options.value == "masking" else {"replay"})
+
+
 def _transcript_value(batch: CreditBatch, options: LOTOOptions):
-    """``value(episode, kept) -> float`` as ``options.value`` says, from the batch's resources."""
-    if "transcript_value" in batch.resources:
-        return batch.resources["transcript_value"]
+    """``value(episode, kept) -> float``: the ``transcript_value`` resource when given, else built
+    as ``options.value`` says from the ``transcript_scorer`` or ``replay`` resource."""
+    if batch.resources.transcript_value is not None:
+        return batch.resources.transcript_value
     if options.value == "masking":
-        scorer = batch.resources.get("transcript_scorer")
-        if scorer is None:
-            raise ValueError("credit method 'loto' needs batch.resources['transcript_value'] "
-                             "(callable (episode, kept_message_indices) -> score) or, with value=masking, "
-                             "batch.resources['transcript_scorer']")
+        scorer = batch.resources.need("transcript_scorer", "method 'loto' (value=masking)")
         question = batch.item.prompt if batch.item is not None else ""
 
         def masked(ep: Episode, kept: frozenset[int]) -> float:
@@ -376,10 +375,10 @@ def _transcript_value(batch: CreditBatch, options: LOTOOptions):
             return float(np.asarray(scorer([Transcript(question, ep.messages, withheld)]))[0])
 
         return masked
-    engine = batch.resources.get("replay")
+    engine = batch.resources.need("replay", "method 'loto' (value=replay)")
     if not isinstance(engine, ReplayEngine) or batch.item is None:
-        raise ValueError("credit method 'loto' with value=replay needs batch.resources['replay'] "
-                         "(a replay engine) and the batch's item")
+        raise ValueError("credit method 'loto' with value=replay needs a replay engine "
+                         "(teamplay.credit.replay.ReplayEngine) as the replay resource, and the batch's item")
     item = batch.item
 
     def replayed(ep: Episode, kept: frozenset[int]) -> float:
@@ -397,13 +396,15 @@ def _transcript_value(batch: CreditBatch, options: LOTOOptions):
 
 @register_credit("loto", LOTOOptions,
                  "Leave-one-turn-out: drop in the transcript's value when one message is masked "
-                 "or removed and replayed")
+                 "or removed and replayed",
+                 requires=_loto_needs,
+                 cost="T + 1 transcript values per episode (value=replay: T replays per sample)")
 def loto_method(batch: CreditBatch, options: LOTOOptions) -> list[np.ndarray]:
     """LOTO on episodes. ``V(episode, kept: frozenset[int]) -> float`` scores the transcript with
-    only the messages in ``kept``: ``batch.resources["transcript_value"]`` when given, else built from
-    ``options.value`` (masking with ``resources["transcript_scorer"]``, or replay with
-    ``resources["replay"]``: re-run from turn t with turn t removed, credit_spec.md §4.5). ``T + 1``
-    values per episode; skipped messages get 0 (the registry's convention).
+    only the messages in ``kept``: ``batch.resources.transcript_value`` when given, else built from
+    ``options.value`` (masking with the ``transcript_scorer`` resource, or replay with the ``replay``
+    resource: re-run from turn t with turn t removed, credit_spec.md §4.5). ``T + 1`` values per
+    episode; skipped messages get 0 (the registry's convention).
     """
     value = _transcript_value(batch, options)
     out = []

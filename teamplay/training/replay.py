@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from teamplay.agents.backends.base import GenerationBackend, SamplingParams
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.credit.replay import ReplayQuery
 from teamplay.envs.protocols.driver import ReplaySpec
-from teamplay.envs.records import Episode
 from teamplay.envs.team_env import TeamEnv
+from teamplay.records import Episode, SamplingParams
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 
 log = logging.getLogger("teamplay.replay")

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.envs.protocols.driver import ReplaySpec
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.team_env import TeamEnv
+from teamplay.records import Episode, Generation, SamplingParams, TaskItem, TurnRequest
 
 
 @dataclass(frozen=True)

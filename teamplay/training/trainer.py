@@ -21,7 +21,7 @@ With `controllers.enabled`, the rollouts of step 2 ask a learned speak/skip cont
 skippable turn (sampling its current strategy; a skipped review or debate turn is generated anyway,
 in the same batched call, to value the unchosen speak), and right after the rollouts, before the
 credit and the LoRA update, the controller tables take one regret update per logged decision
-(`teamplay.agents.controllers`). The tables do not enter the loss, so the order only matters for
+(`teamplay.training.controllers`). The tables do not enter the loss, so the order only matters for
 what the metrics of a step describe. They are saved in each checkpoint's `extra_state.json` under
 "controllers" and restored exactly on resume.
 
@@ -48,13 +48,13 @@ import numpy as np
 import torch
 import yaml
 
-from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.config import TrainConfig
-from teamplay.credit import CreditBatch, assign
+from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
 from teamplay.credit.characteristic import last_answer_scorer
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, TaskItem
+from teamplay.training.answer_probability import AnswerProbability
 from teamplay.training.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -62,12 +62,17 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from teamplay.training.controllers import TeamControllers, speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
+from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
+
+#: the credit resources a training run provides (a method needing another is refused at start)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "replay", "answer_probability"})
 
 
 @dataclass
@@ -129,6 +134,10 @@ class Trainer:
             self.make_eval_env = self.make_env
         if not any(role.trainable for role in self.team.roles):  # before the model loads
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+        # the credit method, its options, protocol and resources are checked before the model loads
+        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, cfg.protocol.name,
+                                           TRAINER_RESOURCES)
+        self.credit_needs = get_credit(cfg.credit.method).requires(self.credit_options)
         self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
@@ -136,6 +145,15 @@ class Trainer:
             cfg.model, cfg.backend, self.team, team_model=self.team_model)
         self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
                                     max_batch=cfg.backend.max_batch)
+        self.replay = None
+        if "replay" in self.credit_needs:  # counterfactual re-executions with the current policies
+            self.replay = RolloutReplayEngine(self.make_env, self.backend, sampling_params(cfg.sampling),
+                                              max_batch=cfg.backend.max_batch, seed=cfg.seed)
+        self.answer_probability = None
+        if "answer_probability" in self.credit_needs:
+            self.answer_probability = AnswerProbability(
+                self.team_model, self.team, {it.id: it for it in self.items}, self.task.answer_instruction,
+                max_prompt_tokens=cfg.backend.max_prompt_tokens)
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         self.optimizer = torch.optim.AdamW(
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
@@ -207,21 +225,25 @@ class Trainer:
         samples: list[PolicySample] = []
         credited: list[tuple[Episode, np.ndarray]] = []
         zero_variance = 0
+        batches = []
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
             if np.ptp(rewards) == 0:
                 zero_variance += 1  # no signal: contributes no gradient
                 continue
             item = by_id[group[0].problem_id]
-            batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
-                                extract=self.task.extract, resources=self._credit_resources(item))
-            advantages = assign(cfg.credit.method, batch, cfg.credit.options)
-            credited.extend(zip(group, advantages, strict=True))
-            samples.extend(build_samples(group, advantages, active))
+            batches.append(CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
+                                       extract=self.task.extract, resources=self._credit_resources(item)))
+        if self.replay is not None:
+            self._prefetch_replays(batches, step, sum(ep.tokens for ep in episodes))
+        for batch in batches:
+            advantages = assign(cfg.credit.method, batch, self.credit_options)
+            credited.extend(zip(batch.episodes, advantages, strict=True))
+            samples.extend(build_samples(batch.episodes, advantages, active))
         t_credit = time.perf_counter() - t0 - t_rollout
 
         self._last_credited = [
-            {**ep.to_dict(), "advantages": [float(a) for a in adv]}
+            {**ep.to_dict(), "advantages": [float(a) for a in adv], "credit": self._credit_record(ep)}
             for ep, adv in credited[:cfg.log_episodes]]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
@@ -246,6 +268,7 @@ class Trainer:
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
+            **(self.replay.stats.to_dict() if self.replay is not None else {}),
             **controller_metrics,
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
@@ -389,14 +412,38 @@ class Trainer:
         _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics
 
-    def _credit_resources(self, item: TaskItem) -> dict[str, Any]:
-        """What expensive credit methods may ask for: a verifier scorer of masked transcripts
-        (the last answer still visible, scored against this item) and the generation backend."""
+    def _prefetch_replays(self, batches: Sequence[CreditBatch], step: int, rollout_tokens: int) -> None:
+        """Every replay the step's credit will ask for, in one batch: a first pass of the credit
+        method records its queries (values are placeholders, results discarded), the engine runs
+        them all together, and the real pass reads the cache. A method whose queries depend on the
+        values it gets asks the rest on demand in the real pass (still batched per call)."""
+        assert self.replay is not None
+        self.replay.begin_step(step, rollout_tokens)
+        with self.replay.recording():
+            for batch in batches:
+                try:
+                    assign(self.cfg.credit.method, batch, self.credit_options)
+                except (ValueError, RuntimeError, ArithmeticError):
+                    continue  # placeholder values may upset a method; the real pass reports real errors
+        self.replay.flush()
+
+    def _credit_record(self, episode: Episode) -> dict[str, Any]:
+        """How the episode's messages were valued, for reports: the method and, for replay-based
+        methods, every counterfactual value behind the advantages (coalition, start, value, k)."""
+        record: dict[str, Any] = {"method": self.cfg.credit.method,
+                                  "options": self.credit_options.model_dump(mode="json")}
+        if self.replay is not None:
+            record["replay_values"] = self.replay.coalition_values(episode)
+        return record
+
+    def _credit_resources(self, item: TaskItem) -> CreditResources:
+        """What expensive credit methods may ask for (``TRAINER_RESOURCES``): a verifier scorer of
+        masked transcripts (the last answer still visible, scored against this item) and the
+        generation backend."""
         task = self.task
-        return {
-            "transcript_scorer": last_answer_scorer(lambda answer: task.score_answer(answer, item)),
-            "backend": self.backend,
-        }
+        return CreditResources(
+            transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
+            backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
 
     def _checkpoint(self) -> Path:
         if self.controllers is not None:
