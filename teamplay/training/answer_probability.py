@@ -3,8 +3,10 @@
 One teacher-forced pass scores a batch of prefixes: for prefix ``h`` of ``n`` messages of an
 episode, the chat is the task's answer instruction (system), the problem followed by the first
 ``n`` spoken messages (user, ``[agent, round r]: text`` blocks), and the generation prompt; the
-assistant text is forced to ``"The answer is \\boxed{"`` and the probability is that of the
-reference's tokens plus ``"}"`` after it. The policy is the adapter of the episode's first agent
+assistant text is forced to ``"The answer is \\boxed{"`` and the value is the per-token
+(geometric-mean) probability of the reference's tokens plus ``"}"`` after it: the product over a
+long answer underflows to 0 and would make every information gain 0; the geometric mean orders
+prefixes the same way for one answer and stays in a usable range. The policy is the adapter of the episode's first agent
 (the proposer or first solver: the role whose answer the protocols take first).
 """
 
@@ -73,6 +75,6 @@ class AnswerProbability:
                     part = members[lo:lo + self.batch_size]
                     logp, mask = self.team_model.completion_logprobs(
                         [rows[i][0] for i in part], [rows[i][1] for i in part], adapter=adapter)
-                    total = (logp * mask).sum(dim=1).double().exp().cpu().numpy()  # [b]
-                    out[part] = total
+                    mean = (logp * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [b]
+                    out[part] = mean.double().exp().cpu().numpy()
         return np.clip(out, 0.0, 1.0)
