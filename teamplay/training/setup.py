@@ -145,8 +145,9 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     return controllers
 
 
-#: resources the trainer hands every credit method (``CreditResources`` fields it sets)
-TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend"})
+#: resources the trainer hands credit methods (``CreditResources`` fields it sets; ``replay`` and
+#: ``answer_probability`` only when the method needs them)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "replay", "answer_probability"})
 
 
 def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) -> None:

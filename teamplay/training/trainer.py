@@ -78,9 +78,6 @@ from teamplay.training.setup import (
     validate_run,
 )
 
-#: the credit resources a training run provides (a method needing another is refused at start)
-TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "replay", "answer_probability"})
-
 
 @dataclass
 class TrainResult:
@@ -135,9 +132,7 @@ class Trainer:
             self.make_eval_env = self.make_env
         if not any(role.trainable for role in self.team.roles):  # before the model loads
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
-        # the credit method, its options, protocol and resources are checked before the model loads
-        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, cfg.protocol.name,
-                                           TRAINER_RESOURCES)
+        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, None, None)  # parsed
         self.credit_needs = get_credit(cfg.credit.method).requires(self.credit_options)
         self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
@@ -438,7 +433,7 @@ class Trainer:
         return record
 
     def _credit_resources(self, item: TaskItem) -> CreditResources:
-        """What expensive credit methods may ask for (``TRAINER_RESOURCES``): a verifier scorer of
+        """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer of
         masked transcripts (the last answer still visible, scored against this item) and the
         generation backend."""
         task = self.task
