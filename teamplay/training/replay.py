@@ -8,7 +8,9 @@ query. How one query becomes an episode:
 * **prefix reuse**: a coalition S shares with the recording every message before the first turn of
   a removed agent; that prefix is replayed verbatim (``ReplaySpec.prefix``: no generation), and only
   the rest is generated. A query whose replay would be the recording itself (the grand coalition,
-  or removed agents that never spoke under ``skip``) is the recorded reward, at no cost.
+  or removed agents that never spoke under ``skip``) is the recorded reward, at no cost; a
+  coalition in which no agent can give the team's answer (the protocol's ``answer_roles``, e.g. a
+  reviewer alone) is 0, at no cost.
 * **removal** (``ReplaySpec.removal``): ``skip`` (the turn does not happen: the protocol's
   ``skip_means``), ``null_message`` (a fixed neutral text) or ``base_policy`` (adapter ``None``).
 * **batching**: all queries of a ``scores`` call, whatever their episodes, go through one
@@ -49,7 +51,8 @@ log = logging.getLogger("teamplay.replay")
 class ResolvedQuery:
     """A query made concrete: the prefix length P it replays and what it removes.
 
-    ``free`` is True when the replay would reproduce the recording (value = recorded reward).
+    ``free`` is True when no generation is needed: the replay would reproduce the recording
+    (value = recorded reward), or ``zero``: no agent left can answer (value 0).
     """
 
     query: ReplayQuery
@@ -57,6 +60,11 @@ class ResolvedQuery:
     removed: frozenset[str]
     remove_next: bool
     free: bool
+    zero: bool = False
+
+    @property
+    def known_value(self) -> float:
+        return 0.0 if self.zero else float(self.query.episode.reward)
 
     def spec(self) -> ReplaySpec:
         return ReplaySpec(prefix=self.query.episode.messages[:self.prefix], removed=self.removed,
@@ -67,12 +75,18 @@ class ResolvedQuery:
         return sum(m.n_tokens for m in self.query.episode.messages[:self.prefix])
 
 
-def resolve(query: ReplayQuery, reuse_prefix: bool = True) -> ResolvedQuery:
+def resolve(query: ReplayQuery, reuse_prefix: bool = True,
+            answering: frozenset[str] | None = None) -> ResolvedQuery:
     """Where ``query``'s replay starts and whether it needs any generation.
 
     The first *relevant* turn of a removed agent is its first spoken message under ``skip`` (a
     recorded skipped turn is what skipping gives anyway) and its first message otherwise; the
     longest shared prefix ends there (or at ``query.start`` when that is earlier).
+
+    ``answering``: the agents whose messages can become the team's answer (the protocol's
+    ``answer_roles``; None: all). A coalition without any of them, under ``skip`` or
+    ``null_message`` (the neutral text holds no answer), has no answer: value 0, no generation
+    (``zero``). The prefix before their first turn holds none of their answers either.
     """
     ep = query.episode
     T = len(ep.messages)
@@ -87,9 +101,11 @@ def resolve(query: ReplayQuery, reuse_prefix: bool = True) -> ResolvedQuery:
         raise ValueError(f"replay start {start} outside [0, {T}] for episode {ep.problem_id}")
     prefix = min(first, start)
     free = prefix == T and not query.remove_turn
+    zero = (answering is not None and not (query.kept & answering) and query.removal != "base_policy"
+            and query.start is None and not query.remove_turn)
     if not reuse_prefix and not free:
         prefix = 0
-    return ResolvedQuery(query, prefix, removed, query.remove_turn, free)
+    return ResolvedQuery(query, prefix, removed, query.remove_turn, free or zero, zero)
 
 
 @dataclass
@@ -207,9 +223,9 @@ class RolloutReplayEngine:
             key = q.key()
             if key in self._cache or key in todo:
                 continue
-            r = resolve(q, self.reuse_prefix)
+            r = resolve(q, self.reuse_prefix, self._answering())
             if r.free:
-                self._cache[key] = (q, [float(q.episode.reward)], r.prefix)
+                self._cache[key] = (q, [r.known_value], r.prefix)
                 self.stats.free += 1
                 self.stats.queries += 1
             else:
@@ -246,6 +262,15 @@ class RolloutReplayEngine:
         self.stats.queries += len(work)
         for key, r, s in zip(todo, work, scores, strict=True):
             self._cache[key] = (r.query, s, r.prefix)
+
+    def _answering(self) -> frozenset[str] | None:
+        """Agents of roles that can give the team's answer (the protocol's ``answer_roles``)."""
+        if not hasattr(self, "_answering_agents"):
+            env = self.runner.make_env()
+            roles = env.protocol.answer_roles
+            self._answering_agents = None if roles is None else frozenset(
+                a for a in env.possible_agents if env.team.role_of(a).name in roles)
+        return self._answering_agents
 
     def _seed(self, sample: int) -> int:
         return int(np.random.SeedSequence([self.seed, self.step, sample]).generate_state(1)[0])

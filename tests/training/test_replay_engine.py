@@ -42,6 +42,12 @@ def test_prefix_reuse_and_free_queries():
     assert resolve(ReplayQuery(ep, ITEM, frozenset({"reviewer_0"}))).prefix == 0
     assert resolve(ReplayQuery(ep, ITEM, frozenset(PR), start=2)).prefix == 2
     assert resolve(ReplayQuery(ep, ITEM, frozenset({"proposer_0"})), reuse_prefix=False).prefix == 0
+    # a reviewer alone cannot give the team's answer: 0 without generation, unless the base model
+    # plays the removed proposer
+    alone = resolve(ReplayQuery(ep, ITEM, frozenset({"reviewer_0"})), answering=frozenset({"proposer_0"}))
+    assert alone.free and alone.zero and alone.known_value == 0.0
+    based = ReplayQuery(ep, ITEM, frozenset({"reviewer_0"}), removal="base_policy")
+    assert not resolve(based, answering=frozenset({"proposer_0"})).free
 
 
 def test_removals_and_one_batch_for_all_queries():
