@@ -107,3 +107,19 @@ def test_continuation_advantages_telescope_in_the_trainer(tmp_path):
     # 1 - 1/2, the review 1 - 1 = 0 ... deterministic scripts: V(1) = V(2) = R
     e0 = trainer._last_credited[0]["advantages"]
     assert e0 == pytest.approx([0.5, 0.0, 0.0], abs=1e-12)
+
+
+def test_report_shows_the_method_and_the_coalition_values_behind_each_advantage(tmp_path):
+    from teamplay.report.data import load_run
+    from teamplay.report.transcripts import episode_panel
+
+    trainer, _ = table_trainer(tmp_path, {"method": "shapley", "options": {"value": "replay"}})
+    trainer.train()
+    run = load_run(tmp_path / "run")
+    e0 = next(ep for ep in run.episodes if ep.episode.reward == 1.0 and "[e0]" in ep.episode.messages[0].text)
+    html = episode_panel(e0, 0)
+    assert "adv +" in html and "· shapley" in html  # each utterance says which method valued it
+    # the replay values behind e0's reviewer credit: without the reviewer the team scored 0
+    rows = {tuple(v["kept"]): v["value"] for v in e0.credit["replay_values"]}
+    assert rows[("proposer_0",)] == 0.0 and rows[("proposer_0", "reviewer_0")] == 1.0
+    assert "replay-values" in html and "proposer_0, reviewer_0" in html
