@@ -52,7 +52,8 @@ USER_CREDIT = textwrap.dedent('''
 ''')
 
 USER_TASK = textwrap.dedent('''
-    """A user's task: say the letter of the item; items are made in code."""
+    """A user's task: start with a letter (the tiny random model does so about half the time, so
+    groups have reward variance); items are made in code."""
     from teamplay.envs.tasks.base import Task
     from teamplay.records import TaskItem
 
@@ -70,7 +71,7 @@ USER_TASK = textwrap.dedent('''
             return completion.strip()[:1] or None
 
         def score(self, completion, item):
-            return float(self.extract(completion) == item.reference)
+            return float(completion[:1].isalpha())
 ''')
 
 

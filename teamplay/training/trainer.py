@@ -62,7 +62,7 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from teamplay.training.controllers import TeamControllers, speak_rates
+from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
@@ -70,13 +70,26 @@ from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import (
-    build_backend,
-    build_team_model,
-    env_factory,
-    load_items,
+    build_run,
     sampling_params,
     validate_run,
 )
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one ``Trainer.step()`` did.
+
+    Fields:
+        step: the number of steps done after it (1 after the first).
+        metrics: the step's metrics (JSON-ready), as logged to metrics.jsonl.
+        credited: every (episode, advantages [T]) pair that entered the update, in group order;
+            groups without reward variance are not credited.
+    """
+
+    step: int
+    metrics: dict[str, Any]
+    credited: tuple[tuple[Episode, np.ndarray], ...]
 
 
 @dataclass
@@ -108,39 +121,17 @@ class Trainer:
         # method, its options, resources and protocol) is checked here, before data or model load
         validate_run(cfg)
         seed_everything(cfg.seed)
-        if task is not None:
-            if not items:
-                raise ConfigError("Trainer(task=...) needs the training items too (items=[...])")
-            self.task, self.items = task, list(items)
-            self.eval_task, self.eval_items = task, list(eval_items or [])
-        else:
-            self.task, self.items = load_items(cfg.task)
-            self.eval_task, self.eval_items = self.task, []
-            if cfg.eval_task is not None:
-                self.eval_task, self.eval_items = load_items(cfg.eval_task)
-        if not self.items:
-            raise ConfigError("task: no training items were loaded")
-        self.controllers = TeamControllers(cfg.controllers) if cfg.controllers.enabled else None
-        train_ctrl = self.controllers.controller("train") if self.controllers else None
-        self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team, controller=train_ctrl)
-        if self.controllers is not None:  # held-out evaluation decides as `teamplay eval` would
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team,
-                                                controller=self.controllers.controller())
-        elif self.eval_task is not self.task:
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
-        else:
-            self.make_eval_env = self.make_env
-        if not any(role.trainable for role in self.team.roles):  # before the model loads
-            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
-        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, None, None)  # parsed
-        self.credit_needs = get_credit(cfg.credit.method).requires(self.credit_options)
-        self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
+        parts = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items,
+                          eval_items=eval_items)
+        self.task, self.items = parts.task, parts.items
+        self.eval_task, self.eval_items = parts.eval_task, parts.eval_items
+        self.controllers, self.team, self.team_model = parts.controllers, parts.team, parts.team_model
+        self.make_env, self.make_eval_env = parts.make_env, parts.make_eval_env
+        self.backend, self.runner = parts.backend, parts.runner
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.backend = backend if backend is not None else build_backend(
-            cfg.model, cfg.backend, self.team, team_model=self.team_model)
-        self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
-                                    max_batch=cfg.backend.max_batch)
+        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, None, None)  # parsed
+        self.credit_needs = get_credit(cfg.credit.method).requires(self.credit_options)
         self.replay = None
         if "replay" in self.credit_needs:  # counterfactual re-executions with the current policies
             self.replay = RolloutReplayEngine(self.make_env, self.backend, sampling_params(cfg.sampling),
@@ -160,7 +151,6 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
-        self._last_credited: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -180,13 +170,13 @@ class Trainer:
         history = []
         try:
             while self.state.step < self.cfg.steps:
-                metrics = self.step()
-                step = self.state.step
+                result = self.step()
+                metrics, step = result.metrics, result.step
                 if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 \
                         and step < self.cfg.steps:
                     metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
                 logger.log(step, metrics)
-                logger.log_episodes(step, self._last_credited)
+                logger.log_episodes(step, self.episode_records(result.credited[:self.cfg.log_episodes]))
                 history.append({"step": step, **metrics})
                 if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
                     self._checkpoint()
@@ -201,8 +191,8 @@ class Trainer:
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
                            time.perf_counter() - start, history)
 
-    def step(self) -> dict[str, Any]:
-        """One training step (rollouts, credit, update); returns its metrics."""
+    def step(self) -> StepResult:
+        """One training step (rollouts, credit, update): its metrics and credited episodes."""
         cfg = self.cfg
         step = self.state.step
         t0 = time.perf_counter()
@@ -238,9 +228,6 @@ class Trainer:
             samples.extend(build_samples(batch.episodes, advantages, active))
         t_credit = time.perf_counter() - t0 - t_rollout
 
-        self._last_credited = [
-            {**ep.to_dict(), "advantages": [float(a) for a in adv], "credit": self._credit_record(ep)}
-            for ep, adv in credited[:cfg.log_episodes]]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
@@ -252,7 +239,7 @@ class Trainer:
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
         rewards = [ep.reward for ep in episodes]
-        return {
+        return StepResult(step=step + 1, credited=tuple(credited), metrics={
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
@@ -269,7 +256,7 @@ class Trainer:
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
-        }
+        })
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
@@ -422,6 +409,12 @@ class Trainer:
                 except (ValueError, RuntimeError, ArithmeticError):
                     continue  # placeholder values may upset a method; the real pass reports real errors
         self.replay.flush()
+
+    def episode_records(self, credited: Sequence[tuple[Episode, np.ndarray]]) -> list[dict[str, Any]]:
+        """JSON records of credited episodes of the last step: the episode, its advantages and how
+        they were computed (``credit``: method, options, replay values behind them)."""
+        return [{**ep.to_dict(), "advantages": [float(a) for a in adv], "credit": self._credit_record(ep)}
+                for ep, adv in credited]
 
     def _credit_record(self, episode: Episode) -> dict[str, Any]:
         """How the episode's messages were valued, for reports: the method and, for replay-based

@@ -59,8 +59,8 @@ def phi_reviewer(values: list[dict], reward: float) -> float:
 def test_replay_shapley_gives_the_table_through_the_trainer_step(tmp_path):
     trainer, backend = table_trainer(tmp_path, {"method": "shapley",
                                                 "options": {"value": "replay", "removal": "skip"}})
-    metrics = trainer.step()
-    logged = trainer._last_credited
+    result = trainer.step()
+    metrics, logged = result.metrics, trainer.episode_records(result.credited)
     assert [ep["reward"] for ep in logged] == [1.0, 0.0, 0.0, 1.0]
     phis = [phi_reviewer(ep["credit"]["replay_values"], ep["reward"]) for ep in logged]
     assert phis == [0.5, -0.5, 0.0, 0.0]
@@ -77,8 +77,7 @@ def test_replay_shapley_gives_the_table_through_the_trainer_step(tmp_path):
 def test_masking_cannot_see_the_review_but_replay_can(tmp_path):
     # the same four episodes under value=masking: the helpful and the harmful reviewer look alike
     trainer, _ = table_trainer(tmp_path, {"method": "shapley", "options": {"value": "masking"}})
-    trainer.step()
-    adv = [ep["advantages"][1] for ep in trainer._last_credited]
+    adv = [ep["advantages"][1] for ep in trainer.episode_records(trainer.step().credited)]
     # masking: phi_R = 0, 0, +1/2, 0 (the visible "12" in e2's review); e0 and e1 get the same advantage
     assert adv[0] == pytest.approx(adv[1]) and adv[2] > adv[0]
 
@@ -90,22 +89,22 @@ def test_masking_cannot_see_the_review_but_replay_can(tmp_path):
 ])
 def test_other_removals(tmp_path, removal, expected):
     trainer, _ = table_trainer(tmp_path, {"method": "shapley", "options": {"value": "replay", "removal": removal}})
-    trainer.step()
-    phis = [phi_reviewer(ep["credit"]["replay_values"], ep["reward"]) for ep in trainer._last_credited]
+    logged = trainer.episode_records(trainer.step().credited)
+    phis = [phi_reviewer(ep["credit"]["replay_values"], ep["reward"]) for ep in logged]
     assert phis == expected
 
 
 def test_continuation_advantages_telescope_in_the_trainer(tmp_path):
     trainer, _ = table_trainer(tmp_path, {"method": "continuation",
                                           "options": {"samples": 1, "mode": "mean_only"}})
-    trainer.step()
-    rewards = np.array([ep["reward"] for ep in trainer._last_credited])
-    for ep in trainer._last_credited:
+    logged = trainer.episode_records(trainer.step().credited)
+    rewards = np.array([ep["reward"] for ep in logged])
+    for ep in logged:
         # baseline group_mean: sum_t A_t = R - mean R = R - 1/2
         assert sum(ep["advantages"]) == pytest.approx(ep["reward"] - rewards.mean(), abs=1e-12)
     # e0: V(after the wrong proposal) = 1 (this reviewer always catches), so the proposal gets
     # 1 - 1/2, the review 1 - 1 = 0 ... deterministic scripts: V(1) = V(2) = R
-    e0 = trainer._last_credited[0]["advantages"]
+    e0 = logged[0]["advantages"]
     assert e0 == pytest.approx([0.5, 0.0, 0.0], abs=1e-12)
 
 

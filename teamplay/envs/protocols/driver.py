@@ -35,7 +35,8 @@ from teamplay.envs.protocols.base import ControllerChoice, Protocol, ProtocolSta
 from teamplay.envs.tasks.base import Task
 from teamplay.records import ChatMessage, ControllerDecision, Episode, Generation, Message, TaskItem, TurnRequest
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: a lone UTF-16 surrogate (no tokenizer decodes to one; a hand-written or random action may hold one)
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean_text(text: str) -> str:
@@ -47,7 +48,7 @@ def clean_text(text: str) -> str:
     >>> clean_text("ok \\ud800!")
     'ok \\ufffd!'
     """
-    if not _SURROGATE.search(text):
+    if not SURROGATE.search(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
@@ -148,6 +149,7 @@ class EpisodeDriver:
         self._decisions: list[ControllerDecision] = []
         self._rng = np.random.default_rng()
         self._replay: ReplaySpec | None = None
+        self._seed: int | None = None
 
     def _check_plan(self) -> None:
         known = set(self.agents)
@@ -164,9 +166,10 @@ class EpisodeDriver:
 
     # ---- episode life -----------------------------------------------------------------------
 
-    def start(self, item: TaskItem, group_id: str, rng: np.random.Generator,
+    def start(self, item: TaskItem, group_id: str, rng: np.random.Generator, seed: int | None = None,
               replay: ReplaySpec | None = None) -> None:
-        """Begin an episode on ``item``; ``rng`` is handed to controllers (seeded by the env);
+        """Begin an episode on ``item``; ``rng`` is handed to controllers (seeded by the env) and
+        ``seed`` (the episode's seed) to every request, for policies that vary per episode;
         ``replay`` re-executes a recorded prefix with agents removed (see ``ReplaySpec``)."""
         if replay is not None and len(replay.prefix) > len(self.plan):
             raise ValueError(f"replay prefix has {len(replay.prefix)} messages but the schedule has "
@@ -181,6 +184,7 @@ class EpisodeDriver:
         self._truncated = []
         self._decisions = []
         self._rng = rng
+        self._seed = seed
         self._advance()
 
     @property
@@ -254,6 +258,8 @@ class EpisodeDriver:
         """Plan ``turn``, the ``index``-th turn of the episode."""
         assert self.state is not None
         request = self.protocol.build_request(self.state, turn)
+        if self._seed is not None:
+            request = dataclasses.replace(request, seed=self._seed)
         replayed = self._replayed(turn, request, index)
         if replayed is not None:
             return replayed
