@@ -53,7 +53,9 @@ def test_counterfactual_method_trains_from_a_config(tmp_path, name):
         "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
         "backend": {"max_prompt_tokens": 512},
         "task": {"name": f"{tmp_path / 'lower.py'}:LowerTask", "split": "train", "limit": 4},
-        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 2}},
+        # 3 rounds: a review can change the final proposal (with 2 it never matters, and replay
+        # Shapley then needs no generation at all)
+        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
         "rollout": {"problems_per_step": 2, "group_size": 4},
         "sampling": {"max_new_tokens": 2, "temperature": 1.0},
         "credit": CREDITS[name], "optim": {"lr": 0.01},
