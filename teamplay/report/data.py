@@ -286,7 +286,7 @@ def _eval_metrics(value: Any, where: str) -> EvalMetrics:
         if name not in value:
             continue
         item = value[name]
-        if name == "role_accuracy":
+        if name in ("role_accuracy", "lm_eval"):
             kwargs[name] = _number_map(item, name, where)
         elif name == "extra":
             kwargs[name] = dict(item) if isinstance(item, dict) else {}
