@@ -384,6 +384,15 @@ def list_command(
             needs.append("protocol " + "/".join(sorted(method.protocols)))
         table.add_row(_short(name), method.summary, ", ".join(needs) or "-")
     console.print(table)
+    from teamplay.credit.token import token_methods
+
+    table = Table(title="token credit methods (credit.token: after the message method, per role)")
+    table.add_column("name")
+    table.add_column("what it does")
+    table.add_column("needs")
+    for name, tm in token_methods().items():
+        table.add_row(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
+    console.print(table)
 
 
 def _short(name: str) -> str:

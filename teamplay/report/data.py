@@ -5,7 +5,8 @@ Two folder kinds are recognised (see ``load_folder``):
 * a **run** folder written by ``teamplay train`` (``teamplay/training/trainer.py``):
   ``config.yaml``, ``metrics.jsonl`` (one ``{"step": s, ...}`` object per line) and, optionally,
   ``episodes.jsonl`` (one credited episode per line: ``{"step": s, **Episode.to_dict(),
-  "advantages": [one float per message]}``);
+  "advantages": [one float per message]}``, with token-level credit also ``"token_advantages"``
+  and ``"token_pieces"``: per message ``null`` or one float / one text piece per token);
 * an **eval** folder written by ``teamplay eval -o DIR``: ``results.json`` (``{"config": ...,
   "metrics": EvalMetrics dict}``) and, optionally, ``transcripts.jsonl`` (``Episode.to_dict()`` plus
   ``"prompt"`` and ``"reference"`` per line, no advantages).
@@ -89,6 +90,8 @@ class LoggedEpisode:
         credit: how the advantages were computed (training runs): ``method``, ``options`` and, for
             replay-based methods, ``replay_values`` (each counterfactual value behind them:
             ``kept`` agents, ``start`` prefix, ``removal``, ``remove_turn``, ``value``, ``samples``).
+        tokens: for runs with token-level credit, per message ``None`` or its tokens as
+            ``((text piece, advantage), ...)`` (the pieces concatenate to the decoded message).
     """
 
     episode: Episode
@@ -97,6 +100,7 @@ class LoggedEpisode:
     prompt: str | None = None
     reference: str | None = None
     credit: Mapping[str, Any] | None = None
+    tokens: tuple[tuple[tuple[str, float], ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.advantages is not None and len(self.advantages) != len(self.episode.messages):
@@ -320,7 +324,28 @@ def _logged_episode(row: dict[str, Any], where: str, credited: bool) -> LoggedEp
         raise DataError(f"{where}: field 'credit' must be an object with the credit 'method'")
     return LoggedEpisode(episode=episode, step=step, advantages=advantages,
                          prompt=_optional_str(row.get("prompt")), reference=_optional_str(row.get("reference")),
-                         credit=credit)
+                         credit=credit, tokens=_token_rows(row, where, len(episode.messages)))
+
+
+def _token_rows(row: dict[str, Any], where: str, n_messages: int):
+    """``token_advantages`` and ``token_pieces`` of a line (both or neither), checked per message."""
+    advs, pieces = row.get("token_advantages"), row.get("token_pieces")
+    if advs is None and pieces is None:
+        return None
+    if not (isinstance(advs, list) and isinstance(pieces, list) and len(advs) == len(pieces) == n_messages):
+        raise DataError(f"{where}: 'token_advantages' and 'token_pieces' must both be lists with one entry "
+                        f"per message ({n_messages})")
+    out = []
+    for t, (a, p) in enumerate(zip(advs, pieces, strict=True)):
+        if a is None or p is None:
+            out.append(None)
+            continue
+        if not (isinstance(a, list) and isinstance(p, list) and len(a) == len(p)
+                and all(_is_number(x) for x in a) and all(isinstance(x, str) for x in p)):
+            raise DataError(f"{where}: message {t}: token_advantages and token_pieces must be lists of "
+                            f"numbers and strings of the same length")
+        out.append(tuple((str(x), float(y)) for x, y in zip(p, a, strict=True)))
+    return tuple(out)
 
 
 def _optional_str(value: Any) -> str | None:

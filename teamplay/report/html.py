@@ -122,6 +122,7 @@ li.msg { border: 1px solid var(--line); border-left: 5px solid; border-radius: 8
 .msg-head .spacer { flex: 1; }
 .adv { font-variant-numeric: tabular-nums; font-weight: 700; padding: 0 8px; border-radius: 999px; background: #fff; }
 .adv.pos { color: var(--ok); } .adv.neg { color: var(--bad); } .adv.zero, .adv.none { color: var(--muted); }
+.adv.tokens { color: var(--muted); margin-left: 6px; } pre.tokens .tok { border-radius: 2px; }
 pre.text { margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; font: 13px/1.5 ui-monospace, Menlo,
            "DejaVu Sans Mono", monospace; max-height: 460px; overflow-y: auto; }
 details.prompt { margin-bottom: 10px; background: #f8fafc; border: 1px solid var(--line); border-radius: 8px;

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import credit_fraction, lora_memory, rollout_batching, rollout_overhead, trainer_vs_trl
+from benchmarks import (
+    credit_fraction,
+    lora_memory,
+    rollout_batching,
+    rollout_overhead,
+    token_credit_step,
+    trainer_vs_trl,
+)
 from benchmarks.__main__ import main
 from benchmarks.common import Result, marker, replace_region
 from tests.tiny import save_tiny
@@ -112,3 +119,10 @@ def test_replay_cost_quick():
     assert pr["exact", 1]["reuse"]["ratio"] == pytest.approx(1 / 3)
     assert pr["exact", 1]["scratch"]["ratio"] == pytest.approx(2 / 3)
     assert pr["exact", 2]["reuse"]["ratio"] == pytest.approx(2 / 3)
+
+
+def test_token_credit_step_quick(tiny_model):
+    result = token_credit_step.run(quick=True, model=tiny_model)
+    _check(result, "token_credit_step")
+    counts = result.data["token_credit_messages"]
+    assert all(n == 0 for n in counts["message-level `grpo`"])  # the baseline really is message-level

@@ -60,7 +60,7 @@ def test_replay_shapley_gives_the_table_through_the_trainer_step(tmp_path):
     trainer, backend = table_trainer(tmp_path, {"method": "shapley",
                                                 "options": {"value": "replay", "removal": "skip"}})
     result = trainer.step()
-    metrics, logged = result.metrics, trainer.episode_records(result.credited)
+    metrics, logged = result.metrics, trainer.episode_log(result)
     assert [ep["reward"] for ep in logged] == [1.0, 0.0, 0.0, 1.0]
     phis = [phi_reviewer(ep["credit"]["replay_values"], ep["reward"]) for ep in logged]
     assert phis == [0.5, -0.5, 0.0, 0.0]
@@ -77,7 +77,7 @@ def test_replay_shapley_gives_the_table_through_the_trainer_step(tmp_path):
 def test_masking_cannot_see_the_review_but_replay_can(tmp_path):
     # the same four episodes under value=masking: the helpful and the harmful reviewer look alike
     trainer, _ = table_trainer(tmp_path, {"method": "shapley", "options": {"value": "masking"}})
-    adv = [ep["advantages"][1] for ep in trainer.episode_records(trainer.step().credited)]
+    adv = [ep["advantages"][1] for ep in trainer.episode_log(trainer.step())]
     # masking: phi_R = 0, 0, +1/2, 0 (the visible "12" in e2's review); e0 and e1 get the same advantage
     assert adv[0] == pytest.approx(adv[1]) and adv[2] > adv[0]
 
@@ -89,7 +89,7 @@ def test_masking_cannot_see_the_review_but_replay_can(tmp_path):
 ])
 def test_other_removals(tmp_path, removal, expected):
     trainer, _ = table_trainer(tmp_path, {"method": "shapley", "options": {"value": "replay", "removal": removal}})
-    logged = trainer.episode_records(trainer.step().credited)
+    logged = trainer.episode_log(trainer.step())
     phis = [phi_reviewer(ep["credit"]["replay_values"], ep["reward"]) for ep in logged]
     assert phis == expected
 
@@ -97,7 +97,7 @@ def test_other_removals(tmp_path, removal, expected):
 def test_continuation_advantages_telescope_in_the_trainer(tmp_path):
     trainer, _ = table_trainer(tmp_path, {"method": "continuation",
                                           "options": {"samples": 1, "mode": "mean_only"}})
-    logged = trainer.episode_records(trainer.step().credited)
+    logged = trainer.episode_log(trainer.step())
     rewards = np.array([ep["reward"] for ep in logged])
     for ep in logged:
         # baseline group_mean: sum_t A_t = R - mean R = R - 1/2
