@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -27,7 +28,7 @@ from rich.progress import (
 from rich.table import Table
 
 from teamplay.config import EvalConfig, load_config
-from teamplay.errors import TeamplayError
+from teamplay.errors import TeamplayError, TeamplayWarning
 
 # transformers 5 warns about its own deprecated attribute each time peft builds LoRA layers: noise
 # for a user, nothing they can change.
@@ -40,20 +41,46 @@ err_console = Console(stderr=True)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn TeamplayError (and ValueError from validation) into one-line messages, exit 2."""
+    """Turn a TeamplayError, or an OSError of the file system (a full disk, a read-only folder, an
+    output path that is a file), into one ``error:`` line with exit status 2; show teamplay's own
+    warnings (a skipped damaged checkpoint) as one ``warning:`` line each."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", TeamplayWarning)
+                warnings.showwarning = _show_warning
+                return fn(*args, **kwargs)
         except TeamplayError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            _one_line("error", str(exc))
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            _one_line("error", f"{exc.strerror or exc}{where}")
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: results written so far are kept")
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _one_line(label: str, message: str) -> None:
+    """``label: message`` on stderr as ONE line: rich would wrap it at the width it guesses (80
+    columns when stderr is a pipe), and a log reader or ``grep error:`` would get half a message."""
+    message = " ".join(message.split())
+    err_console.print(f"[bold red]{label}:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, TeamplayWarning):
+        _one_line("warning", str(message))
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
 
 
 def progress_bar() -> Progress:
@@ -113,8 +140,10 @@ def eval_command(
     controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
     make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
                                  controller=controllers.controller() if controllers else None)
-    backend_obj = build_backend(cfg.model, cfg.backend, team)
     out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():  # before the model loads
+        raise TeamplayError(f"output {out} is a file, not a folder; pass a folder as --output")
+    backend_obj = build_backend(cfg.model, cfg.backend, team)
     out.mkdir(parents=True, exist_ok=True)
     # the always-speak baseline: same team, items, seed and backend; only the controller differs
     runs = {"metrics": (make_env, "transcripts.jsonl", cfg.controllers.mode if controllers else "")}
@@ -250,13 +279,17 @@ def train_command(
                                                  "folder; or a checkpoint folder."),
     output: str | None = typer.Option(None, "--output", "-o", help="Run folder."),
     steps: int | None = typer.Option(None, help="Training steps."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the run already in the run folder "
+                                                              "(its checkpoints and metrics) and start anew."),
 ) -> None:
     """Train a team: rollouts, credit, per-role LoRA updates, held-out eval, checkpoints."""
     from teamplay.config import TrainConfig
+    from teamplay.training.run_folder import check_run_folder
     from teamplay.training.trainer import Trainer
 
     overrides = _shortcut_overrides(**{"output_dir": output, "steps": steps}) + list(set_)
     cfg = load_config(TrainConfig, config, overrides)
+    check_run_folder(Path(cfg.output_dir), resume, overwrite)  # before the model loads
     with progress_bar() as bar:
         job = bar.add_task("train", total=cfg.steps)
         status: dict[str, str] = {}
@@ -271,7 +304,7 @@ def train_command(
 
         trainer = Trainer(cfg, on_step=on_step, on_eval=on_eval)
         bar.update(job, completed=trainer.state.step)
-        result = trainer.train(resume=resume)
+        result = trainer.train(resume=resume, overwrite=overwrite)
     table = Table(title=f"held-out {cfg.eval_task.name if cfg.eval_task else '-'}: before and after")
     table.add_column("metric")
     table.add_column("before", justify="right")
