@@ -68,7 +68,7 @@ Judge = Callable[[str, str], bool]
 class ControllerConfig(BaseModel):
     """The ``controllers:`` section of a team config."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     enabled: bool = Field(False, description="Learned speak/skip controllers (regret matching) before "
                                              "skippable turns (proposer_reviewer, debate).")
