@@ -28,8 +28,8 @@ from types import MappingProxyType
 from typing import Any
 
 from teamplay.config import read_yaml
-from teamplay.envs.records import Episode
 from teamplay.errors import DataError, TeamplayError, TeamplayWarning
+from teamplay.records import Episode
 from teamplay.training.evaluation import EvalMetrics
 
 RUN_MARKERS = ("metrics.jsonl", "config.yaml")

@@ -3,10 +3,9 @@
 import pytest
 
 from teamplay.agents.backends import BACKENDS, get_backend
-from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
 from teamplay.agents.backends.scripted import ScriptedBackend, format_answer, same_answer, wrong_answer
-from teamplay.envs.records import TaskItem
 from teamplay.errors import ConfigError
+from teamplay.records import ChatMessage, SamplingParams, TaskItem, TurnRequest
 
 PARAMS = SamplingParams()
 ITEM = TaskItem(id="arith/test/0", prompt="What is 7 + 11?", reference="18")

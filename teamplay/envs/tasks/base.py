@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from teamplay.envs.records import TaskItem
+from teamplay.records import TaskItem
 
 
 class Task(ABC):

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.letters import LETTERS, extract_letter
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
+from teamplay.records import TaskItem
 
 ANSWER_FIELDS = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 

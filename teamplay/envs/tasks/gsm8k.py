@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.numeric import canonical_number, extract_canonical, numbers_equal, parse_canonical
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
 from teamplay.errors import DataError
+from teamplay.records import TaskItem
 
 
 class Gsm8kTask(Task):

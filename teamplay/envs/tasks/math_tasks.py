@@ -25,13 +25,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.latex import last_boxed, normalize_latex, tidy_latex
 from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
 from teamplay.envs.tasks.text import ANSWER_IS, tail
 from teamplay.errors import DataError
+from teamplay.records import TaskItem
 
 _LEVEL = re.compile(r"^(?:Level\s*)?([1-5])$")
 # the rest of the line after the last "answer is": the answer when a model did not box it
