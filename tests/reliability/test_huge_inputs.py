@@ -58,6 +58,6 @@ def test_a_20_mb_problem_through_the_hf_backend_is_truncated_and_answered(tmp_pa
     data.write_text(json.dumps({"question": question, "answer": "#### 4"}) + "\n")
     out = tmp_path / "ev"
     result = invoke("eval", "--task", "gsm8k", "--source", data, "--backend", "hf", "--model", tiny_model,
-                    "--max-new-tokens", 2, "--set", "backend.max_prompt_tokens=256", "-o", out)
+                    "--max-new-tokens", 2, "--set", "backend.max_prompt_tokens=512", "-o", out)
     assert result.exit_code == 0, result.output
     assert json.loads((out / "results.json").read_text())["metrics"]["episodes"] == 1

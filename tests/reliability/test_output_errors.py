@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import errno
+import os
 import struct
 from pathlib import Path
 
 import pytest
 
+from teamplay.training import checkpoint
 from teamplay.training.checkpoint import list_checkpoints, verify_checkpoint
 from tests.reliability.helpers import copy_run, error_line, invoke
 
@@ -40,13 +42,9 @@ def test_a_read_only_folder_is_one_line(tmp_path, trained, monkeypatch):
     assert "Read-only file system" in line and str(run) in line
 
 
-def _disk_full_on_call(monkeypatch, target: str, n: int) -> None:
-    """Make the ``n``-th call of ``target`` (module.function) fail with ENOSPC."""
-    module, name = target.rsplit(".", 1)
-    import importlib
-
-    mod = importlib.import_module(module)
-    real = getattr(mod, name)
+def _disk_full_on_call(monkeypatch, owner, name: str, n: int) -> None:
+    """Make the ``n``-th and later calls of ``owner.name`` fail with ENOSPC."""
+    real = getattr(owner, name)
     calls = {"n": 0}
 
     def full(*args, **kwargs):
@@ -55,13 +53,13 @@ def _disk_full_on_call(monkeypatch, target: str, n: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device", str(args[-1]) if args else None)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(mod, name, full)
+    monkeypatch.setattr(owner, name, full)
 
 
 def test_a_full_disk_during_a_checkpoint_keeps_the_earlier_ones(tmp_path, trained, monkeypatch):
     config, run = trained
     run = copy_run(run, tmp_path / "run")
-    _disk_full_on_call(monkeypatch, "teamplay.training.checkpoint.save_file", 1)
+    _disk_full_on_call(monkeypatch, checkpoint, "save_file", 1)
     line = error_line(invoke("train", "--config", config, "-o", run, "--resume", "auto", "--steps", 3))
     assert "No space left on device" in line and "step-000003" in line and "intact" in line
     assert [p.name for p in list_checkpoints(run)] == ["step-000001", "step-000002"]
@@ -74,7 +72,7 @@ def test_a_full_disk_at_resume_keeps_config_metrics_and_checkpoints(tmp_path, tr
     config, run = trained
     run = copy_run(run, tmp_path / "run")
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    _disk_full_on_call(monkeypatch, "teamplay.training.atomic.os.fsync", 1)
+    _disk_full_on_call(monkeypatch, os, "fsync", 1)  # the first write at resume
     line = error_line(invoke("train", "--config", config, "-o", run, "--resume", "auto", "--steps", 3))
     assert "No space left on device" in line
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
@@ -89,9 +87,9 @@ def _gguf_string(text: str) -> bytes:
 
 @pytest.mark.parametrize("header", [
     b"GGUF" + struct.pack("<I", 3) + b"\x01\x00",  # ends inside the tensor count
-    # one key-value pair announced, its key written, its string value cut short
-    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _gguf_string("general.architecture") + struct.pack("<I", 8)
-    + struct.pack("<Q", 100) + b"lla",
+    # two key-value pairs announced, the file ends inside the first one's string value
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + _gguf_string("general.architecture") + struct.pack("<I", 8)
+    + struct.pack("<Q", 1000) + b"lla",
 ])
 def test_a_gguf_file_with_a_truncated_header_is_one_line(tmp_path, header):
     model = tmp_path / "model.gguf"
