@@ -1,7 +1,10 @@
 """The ``teamplay`` command: train, eval, play, report, list.
 
-Every user error (bad config, missing file, unknown name) is printed as one ``error:`` line with
-exit status 2; a traceback means a bug in teamplay.
+Every user error (bad config, missing file, unknown name, damaged checkpoint, a run folder in use)
+and every file-system failure (full disk, read-only folder, an output path that is a file) is
+printed as one ``error:`` line with exit status 2, never wrapped, even when stderr is a pipe; a
+traceback means a bug in teamplay. teamplay's warnings (a damaged checkpoint skipped by
+``--resume auto``, a torn metrics line dropped by ``report``) are one ``warning:`` line each.
 """
 
 from __future__ import annotations
