@@ -80,7 +80,8 @@ def test_reset_starts_a_fresh_episode():
 
 def test_controller_decision_is_typed_and_round_trips():
     d = ControllerDecision(agent="reviewer_0", stage="review", round=1, spoke=False,
-                           state=("controller", "vote_0", "last"), mode="train", pending_answer="8", counterfactual_text="RIGHT", counterfactual_tokens=2)
+                           state=("controller", "vote_0", "last"), mode="train",
+                           pending_answer="8", counterfactual_text="RIGHT", counterfactual_tokens=2)
     assert ControllerDecision.from_dict(json.loads(json.dumps(d.to_dict()))) == d
     # a renamed field is an error at once, never a silently missing key
     with pytest.raises(ValueError, match="unknown fields"):

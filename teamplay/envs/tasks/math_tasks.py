@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.base import Task, register_task
 from teamplay.envs.tasks.latex import last_boxed, normalize_latex, tidy_latex
 from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
@@ -38,6 +38,7 @@ _LEVEL = re.compile(r"^(?:Level\s*)?([1-5])$")
 _STATED_ANSWER = re.compile(r"[ \t]*([^\n]{1,1000})")
 
 
+@register_task('math')
 class MathTask(Task):
     """Competition mathematics with LaTeX answers, the full MATH test set by default."""
 
@@ -116,6 +117,7 @@ class MathTask(Task):
         return 1.0 if self.verifier.equivalent(item.reference, answer) else 0.0
 
 
+@register_task('math500')
 class Math500Task(MathTask):
     """The MATH-500 subset (``HuggingFaceH4/MATH-500``): 500 test problems with an ``answer`` field."""
 
