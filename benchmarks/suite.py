@@ -11,6 +11,7 @@ from collections.abc import Callable
 from benchmarks import (
     cosac_bandit,
     credit_fraction,
+    federated,
     lora_memory,
     rollout_batching,
     rollout_overhead,
@@ -42,4 +43,5 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
     "token_credit_step": token_credit_step.run,
+    "federated": federated.run,
 }
