@@ -31,7 +31,7 @@ Mode = Literal["average_greedy", "current", "sample", "always_speak"]
 class ControllerConfig(BaseModel):
     """The ``controllers:`` section of a team config."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     enabled: bool = Field(False, description="Learned speak/skip controllers (regret matching) before "
                                              "skippable turns (proposer_reviewer, debate).")
@@ -47,7 +47,9 @@ class ControllerConfig(BaseModel):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: `lr: .inf` or `temperature: 1e400` (inf once parsed) mean nothing and
+    # would train on NaNs; every float of a config must be finite
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TaskConfig(_Section):
@@ -163,13 +165,32 @@ def parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    Plain YAML loaders keep the last value silently, so ``lr: 1e-4`` followed later by
+    ``lr: 1.0`` trains with 1.0 while the reader of the file sees 1e-4.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                first = seen[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given on line {first})", key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; missing file and syntax errors name the file (and line)."""
+    """Read a YAML mapping; missing file, syntax errors and duplicate keys name the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -264,7 +264,19 @@ class TeamEnv(AECEnv):
         self._after_turn()
 
     def step(self, action: str | Generation | None) -> None:
-        """Record the selected agent's ``action`` (see the module docstring) and move on."""
+        """Record the selected agent's ``action`` (see the module docstring) and move on.
+
+        As in PettingZoo's own environments (its order-enforcing wrapper): a step before the first
+        ``reset()`` is an error that says so; a step after every agent has left the finished
+        episode is a dead step, with a warning to call ``reset()``; a terminated agent's action
+        must be None (``ValueError`` otherwise).
+        """
+        if self.driver.state is None:
+            raise RuntimeError("TeamEnv.step() called before reset(): call reset() to start an episode")
+        if not self.agents:
+            gymnasium.logger.warn("TeamEnv.step() called after every agent is terminated or truncated; "
+                                  "call reset() to start the next episode")
+            return
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)

@@ -12,7 +12,8 @@ Two folder kinds are recognised (see ``load_folder``):
   ``"prompt"`` and ``"reference"`` per line, no advantages).
 
 Every malformed line raises ``DataError`` naming the file and the 1-based line number, so a report
-never silently shows a run with holes in it. Empty and partial runs load: a run with no
+never silently shows a run with holes in it; the one exception is a torn last line of a run that
+was killed while appending it, which is dropped with a warning that names it. Empty and partial runs load: a run with no
 ``metrics.jsonl`` lines yet has no steps; a run without held-out evaluation has no held-out points.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -27,7 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from teamplay.config import read_yaml
-from teamplay.errors import DataError, TeamplayError
+from teamplay.errors import DataError, TeamplayError, TeamplayWarning
 from teamplay.records import Episode
 from teamplay.training.evaluation import EvalMetrics
 
@@ -223,16 +225,29 @@ def load_eval(path: Path) -> EvalData:
 
 # ----------------------------------------------------------------------------------- parsing
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(1-based line number, object) for each non-blank line; a missing file has no lines."""
+    """(1-based line number, object) for each non-blank line; a missing file has no lines.
+
+    A last line that is not valid JSON is what a run killed while appending leaves behind: it is
+    dropped with a ``TeamplayWarning`` naming it, and every whole line before it is kept. A bad
+    line anywhere else is a ``DataError``.
+    """
     if not path.is_file():
         return []
     rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
+    for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
+            if line_no == last:
+                warnings.warn(TeamplayWarning(
+                    f"{path} line {line_no}: dropped a torn last line ({exc.msg}, column {exc.colno}; the "
+                    f"run was stopped while writing it); the report shows the {len(rows)} whole lines "
+                    f"before it"), stacklevel=2)
+                break
             raise DataError(
                 f"{path} line {line_no}: not valid JSON ({exc.msg}, column {exc.colno}); a torn last line "
                 f"of a killed run is dropped by `teamplay train --resume auto`, otherwise fix or delete "

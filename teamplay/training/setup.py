@@ -93,17 +93,15 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
     With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
     alpha, target modules) is taken from the saved adapters, not from ``model.lora``.
     """
-    from peft import LoraConfig as PeftLoraConfig
-
     from teamplay.agents.models import load_model
-    from teamplay.agents.team_model import TeamModel
+    from teamplay.agents.team_model import TeamModel, read_adapter_config
     from teamplay.training.checkpoint import resolve_adapters_dir
 
     lora = dict(r=model_cfg.lora.r, alpha=model_cfg.lora.alpha, dropout=model_cfg.lora.dropout,
                 target_modules=model_cfg.lora.target_modules)
     adapters_dir = resolve_adapters_dir(model_cfg.checkpoint) if model_cfg.checkpoint else None
     if adapters_dir is not None:
-        saved = PeftLoraConfig.from_pretrained(next(p for p in sorted(adapters_dir.iterdir()) if p.is_dir()))
+        saved = read_adapter_config(next(p for p in sorted(adapters_dir.iterdir()) if p.is_dir()))
         targets = saved.target_modules
         lora = dict(r=saved.r, alpha=saved.lora_alpha, dropout=saved.lora_dropout,
                     target_modules=targets if isinstance(targets, str) else sorted(targets))

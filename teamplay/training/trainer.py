@@ -59,13 +59,16 @@ from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
 from teamplay.credit.token.base import TEACHER_HINT, parse_token_options
 from teamplay.envs.tasks.base import Task
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.records import Episode, TaskItem
 from teamplay.training.answer_probability import AnswerProbability
+from teamplay.training.atomic import write_atomically
 from teamplay.training.checkpoint import (
+    CheckpointError,
+    LoadedCheckpoint,
     TrainerState,
-    latest_checkpoint,
-    load_trainer_state,
+    load_checkpoint,
+    newest_intact_checkpoint,
     save_checkpoint,
     set_rng_state,
 )
@@ -75,6 +78,7 @@ from teamplay.training.losses import objective_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.run_folder import claim_run_folder
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import (
     build_run,
@@ -172,16 +176,29 @@ class Trainer:
         self.group_hook: Callable[[TaskItem, np.ndarray], float] | None = None
 
     # ----------------------------------------------------------------------------- the loop
-    def train(self, resume: str | None = None) -> TrainResult:
-        """Run until ``cfg.steps``; ``resume`` = "auto" (latest checkpoint if any) or a folder."""
+    def train(self, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+        """Run until ``cfg.steps``; ``resume`` = "auto" (latest intact checkpoint if any) or a folder.
+
+        The run folder is locked for the whole call (a second trainer on it stops at once); a
+        folder that already holds a run is refused unless ``resume`` continues it or
+        ``overwrite`` deletes it first (``teamplay.training.run_folder``).
+        """
         start = time.perf_counter()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(
-            yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+        lock = claim_run_folder(self.run_dir, resume, overwrite)
+        try:
+            return self._train(resume, start)
+        finally:
+            lock.release()
+
+    def _train(self, resume: str | None, start: float) -> TrainResult:
         resumed_from = self._resume(resume) if resume else None
+        # written only once the resume checks passed: a refused resume leaves the run's config as it was
+        write_atomically(self.run_dir / "config.yaml",
+                         yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
         logger = MetricsLogger(self.run_dir, self.cfg.tensorboard, self.cfg.wandb_project,
                                self.cfg.model_dump(mode="json"))
-        logger.truncate_after(self.state.step)
+        # a fresh start (also --resume auto with no checkpoint yet) keeps no line of an earlier attempt
+        logger.truncate_after(self.state.step if resumed_from is not None else -1)
         eval_before = None
         if resumed_from is None and self.eval_items:
             eval_before = self._evaluate("before")
@@ -532,25 +549,81 @@ class Trainer:
                                self.extra_state, self.cfg.model_dump(mode="json"), self.cfg.keep_checkpoints)
 
     def _resume(self, resume: str) -> Path | None:
-        path = latest_checkpoint(self.run_dir) if resume == "auto" else Path(resume)
-        if path is None:
-            return None  # nothing to resume: a fresh run
-        if not (path / "trainer_state.pt").is_file():
-            raise ConfigError(f"--resume {resume}: {path} is not a teamplay checkpoint "
-                              f"(no trainer_state.pt)")
-        data = load_trainer_state(path)
-        self.team_model.load_adapters(path / "adapters")
-        self.optimizer.load_state_dict(data["optimizer"])
-        self.scheduler.load_state_dict(data["scheduler"])
-        set_rng_state(data["rng"])
-        self.state = data["state"]
-        self.extra_state = data["extra"]
-        if self.controllers is not None:
-            if "controllers" not in self.extra_state:
-                raise ConfigError(f"--resume {resume}: checkpoint {path} has no controller tables but "
-                                  f"controllers.enabled is true; resume with the run's own config")
-            self.controllers.load_state_dict(self.extra_state["controllers"])
+        """Restore the newest intact checkpoint (``resume="auto"``) or the one at ``resume``.
+
+        ``auto`` skips damaged checkpoints with a ``CheckpointWarning`` naming the bad file and
+        continues the newest intact one; a damaged explicit path, a config that differs from the
+        checkpoint's in a field that shapes the run, or state that does not fit this team is a
+        ``TeamplayError``. Returns None when ``auto`` finds no checkpoint (a fresh run).
+        """
+        if resume == "auto":
+            path, damaged = newest_intact_checkpoint(self.run_dir)
+            for exc in damaged:
+                warnings.warn(CheckpointWarning(f"skipping damaged checkpoint: {exc}"), stacklevel=2)
+            if path is None:
+                if damaged:
+                    raise CheckpointError(f"--resume auto: every checkpoint of {self.run_dir} is damaged "
+                                          f"({damaged[-1]}); start over with --overwrite")
+                return None
+        else:
+            path = Path(resume)
+            if not path.is_dir():
+                raise ConfigError(f"--resume {resume}: no such checkpoint folder")
+        data = load_checkpoint(path)
+        check_resumable(self.cfg.model_dump(mode="json"), data.config, path)
+        self._restore(data)
         return path
+
+    def _restore(self, data: LoadedCheckpoint) -> None:
+        path = data.path
+        if self.controllers is not None and "controllers" not in data.extra:
+            raise ConfigError(f"--resume: checkpoint {path} has no controller tables but "
+                              f"controllers.enabled is true; resume with the run's own config")
+        self.team_model.load_adapters(path / "adapters")
+        try:
+            self.optimizer.load_state_dict(data.optimizer)
+            self.scheduler.load_state_dict(data.scheduler)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"--resume: the optimizer state of {path} does not fit this team's "
+                                  f"adapters ({exc}); resume with the run's own config") from None
+        set_rng_state(data.rng)
+        self.state = data.state
+        self.extra_state = dict(data.extra)
+        if self.controllers is not None:
+            self.controllers.load_state_dict(self.extra_state["controllers"])
+
+
+class CheckpointWarning(TeamplayWarning):
+    """A checkpoint was skipped on ``--resume auto`` because it is damaged; the message names the file."""
+
+
+#: config fields a resumed run may change: how long it runs and what it logs, never what it learns
+RESUMABLE_CHANGES = ("steps", "output_dir", "eval_task", "eval_sampling", "eval_every", "checkpoint_every",
+                     "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project", "backend.max_batch",
+                     "model.checkpoint")
+
+
+def check_resumable(current: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+    """Raise ``ConfigError`` when ``current`` differs from the checkpoint's config in a field
+    outside ``RESUMABLE_CHANGES`` (the team, model, LoRA, data, credit, loss, optimiser, seed...):
+    the saved state would then mean something else, or not fit at all."""
+    mine, theirs = _flatten_config(current), _flatten_config(saved)
+    for key in sorted(set(mine) | set(theirs)):
+        if any(key == f or key.startswith(f + ".") for f in RESUMABLE_CHANGES):
+            continue
+        if mine.get(key, "(absent)") != theirs.get(key, "(absent)"):
+            raise ConfigError(f"--resume: {key} is {mine.get(key, '(absent)')!r} but checkpoint {path} was "
+                              f"trained with {theirs.get(key, '(absent)')!r}; resume with the run's own config "
+                              f"(its config.yaml) or train into a new --output folder")
+
+
+def _flatten_config(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten_config(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
 
 
 def seed_everything(seed: int) -> None:
