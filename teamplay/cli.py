@@ -269,6 +269,8 @@ def train_command(
             status["eval"] = label
             err_console.print(f"held-out evaluation ({label}) ...")
 
+        if cfg.distributed is not None:  # rollout workers and learner ranks on a Ray cluster
+            from teamplay.distributed.trainer import DistributedTrainer as Trainer
         trainer = Trainer(cfg, on_step=on_step, on_eval=on_eval)
         bar.update(job, completed=trainer.state.step)
         result = trainer.train(resume=resume)

@@ -1,0 +1,133 @@
+"""The Ray path on a local cluster with a tiny model: rollout workers, gloo learner ranks, faults.
+
+One DistributedTrainer (2 rollout workers, 2 learner ranks) serves the in-process tests of this
+module; actors take seconds each to start on a small machine, so they are built once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from teamplay.config import TrainConfig, build_config
+from teamplay.distributed.weights import AdapterWeights
+from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.samples import PolicySample
+from teamplay.training.setup import build_team_model, sampling_params
+from teamplay.training.update import PolicyUpdater
+from tests.training.fixtures import FirstTokenTask
+
+pytest.importorskip("ray")
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+REPO = Path(__file__).resolve().parents[2]
+
+
+class PausingTask(FirstTokenTask):
+    """FirstTokenTask whose scorer, while ``arm_file`` exists, pauses ``pause`` seconds the first
+    time it runs in a rollout worker process, after writing that process id to ``arm_file.pids``:
+    the test kills a worker in that pause, i.e. mid-step, after it generated some turns."""
+
+    def __init__(self, chosen: str, arm_file: str, pause: float = 3.0) -> None:
+        super().__init__(chosen)
+        self.arm_file, self.pause, self.driver_pid = arm_file, pause, os.getpid()
+
+    def score(self, completion, item):
+        marker = Path(f"{self.arm_file}.{os.getpid()}")
+        if os.getpid() != self.driver_pid and Path(self.arm_file).exists() and not marker.exists():
+            marker.touch()
+            time.sleep(self.pause)
+        return super().score(completion, item)
+
+
+def train_config(model_dir: Path, run_dir: Path, address: str, **extra) -> TrainConfig:
+    data = {
+        "steps": 3, "protocol": {"name": "proposer_reviewer", "options": {"rounds": 2}},
+        "model": {"name": str(model_dir), "lora": {"r": 4, "alpha": 8}},
+        "rollout": {"problems_per_step": 2, "group_size": 4},
+        "sampling": {"max_new_tokens": 2, "temperature": 1.0},
+        "optim": {"lr": 0.01, "minibatch_size": 8},
+        "output_dir": str(run_dir), "tensorboard": False, "checkpoint_every": 1, "keep_checkpoints": 3,
+        "distributed": {"address": address, "rollout_workers": 2, "learner_workers": 2},
+        **extra,
+    }
+    return build_config(TrainConfig, data)
+
+
+@pytest.fixture(scope="module")
+def trainer(ray_cluster, tiny_model_dir, tmp_path_factory):
+    from teamplay.distributed.trainer import DistributedTrainer
+
+    folder = tmp_path_factory.mktemp("dist")
+    cfg = train_config(tiny_model_dir, folder / "run", ray_cluster)
+    task = PausingTask(LETTERS[:13], arm_file=str(folder / "armed"))
+    t = DistributedTrainer(cfg, task=task, items=task.load("train", limit=6))
+    t.arm_file = folder / "armed"
+    yield t
+    t.shutdown()
+
+
+def test_two_workers_greedy_equal_single_process(trainer):
+    greedy = sampling_params(trainer.cfg.eval_sampling)  # temperature 0
+    assert greedy.greedy
+    jobs = [RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(trainer.items[:3]) for _ in range(2)]
+    local = RolloutRunner(trainer.make_env, trainer.backend, greedy).run(jobs, seed=11)
+    remote = trainer.pool.run(jobs, seed=11, sampling=greedy)
+    assert len(remote) == len(local) == 6
+    # both workers ran a shard (3 jobs each), and the shards came back in job order
+    assert [ep.group_id for ep in remote] == [ep.group_id for ep in local]
+    for a, b in zip(local, remote, strict=True):
+        assert [m.text for m in a.messages] == [m.text for m in b.messages]
+        assert [m.prompt_ids for m in a.messages] == [m.prompt_ids for m in b.messages]
+        assert [m.completion_ids for m in a.messages] == [m.completion_ids for m in b.messages]
+        assert b.metadata["weights_version"] == 0
+    assert sum(len(m.completion_ids) for ep in remote for m in ep.messages) > 0
+
+
+def test_two_gloo_ranks_equal_one_process(trainer):
+    cfg = trainer.cfg
+    tm = build_team_model(cfg.model, trainer.team, cfg.seed)
+    rng = np.random.default_rng(0)
+    samples = []
+    for i in range(8):  # 2 minibatches of 4 -> 2 optimiser steps; both adapters in each
+        adapter = ("proposer", "reviewer")[i % 2]
+        prompt = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(3, 8))))
+        completion = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(1, 4))))
+        with torch.no_grad():
+            logp, _ = tm.completion_logprobs([prompt], [completion], adapter=adapter, temperature=1.0)
+        samples.append(PolicySample(adapter=adapter, role=adapter, prompt_ids=prompt, completion_ids=completion,
+                                    old_logprobs=tuple(float(x) for x in logp[0, :len(completion)]),
+                                    advantage=float(rng.normal()), group_id="g"))
+    trainable = [a for a in tm.adapter_names if a not in tm.frozen]
+    params = {a: tm.adapter_parameters(a) for a in trainable}
+    optimizer = torch.optim.AdamW([p for a in trainable for p in params[a]], lr=cfg.optim.lr)
+    fresh = optimizer.state_dict()  # no moments yet
+    before = AdapterWeights.of(tm, version=0)
+    updater = PolicyUpdater(cfg, tm, params, optimizer)
+    # 2 steps of one 8-sample minibatch each: each rank sees 4 samples of each minibatch
+    assert [updater.update(samples, step=s)["optimizer_steps"] for s in (0, 1)] == [1, 1]
+    expected = AdapterWeights.of(tm, version=2)
+
+    learner = trainer.learner
+    learner.load_state(before, fresh)
+    assert [learner.update(samples, step=s, lr=cfg.optim.lr)["optimizer_steps"] for s in (0, 1)] == [1, 1]
+    got = learner.weights(version=2)
+    worst = moved = 0.0
+    for name, state in expected.tensors.items():
+        for key, value in state.items():
+            worst = max(worst, float((value - got.tensors[name][key]).abs().max()))
+            moved = max(moved, float((value - before.tensors[name][key]).abs().max()))
+    assert moved > 1e-3  # the update did something...
+    assert worst <= 1e-6  # ...and 2 ranks did the same as 1 process
