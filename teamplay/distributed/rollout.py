@@ -140,6 +140,7 @@ class RolloutPool:
         self._latest_ref = None
         self.last_stats: RolloutStats | None = None
         self.last_events: list[RestartEvent] = []
+        self.last_versions: list[int] = []  # adapter versions the last run's shards used
         self.sync_bytes = 0  # adapter bytes sent to workers by the last run call
 
     # --------------------------------------------------------------------------- weights
@@ -211,6 +212,7 @@ class RolloutPool:
         if on_episode is not None:
             for ep in episodes:
                 on_episode(ep)
+        self.last_versions = sorted({results[k][2] for k in results})
         stats = [results[k][1] for k in sorted(results)]
         self.last_stats = RolloutStats(
             episodes=len(episodes), generate_calls=sum(s.generate_calls for s in stats),

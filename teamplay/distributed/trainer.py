@@ -89,9 +89,12 @@ class DistributedTrainer(Trainer):
         metrics = super().step()
         assert self.pool is not None
         events = self.pool.last_events
+        metrics["rollout_episodes"] = self.pool.last_stats.episodes if self.pool.last_stats else 0
         metrics["rollout_restarts"] = len(events)
         if events:
             metrics["rollout_restart_events"] = [dataclasses.asdict(e) for e in events]
+        # the adapter version the step's rollouts used (<= the published one; equal without staleness)
+        metrics["rollout_weights_version"] = self.pool.last_versions
         metrics["weights_version"] = self.pool.version
         metrics["rollout_sync_bytes"] = self.pool.sync_bytes
         return metrics

@@ -31,7 +31,9 @@ from tests.training.fixtures import FirstTokenTask
 
 pytest.importorskip("ray")
 
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
+#: rewarded first characters: the 95 printable ASCII characters, about 37% of the 256 byte tokens,
+#: so groups of 4 rarely have equal rewards and every step updates
+PRINTABLE = "".join(chr(c) for c in range(32, 127))
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -72,7 +74,7 @@ def trainer(ray_cluster, tiny_model_dir, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("dist")
     cfg = train_config(tiny_model_dir, folder / "run", ray_cluster)
-    task = PausingTask(LETTERS[:13], arm_file=str(folder / "armed"))
+    task = PausingTask(PRINTABLE, arm_file=str(folder / "armed"))
     t = DistributedTrainer(cfg, task=task, items=task.load("train", limit=6))
     t.arm_file = folder / "armed"
     yield t
@@ -131,3 +133,89 @@ def test_two_gloo_ranks_equal_one_process(trainer):
             moved = max(moved, float((value - before.tensors[name][key]).abs().max()))
     assert moved > 1e-3  # the update did something...
     assert worst <= 1e-6  # ...and 2 ranks did the same as 1 process
+
+
+RUN_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    sys.path.insert(0, {repo!r})
+    from teamplay.distributed.trainer import DistributedTrainer
+    from tests.distributed.test_distributed import PRINTABLE, PausingTask, train_config
+    cfg = train_config(Path({model!r}), Path(sys.argv[1]), {address!r})
+    task = PausingTask(PRINTABLE, arm_file=sys.argv[1] + ".never")
+    trainer = DistributedTrainer(cfg, task=task, items=task.load("train", limit=6))
+    kill_after = int(os.environ.get("KILL_AFTER", "0"))
+    def on_step(step, metrics):
+        if step == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)   # the driver dies: no cleanup, no final checkpoint
+    trainer.on_step = on_step
+    trainer.train(resume="auto")
+""")
+
+
+def _adapters(run: Path, step: int) -> dict[str, torch.Tensor]:
+    folder = run / "checkpoints" / f"step-{step:06d}" / "adapters"
+    return {f"{sub.name}/{k}": v for sub in sorted(p for p in folder.iterdir() if p.is_dir())
+            for k, v in load_file(sub / "adapter_model.safetensors").items()}
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_step_then_whole_run_killed_and_resumed(trainer, ray_cluster, tiny_model_dir, tmp_path):
+    # 1. An uninterrupted distributed run of 3 steps, in which rollout worker 0 is killed by pid in
+    #    the middle of step 2 (while it pauses in its first scoring call of that step).
+    victim = trainer.pool.pids[0]
+    killed: list[int] = []
+
+    def killer() -> None:
+        marker = Path(f"{trainer.arm_file}.{victim}")
+        deadline = time.monotonic() + 300
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if marker.exists():
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    def on_step(step, metrics):
+        if step == 1:
+            trainer.arm_file.touch()  # from now on each worker pauses once
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    trainer.on_step = on_step
+    history = trainer.train().history
+    thread.join(timeout=5)
+    assert killed == [victim]
+    restarts = [h["rollout_restarts"] for h in history]
+    assert restarts == [0, 1, 0]
+    [event] = history[1]["rollout_restart_events"]
+    assert event["pid"] == victim and event["worker"] == 0 and event["jobs"] == 4  # 8 jobs / 2 workers
+    # the step completed with every episode once: 2 problems x 4 samples, 2 groups
+    assert [h["rollout_episodes"] for h in history] == [8, 8, 8]
+    assert [h["groups"] for h in history] == [2, 2, 2]
+    # every step updated, and each step's rollouts used the adapters published by the step before
+    assert all(h["optimizer_steps"] >= 1 for h in history)
+    assert [h["weights_version"] for h in history] == [1, 2, 3]
+    assert [h["rollout_weights_version"] for h in history] == [[0], [1], [2]]
+    reference = trainer.run_dir
+
+    # 2. The same run as a subprocess, killed with SIGKILL after step 2's checkpoint, then resumed.
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT.format(repo=str(REPO), model=str(tiny_model_dir), address=ray_cluster))
+    run = tmp_path / "run"
+
+    def launch(kill_after: int) -> subprocess.CompletedProcess:
+        env = {**os.environ, "KILL_AFTER": str(kill_after), "PYTHONWARNINGS": "ignore"}
+        return subprocess.run([sys.executable, str(script), str(run)], env=env, capture_output=True, text=True,
+                              timeout=400)
+
+    first = launch(kill_after=2)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
+    second = launch(kill_after=0)
+    assert second.returncode == 0, second.stderr[-3000:]
+    a, b = _adapters(reference, 3), _adapters(run, 3)
+    assert a.keys() == b.keys() and a
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    assert max(float((a[k] - _adapters(run, 1)[k]).abs().max()) for k in a) > 1e-4  # training moved them
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
