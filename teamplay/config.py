@@ -17,11 +17,33 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from teamplay.agents.controllers import ControllerConfig
 from teamplay.agents.roles import Team
 from teamplay.errors import ConfigError
+
+#: stages whose speak/skip action values are defined (proposer_reviewer's two, debate's revision rounds)
+STAGES = ("propose", "review", "debate")
+Stage = Literal["propose", "review", "debate"]
+Mode = Literal["average_greedy", "current", "sample", "always_speak"]
+
+
+class ControllerConfig(BaseModel):
+    """The ``controllers:`` section of a team config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(False, description="Learned speak/skip controllers (regret matching) before "
+                                             "skippable turns (proposer_reviewer, debate).")
+    mode: Mode = Field("average_greedy", description="How evaluation decides: average_greedy, current, "
+                                                     "sample, or always_speak (the baseline). Training "
+                                                     "always samples the current strategy.")
+    price_per_token: float = Field(0.0, ge=0.0, description="Subtracted per generated token from the "
+                                                            "value of speaking (cost-aware learning).")
+    price_per_call: float = Field(0.0, ge=0.0, description="Subtracted per model call from the value "
+                                                           "of speaking.")
+    stages: tuple[Stage, ...] = Field(STAGES, min_length=1, description="Stages the controllers decide; "
+                                      "skippable turns of other stages always speak.")
 
 
 class _Section(BaseModel):
@@ -180,6 +202,10 @@ def format_validation_error(exc: ValidationError) -> str:
     """One line per invalid field: ``a.b.c: message (got value)``."""
     lines = []
     for err in exc.errors():
+        if err["type"] == "value_error" and (not err["loc"] or "ctx" in err):
+            # a cross-field rule (model_validator): its message names the fields itself
+            lines.append(str(err["ctx"]["error"]) if "ctx" in err else err["msg"])
+            continue
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
@@ -210,6 +236,21 @@ class ObjectiveConfig(_Section):
         "seq_mean_token_mean", description="GRPO token aggregation.")
     logratio_clamp: float | None = Field(None, gt=0.0, description="GSPO: clamp the mean log-ratio "
                                                                     "to [-c, c] before exp (TRACER: 2).")
+
+    @model_validator(mode="after")
+    def _fields_apply_to_objective(self) -> ObjectiveConfig:
+        """A field the chosen objective ignores is refused, never silently dropped."""
+        if self.name == "gspo":
+            if self.kl_beta > 0:
+                raise ValueError("objective.kl_beta: the gspo objective has no KL term; set kl_beta: 0 "
+                                 "or use objective.name: grpo")
+            if "loss_agg" in self.model_fields_set:
+                raise ValueError("objective.loss_agg: gspo aggregates per sequence (length-normalised "
+                                 "ratio); remove loss_agg or use objective.name: grpo")
+        elif self.logratio_clamp is not None:
+            raise ValueError(f"objective.logratio_clamp: only the gspo objective clamps its sequence "
+                             f"log-ratio; remove it for {self.name!r}")
+        return self
 
 
 class OptimConfig(_Section):
@@ -303,3 +344,34 @@ class TrainConfig(_Section):
     wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")
     distributed: DistributedConfig | None = Field(
         None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
+
+    @model_validator(mode="after")
+    def _rollouts_can_train(self) -> TrainConfig:
+        """Rules that involve several sections (checked at load, before any model is built)."""
+        if self.backend.name == "scripted":
+            raise ValueError("backend.name: training needs a model backend (hf or vllm), not 'scripted'")
+        if self.sampling.temperature == 0 and self.rollout.group_size > 1:
+            raise ValueError("sampling.temperature: training with group_size > 1 needs sampled decoding "
+                             "(temperature > 0); greedy episodes of a group are identical")
+        if self.sampling.top_p < 1 or self.sampling.top_k > 0:
+            raise ValueError("sampling.top_p/top_k: training rollouts must sample the full distribution "
+                             "(top_p=1, top_k=0) so the behaviour log-probs and the trainer's ratio refer "
+                             "to the same policy")
+        if self.team is not None and not any(role.trainable for role in self.team.roles):
+            raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
+        return self
+
+    @model_validator(mode="after")
+    def _distributed_fits(self) -> TrainConfig:
+        """What the Ray path (``teamplay.distributed``) cannot do yet, refused at load."""
+        dist = self.distributed
+        if dist is None:
+            return self
+        if self.controllers.enabled:
+            raise ValueError("controllers.enabled: learned speak/skip controllers are not supported with "
+                             "`distributed:` yet; set controllers.enabled=false or drop the distributed section")
+        if dist.learner_workers > 1 and self.objective.name == "grpo" and self.objective.loss_agg == "token_mean":
+            raise ValueError("objective.loss_agg: token_mean normalises by the token count of a whole minibatch "
+                             "and does not split over learner ranks; use seq_mean_token_mean or "
+                             "distributed.learner_workers=1")
+        return self

@@ -33,7 +33,7 @@ from teamplay.agents.roles import Team
 from teamplay.config import BackendConfig, ModelConfig, WorkerResources
 from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 from teamplay.training.rollout import RolloutJob, RolloutRunner, RolloutStats
 
 

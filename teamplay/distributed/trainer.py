@@ -30,9 +30,9 @@ from teamplay.distributed.cluster import check_capacity, connect, import_ray
 from teamplay.distributed.learner import LearnerGroup
 from teamplay.distributed.rollout import RolloutPool, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, TaskItem
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.samples import PolicySample
 from teamplay.training.setup import sampling_params
@@ -49,13 +49,6 @@ class DistributedTrainer(Trainer):
         dist = cfg.distributed
         if dist is None:
             raise ConfigError("distributed: DistributedTrainer needs a `distributed:` config section")
-        if cfg.controllers.enabled:
-            raise ConfigError("controllers.enabled: learned speak/skip controllers are not supported with "
-                              "`distributed:` yet; set controllers.enabled=false or drop the distributed section")
-        if dist.learner_workers > 1 and cfg.objective.name == "grpo" and cfg.objective.loss_agg == "token_mean":
-            raise ConfigError("objective.loss_agg: token_mean normalises by the token count of a whole "
-                              "minibatch share and does not split over learner ranks; use seq_mean_token_mean "
-                              "or distributed.learner_workers=1")
         self._owns_cluster = connect(dist)
         self.pool: RolloutPool | None = None
         self.learner: LearnerGroup | None = None

@@ -6,9 +6,9 @@ import sys
 import pytest
 import torch
 
-from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
 from teamplay.agents.team_model import TeamModel
 from teamplay.errors import ModelLoadError
+from teamplay.records import ChatMessage, SamplingParams, TurnRequest
 from tests.tiny import save_tiny
 
 

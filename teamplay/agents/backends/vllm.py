@@ -26,9 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids
 from teamplay.errors import ConfigError, ModelLoadError
+from teamplay.records import Generation, SamplingParams, TurnRequest
 
 VLLM_INSTALL = "pip install 'teamplay[vllm]' (or pip install vllm) on a machine with a CUDA GPU"
 
