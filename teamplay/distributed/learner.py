@@ -75,7 +75,8 @@ class LearnerRank:
         self.rank, self.world = rank, world
         self.team_model = build_team_model(cfg.model, team, cfg.seed)
         if torch.cuda.is_available():
-            self.team_model.model.to("cuda")
+            for part in getattr(self.team_model, "parts", {"": self.team_model}).values():
+                part.model.to("cuda")
         trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         self.trainable = trainable
         params = {a: self.team_model.adapter_parameters(a) for a in trainable}

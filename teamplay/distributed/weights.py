@@ -33,8 +33,8 @@ class AdapterWeights:
     def of(cls, team_model, version: int, adapters: tuple[str, ...] | None = None) -> AdapterWeights:
         """Copy the adapters (all, or ``adapters``) of ``team_model`` to CPU."""
         names = team_model.adapter_names if adapters is None else adapters
-        tensors = {name: {k: v.detach().to("cpu", copy=True).contiguous()
-                          for k, v in get_peft_model_state_dict(team_model.model, adapter_name=name).items()}
+        tensors = {name: {k: v.detach().to("cpu", copy=True).contiguous() for k, v in
+                          get_peft_model_state_dict(_owner(team_model, name).model, adapter_name=name).items()}
                    for name in names}
         return cls(version=version, tensors=tensors)
 
@@ -44,8 +44,8 @@ class AdapterWeights:
         Raises RuntimeError when a key does not match the model's adapter (a different LoRA shape).
         """
         for name, state in self.tensors.items():
-            device = team_model.device
-            result = set_peft_model_state_dict(team_model.model, {k: v.to(device) for k, v in state.items()},
+            part = _owner(team_model, name)
+            result = set_peft_model_state_dict(part.model, {k: v.to(part.device) for k, v in state.items()},
                                                adapter_name=name)
             if result.unexpected_keys:
                 raise RuntimeError(f"adapter {name!r}: keys not in the model: {result.unexpected_keys[:3]}")
@@ -54,6 +54,11 @@ class AdapterWeights:
     def nbytes(self) -> int:
         """Bytes of tensor data one sync moves (per worker)."""
         return sum(t.numel() * t.element_size() for state in self.tensors.values() for t in state.values())
+
+
+def _owner(team_model, adapter: str):
+    """The single-base team model holding ``adapter`` (a multi-base team routes by adapter)."""
+    return team_model.part(adapter) if hasattr(team_model, "part") else team_model
 
 
 def full_weight_bytes(model: torch.nn.Module) -> int:

@@ -134,9 +134,7 @@ class PolicyUpdater:
             return loss, stats, entropy
         ref = None
         if obj.kl_beta > 0:
-            with torch.no_grad(), self.team_model.disabled_adapters():
-                ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
-                                                             temperature=temperature)
+            ref, _ = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature)
         loss, stats = grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
                                 beta=obj.kl_beta, loss_agg=obj.loss_agg)
         return loss, stats, entropy
