@@ -33,7 +33,7 @@ def connect(cfg: DistributedConfig) -> bool:
     if cfg.address != "local" and cfg.local_cpus is not None:
         raise ConfigError(f"distributed.local_cpus: only for address 'local' (address is {cfg.address!r}); "
                           f"a running cluster's CPUs are set by `ray start --num-cpus`")
-    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=True,
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
                                   logging_level="WARNING", configure_logging=True)
     if cfg.address == "local":
         kwargs["num_cpus"] = cfg.local_cpus

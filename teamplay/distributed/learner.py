@@ -19,6 +19,7 @@ one device need FSDP2 sharding of the frozen base, which this learner does not d
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +32,9 @@ from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import TeamplayError
 from teamplay.training.samples import PolicySample
+
+#: what gloo / NCCL report when a peer process is gone
+_LOST_PEER = re.compile(r"gloo|nccl|connection (closed|reset)|peer|broken pipe", re.IGNORECASE)
 
 
 class TorchGroup:
@@ -173,6 +177,11 @@ class LearnerGroup:
         except self.ray.exceptions.RayActorError as exc:
             raise LearnerDied(f"a learner rank died ({type(exc).__name__}); the run stopped at its last "
                               f"checkpoint: rerun with --resume auto to continue") from None
+        except self.ray.exceptions.RayTaskError as exc:
+            if not _LOST_PEER.search(str(exc)):
+                raise  # a real error inside a rank: its traceback is the message
+            raise LearnerDied("a learner rank lost its peers in a collective (another rank died); the run "
+                              "stopped at its last checkpoint: rerun with --resume auto to continue") from None
         return values[0] if single else values
 
 

@@ -15,10 +15,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A local cluster with 8 logical CPUs (two runs of 2 rollout workers + 2 learner ranks; the
+    """A local cluster with 8 logical CPUs (2 rollout workers + 3 learner ranks, then a subprocess run; the
     machine may have fewer cores: Ray's CPUs are scheduling slots). Yields its GCS address, which
     subprocess drivers join with ``distributed.address``."""
     ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silences a FutureWarning
     # workers unpickle test classes (tasks, env factories) by module path: they need the repo
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=8, include_dashboard=False, logging_level="WARNING", log_to_driver=False)

@@ -1,7 +1,7 @@
 """The Ray path on a local cluster with a tiny model: rollout workers, gloo learner ranks, faults.
 
-One DistributedTrainer (2 rollout workers, 2 learner ranks) serves the in-process tests of this
-module; actors take seconds each to start on a small machine, so they are built once.
+Actors take seconds each to start on a small machine, so they are built once per module: one
+DistributedTrainer (2 rollout workers, 1 learner rank) and one 2-rank gloo learner group.
 """
 
 from __future__ import annotations
@@ -62,10 +62,22 @@ def train_config(model_dir: Path, run_dir: Path, address: str, **extra) -> Train
         "sampling": {"max_new_tokens": 2, "temperature": 1.0},
         "optim": {"lr": 0.01, "minibatch_size": 8},
         "output_dir": str(run_dir), "tensorboard": False, "checkpoint_every": 1, "keep_checkpoints": 3,
-        "distributed": {"address": address, "rollout_workers": 2, "learner_workers": 2},
+        "distributed": {"address": address, "rollout_workers": 2, "learner_workers": 1},
         **extra,
     }
     return build_config(TrainConfig, data)
+
+
+@pytest.fixture(scope="module")
+def learner_pair(trainer):
+    """2 gloo learner ranks built from the module trainer's config."""
+    from teamplay.distributed.learner import LearnerGroup
+
+    cfg = trainer.cfg.model_copy(update={"distributed": trainer.cfg.distributed.model_copy(
+        update={"learner_workers": 2})})
+    group = LearnerGroup(cfg, trainer.team)
+    yield group
+    group.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +110,7 @@ def test_two_workers_greedy_equal_single_process(trainer):
     assert sum(len(m.completion_ids) for ep in remote for m in ep.messages) > 0
 
 
-def test_two_gloo_ranks_equal_one_process(trainer):
+def test_two_gloo_ranks_equal_one_process(trainer, learner_pair):
     cfg = trainer.cfg
     tm = build_team_model(cfg.model, trainer.team, cfg.seed)
     rng = np.random.default_rng(0)
@@ -122,7 +134,8 @@ def test_two_gloo_ranks_equal_one_process(trainer):
     assert [updater.update(samples, step=s)["optimizer_steps"] for s in (0, 1)] == [1, 1]
     expected = AdapterWeights.of(tm, version=2)
 
-    learner = trainer.learner
+    learner = learner_pair
+    assert len(learner.ranks) == 2
     learner.load_state(before, fresh)
     assert [learner.update(samples, step=s, lr=cfg.optim.lr)["optimizer_steps"] for s in (0, 1)] == [1, 1]
     got = learner.weights(version=2)
@@ -133,6 +146,17 @@ def test_two_gloo_ranks_equal_one_process(trainer):
             moved = max(moved, float((value - before.tensors[name][key]).abs().max()))
     assert moved > 1e-3  # the update did something...
     assert worst <= 1e-6  # ...and 2 ranks did the same as 1 process
+
+
+def test_dead_learner_rank_fails_cleanly(learner_pair):
+    from teamplay.distributed.learner import LearnerDied
+
+    os.kill(learner_pair.pids[1], signal.SIGKILL)
+    sample = PolicySample(adapter="proposer", role="proposer", prompt_ids=(5, 6, 7), completion_ids=(8,),
+                          old_logprobs=(-5.0,), advantage=1.0, group_id="g")
+    # rank 0 would wait for rank 1 in the all-reduce: the group must fail at once, with one message
+    with pytest.raises(LearnerDied, match="--resume auto"):
+        learner_pair.update([sample, sample], step=0, lr=0.01)
 
 
 RUN_SCRIPT = textwrap.dedent("""
