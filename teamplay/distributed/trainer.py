@@ -36,7 +36,7 @@ from teamplay.records import Episode, TaskItem
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.samples import PolicySample
 from teamplay.training.setup import sampling_params
-from teamplay.training.trainer import Trainer, TrainResult
+from teamplay.training.trainer import StepResult, Trainer, TrainResult
 
 
 class DistributedTrainer(Trainer):
@@ -80,11 +80,12 @@ class DistributedTrainer(Trainer):
         finally:
             self.shutdown()
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> StepResult:
         if not self._pushed:
             self._push_state()
-        metrics = super().step()
+        result = super().step()
         assert self.pool is not None
+        metrics = result.metrics
         events = self.pool.last_events
         metrics["rollout_episodes"] = self.pool.last_stats.episodes if self.pool.last_stats else 0
         metrics["rollout_restarts"] = len(events)
@@ -94,7 +95,7 @@ class DistributedTrainer(Trainer):
         metrics["rollout_weights_version"] = self.pool.last_versions
         metrics["weights_version"] = self.pool.version
         metrics["rollout_sync_bytes"] = self.pool.sync_bytes
-        return metrics
+        return result
 
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
         assert self.learner is not None and self.pool is not None

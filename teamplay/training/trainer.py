@@ -61,13 +61,33 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from teamplay.training.controllers import TeamControllers, speak_rates
+from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
-from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
+from teamplay.training.setup import (
+    build_run,
+    sampling_params,
+    validate_run,
+)
 from teamplay.training.update import PolicyUpdater
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one ``Trainer.step()`` did.
+
+    Fields:
+        step: the number of steps done after it (1 after the first).
+        metrics: the step's metrics (JSON-ready), as logged to metrics.jsonl.
+        credited: every (episode, advantages [T]) pair that entered the update, in group order;
+            groups without reward variance are not credited.
+    """
+
+    step: int
+    metrics: dict[str, Any]
+    credited: tuple[tuple[Episode, np.ndarray], ...]
 
 
 @dataclass
@@ -95,47 +115,19 @@ class Trainer:
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,
                  on_eval: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
+        # the config model checked its cross-field rules at load; what needs the registries (credit
+        # method, its options, resources and protocol) is checked here, before data or model load
+        validate_run(cfg)
         seed_everything(cfg.seed)
-        if cfg.backend.name == "scripted":
-            raise ConfigError("backend.name: training needs a model backend (hf or vllm), not 'scripted'")
-        if cfg.sampling.temperature == 0 and cfg.rollout.group_size > 1:
-            raise ConfigError("sampling.temperature: training with group_size > 1 needs sampled "
-                              "decoding (temperature > 0); greedy episodes of a group are identical")
-        if cfg.sampling.top_p < 1 or cfg.sampling.top_k > 0:
-            raise ConfigError("sampling.top_p/top_k: training rollouts must sample the full distribution "
-                              "(top_p=1, top_k=0) so the behaviour log-probs and the trainer's ratio refer "
-                              "to the same policy")
-        if task is not None:
-            if not items:
-                raise ConfigError("Trainer(task=...) needs the training items too (items=[...])")
-            self.task, self.items = task, list(items)
-            self.eval_task, self.eval_items = task, list(eval_items or [])
-        else:
-            self.task, self.items = load_items(cfg.task)
-            self.eval_task, self.eval_items = self.task, []
-            if cfg.eval_task is not None:
-                self.eval_task, self.eval_items = load_items(cfg.eval_task)
-        if not self.items:
-            raise ConfigError("task: no training items were loaded")
-        self.controllers = TeamControllers(cfg.controllers) if cfg.controllers.enabled else None
-        train_ctrl = self.controllers.controller("train") if self.controllers else None
-        self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team, controller=train_ctrl)
-        if self.controllers is not None:  # held-out evaluation decides as `teamplay eval` would
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team,
-                                                controller=self.controllers.controller())
-        elif self.eval_task is not self.task:
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
-        else:
-            self.make_eval_env = self.make_env
-        if not any(role.trainable for role in self.team.roles):  # before the model loads
-            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
-        self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
+        parts = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items,
+                          eval_items=eval_items)
+        self.task, self.items = parts.task, parts.items
+        self.eval_task, self.eval_items = parts.eval_task, parts.eval_items
+        self.controllers, self.team, self.team_model = parts.controllers, parts.team, parts.team_model
+        self.make_env, self.make_eval_env = parts.make_env, parts.make_eval_env
+        self.backend, self.runner = parts.backend, parts.runner
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.backend = backend if backend is not None else build_backend(
-            cfg.model, cfg.backend, self.team, team_model=self.team_model)
-        self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
-                                    max_batch=cfg.backend.max_batch)
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         self.optimizer = torch.optim.AdamW(
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
@@ -147,7 +139,6 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
-        self._last_credited: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -167,13 +158,14 @@ class Trainer:
         history = []
         try:
             while self.state.step < self.cfg.steps:
-                metrics = self.step()
-                step = self.state.step
+                result = self.step()
+                metrics, step = result.metrics, result.step
                 if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 \
                         and step < self.cfg.steps:
                     metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
                 logger.log(step, metrics)
-                logger.log_episodes(step, self._last_credited)
+                logger.log_episodes(step, [{**ep.to_dict(), "advantages": [float(a) for a in adv]}
+                                           for ep, adv in result.credited[:self.cfg.log_episodes]])
                 history.append({"step": step, **metrics})
                 if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
                     self._checkpoint()
@@ -188,8 +180,8 @@ class Trainer:
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
                            time.perf_counter() - start, history)
 
-    def step(self) -> dict[str, Any]:
-        """One training step (rollouts, credit, update); returns its metrics."""
+    def step(self) -> StepResult:
+        """One training step (rollouts, credit, update): its metrics and credited episodes."""
         cfg = self.cfg
         step = self.state.step
         t0 = time.perf_counter()
@@ -221,9 +213,6 @@ class Trainer:
             samples.extend(build_samples(group, advantages, active))
         t_credit = time.perf_counter() - t0 - t_rollout
 
-        self._last_credited = [
-            {**ep.to_dict(), "advantages": [float(a) for a in adv]}
-            for ep, adv in credited[:cfg.log_episodes]]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
@@ -235,7 +224,7 @@ class Trainer:
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
         rewards = [ep.reward for ep in episodes]
-        return {
+        return StepResult(step=step + 1, credited=tuple(credited), metrics={
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
@@ -251,7 +240,7 @@ class Trainer:
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
-        }
+        })
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
