@@ -10,7 +10,7 @@ The same arith level-1 jobs (protocol ``single``, greedy) run
 Each variant is warmed up once, then the variants run interleaved ``repeats`` times and the
 fastest run of each counts. Overhead = Ray 1-worker time / in-process time - 1 (target < 10%).
 Throughput = completion tokens per second. Bytes per sync: the LoRA tensors ``AdapterWeights``
-sends (two role adapters, r=8, all linear layers) against every parameter of the model (what a
+sends (the team's adapters: one for ``single``; r=8, all linear layers) against every parameter of the model (what a
 full-weight sync of the same model would move).
 
     python -m benchmarks ray_scaleout
@@ -91,7 +91,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
              fmt_ratio(best[label] / best["in-process"])] for label in times]
     table = markdown_table(["variant", "seconds (fastest)", "tokens / s", "time vs in-process"], rows)
     sync = markdown_table(["weight sync", "bytes", "MiB"], [
-        ["adapter-only (2 role adapters, r=8, all linear layers)", f"{adapters.nbytes:,}",
+        [f"adapter-only ({len(adapters.tensors)} adapter(s), r=8, all linear layers)", f"{adapters.nbytes:,}",
          f"{adapters.nbytes / 2**20:.2f}"],
         ["full weights (base + adapters)", f"{full:,}", f"{full / 2**20:.1f}"],
         ["ratio", fmt_ratio(full / adapters.nbytes), ""]])
