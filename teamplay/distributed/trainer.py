@@ -49,16 +49,18 @@ class DistributedTrainer(Trainer):
         dist = cfg.distributed
         if dist is None:
             raise ConfigError("distributed: DistributedTrainer needs a `distributed:` config section")
-        self._owns_cluster = connect(dist)
+        self._owns_cluster = False
         self.pool: RolloutPool | None = None
         self.learner: LearnerGroup | None = None
+        # the driver's own backend only serves credit methods that re-generate: hf, whatever the
+        # workers use (a vLLM engine in the driver would take a GPU the workers need). Built first:
+        # a run that cannot work is refused before a cluster starts.
+        driver_cfg = cfg.model_copy(update={"backend": cfg.backend.model_copy(update={"name": "hf"})})
+        super().__init__(driver_cfg, task=task, items=items, eval_items=eval_items, on_step=on_step,
+                         on_eval=on_eval)
+        self.cfg = cfg
         try:
-            # the driver's own backend only serves credit methods that re-generate: hf, whatever the
-            # workers use (a vLLM engine in the driver would take a GPU the workers need)
-            driver_cfg = cfg.model_copy(update={"backend": cfg.backend.model_copy(update={"name": "hf"})})
-            super().__init__(driver_cfg, task=task, items=items, eval_items=eval_items, on_step=on_step,
-                             on_eval=on_eval)
-            self.cfg = cfg
+            self._owns_cluster = connect(dist)
             check_capacity(dist, groups=1)
             spec = WorkerSpec(model=cfg.model, backend=cfg.backend, team=self.team, seed=cfg.seed,
                               make_envs={"train": self.make_env, "eval": self.make_eval_env},
