@@ -15,6 +15,7 @@ from benchmarks import (
     ray_scaleout,
     rollout_batching,
     rollout_overhead,
+    token_credit_step,
     trainer_vs_trl,
 )
 from benchmarks.common import Result, fmt_ratio
@@ -42,4 +43,5 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
     "ray_scaleout": ray_scaleout.run,
+    "token_credit_step": token_credit_step.run,
 }

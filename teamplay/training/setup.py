@@ -170,8 +170,9 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     return controllers
 
 
-#: resources the trainer hands every credit method (``CreditResources`` fields it sets)
-TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend"})
+#: resources the trainer hands every credit method (``CreditResources`` fields it sets; the token
+#: statistics go to the token method, after the message method)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards"})
 
 
 def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) -> None:
@@ -184,6 +185,11 @@ def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES)
         TASKS.get(cfg.eval_task.name)
     protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)
     check_credit(cfg.credit.method, cfg.credit.options, protocol.name, provided)
+    if cfg.credit.token is not None:
+        from teamplay.credit.token import get_token_credit
+        from teamplay.credit.token.base import parse_token_options
+
+        parse_token_options(get_token_credit(cfg.credit.token.method), cfg.credit.token.options)
 
 
 @dataclass
@@ -236,6 +242,12 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         make_eval_env = make_env
     if not any(role.trainable for role in team.roles):  # the protocol's default team, before the model loads
         raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+    if cfg.credit.token is not None and cfg.credit.token.roles is not None:  # before the model loads
+        names = {role.name for role in team.roles}
+        unknown = sorted(set(cfg.credit.token.roles) - names)
+        if unknown:
+            raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
+                              f"roles: {', '.join(sorted(names))}")
     if team_model is None:
         team_model = build_team_model(cfg.model, team, cfg.seed)
     if backend is None:

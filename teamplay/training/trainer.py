@@ -8,6 +8,10 @@ What one step really does:
     3. score them (the env already did: team reward = verifier score of the final answer);
     4. the configured credit method turns each group's rewards into one advantage per message;
        groups whose rewards are all equal carry no signal and are dropped (counted in metrics);
+       with `credit.token`, one batched no-grad pass computes the token statistics the token
+       method declares (entropies, reference or teacher log-probs, ...) and the token method
+       spreads each message's advantage over its tokens (for the listed roles; the others keep
+       one advantage per message, in the same step);
     5. for `epochs` passes over shuffled minibatches of messages, each minibatch split by the
        adapter that wrote each message: log-probs under the current adapter, the reference
        log-probs with adapters disabled (only when the KL weight is > 0), the GRPO (token ratio)
@@ -33,6 +37,7 @@ never in the optimiser.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -51,6 +56,8 @@ import yaml
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.credit.characteristic import last_answer_scorer
+from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
+from teamplay.credit.token.base import TEACHER_HINT, parse_token_options
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
@@ -71,6 +78,7 @@ from teamplay.training.setup import (
     sampling_params,
     validate_run,
 )
+from teamplay.training.token_stats import compute_token_stats, text_offsets
 from teamplay.training.update import PolicyUpdater
 
 
@@ -83,11 +91,14 @@ class StepResult:
         metrics: the step's metrics (JSON-ready), as logged to metrics.jsonl.
         credited: every (episode, advantages [T]) pair that entered the update, in group order;
             groups without reward variance are not credited.
+        token_advantages: with token-level credit, aligned with ``credited``: per episode, per
+            message its token advantages [C] or ``None`` (the scalar on every token); else ``None``.
     """
 
     step: int
     metrics: dict[str, Any]
     credited: tuple[tuple[Episode, np.ndarray], ...]
+    token_advantages: tuple[tuple[np.ndarray | None, ...], ...] | None = None
 
 
 @dataclass
@@ -126,6 +137,11 @@ class Trainer:
         self.controllers, self.team, self.team_model = parts.controllers, parts.team, parts.team_model
         self.make_env, self.make_eval_env = parts.make_env, parts.make_eval_env
         self.backend, self.runner = parts.backend, parts.runner
+        self._token_keeps_zero_variance = False
+        if cfg.credit.token is not None:
+            method = get_token_credit(cfg.credit.token.method)
+            self._token_keeps_zero_variance = method.wants_zero_variance_groups(
+                parse_token_options(method, cfg.credit.token.options))
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
@@ -164,8 +180,7 @@ class Trainer:
                         and step < self.cfg.steps:
                     metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
                 logger.log(step, metrics)
-                logger.log_episodes(step, [{**ep.to_dict(), "advantages": [float(a) for a in adv]}
-                                           for ep, adv in result.credited[:self.cfg.log_episodes]])
+                logger.log_episodes(step, self.episode_log(result))
                 history.append({"step": step, **metrics})
                 if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
                     self._checkpoint()
@@ -196,21 +211,31 @@ class Trainer:
         by_id = {item.id: item for item in problems}
         controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
         groups = group_episodes(episodes)
+        step_rewards = tuple(float(ep.reward) for ep in episodes)  # for scale_rewards: batch
         active = self._active_adapters(step)
         samples: list[PolicySample] = []
         credited: list[tuple[Episode, np.ndarray]] = []
+        token_rows: list[list[np.ndarray | None]] = []
+        batches: list[tuple[CreditBatch, list[np.ndarray]]] = []
         zero_variance = 0
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
             if np.ptp(rewards) == 0:
-                zero_variance += 1  # no signal: contributes no gradient
-                continue
+                zero_variance += 1  # no signal: contributes no gradient ...
+                if not self._token_keeps_zero_variance:  # ... unless the token method gives one
+                    continue
             item = by_id[group[0].problem_id]
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
-                                extract=self.task.extract, resources=self._credit_resources(item))
-            advantages = assign(cfg.credit.method, batch, cfg.credit.options)
-            credited.extend(zip(group, advantages, strict=True))
-            samples.extend(build_samples(group, advantages, active))
+                                extract=self.task.extract,
+                                resources=dataclasses.replace(self._credit_resources(item),
+                                                              batch_rewards=step_rewards))
+            batches.append((batch, assign(cfg.credit.method, batch, cfg.credit.options)))
+        if cfg.credit.token is not None and batches:
+            token_rows = self._token_credit(batches, active)
+        for k, (batch, advantages) in enumerate(batches):
+            credited.extend(zip(batch.episodes, advantages, strict=True))
+            samples.extend(build_samples(batch.episodes, advantages, active,
+                                         token_rows[k] if token_rows else None))
         t_credit = time.perf_counter() - t0 - t_rollout
 
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
@@ -224,7 +249,8 @@ class Trainer:
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
         rewards = [ep.reward for ep in episodes]
-        return StepResult(step=step + 1, credited=tuple(credited), metrics={
+        flat_tokens = tuple(tuple(row) for rows in token_rows for row in rows) if token_rows else None
+        return StepResult(step=step + 1, credited=tuple(credited), token_advantages=flat_tokens, metrics={
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
@@ -233,6 +259,7 @@ class Trainer:
             "samples": len(samples),
             "trained_adapters": sorted(active),
             **role_credit_metrics(credited),
+            **token_credit_metrics(samples),
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
@@ -241,6 +268,66 @@ class Trainer:
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
         })
+
+    def _token_credit(self, batches: list[tuple[CreditBatch, list[np.ndarray]]], active: set[str]
+                      ) -> list[list[list[np.ndarray | None]]]:
+        """Token advantages of every credited group: token statistics of the messages that get token
+        credit (spoken, with tokens, a trained adapter, a listed role) in one batched pass, then the
+        token method per group. Returns ``rows[k][g][t]`` for group k (``None`` = scalar)."""
+        token = self.cfg.credit.token
+        assert token is not None
+        method = get_token_credit(token.method)
+        roles = set(token.roles) if token.roles is not None else None
+        wanted: list[tuple[int, int, int]] = []
+        for k, (batch, _) in enumerate(batches):
+            for g, ep in enumerate(batch.episodes):
+                for t, msg in enumerate(ep.messages):
+                    if msg.spoke and msg.completion_ids and msg.adapter in active \
+                            and (roles is None or msg.role in roles):
+                        wanted.append((k, g, t))
+        messages = [batches[k][0].episodes[g].messages[t] for k, g, t in wanted]
+        hints = None
+        if "teacher_logprobs" in method.needs:  # the same policy shown the reference answer
+            tok = self.team_model.tokenizer
+            hint_of = {id(b): tok.encode(TEACHER_HINT.format(reference=b.item.reference), add_special_tokens=False)
+                       for b, _ in batches}
+            hints = [hint_of[id(batches[k][0])] for k, _, _ in wanted]
+        stats = compute_token_stats(self.team_model, messages, method.needs, self.cfg.sampling.temperature,
+                                    chunk=max(1, min(8, self.cfg.optim.minibatch_size)), hints=hints)
+        table = [[[None] * len(ep.messages) for ep in batch.episodes] for batch, _ in batches]
+        for (k, g, t), st in zip(wanted, stats, strict=True):
+            table[k][g][t] = st
+        rows = []
+        for k, (batch, advantages) in enumerate(batches):
+            group_stats = GroupTokenStats(tuple(tuple(r) for r in table[k]))
+            tb = dataclasses.replace(batch, resources=dataclasses.replace(batch.resources, token_stats=group_stats))
+            rows.append(assign_tokens(token.method, tb, advantages, token.options, roles))
+        return rows
+
+    def episode_log(self, result: StepResult) -> list[dict[str, Any]]:
+        """The first ``log_episodes`` credited episodes of a step as episodes.jsonl lines (with their
+        token advantages and token text pieces under token-level credit)."""
+        lines = []
+        for i, (ep, adv) in enumerate(result.credited[:self.cfg.log_episodes]):
+            line = {**ep.to_dict(), "advantages": [float(a) for a in adv]}
+            if result.token_advantages is not None:
+                line.update(self._token_log(ep, result.token_advantages[i]))
+            lines.append(line)
+        return lines
+
+    def _token_log(self, ep: Episode, rows: Sequence[np.ndarray | None]) -> dict[str, Any]:
+        """Token advantages and the text piece of each token (for the report's token shading)."""
+        pieces: list[list[str] | None] = []
+        for msg, row in zip(ep.messages, rows, strict=True):
+            if row is None:
+                pieces.append(None)
+                continue
+            _, ends = text_offsets(self.team_model.tokenizer, msg.completion_ids)
+            text = self.team_model.tokenizer.decode(list(msg.completion_ids), skip_special_tokens=True)
+            starts = np.concatenate([[0], ends[:-1]])
+            pieces.append([text[a:b] for a, b in zip(starts, ends, strict=True)])
+        return {"token_advantages": [None if r is None else [round(float(x), 6) for x in r] for r in rows],
+                "token_pieces": pieces}
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
@@ -374,3 +461,16 @@ def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[
         "adv_mean": {r: total[r] / count[r] for r in count},
         "credit_share": {r: (absolute[r] / norm if norm > 0 else 0.0) for r in count},
     }
+
+
+def token_credit_metrics(samples: Sequence[PolicySample]) -> dict[str, Any]:
+    """How much token credit moved: the number of messages with token advantages and the mean,
+    over them, of the within-message std of the token advantages divided by |message advantage|
+    (0 = uniform tokens, as message-level credit). Empty when no sample has token advantages."""
+    spread = [float(np.std(s.token_advantages)) / abs(s.advantage)
+              for s in samples if s.token_advantages is not None and s.advantage != 0]
+    n = sum(s.token_advantages is not None for s in samples)
+    if not n:
+        return {}
+    return {"token_credit_messages": n, "token_adv_relative_spread": float(np.mean(spread)) if spread else 0.0}
+

@@ -8,7 +8,8 @@ AdamW step is taken. A non-finite loss or gradient norm skips that optimiser ste
 
 Data parallelism: with a ``DataParallel`` group (``teamplay.distributed``), every rank sees the
 whole sample list, draws the same permutation, and works on ``minibatch[rank::world]``. Each
-adapter's loss is a mean over sequences (``seq_mean_token_mean`` GRPO, GSPO), so a rank's share,
+adapter's loss is a mean over sequences (GRPO ``seq_mean_token_mean`` and ``seq_mean_token_sum_norm``,
+GSPO), so a rank's share,
 weighted by ``len(local share) / len(minibatch)``, contributes exactly its samples' part of the
 single-process gradient; summing the ranks' gradients (one all-reduce of the flat LoRA gradient
 per optimiser step) gives the single-process gradient up to float summation order. The ranks then
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from teamplay.training.losses import grpo_loss, gspo_loss
+from teamplay.training.losses import objective_loss
 from teamplay.training.samples import PolicySample
 
 
@@ -124,19 +125,19 @@ class PolicyUpdater:
         logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
                                                          temperature=temperature)  # [b, C], [b, C]
         old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
-        adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
+        if any(s.token_advantages is not None for s in part):
+            # token-level credit: [b, C]; messages without token credit broadcast their scalar
+            adv = _pad([s.token_advantages if s.token_advantages is not None
+                        else (s.advantage,) * len(s.completion_ids) for s in part], logp.shape[1], logp.dtype)
+        else:
+            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
-        if obj.name == "gspo":
-            loss, stats = gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low,
-                                    eps_high=obj.clip_high or obj.clip_low, logratio_clamp=obj.logratio_clamp)
-            return loss, stats, entropy
         ref = None
-        if obj.kl_beta > 0:
+        if obj.kl_beta > 0:  # the reference policy of this adapter: its base model, adapters disabled
             ref, _ = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature)
-        loss, stats = grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
-                                beta=obj.kl_beta, loss_agg=obj.loss_agg)
+        loss, stats = objective_loss(obj, logp, old, ref, adv, mask, norm_tokens=self.cfg.sampling.max_new_tokens)
         return loss, stats, entropy
 
 
