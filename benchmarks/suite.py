@@ -11,6 +11,7 @@ from collections.abc import Callable
 from benchmarks import (
     cosac_bandit,
     credit_fraction,
+    federated,
     lora_memory,
     ray_scaleout,
     rollout_batching,
@@ -44,4 +45,5 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "cosac_bandit": cosac_result,
     "ray_scaleout": ray_scaleout.run,
     "token_credit_step": token_credit_step.run,
+    "federated": federated.run,
 }

@@ -155,6 +155,9 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
+        # group_hook(item, rewards [G]) -> scale: sees every group of a step (signal or not) and
+        # scales its advantages; federated sites record reward statistics and calibrate with it
+        self.group_hook: Callable[[TaskItem, np.ndarray], float] | None = None
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -220,16 +223,20 @@ class Trainer:
         zero_variance = 0
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
+            item = by_id[group[0].problem_id]
+            scale = self.group_hook(item, rewards) if self.group_hook is not None else 1.0
             if np.ptp(rewards) == 0:
                 zero_variance += 1  # no signal: contributes no gradient ...
                 if not self._token_keeps_zero_variance:  # ... unless the token method gives one
                     continue
-            item = by_id[group[0].problem_id]
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
                                 extract=self.task.extract,
                                 resources=dataclasses.replace(self._credit_resources(item),
                                                               batch_rewards=step_rewards))
-            batches.append((batch, assign(cfg.credit.method, batch, cfg.credit.options)))
+            advantages = assign(cfg.credit.method, batch, cfg.credit.options)
+            if scale != 1.0:
+                advantages = [a * scale for a in advantages]
+            batches.append((batch, advantages))
         if cfg.credit.token is not None and batches:
             token_rows = self._token_credit(batches, active)
         for k, (batch, advantages) in enumerate(batches):
