@@ -13,6 +13,7 @@ from benchmarks import (
     credit_fraction,
     federated,
     lora_memory,
+    ray_scaleout,
     replay_cost,
     rollout_batching,
     rollout_overhead,
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
     "replay_cost": replay_cost.run,
+    "ray_scaleout": ray_scaleout.run,
     "token_credit_step": token_credit_step.run,
     "federated": federated.run,
 }

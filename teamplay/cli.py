@@ -308,6 +308,8 @@ def train_command(
     def on_eval(label: str) -> None:
         err_console.print(f"held-out evaluation ({label}) ...")
 
+    if cfg.distributed is not None:  # rollout workers and learner ranks on a Ray cluster
+        from teamplay.distributed.trainer import DistributedTrainer as Trainer
     # built before the progress bar: a run that cannot work is refused before anything is shown
     trainer = Trainer(cfg, on_eval=on_eval)
     with progress_bar() as bar:

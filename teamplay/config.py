@@ -330,6 +330,40 @@ class RolloutConfig(_Section):
     group_size: int = Field(4, ge=1, description="G: episodes per problem (a credit group).")
 
 
+class WorkerResources(_Section):
+    """Ray resources of one worker (an actor)."""
+
+    num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per worker.")
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per worker (a fraction shares a GPU); "
+                                                     "learner ranks with GPUs use NCCL, else gloo.")
+
+
+class DistributedResources(_Section):
+    """Resources per rollout worker and per learner rank."""
+
+    rollout: WorkerResources = Field(default_factory=WorkerResources, description="Per rollout worker.")
+    learner: WorkerResources = Field(default_factory=WorkerResources, description="Per learner rank.")
+
+
+class DistributedConfig(_Section):
+    """Scale-out on a Ray cluster (needs the `ray` extra): rollout workers and a data-parallel learner."""
+
+    engine: Literal["ray"] = Field("ray", description="Distributed engine (ray).")
+    address: str = Field("local", description="'local' starts a Ray cluster in this process; 'auto' "
+                                              "joins the running one (ray start --head); or HOST:PORT.")
+    local_cpus: int | None = Field(None, ge=1, description="CPUs of a 'local' cluster (None = all).")
+    rollout_workers: int = Field(2, ge=1, description="Rollout workers per base model; each runs the "
+                                                      "lock-step runner on its share of a step's jobs.")
+    learner_workers: int = Field(1, ge=1, description="Data-parallel learner ranks (gloo on CPU, "
+                                                      "NCCL on GPU).")
+    max_staleness: int = Field(0, ge=0, description="Optimiser steps a rollout worker's adapters may lag "
+                                                    "behind the learner's (0 = always the latest).")
+    max_restarts: int = Field(3, ge=0, description="Rollout-worker restarts allowed per step before "
+                                                   "the step fails.")
+    resources: DistributedResources = Field(default_factory=DistributedResources,
+                                            description="Ray resources per worker.")
+
+
 class TrainConfig(_Section):
     """A whole training run (`teamplay train`)."""
 
@@ -364,6 +398,8 @@ class TrainConfig(_Section):
                                                    "episodes.jsonl (for reports).")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")
+    distributed: DistributedConfig | None = Field(
+        None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
 
     @model_validator(mode="after")
     def _rollouts_can_train(self) -> TrainConfig:
@@ -379,6 +415,21 @@ class TrainConfig(_Section):
                              "to the same policy")
         if self.team is not None and not any(role.trainable for role in self.team.roles):
             raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
+        return self
+
+    @model_validator(mode="after")
+    def _distributed_fits(self) -> TrainConfig:
+        """What the Ray path (``teamplay.distributed``) cannot do yet, refused at load."""
+        dist = self.distributed
+        if dist is None:
+            return self
+        if self.controllers.enabled:
+            raise ValueError("controllers.enabled: learned speak/skip controllers are not supported with "
+                             "`distributed:` yet; set controllers.enabled=false or drop the distributed section")
+        if dist.learner_workers > 1 and self.objective.name == "grpo" and self.objective.loss_agg == "token_mean":
+            raise ValueError("objective.loss_agg: token_mean normalises by the token count of a whole minibatch "
+                             "and does not split over learner ranks; use seq_mean_token_mean or "
+                             "distributed.learner_workers=1")
         return self
 
     @model_validator(mode="after")

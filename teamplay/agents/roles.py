@@ -27,6 +27,9 @@ class Role(BaseModel):
         None, description="LoRA adapter this role writes with; roles naming the same adapter share "
                           "it. None means an adapter named after the role.")
     trainable: bool = Field(True, description="Whether the trainer updates this role's adapter.")
+    model: str | None = Field(
+        None, description="Base model of this role (hub id, local path or alias); None = the run's "
+                          "model.name. Roles naming the same base share one copy of it.")
 
     @field_validator("name")
     @classmethod
@@ -76,6 +79,21 @@ class Team(BaseModel):
         if not index.isdigit() or int(index) >= role.count:
             raise KeyError(agent)
         return role
+
+    def bases(self, default: str) -> dict[str, tuple[str, ...]]:
+        """Base model -> the roles that use it (``default`` for roles naming none), in role order.
+
+        Raises ValueError when roles sharing an adapter name different bases (an adapter belongs
+        to one base model)."""
+        out: dict[str, list[str]] = {}
+        owner: dict[str, str] = {}
+        for r in self.roles:
+            base = r.model or default
+            if owner.setdefault(r.adapter_name, base) != base:
+                raise ValueError(f"team.roles: adapter {r.adapter_name!r} is shared by roles on different "
+                                 f"base models ({owner[r.adapter_name]!r} and {base!r}); give them separate adapters")
+            out.setdefault(base, []).append(r.name)
+        return {base: tuple(names) for base, names in out.items()}
 
     def adapter_names(self) -> tuple[str, ...]:
         """Distinct adapters, in role order."""

@@ -83,6 +83,14 @@ def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team
         return get_backend("scripted", policy=backend_cfg.policy)
     if team_model is None:
         team_model = build_team_model(model_cfg, team)
+    parts = getattr(team_model, "parts", None)
+    if parts is not None:  # a heterogeneous team: one backend per base, requests routed by adapter
+        from teamplay.agents.backends.routing import RoutingBackend
+
+        backends = {base: get_backend(backend_cfg.name, team_model=part,
+                                      max_prompt_tokens=backend_cfg.max_prompt_tokens)
+                    for base, part in parts.items()}
+        return RoutingBackend(backends, {a: team_model.base_of(a) for a in team_model.adapter_names})
     return get_backend(backend_cfg.name, team_model=team_model,
                        max_prompt_tokens=backend_cfg.max_prompt_tokens)
 
@@ -105,8 +113,22 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
         targets = saved.target_modules
         lora = dict(r=saved.r, alpha=saved.lora_alpha, dropout=saved.lora_dropout,
                     target_modules=targets if isinstance(targets, str) else sorted(targets))
-    model, tokenizer = load_model(model_cfg.name, dtype=model_cfg.dtype)
-    team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
+    try:
+        bases = team.bases(model_cfg.name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if len(bases) > 1:  # a heterogeneous team: one base (and its roles' adapters) per model
+        from teamplay.agents.multi_base import MultiBaseTeamModel
+
+        parts = {}
+        for base, roles in bases.items():
+            model, tokenizer = load_model(base, dtype=model_cfg.dtype)
+            sub = Team(roles=tuple(r for r in team.roles if r.name in roles))
+            parts[base] = TeamModel.from_team(model, tokenizer, sub, init_seed=seed, **lora)
+        team_model = MultiBaseTeamModel(parts)
+    else:
+        model, tokenizer = load_model(next(iter(bases)), dtype=model_cfg.dtype)
+        team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
     if adapters_dir is not None:
         team_model.load_adapters(adapters_dir)
     return team_model

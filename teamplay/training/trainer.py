@@ -74,7 +74,6 @@ from teamplay.training.checkpoint import (
 )
 from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
-from teamplay.training.losses import objective_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
@@ -86,6 +85,7 @@ from teamplay.training.setup import (
     validate_run,
 )
 from teamplay.training.token_stats import compute_token_stats, text_offsets
+from teamplay.training.update import PolicyUpdater
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,7 @@ class Trainer:
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
             weight_decay=cfg.optim.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.updater = PolicyUpdater(cfg, self.team_model, self.params, self.optimizer)
         self.run_dir = Path(cfg.output_dir)
         self.on_step = on_step
         self.on_eval = on_eval
@@ -374,84 +375,7 @@ class Trainer:
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
-        cfg = self.cfg.optim
-        stats: dict[str, list[float]] = defaultdict(list)
-        skipped = optimizer_steps = 0
-        temperature = self.cfg.sampling.temperature
-        for epoch in range(cfg.epochs):
-            rng = np.random.default_rng([self.cfg.seed, step, epoch])
-            order = rng.permutation(len(samples))
-            minibatches = [order[i:i + cfg.minibatch_size] for i in range(0, len(order), cfg.minibatch_size)]
-            clip_epoch: list[float] = []
-            for mb_index, mb in enumerate(minibatches):
-                finite = True
-                by_adapter: dict[str, list[PolicySample]] = defaultdict(list)
-                for i in mb:
-                    by_adapter[samples[i].adapter].append(samples[i])
-                for adapter, part in sorted(by_adapter.items()):
-                    loss, s, entropy = self._loss(adapter, part, temperature)
-                    weight = len(part) / len(mb) / cfg.grad_accum
-                    if not torch.isfinite(loss):
-                        finite = False
-                        break
-                    (loss * weight).backward()
-                    stats["loss"].append(float(loss.detach()))
-                    if s.kl_mean is not None:
-                        stats["kl"].append(s.kl_mean)
-                    stats["ratio_mean"].append(s.ratio_mean)
-                    stats["entropy"].append(entropy)
-                    clip_epoch.append(s.clip_fraction)
-                last_of_accum = (mb_index + 1) % cfg.grad_accum == 0 or mb_index == len(minibatches) - 1
-                if not finite:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                    continue
-                if last_of_accum:
-                    params = [p for ps in self.params.values() for p in ps]
-                    norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or float("inf"))
-                    if not torch.isfinite(norm):
-                        self.optimizer.zero_grad(set_to_none=True)
-                        skipped += 1
-                        continue
-                    stats["grad_norm"].append(float(norm))
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    optimizer_steps += 1
-            stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
-            stats["clip_fraction"].extend(clip_epoch)
-        out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
-        out["optimizer_steps"] = optimizer_steps
-        out["skipped_nonfinite_steps"] = skipped
-        return out
-
-    def _loss(self, adapter: str, part: Sequence[PolicySample], temperature: float):
-        """Loss of one adapter's share of a minibatch, its stats, and the sampled-token entropy.
-
-        The entropy is estimated as the mean of -log p of the sampled tokens (an unbiased estimate
-        of the policy's per-token entropy under its own samples; no full-vocabulary pass needed).
-        """
-        obj = self.cfg.objective
-        prompts = [list(s.prompt_ids) for s in part]
-        completions = [list(s.completion_ids) for s in part]
-        logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
-                                                         temperature=temperature)  # [b, C], [b, C]
-        old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
-        if any(s.token_advantages is not None for s in part):
-            # token-level credit: [b, C]; messages without token credit broadcast their scalar
-            adv = _pad([s.token_advantages if s.token_advantages is not None
-                        else (s.advantage,) * len(s.completion_ids) for s in part], logp.shape[1], logp.dtype)
-        else:
-            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
-        with torch.no_grad():
-            fmask = mask.to(logp.dtype)
-            entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
-        ref = None
-        if obj.kl_beta > 0:  # the reference policy: the base model, adapters disabled
-            with torch.no_grad(), self.team_model.disabled_adapters():
-                ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
-                                                             temperature=temperature)  # [b, C]
-        loss, stats = objective_loss(obj, logp, old, ref, adv, mask, norm_tokens=self.cfg.sampling.max_new_tokens)
-        return loss, stats, entropy
+        return self.updater.update(samples, step)
 
     def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
         """Regret updates from this step's decision logs; the step's controller metrics."""
@@ -674,9 +598,3 @@ def token_credit_metrics(samples: Sequence[PolicySample]) -> dict[str, Any]:
         return {}
     return {"token_credit_messages": n, "token_adv_relative_spread": float(np.mean(spread)) if spread else 0.0}
 
-
-def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:
-    out = torch.zeros(len(rows), width, dtype=dtype)
-    for i, row in enumerate(rows):
-        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
-    return out
