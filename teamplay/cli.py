@@ -113,7 +113,7 @@ def eval_command(
     controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
     make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
                                  controller=controllers.controller() if controllers else None)
-    backend_obj = build_backend(cfg.model, cfg.backend, team)
+    backend_obj = build_backend(cfg.model, cfg.backend, team, max_new_tokens=cfg.sampling.max_new_tokens)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # the always-speak baseline: same team, items, seed and backend; only the controller differs
@@ -216,7 +216,7 @@ def play_command(
     controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
     make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
                                  controller=controllers.controller() if controllers else None)
-    backend_obj = build_backend(cfg.model, cfg.backend, team)
+    backend_obj = build_backend(cfg.model, cfg.backend, team, max_new_tokens=cfg.sampling.max_new_tokens)
     console.rule(f"[bold]{item.id}")
     console.print(item.prompt, highlight=False)
     console.print(f"[dim]reference: {item.reference}[/]")

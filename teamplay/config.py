@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from teamplay.agents.controllers import ControllerConfig
 from teamplay.agents.roles import Team
 from teamplay.errors import ConfigError
+
+#: the sampling temperatures every backend accepts: vLLM refuses more than 2 and raises values in
+#: (0, 0.01) to 0.01 (0 means greedy)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 2.0
 
 
 class _Section(BaseModel):
@@ -81,15 +85,31 @@ class BackendConfig(_Section):
     max_prompt_tokens: int = Field(1536, ge=16, description="Prompt budget; longer transcripts are "
                                                             "truncated by the stated rule.")
     max_batch: int | None = Field(None, ge=1, description="Most requests per generate call.")
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description="vllm: share of GPU memory the "
+                                                                          "engine may take (the learner "
+                                                                          "needs the rest).")
+    enforce_eager: bool = Field(False, description="vllm: run without CUDA graphs (faster start, slower "
+                                                   "decoding).")
 
 
 class SamplingConfig(_Section):
     """Decoding settings."""
 
     max_new_tokens: int = Field(256, ge=1, description="Tokens generated per message at most.")
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy.")
+    temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE,
+                               description=f"0 = greedy; otherwise in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] "
+                                           f"(vLLM's range).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_in_range(cls, value: float) -> float:
+        # vLLM raises temperatures in (0, 0.01) to 0.01, so the sampled policy would not be the
+        # configured one; refused for every backend so that a config means the same on all of them
+        if 0 < value < MIN_TEMPERATURE:
+            raise ValueError(f"use 0 (greedy) or a value in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]")
+        return value
 
 
 class EvalConfig(_Section):

@@ -65,12 +65,21 @@ def sampling_params(cfg: SamplingConfig, seed: int | None = None) -> SamplingPar
 
 
 def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team,
-                  team_model=None) -> GenerationBackend:
-    """The generation backend of the config (loads the model for hf/vllm unless given one)."""
+                  team_model=None, *, max_new_tokens: int) -> GenerationBackend:
+    """The generation backend of the config (loads the model for hf/vllm unless given one).
+
+    ``max_new_tokens`` is the most any generate call of the run will ask for (the largest of its
+    sampling sections); the vllm engine sizes its context from it.
+    """
     if backend_cfg.name == "scripted":
         return get_backend("scripted", policy=backend_cfg.policy)
     if team_model is None:
         team_model = build_team_model(model_cfg, team)
+    if backend_cfg.name == "vllm":
+        return get_backend("vllm", team_model=team_model, max_prompt_tokens=backend_cfg.max_prompt_tokens,
+                           max_new_tokens=max_new_tokens,
+                           gpu_memory_utilization=backend_cfg.gpu_memory_utilization,
+                           enforce_eager=backend_cfg.enforce_eager)
     return get_backend(backend_cfg.name, team_model=team_model,
                        max_prompt_tokens=backend_cfg.max_prompt_tokens)
 

@@ -133,7 +133,8 @@ class Trainer:
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         self.backend = backend if backend is not None else build_backend(
-            cfg.model, cfg.backend, self.team, team_model=self.team_model)
+            cfg.model, cfg.backend, self.team, team_model=self.team_model,
+            max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
         self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
                                     max_batch=cfg.backend.max_batch)
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
