@@ -24,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.markup import escape
 from rich.table import Table
 
 from teamplay.config import EvalConfig, load_config
@@ -47,7 +48,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except TeamplayError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            # escaped: a message may quote text such as "[type=value_error ...]" that rich would
+            # otherwise read as markup and drop
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: results written so far are kept")

@@ -246,3 +246,22 @@ def test_multi_lora_generation_and_adapter_reload(tmp_path):
     b.sync_adapters()
     assert b.generate([request("proposer")], greedy)[0].completion_ids != before[0].completion_ids
     b.close()
+
+
+def test_cli_reports_the_float32_refusal_and_engine_errors_as_one_error_line(monkeypatch, tmp_path, tiny_folder):
+    from typer.testing import CliRunner
+
+    from teamplay.cli import app
+
+    fake_vllm.install(monkeypatch)
+    args = ["eval", "--backend", "vllm", "--model", str(tiny_folder), "--limit", "1", "-o", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())  # rich wraps long lines at the terminal width
+    assert "error: model.dtype: the vllm backend serves LoRA adapters only in bfloat16 or float16" in text
+    # an engine error quoting pydantic-style "[type=...]" text reaches the user unmangled
+    fake_vllm.install(monkeypatch, fail=EngineConfigError("1 validation error\n  bad value [type=value_error]"))
+    result = CliRunner().invoke(app, [*args, "--set", "model.dtype=bfloat16"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "error: vLLM could not start" in text and "1 validation error | bad value [type=value_error]" in text
