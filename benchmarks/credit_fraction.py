@@ -36,9 +36,9 @@ EPISODES_PER_PROBLEM = 8
 
 def generation_seconds_per_message(model: str, n_problems: int, group: int, max_new_tokens: int) -> dict:
     """Sampled rollouts of a 4-agent vote team; seconds, messages and tokens of the measured run."""
-    from teamplay.agents.backends.base import SamplingParams
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.config import ProtocolConfig
+    from teamplay.records import SamplingParams
     from teamplay.training.rollout import RolloutJob, RolloutRunner
     from teamplay.training.setup import env_factory
 

@@ -24,8 +24,8 @@ import teamplay.credit.methods  # noqa: F401  (registers the methods)
 from teamplay.credit.characteristic import VoteCharacteristic
 from teamplay.credit.registry import CreditBatch, assign
 from teamplay.credit.shapley import shapley_exact
-from teamplay.envs.records import Episode, Message, TaskItem
 from teamplay.envs.voting import majority
+from teamplay.records import Episode, Message, TaskItem
 
 
 def _episode(rng: np.random.Generator, n_agents: int, problem: str, rounds: int = 1) -> Episode:

@@ -44,9 +44,9 @@ TARGET = 1.2
 
 def _work(team_model, adapter: str, n_prompts: int, max_new: int) -> None:
     """Generate one batch with ``adapter``, then one backward through its log-probs."""
-    from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.envs.tasks import get_task
+    from teamplay.records import ChatMessage, SamplingParams, TurnRequest
 
     items = get_task("arith", level=1).load("test", limit=n_prompts)
     backend = HFBackend(team_model, max_prompt_tokens=512)

@@ -61,9 +61,9 @@ class Comparison:
 
 def compare(model: str, protocol: str, options: dict, n_problems: int, max_new_tokens: int) -> Comparison:
     """Run ``n_problems`` arith jobs batched and one at a time under ``protocol``; see the module doc."""
-    from teamplay.agents.backends.base import SamplingParams
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.config import ProtocolConfig
+    from teamplay.records import SamplingParams
     from teamplay.training.rollout import RolloutJob, RolloutRunner
     from teamplay.training.setup import env_factory
 

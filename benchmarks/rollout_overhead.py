@@ -74,10 +74,10 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     """``quick``: 2 problems x 2 episodes, 8 new tokens, one run of each variant; otherwise 8 x 4,
     48 new tokens, and the fastest of 3 interleaved runs of each variant."""
     import teamplay.credit.methods  # noqa: F401  (registers the credit methods)
-    from teamplay.agents.backends.base import SamplingParams
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.config import ProtocolConfig
     from teamplay.credit import CreditBatch, assign
+    from teamplay.records import SamplingParams
     from teamplay.training.rollout import RolloutJob, RolloutRunner
     from teamplay.training.setup import env_factory
 

@@ -200,7 +200,7 @@ class GPUCheck:
 
     # -------------------------------------------------------------- helpers
     def request(self, adapter: str | None, text: str = "What is 2+3?"):
-        from teamplay.agents.backends.base import ChatMessage, TurnRequest
+        from teamplay.records import ChatMessage, TurnRequest
 
         chat = (ChatMessage("system", "You are a careful solver."), ChatMessage("user", text))
         return TurnRequest(agent=f"{adapter}_0", role=adapter or "base", stage="solve", round=0,
@@ -220,7 +220,7 @@ class GPUCheck:
         return float(flat.mean()), float(flat.max())
 
     def sampling(self, temperature: float, seed: int | None = None):
-        from teamplay.agents.backends.base import SamplingParams
+        from teamplay.records import SamplingParams
 
         return SamplingParams(max_new_tokens=self.args.max_new_tokens, temperature=temperature, seed=seed)
 

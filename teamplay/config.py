@@ -17,15 +17,38 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from teamplay.agents.controllers import ControllerConfig
 from teamplay.agents.roles import Team
 from teamplay.errors import ConfigError
 
 #: the sampling temperatures every backend accepts: vLLM refuses more than 2 and raises values in
 #: (0, 0.01) to 0.01 (0 means greedy)
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 2.0
+
+#: stages whose speak/skip action values are defined (proposer_reviewer's two, debate's revision rounds)
+STAGES = ("propose", "review", "debate")
+Stage = Literal["propose", "review", "debate"]
+Mode = Literal["average_greedy", "current", "sample", "always_speak"]
+
+
+class ControllerConfig(BaseModel):
+    """The ``controllers:`` section of a team config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(False, description="Learned speak/skip controllers (regret matching) before "
+                                             "skippable turns (proposer_reviewer, debate).")
+    mode: Mode = Field("average_greedy", description="How evaluation decides: average_greedy, current, "
+                                                     "sample, or always_speak (the baseline). Training "
+                                                     "always samples the current strategy.")
+    price_per_token: float = Field(0.0, ge=0.0, description="Subtracted per generated token from the "
+                                                            "value of speaking (cost-aware learning).")
+    price_per_call: float = Field(0.0, ge=0.0, description="Subtracted per model call from the value "
+                                                           "of speaking.")
+    stages: tuple[Stage, ...] = Field(STAGES, min_length=1, description="Stages the controllers decide; "
+                                      "skippable turns of other stages always speak.")
 
 
 class _Section(BaseModel):
@@ -108,7 +131,9 @@ class SamplingConfig(_Section):
         # vLLM raises temperatures in (0, 0.01) to 0.01, so the sampled policy would not be the
         # configured one; refused for every backend so that a config means the same on all of them
         if 0 < value < MIN_TEMPERATURE:
-            raise ValueError(f"use 0 (greedy) or a value in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]")
+            # a typed error (not ValueError): reported with its field path, e.g. eval_sampling.temperature
+            raise PydanticCustomError("temperature_range", "use 0 (greedy) or a value in [{low}, {high}]",
+                                      {"low": MIN_TEMPERATURE, "high": MAX_TEMPERATURE})
         return value
 
 
@@ -200,6 +225,10 @@ def format_validation_error(exc: ValidationError) -> str:
     """One line per invalid field: ``a.b.c: message (got value)``."""
     lines = []
     for err in exc.errors():
+        if err["type"] == "value_error" and (not err["loc"] or "ctx" in err):
+            # a cross-field rule (model_validator): its message names the fields itself
+            lines.append(str(err["ctx"]["error"]) if "ctx" in err else err["msg"])
+            continue
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
@@ -230,6 +259,21 @@ class ObjectiveConfig(_Section):
         "seq_mean_token_mean", description="GRPO token aggregation.")
     logratio_clamp: float | None = Field(None, gt=0.0, description="GSPO: clamp the mean log-ratio "
                                                                     "to [-c, c] before exp (TRACER: 2).")
+
+    @model_validator(mode="after")
+    def _fields_apply_to_objective(self) -> ObjectiveConfig:
+        """A field the chosen objective ignores is refused, never silently dropped."""
+        if self.name == "gspo":
+            if self.kl_beta > 0:
+                raise ValueError("objective.kl_beta: the gspo objective has no KL term; set kl_beta: 0 "
+                                 "or use objective.name: grpo")
+            if "loss_agg" in self.model_fields_set:
+                raise ValueError("objective.loss_agg: gspo aggregates per sequence (length-normalised "
+                                 "ratio); remove loss_agg or use objective.name: grpo")
+        elif self.logratio_clamp is not None:
+            raise ValueError(f"objective.logratio_clamp: only the gspo objective clamps its sequence "
+                             f"log-ratio; remove it for {self.name!r}")
+        return self
 
 
 class OptimConfig(_Section):
@@ -287,3 +331,19 @@ class TrainConfig(_Section):
                                                    "episodes.jsonl (for reports).")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")
+
+    @model_validator(mode="after")
+    def _rollouts_can_train(self) -> TrainConfig:
+        """Rules that involve several sections (checked at load, before any model is built)."""
+        if self.backend.name == "scripted":
+            raise ValueError("backend.name: training needs a model backend (hf or vllm), not 'scripted'")
+        if self.sampling.temperature == 0 and self.rollout.group_size > 1:
+            raise ValueError("sampling.temperature: training with group_size > 1 needs sampled decoding "
+                             "(temperature > 0); greedy episodes of a group are identical")
+        if self.sampling.top_p < 1 or self.sampling.top_k > 0:
+            raise ValueError("sampling.top_p/top_k: training rollouts must sample the full distribution "
+                             "(top_p=1, top_k=0) so the behaviour log-probs and the trainer's ratio refer "
+                             "to the same policy")
+        if self.team is not None and not any(role.trainable for role in self.team.roles):
+            raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
+        return self

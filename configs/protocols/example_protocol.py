@@ -13,7 +13,7 @@ from pydantic import Field
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols import Protocol, ProtocolOptions, ProtocolState, RoleSpec, TurnSpec
 from teamplay.envs.protocols.base import majority_of_latest
-from teamplay.envs.records import Message
+from teamplay.records import Message
 
 
 class PlanSolveOptions(ProtocolOptions):

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from teamplay.agents.backends.base import ChatMessage
 from teamplay.errors import ConfigError
+from teamplay.records import ChatMessage
 
 #: content tokens a shortened message keeps at least (half from its start, half from its end)
 MIN_KEPT_TOKENS = 16

@@ -6,12 +6,16 @@ Importing this package registers the built-in methods; ``credit_methods()`` list
 
 from teamplay.credit import cosac, methods, regret, turn_baselines  # noqa: F401  (registration)
 from teamplay.credit.registry import (
+    CREDIT,
     CreditBatch,
     CreditMethod,
+    CreditResources,
     assign,
+    check_credit,
     credit_methods,
     get_credit,
     register_credit,
 )
 
-__all__ = ["CreditBatch", "CreditMethod", "assign", "credit_methods", "get_credit", "register_credit"]
+__all__ = ["CREDIT", "CreditBatch", "CreditMethod", "CreditResources", "assign", "check_credit", "credit_methods",
+           "get_credit", "register_credit"]

@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from teamplay.credit.shapley import check_values
-from teamplay.envs.records import Episode, Message
+from teamplay.records import Episode, Message
 
 DEFAULT_PLACEHOLDER = "[message from {role} withheld]"
 

@@ -365,7 +365,7 @@ def episode_labels(batch: CreditBatch) -> tuple[np.ndarray, list[str]]:
 
 @register_credit("cosac", CosacOptions,
                  "COSAC: ridge additive surrogate of the team reward over answer labels + counterfactual "
-                 "continuations (sequential protocol)")
+                 "continuations (sequential protocol)", protocols=("sequential",))
 def cosac_credit(batch: CreditBatch, options: CosacOptions) -> list[np.ndarray]:
     """COSAC on a group of sequential-protocol episodes; one advantage per message.
 

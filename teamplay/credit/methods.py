@@ -6,13 +6,13 @@ array of shape [T_g] per episode, one advantage per message. Skipped messages (`
 always get 0: they produced no tokens to train. Each docstring states the method's invariant; the
 tests in tests/credit/test_methods*.py check them.
 
-Resources a method may need (``batch.resources``, by name):
+Resources a method may need (fields of the typed ``batch.resources``, declared at registration):
 
-* ``"transcript_scorer"``: a :data:`~teamplay.credit.characteristic.TranscriptScorer` (e.g. an
+* ``transcript_scorer``: a :data:`~teamplay.credit.characteristic.TranscriptScorer` (e.g. an
   :class:`~teamplay.credit.characteristic.LLMJudge`), for ``value: masking`` and
   ``message_score: masking``;
-* ``"replay"``: ``replay(episode, kept_agents: frozenset[str]) -> list[float]``, for ``value: replay``;
-* ``"embedder"``: an :class:`~teamplay.credit.coverage.Embedder` for ``coverage`` (default: the
+* ``replay``: ``replay(episode, kept_agents: frozenset[str]) -> list[float]``, for ``value: replay``;
+* ``embedder``: an :class:`~teamplay.credit.coverage.Embedder` for ``coverage`` (default: the
   packaged MiniLM model, loaded once per process).
 """
 
@@ -37,7 +37,7 @@ from teamplay.credit.group import group_advantage, group_credit_advantage
 from teamplay.credit.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.credit.shapley import shape_grpo_advantages, shapley_exact, shapley_permutation
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 
 
 class GroupOptions(BaseModel):
@@ -57,7 +57,7 @@ class ShapleyOptions(GroupOptions):
     value: Literal["vote", "masking", "replay"] = Field(
         "vote", description="Characteristic function: 'vote' (majority of the coalition's answers, "
                             "exact), 'masking' (withhold other agents' messages, score with "
-                            "resources['transcript_scorer']), 'replay' (resources['replay']).")
+                            "the transcript_scorer resource), 'replay' (the replay resource).")
     exact_max_agents: int = Field(8, ge=1, le=16,
                                   description="Exact Shapley (2^n coalitions) up to this many agents.")
     permutations: int = Field(64, ge=1, description="Monte Carlo permutations above exact_max_agents.")
@@ -71,7 +71,7 @@ class ShapleyPRMOptions(ShapleyOptions):
     message_score: Literal["verifier", "masking"] = Field(
         "verifier", description="Local message score q_t: 'verifier' (2*score(answer)-1, 0 without "
                                 "answer) or 'masking' (leave-one-message-out with "
-                                "resources['transcript_scorer']).")
+                                "the transcript_scorer resource).")
     refine_mode: Literal["signed", "proportional"] = Field("signed", description="See refine_to_messages.")
     beta0: float = Field(1.0, ge=0, description="Largest spread coefficient of the refinement.")
     bound: float | None = Field(
@@ -107,10 +107,14 @@ class CoverageOptions(BaseModel):
         "transcript", description="What is embedded: all spoken messages joined, or the last one.")
     embedding_model: str | None = Field(
         None, description="Model folder or hub id of the embedder; None = packaged MiniLM default. "
-                          "Ignored when resources['embedder'] is given.")
+                          "Ignored when the embedder resource is given.")
 
 
 # --------------------------------------------------------------------------------------- helpers
+
+#: built-in protocols in which every agent gives an answer (shape_max treats agents as candidates,
+#: so a reviewer that never answers would count as a failed candidate)
+ANSWERING_PROTOCOLS = ("single", "vote", "debate", "sequential")
 
 def _broadcast(ep: Episode, per_agent: Mapping[str, float]) -> np.ndarray:
     """[T]: each spoken message gets its author's value, skipped messages 0."""
@@ -124,10 +128,13 @@ def _score_answer(batch: CreditBatch) -> Callable[[str | None], float]:
     return lambda answer: 0.0 if answer is None else float(score(answer, item))
 
 
-def _resource(batch: CreditBatch, name: str, why: str):
-    if name not in batch.resources:
-        raise ValueError(f"credit option {why} needs batch.resources[{name!r}]; the trainer must provide it")
-    return batch.resources[name]
+def _value_needs(options: ShapleyOptions) -> frozenset[str]:
+    """Resources of a characteristic function choice (``value``)."""
+    return frozenset({"masking": {"transcript_scorer"}, "replay": {"replay"}}.get(options.value, set()))
+
+
+def _prm_needs(options: ShapleyPRMOptions) -> frozenset[str]:
+    return _value_needs(options) | ({"transcript_scorer"} if options.message_score == "masking" else set())
 
 
 def _same_team(batch: CreditBatch) -> tuple[str, ...]:
@@ -144,8 +151,8 @@ def _characteristic(batch: CreditBatch, ep: Episode, value: str) -> Characterist
     if value == "vote":
         return VoteCharacteristic(ep, _score_answer(batch))
     if value == "masking":
-        return MaskingCharacteristic(ep, _resource(batch, "transcript_scorer", "value=masking"), question)
-    return ReplayCharacteristic(ep, _resource(batch, "replay", "value=replay"))
+        return MaskingCharacteristic(ep, batch.resources.need("transcript_scorer", "option value=masking"), question)
+    return ReplayCharacteristic(ep, batch.resources.need("replay", "option value=replay"))
 
 
 def agent_shapley(batch: CreditBatch, options: ShapleyOptions) -> np.ndarray:
@@ -193,7 +200,8 @@ def gspo_credit(batch: CreditBatch, options: GroupOptions) -> list[np.ndarray]:
     return grpo_credit(batch, options)
 
 
-@register_credit("shapley", ShapleyOptions, "per-agent Shapley credit, group-centred per agent")
+@register_credit("shapley", ShapleyOptions, "per-agent Shapley credit, group-centred per agent",
+                 requires=_value_needs, cost="2^n coalition values per episode (vote: no generation)")
 def shapley_credit(batch: CreditBatch, options: ShapleyOptions) -> list[np.ndarray]:
     """Agent Shapley values -> ``group_credit_advantage`` -> every spoken message of the agent.
 
@@ -211,7 +219,8 @@ def shapley_credit(batch: CreditBatch, options: ShapleyOptions) -> list[np.ndarr
             for ep, a in zip(batch.episodes, adv, strict=True)]
 
 
-@register_credit("shapley_prm", ShapleyPRMOptions, "Shapley agent credit refined per message by a scorer")
+@register_credit("shapley_prm", ShapleyPRMOptions, "Shapley agent credit refined per message by a scorer",
+                 requires=_prm_needs, cost="shapley's, plus one score per message")
 def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[np.ndarray]:
     """``shapley`` agent advantages, spread over the agent's messages by local scores (spec §5.1).
 
@@ -236,7 +245,7 @@ def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[n
         if options.message_score == "verifier":
             q = verifier_message_scores(msgs, _score_answer(batch))
         else:
-            scorer = _resource(batch, "transcript_scorer", "message_score=masking")
+            scorer = batch.resources.need("transcript_scorer", "option message_score=masking")
             q = leave_one_message_out_scores(ep.messages, scorer, question)[spoken]
         index = {x: j for j, x in enumerate(agents)}
         authors = [index[m.agent] for m in msgs]
@@ -249,7 +258,8 @@ def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[n
     return out
 
 
-@register_credit("shape_max", ShapeMaxOptions, "ShapE-GRPO: Shapley credit of the best-answer (max) game")
+@register_credit("shape_max", ShapeMaxOptions, "ShapE-GRPO: Shapley credit of the best-answer (max) game",
+                 protocols=ANSWERING_PROTOCOLS)
 def shape_max_credit(batch: CreditBatch, options: ShapeMaxOptions) -> list[np.ndarray]:
     """ShapE-GRPO over agents as candidates (spec §4.3).
 
@@ -287,7 +297,8 @@ def _load_embedder(model: str | None) -> TransformerEmbedder:
     return TransformerEmbedder(model)
 
 
-@register_credit("coverage", CoverageOptions, "GCPO: Shapley share of the group's valid-solution volume")
+@register_credit("coverage", CoverageOptions, "GCPO: Shapley share of the group's valid-solution volume",
+                 cost="one embedding per episode")
 def coverage_credit(batch: CreditBatch, options: CoverageOptions) -> list[np.ndarray]:
     """GCPO over the G episodes of the group (spec §4.4): each episode is a player of the coverage game.
 
@@ -297,8 +308,8 @@ def coverage_credit(batch: CreditBatch, options: CoverageOptions) -> list[np.nda
     Invariants: ``sum_g phi_g = v(all)`` (efficiency); an episode with reward 0 has ``phi = 0`` (null
     player); episode advantages sum to 0 over the group.
     """
-    if "embedder" in batch.resources:
-        embedder: Embedder = batch.resources["embedder"]
+    if batch.resources.embedder is not None:
+        embedder: Embedder = batch.resources.embedder
     else:
         embedder = _load_embedder(options.embedding_model)
     texts = []

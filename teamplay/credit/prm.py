@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike
 
 from teamplay.credit.characteristic import DEFAULT_PLACEHOLDER, Transcript, TranscriptScorer
 from teamplay.credit.group import as_finite_vector
-from teamplay.envs.records import Message
+from teamplay.records import Message
 
 RefineMode = Literal["signed", "proportional"]
 

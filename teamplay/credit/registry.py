@@ -12,14 +12,59 @@ message of ``batch.episodes[g]``, skipped turns included, which get 0 by convent
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, TaskItem
+from teamplay.registry import Registry
+
+
+@dataclass(frozen=True)
+class CreditResources:
+    """What expensive credit methods may use, beyond the episodes: typed, named, each optional.
+
+    A method declares the fields it needs when it registers (``requires``); a run whose trainer does
+    not provide one is refused before the model loads. A misspelt field is an ``AttributeError``.
+
+    Fields:
+        transcript_scorer: ``scorer(episode, visible: frozenset[int]) -> float``: the value of a
+            transcript with only the messages ``visible`` kept (``value: masking``).
+        replay: ``replay(episode, kept_agents: frozenset[str]) -> list[float]``: team rewards of the
+            episode's problem re-executed by a coalition (``value: replay``).
+        transcript_value: ``value(episode, kept: frozenset[int]) -> float`` (``loto``).
+        answer_probability: ``prob(episode, prefix_len: int) -> float``: the policy's probability of
+            the gold answer after the first ``prefix_len`` messages (``a2tgpo``).
+        embedder: an :class:`~teamplay.credit.coverage.Embedder` (``coverage``; default: packaged).
+        backend: the generation backend of the run (for methods that generate).
+        token_stats: per-token statistics of the step's completions (token-level methods).
+    """
+
+    transcript_scorer: Callable[..., float] | None = None
+    replay: Callable[..., Sequence[float]] | None = None
+    transcript_value: Callable[..., float] | None = None
+    answer_probability: Callable[..., float] | None = None
+    embedder: Any | None = None
+    backend: Any | None = None
+    token_stats: Any | None = None
+
+    def provided(self) -> frozenset[str]:
+        """Names of the fields that are set."""
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)
+
+    def need(self, name: str, why: str) -> Any:
+        """The resource ``name``, or a ValueError saying which method option needs it."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"credit {why} needs the {name!r} resource; the trainer must provide it")
+        return value
+
+
+#: every resource name a method may declare
+RESOURCE_NAMES = frozenset(f.name for f in fields(CreditResources))
 
 
 @dataclass(frozen=True)
@@ -31,39 +76,69 @@ class CreditBatch:
         item: the problem (needed by methods that re-score answers with the verifier).
         score: the task's verifier, ``score(text, item) -> float in [0, 1]``.
         extract: the task's answer extractor, ``extract(text) -> str | None``.
-        resources: optional helpers for expensive methods (an LLM judge, a replay engine,
-            an embedding model), by name; a method that needs one it is not given raises a
-            ``ValueError`` saying which.
+        resources: the typed optional helpers of expensive methods (see ``CreditResources``).
     """
 
     episodes: tuple[Episode, ...]
     item: TaskItem | None = None
     score: Callable[[str, TaskItem], float] | None = None
     extract: Callable[[str], str | None] | None = None
-    resources: Mapping[str, Any] = field(default_factory=dict)
+    resources: CreditResources = field(default_factory=CreditResources)
 
 
 CreditFn = Callable[[CreditBatch, BaseModel], list[np.ndarray]]
 
 
+def _needs_nothing(options: BaseModel) -> frozenset[str]:
+    return frozenset()
+
+
 @dataclass(frozen=True)
 class CreditMethod:
+    """A registered credit method and what it declares.
+
+    Fields:
+        name, fn, options (its pydantic options model), summary (one line for ``teamplay list``).
+        requires: ``requires(options) -> resource names`` the method needs with these options.
+        protocols: the protocol names it works with (None: any protocol).
+        cost: one line on what it costs beyond the rollout (for ``teamplay list`` and the README).
+    """
+
     name: str
     fn: CreditFn
     options: type[BaseModel]
     summary: str
+    requires: Callable[[BaseModel], frozenset[str]] = _needs_nothing
+    protocols: frozenset[str] | None = None
+    cost: str = "negligible"
 
 
-_REGISTRY: dict[str, CreditMethod] = {}
+def _check_user_method(entry: Any, where: str) -> CreditMethod:
+    method = getattr(entry, "credit_method", entry)
+    if not isinstance(method, CreditMethod):
+        raise ConfigError(f"{where}: not a credit method; decorate the function with "
+                          f"@register_credit(name, Options, summary) from teamplay.credit")
+    return method
 
 
-def register_credit(name: str, options: type[BaseModel], summary: str) -> Callable[[CreditFn], CreditFn]:
-    """Decorator registering ``fn`` under ``name``; a duplicate name is an error."""
+CREDIT: Registry[CreditMethod] = Registry("credit method", "credit.method", _check_user_method)
+
+
+def register_credit(name: str, options: type[BaseModel], summary: str, *,
+                    requires: Callable[[BaseModel], frozenset[str]] | None = None,
+                    protocols: Sequence[str] | None = None, cost: str = "negligible",
+                    ) -> Callable[[CreditFn], CreditFn]:
+    """Decorator registering ``fn`` under ``name`` (a duplicate name is an error); the method declares
+    what it ``requires`` (resource names, a function of its options) and the ``protocols`` it works
+    with. The decorated function keeps a ``credit_method`` attribute, which is how a user's file
+    named as ``credit.method: ./file.py:fn`` is found."""
 
     def wrap(fn: CreditFn) -> CreditFn:
-        if name in _REGISTRY:
-            raise ValueError(f"credit method {name!r} is already registered")
-        _REGISTRY[name] = CreditMethod(name=name, fn=fn, options=options, summary=summary)
+        method = CreditMethod(name=name, fn=fn, options=options, summary=summary,
+                              requires=requires or _needs_nothing,
+                              protocols=None if protocols is None else frozenset(protocols), cost=cost)
+        CREDIT.add(name, method)
+        fn.credit_method = method  # type: ignore[attr-defined]
         return fn
 
     return wrap
@@ -71,15 +146,31 @@ def register_credit(name: str, options: type[BaseModel], summary: str) -> Callab
 
 def credit_methods() -> dict[str, CreditMethod]:
     """All registered methods by name (importing ``teamplay.credit`` registers the built-ins)."""
-    return dict(sorted(_REGISTRY.items()))
+    return {name: CREDIT.get(name) for name in CREDIT.names()}
 
 
 def get_credit(name: str) -> CreditMethod:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown credit method {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    """A method by registered name or by user file (``path/to/file.py:function``)."""
+    return CREDIT.get(name)
+
+
+def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, protocol: str | None,
+                 provided: frozenset[str] | None) -> BaseModel:
+    """Everything about a credit choice that can be known before a model loads: the method exists,
+    its options parse, it works with ``protocol`` (None: not checked) and the resources it needs
+    are in ``provided`` (None: not checked). Returns the parsed options; raises ConfigError."""
+    method = get_credit(name)
+    parsed = parse_options(method, options)
+    if protocol is not None and method.protocols is not None and protocol not in method.protocols:
+        raise ConfigError(f"credit.method: {method.name!r} works with the protocols "
+                          f"{', '.join(sorted(method.protocols))}, not {protocol!r}")
+    if provided is not None:
+        missing = sorted(method.requires(parsed) - provided)
+        if missing:
+            raise ConfigError(f"credit.method: {method.name!r} with these options needs the resource"
+                              f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}, which this run does "
+                              f"not provide (it provides: {', '.join(sorted(provided)) or 'none'})")
+    return parsed
 
 
 def parse_options(method: CreditMethod, options: BaseModel | Mapping[str, Any] | None) -> BaseModel:

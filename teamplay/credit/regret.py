@@ -347,7 +347,7 @@ def tracer_role_rewards(batch: CreditBatch, correct_threshold: float = 0.5) -> l
 
 @register_credit("tracer_roles", TracerRolesOptions,
                  "TRACER role rewards: proposer ±1 on its answer, reviewer +1/0/−1 on its verdict "
-                 "(proposer_reviewer protocol; for GSPO)")
+                 "(proposer_reviewer protocol; for GSPO)", protocols=("proposer_reviewer",))
 def tracer_roles_credit(batch: CreditBatch, options: TracerRolesOptions) -> list[np.ndarray]:
     """Role-specific rewards of TRACER (§2.4) as per-message advantages for a GSPO update.
 

@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch, register_credit
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 
 
 def _ragged(values: Sequence[Sequence[float]], name: str) -> list[np.ndarray]:
@@ -306,19 +306,17 @@ class A2TGPOOptions(BaseModel):
 
 
 @register_credit("a2tgpo", A2TGPOOptions,
-                 "A2TGPO: per-turn information gain in the gold answer, z-normalised per turn index "
-                 "(needs resources['answer_probability'])")
+                 "A2TGPO: per-turn information gain in the gold answer, z-normalised per turn index",
+                 requires=lambda options: frozenset({"answer_probability"}),
+                 cost="one teacher-forced pass per message prefix")
 def a2tgpo_credit(batch: CreditBatch, options: A2TGPOOptions) -> list[np.ndarray]:
-    """A2TGPO on episodes. Needs ``batch.resources["answer_probability"]``, a callable
+    """A2TGPO on episodes. Needs ``batch.resources.answer_probability``, a callable
     ``(episode, n_messages) -> p`` giving the policy's probability of the gold answer after the first
     ``n_messages`` messages (``n_messages = 0`` is the question alone). The per-turn clip ranges of
     :func:`a2tgpo_advantage` are not part of the registry's output (one advantage per message); a
     trainer that wants them calls the function directly.
     """
-    prob = batch.resources.get("answer_probability")
-    if prob is None:
-        raise ValueError("credit method 'a2tgpo' needs batch.resources['answer_probability'] "
-                         "(callable (episode, n_messages) -> probability of the gold answer)")
+    prob = batch.resources.need("answer_probability", "method 'a2tgpo'")
     p = [[float(prob(ep, n)) for n in range(len(ep.messages) + 1)] for ep in batch.episodes]
     IG = [np.diff(np.asarray(x)) for x in p]
     outcome = None
@@ -337,18 +335,16 @@ class LOTOOptions(BaseModel):
 
 
 @register_credit("loto", LOTOOptions,
-                 "Leave-one-turn-out: drop in the transcript's value when one message is masked "
-                 "(needs resources['transcript_value'])")
+                 "Leave-one-turn-out: drop in the transcript's value when one message is masked",
+                 requires=lambda options: frozenset({"transcript_value"}),
+                 cost="T + 1 transcript values per episode")
 def loto_method(batch: CreditBatch, options: LOTOOptions) -> list[np.ndarray]:
-    """LOTO on episodes. Needs ``batch.resources["transcript_value"]``, a callable
+    """LOTO on episodes. Needs ``batch.resources.transcript_value``, a callable
     ``(episode, kept: frozenset[int]) -> float`` scoring the transcript with only the messages in
     ``kept`` unmasked (credit_spec.md §4.5 option 2). ``T + 1`` calls per episode; skipped messages
     get 0 (the registry's convention).
     """
-    value = batch.resources.get("transcript_value")
-    if value is None:
-        raise ValueError("credit method 'loto' needs batch.resources['transcript_value'] "
-                         "(callable (episode, kept_message_indices) -> score)")
+    value = batch.resources.need("transcript_value", "method 'loto'")
     out = []
     for ep in batch.episodes:
         if not ep.messages:

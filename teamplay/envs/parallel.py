@@ -16,13 +16,12 @@ from typing import Any
 import gymnasium
 from pettingzoo import ParallelEnv
 
-from teamplay.agents.backends.base import Generation
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import Protocol
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv, TextObservation
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, Generation, TaskItem
 
 
 class TeamParallelEnv(ParallelEnv):

@@ -40,14 +40,13 @@ import numpy as np
 from gymnasium.spaces import Text
 from pettingzoo import AECEnv
 
-from teamplay.agents.backends.base import Generation
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import Protocol
 from teamplay.envs.protocols.driver import EpisodeDriver
 from teamplay.envs.protocols.registry import get_protocol
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, Generation, TaskItem
 
 # Unicode code points 0..0x10FFFF without the surrogates D800..DFFF: every character a tokenizer
 # can decode to (Python never decodes UTF-8 to a lone surrogate).

@@ -26,8 +26,8 @@ from types import MappingProxyType
 from typing import Any
 
 from teamplay.config import read_yaml
-from teamplay.envs.records import Episode
 from teamplay.errors import DataError, TeamplayError
+from teamplay.records import Episode
 from teamplay.training.evaluation import EvalMetrics
 
 RUN_MARKERS = ("metrics.jsonl", "config.yaml")

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from teamplay.envs.records import Message
+from teamplay.records import Message
 from teamplay.report.analysis import SUCCESS, advantage_scale, shade
 from teamplay.report.data import LoggedEpisode
 from teamplay.report.markup import MISSING, esc, fmt, fmt_signed, table

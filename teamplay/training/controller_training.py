@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from teamplay.agents.backends.base import GenerationBackend, SamplingParams
-from teamplay.agents.controllers import TeamControllers, speak_rates
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.roles import Team
 from teamplay.config import ProtocolConfig
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks.base import Task
+from teamplay.records import SamplingParams, TaskItem
+from teamplay.training.controllers import TeamControllers, speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.setup import env_factory
 

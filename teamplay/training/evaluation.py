@@ -12,7 +12,7 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   fraction of episodes whose answer review or debate turned from wrong to right / right to wrong.
 * ``tokens_per_problem``, ``calls_per_problem``: completion tokens and model calls per episode.
 * ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
-  the fraction of its decisions that spoke (``teamplay.agents.controllers.speak_rates``).
+  the fraction of its decisions that spoke (``teamplay.training.controllers.speak_rates``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from teamplay.agents.controllers import speak_rates
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
+from teamplay.records import Episode, TaskItem
+from teamplay.training.controllers import speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 
 

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
-from teamplay.envs.records import Episode, TaskItem
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.envs.team_env import TeamEnv
+from teamplay.records import Episode, Generation, SamplingParams, TaskItem, TurnRequest
 
 
 @dataclass(frozen=True)

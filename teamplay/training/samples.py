@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 
 
 @dataclass(frozen=True)

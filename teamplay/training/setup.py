@@ -12,17 +12,17 @@ from functools import partial
 from pathlib import Path
 
 from teamplay.agents.backends import get_backend
-from teamplay.agents.backends.base import GenerationBackend, SamplingParams
-from teamplay.agents.controllers import ControllerConfig, TeamControllers
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.roles import Team
-from teamplay.config import BackendConfig, ModelConfig, ProtocolConfig, SamplingConfig, TaskConfig
+from teamplay.config import BackendConfig, ControllerConfig, ModelConfig, ProtocolConfig, SamplingConfig, TaskConfig
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.protocols.base import Controller
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks import get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
+from teamplay.records import SamplingParams, TaskItem
+from teamplay.training.controllers import TeamControllers
 
 
 def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:

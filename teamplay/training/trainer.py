@@ -21,7 +21,7 @@ With `controllers.enabled`, the rollouts of step 2 ask a learned speak/skip cont
 skippable turn (sampling its current strategy; a skipped review or debate turn is generated anyway,
 in the same batched call, to value the unchosen speak), and right after the rollouts, before the
 credit and the LoRA update, the controller tables take one regret update per logged decision
-(`teamplay.agents.controllers`). The tables do not enter the loss, so the order only matters for
+(`teamplay.training.controllers`). The tables do not enter the loss, so the order only matters for
 what the metrics of a step describe. They are saved in each checkpoint's `extra_state.json` under
 "controllers" and restored exactly on resume.
 
@@ -48,13 +48,12 @@ import numpy as np
 import torch
 import yaml
 
-from teamplay.agents.controllers import TeamControllers, speak_rates
 from teamplay.config import TrainConfig
-from teamplay.credit import CreditBatch, assign
+from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.credit.characteristic import last_answer_scorer
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
+from teamplay.records import Episode, TaskItem
 from teamplay.training.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -62,6 +61,7 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from teamplay.training.controllers import TeamControllers, speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
@@ -390,14 +390,14 @@ class Trainer:
         _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics
 
-    def _credit_resources(self, item: TaskItem) -> dict[str, Any]:
-        """What expensive credit methods may ask for: a verifier scorer of masked transcripts
-        (the last answer still visible, scored against this item) and the generation backend."""
+    def _credit_resources(self, item: TaskItem) -> CreditResources:
+        """What expensive credit methods may ask for (``TRAINER_RESOURCES``): a verifier scorer of
+        masked transcripts (the last answer still visible, scored against this item) and the
+        generation backend."""
         task = self.task
-        return {
-            "transcript_scorer": last_answer_scorer(lambda answer: task.score_answer(answer, item)),
-            "backend": self.backend,
-        }
+        return CreditResources(
+            transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
+            backend=self.backend)
 
     def _checkpoint(self) -> Path:
         if self.controllers is not None:

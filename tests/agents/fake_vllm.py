@@ -165,7 +165,7 @@ def install_hf_engine(monkeypatch: Any, version: str = "0.11.0", unscaled_logpro
                      **kwargs: Any) -> list[RequestOutput]:
             import torch
 
-            from teamplay.agents.backends.base import SamplingParams as TeamSampling
+            from teamplay.records import SamplingParams as TeamSampling
 
             ids = [list(p["prompt_token_ids"]) for p in prompts]
             params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(ids)

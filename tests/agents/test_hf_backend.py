@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
 from teamplay.agents.backends.hf import HFBackend
 from teamplay.agents.team_model import TeamModel
 from teamplay.errors import ConfigError
+from teamplay.records import ChatMessage, SamplingParams, TurnRequest
 from tests.tiny import tiny_model_and_tokenizer
 
 ADAPTERS = ("proposer", "reviewer")

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from teamplay.agents import models
-from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
 from teamplay.agents.backends.hf import HFBackend
 from teamplay.agents.models import SMOLLM2_INSTALL, load_model
 from teamplay.agents.team_model import TeamModel
 from teamplay.errors import ConfigError, ModelLoadError
+from teamplay.records import ChatMessage, SamplingParams, TurnRequest
 from tests.tiny import save_tiny, tiny_model_and_tokenizer
 
 

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.agents.backends.base import ChatMessage
 from teamplay.agents.prompts import (
     MIN_KEPT_TOKENS,
     PromptTooLongError,
@@ -18,6 +17,7 @@ from teamplay.agents.prompts import (
     fit_chat,
     render_ids,
 )
+from teamplay.records import ChatMessage
 from tests.tiny import tiny_tokenizer
 
 TOK = tiny_tokenizer()

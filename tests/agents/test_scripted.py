@@ -3,10 +3,9 @@
 import pytest
 
 from teamplay.agents.backends import BACKENDS, get_backend
-from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
 from teamplay.agents.backends.scripted import ScriptedBackend, format_answer, same_answer, wrong_answer
-from teamplay.envs.records import TaskItem
 from teamplay.errors import ConfigError
+from teamplay.records import ChatMessage, SamplingParams, TaskItem, TurnRequest
 
 PARAMS = SamplingParams()
 ITEM = TaskItem(id="arith/test/0", prompt="What is 7 + 11?", reference="18")
@@ -89,5 +88,5 @@ def test_answer_format_is_parsed_by_every_task(task_name, reference):
 def test_registry():
     assert sorted(BACKENDS) == ["hf", "scripted", "vllm"]
     assert isinstance(get_backend("scripted", policy="echo"), ScriptedBackend)
-    with pytest.raises(ConfigError, match=r"unknown backend 'tgi'; known: \['hf', 'scripted', 'vllm'\]"):
+    with pytest.raises(ConfigError, match=r"backend.name: unknown backend 'tgi'; known: hf, scripted, vllm"):
         get_backend("tgi")

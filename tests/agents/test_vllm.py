@@ -11,12 +11,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from teamplay.agents.backends.base import ChatMessage, SamplingParams, TurnRequest
 from teamplay.agents.models import load_model
 from teamplay.agents.roles import Role, Team
 from teamplay.agents.team_model import TeamModel
 from teamplay.config import BackendConfig, EvalConfig, ModelConfig, TrainConfig, build_config
 from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
+from teamplay.records import ChatMessage, SamplingParams, TurnRequest
 from teamplay.training.setup import build_backend
 from tests.agents import fake_vllm
 from tests.tiny import save_tiny
@@ -208,14 +208,11 @@ def test_config_accepts_exactly_greedy_or_vllms_temperature_range(temperature):
 @pytest.mark.parametrize("name", ["hf", "vllm"])
 @pytest.mark.parametrize("truncation", [{"top_p": 0.9}, {"top_k": 20}])
 def test_training_refuses_top_p_and_top_k_for_both_backends(monkeypatch, tmp_path, name, truncation):
-    from teamplay.training.trainer import Trainer
-
     fake = fake_vllm.install(monkeypatch)
-    cfg = build_config(TrainConfig, {"backend": {"name": name}, "sampling": {"temperature": 1.0, **truncation},
-                                     "output_dir": str(tmp_path / "run")})
-    with pytest.raises(ConfigError, match="top_p/top_k"):
-        Trainer(cfg)  # refused before any model or engine is built
-    assert fake.engines == []
+    with pytest.raises(ConfigError, match="^sampling.top_p/top_k: training rollouts must sample the full") as info:
+        build_config(TrainConfig, {"backend": {"name": name}, "sampling": {"temperature": 1.0, **truncation}})
+    assert "\n" not in str(info.value)
+    assert fake.engines == []  # refused with the config, before any model or engine is built
 
 
 @pytest.mark.vllm

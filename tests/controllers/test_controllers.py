@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.backends.scripted import ScriptedBackend
-from teamplay.agents.controllers import ControllerConfig, TeamControllers, speak_rates
-from teamplay.config import EvalConfig, ProtocolConfig, TrainConfig, build_config
+from teamplay.config import ControllerConfig, EvalConfig, ProtocolConfig, TrainConfig, build_config
 from teamplay.envs.protocols.base import TurnDecision, TurnSpec
-from teamplay.envs.records import Episode, Message
 from teamplay.errors import ConfigError
+from teamplay.records import ControllerDecision, Episode, Generation, Message, SamplingParams, TurnRequest
 from teamplay.training.controller_training import train_controllers
+from teamplay.training.controllers import TeamControllers, speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.setup import env_factory
 from tests.envs.fakes import ITEMS, FakeTask, oracle
@@ -99,7 +99,7 @@ def _msg(agent, stage, rnd, text="", answer=None, spoke=True, tokens=0):
 def _episode(messages, log):
     agents = tuple(sorted({m.agent for m in messages}))
     return Episode(problem_id="p", group_id="g", agents=agents, messages=tuple(messages), final_answer=None,
-                   reward=0.0, metadata={"controller": log})
+                   reward=0.0, decisions=tuple(ControllerDecision.from_dict(d) for d in log))
 
 
 def test_action_values_and_updates_by_hand():
@@ -133,7 +133,7 @@ def test_action_values_and_updates_by_hand():
     ]
     ep = _episode(messages, log)
     judge = lambda answer, _pid: answer == "7"  # noqa: E731
-    values = [ctrl.action_values(e, ep, judge) for e in log]
+    values = [ctrl.action_values(e, ep, judge) for e in ep.decisions]
     np.testing.assert_allclose(values[0], [-1.0, 0.55], atol=1e-12)
     np.testing.assert_allclose(values[1], [-1.0, 0.6], atol=1e-12)
     np.testing.assert_allclose(values[2], [1.0, 0.7], atol=1e-12)
@@ -167,9 +167,9 @@ def test_debate_values_by_hand():
     ep = _episode(messages, log)
     judge = lambda answer, _pid: answer == "7"  # noqa: E731
     # debater_0: silent keeps the right "7" (+1); speaking said "8" (-1)
-    np.testing.assert_allclose(ctrl.action_values(log[0], ep, judge), [1.0, -1.0])
+    np.testing.assert_allclose(ctrl.action_values(ep.decisions[0], ep, judge), [1.0, -1.0])
     # debater_1: silent keeps the wrong "8" (-1); speaking gives no answer, no vote: -1
-    np.testing.assert_allclose(ctrl.action_values(log[1], ep, judge), [-1.0, -1.0])
+    np.testing.assert_allclose(ctrl.action_values(ep.decisions[1], ep, judge), [-1.0, -1.0])
 
 
 def test_learn_refuses_evaluation_decisions():
@@ -208,10 +208,10 @@ def test_training_skip_generates_a_counterfactual_in_the_same_batch():
         review = ep.messages[1]
         assert not review.spoke and review.text == "" and review.n_tokens == 0
         assert ep.calls == 2 and ep.metadata["skipped"] == 1
-        [rev_entry] = [e for e in ep.metadata["controller"] if e["stage"] == "review"]
+        [rev_entry] = [e for e in ep.decisions if e.stage == "review"]
         # oracle review "RIGHT\nThe answer is R." = 5 words = 5 tokens, outside the team's count
-        assert rev_entry["counterfactual_text"].startswith("RIGHT") and rev_entry["counterfactual_tokens"] == 5
-        assert ep.metadata["counterfactual_tokens"] == 5
+        assert rev_entry.counterfactual_text.startswith("RIGHT") and rev_entry.counterfactual_tokens == 5
+        assert ep.counterfactual_tokens == 5
         assert ep.tokens == sum(m.n_tokens for m in ep.messages)
         # the skipped review is not in the transcript the second proposal sees
         assert all(m.stage != "review" for m in backend.calls[2][0].transcript)
@@ -223,7 +223,7 @@ def test_evaluation_skip_generates_nothing_and_learns_nothing():
     backend = CountingBackend(oracle)
     episodes = _run(ctrl, "average_greedy", backend)
     assert [len(c) for c in backend.calls] == [3, 3]  # two proposal turns; the reviews are silent
-    assert all("counterfactual_text" not in e for ep in episodes for e in ep.metadata["controller"])
+    assert all(not e.has_counterfactual for ep in episodes for e in ep.decisions)
     assert speak_rates(episodes)["reviewer_0/review"] == 0.0
     assert json.dumps(ctrl.state_dict()) == before
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 from typer.testing import CliRunner
 
-from teamplay.agents.controllers import ControllerConfig, TeamControllers
 from teamplay.agents.roles import Role, Team
 from teamplay.cli import app
+from teamplay.config import ControllerConfig
 from teamplay.training.checkpoint import list_checkpoints
+from teamplay.training.controllers import TeamControllers
 from teamplay.training.setup import load_controllers
 from tests.training.test_trainer import make_trainer
 

@@ -15,8 +15,8 @@ from teamplay.credit.characteristic import (
     last_answer_scorer,
 )
 from teamplay.credit.shapley import shapley_exact
-from teamplay.envs.records import Episode, Message
 from teamplay.envs.voting import majority
+from teamplay.records import Episode, Message
 
 
 def vote_episode(answers):

@@ -20,7 +20,7 @@ from teamplay.credit.cosac import (
     per_prefix,
 )
 from teamplay.credit.registry import CreditBatch, assign
-from teamplay.envs.records import Episode, Message
+from teamplay.records import Episode, Message
 
 # ---- E3.1: K=2, A=2, π_1 = [.5,.5], π_2(·|0) = [.8,.2], π_2(·|1) = [.3,.7]; R = φ_1 + φ_2 exactly ----
 

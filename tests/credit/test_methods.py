@@ -5,9 +5,9 @@ import pytest
 
 import teamplay.credit.methods as methods
 from teamplay.credit.characteristic import last_answer_scorer
-from teamplay.credit.registry import CreditBatch, assign, credit_methods
-from teamplay.envs.records import Episode, Message, TaskItem
+from teamplay.credit.registry import CreditBatch, CreditResources, assign, credit_methods
 from teamplay.envs.voting import majority
+from teamplay.records import Episode, Message, TaskItem
 
 ITEM = TaskItem("arith/0", "What is 2+2?", "4")
 
@@ -30,7 +30,7 @@ def vote_episode(answers, reward=None, texts=None, group="g", extra_messages=())
 
 
 def batch(episodes, **resources):
-    return CreditBatch(tuple(episodes), ITEM, score, lambda t: t, resources)
+    return CreditBatch(tuple(episodes), ITEM, score, lambda t: t, CreditResources(**resources))
 
 
 def test_all_methods_registered():

@@ -14,7 +14,7 @@ from teamplay.credit.prm import (
     refine_to_messages,
     verifier_message_scores,
 )
-from teamplay.envs.records import Message
+from teamplay.records import Message
 
 
 def test_e51_success_refinement():

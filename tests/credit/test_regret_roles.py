@@ -7,7 +7,7 @@ import pytest
 
 from teamplay.credit.registry import CreditBatch, assign
 from teamplay.credit.regret import TracerRolesOptions, tracer_role_rewards, tracer_roles_credit
-from teamplay.envs.records import Episode, Message, TaskItem
+from teamplay.records import Episode, Message, TaskItem
 
 ITEM = TaskItem(id="arith/0", prompt="2+2?", reference="4")
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.registry import CreditBatch, assign
+from teamplay.credit.registry import CreditBatch, CreditResources, assign
 from teamplay.credit.turn_baselines import (
     A2TGPOOptions,
     GiGPOOptions,
@@ -23,7 +23,7 @@ from teamplay.credit.turn_baselines import (
     loto_credit,
     loto_method,
 )
-from teamplay.envs.records import Episode, Message
+from teamplay.records import Episode, Message
 
 
 def brute_force_shapley(V, T):
@@ -204,8 +204,8 @@ def test_a2tgpo_and_loto_methods_need_their_resources():
     with pytest.raises(ValueError, match="transcript_value"):
         loto_method(CreditBatch(episodes=eps), LOTOOptions())
     table = {id(eps[0]): [0.1, 0.3, 0.6], id(eps[1]): [0.1, 0.1, 0.05]}
-    out = a2tgpo_credit(CreditBatch(episodes=eps, resources={"answer_probability":
-                                                             lambda ep, n: table[id(ep)][n]}),
+    out = a2tgpo_credit(CreditBatch(episodes=eps, resources=CreditResources(
+        answer_probability=lambda ep, n: table[id(ep)][n])),
                         A2TGPOOptions())
     # IG [0.2, 0.3] vs [0, −0.05]: z = [1, 1] and [−1, −1]; Â_1 = (1 + 1)/√2, Â_2 = 1
     assert out[0] == pytest.approx([np.sqrt(2), 1.0], abs=1e-9)
@@ -214,6 +214,6 @@ def test_a2tgpo_and_loto_methods_need_their_resources():
     def value(ep, kept):  # success iff message 0 is kept
         return ep.reward if 0 in kept else 0.0
 
-    loto = loto_method(CreditBatch(episodes=eps, resources={"transcript_value": value}), LOTOOptions())
+    loto = loto_method(CreditBatch(episodes=eps, resources=CreditResources(transcript_value=value)), LOTOOptions())
     assert loto[0] == pytest.approx([1.0, 0.0], abs=0)
     assert loto[1] == pytest.approx([0.0, 0.0], abs=0)

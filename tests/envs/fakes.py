@@ -10,9 +10,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from teamplay.agents.backends.base import Generation, TurnRequest
-from teamplay.envs.records import Episode, TaskItem
 from teamplay.envs.tasks.base import Task
+from teamplay.records import Episode, Generation, TaskItem, TurnRequest
 
 REPO = Path(__file__).resolve().parents[2]
 YAML_EXAMPLE = str(REPO / "configs" / "protocols" / "solver_checker.yaml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from teamplay.envs.records import Episode
+from teamplay.records import Episode
 from teamplay.report.analysis import FREE_RIDER_THRESHOLD, advantage_scale, agent_credit, shade
 from teamplay.report.data import LoggedEpisode
 from teamplay.report.transcripts import pick_evenly

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.envs.records import Episode
 from teamplay.errors import TeamplayError
+from teamplay.records import Episode
 from teamplay.report import report_command
 from teamplay.report.data import LoggedEpisode
 from teamplay.report.markup import fmt, fmt_signed

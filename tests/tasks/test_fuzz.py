@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks import get_task
+from teamplay.records import TaskItem
 
 FRAGMENTS = ["\\boxed{", "\\fbox{", "}", "{", "\\{", "\\}", "####", "The answer is ", "Answer: ", "(B)",
              "**C**", "\n", "$", "-", ",", ".", "/", "%", "1,000", "3.5", "\\frac{1}{2}", "x^2", "A ", "\x00",

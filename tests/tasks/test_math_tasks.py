@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks import get_task
+from teamplay.records import TaskItem
 from tests.tasks.data import data_file
 
 

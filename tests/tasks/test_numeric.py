@@ -6,9 +6,9 @@ from fractions import Fraction
 
 import pytest
 
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks import get_task
 from teamplay.envs.tasks.numeric import canonical_number, extract_canonical, numbers_equal
+from teamplay.records import TaskItem
 
 
 def _item(reference: str) -> TaskItem:

@@ -6,8 +6,8 @@ import torch
 
 from teamplay.agents.roles import Team
 from teamplay.agents.team_model import TeamModel
-from teamplay.envs.records import TaskItem
 from teamplay.envs.tasks.base import Task
+from teamplay.records import TaskItem
 from tests.tiny import tiny_model_and_tokenizer
 
 

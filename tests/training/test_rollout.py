@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from teamplay.agents.backends.base import GenerationBackend, SamplingParams
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.backends.hf import HFBackend
 from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.tasks import get_task
 from teamplay.envs.team_env import TeamEnv
+from teamplay.records import SamplingParams
 from teamplay.training.evaluation import evaluate
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from tests.training.fixtures import tiny_team_model

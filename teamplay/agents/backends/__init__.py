@@ -7,18 +7,16 @@ backend needs neither torch nor transformers and the vllm one imports vLLM only 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.errors import ConfigError
+from teamplay.registry import Registry
 
-#: backend name -> "module:class"
-BACKENDS: dict[str, str] = {
-    "hf": "teamplay.agents.backends.hf:HFBackend",
-    "vllm": "teamplay.agents.backends.vllm:VLLMBackend",
-    "scripted": "teamplay.agents.backends.scripted:ScriptedBackend",
-}
+#: backends by name, imported on first use (vLLM only where it is built)
+BACKENDS: Registry[type[GenerationBackend]] = Registry("backend", "backend.name")
+BACKENDS.add_lazy("hf", "teamplay.agents.backends.hf:HFBackend")
+BACKENDS.add_lazy("vllm", "teamplay.agents.backends.vllm:VLLMBackend")
+BACKENDS.add_lazy("scripted", "teamplay.agents.backends.scripted:ScriptedBackend")
 
 
 def get_backend(name: str, **kwargs: Any) -> GenerationBackend:
@@ -26,7 +24,4 @@ def get_backend(name: str, **kwargs: Any) -> GenerationBackend:
 
     Raises ConfigError for an unknown name, listing the known ones.
     """
-    if name not in BACKENDS:
-        raise ConfigError(f"backend.name: unknown backend {name!r}; known: {sorted(BACKENDS)}")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    return BACKENDS.get(name)(**kwargs)

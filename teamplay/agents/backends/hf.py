@@ -26,16 +26,11 @@ import numpy as np
 import torch
 from transformers import GenerationConfig
 
-from teamplay.agents.backends.base import (
-    ChatMessage,
-    Generation,
-    GenerationBackend,
-    SamplingParams,
-    TurnRequest,
-)
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids
 from teamplay.agents.team_model import TeamModel, left_pad
 from teamplay.errors import ConfigError
+from teamplay.records import ChatMessage, Generation, SamplingParams, TurnRequest
 
 #: words whose first token counts as "yes" / "no" in ``yes_probability``
 YES_WORDS = ("yes", "Yes")

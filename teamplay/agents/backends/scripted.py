@@ -33,9 +33,9 @@ import random
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
-from teamplay.envs.records import TaskItem
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.errors import ConfigError
+from teamplay.records import Generation, SamplingParams, TaskItem, TurnRequest
 
 Policy = Callable[[TurnRequest], str]
 Judge = Callable[[str, TaskItem], bool]

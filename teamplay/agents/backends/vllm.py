@@ -42,9 +42,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from teamplay.agents.backends.base import Generation, GenerationBackend, SamplingParams, TurnRequest
+from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids
 from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
+from teamplay.records import Generation, SamplingParams, TurnRequest
 
 VLLM_INSTALL = "pip install 'teamplay[vllm]' (or pip install 'vllm>=0.10.2') on a machine with a CUDA GPU"
 #: the oldest vLLM whose ``processed_logprobs`` are taken after temperature scaling

@@ -22,8 +22,8 @@ assistant messages; ``chat[-1]`` user = the instruction for this turn.
 Speak/skip hook: before a turn for which ``may_skip`` is True, the driver calls
 ``protocol.controller(TurnDecision)``, which returns a bool (True = speak) or a ``ControllerChoice``.
 A skipped turn costs no generation and is recorded as a ``Message`` with ``spoke=False`` and
-``text=""``; each decision is logged in ``Episode.metadata["controller"]``. The default controller is
-None: every turn speaks. Learned controllers (``teamplay.agents.controllers``, regret matching) plug
+``text=""``; each decision is logged in ``Episode.decisions``. The default controller is
+None: every turn speaks. Learned controllers (``teamplay.training.controllers``, regret matching) plug
 in through the ``controller`` option.
 
 Subclassing (see ``configs/protocols/example_protocol.py``): set ``name``, ``roles`` (with default
@@ -44,11 +44,10 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from teamplay.agents.backends.base import ChatMessage, TurnRequest
 from teamplay.agents.roles import Role, Team
-from teamplay.envs.records import Message, TaskItem
 from teamplay.envs.voting import majority
 from teamplay.errors import ConfigError
+from teamplay.records import ChatMessage, ControllerDecision, Message, TaskItem, TurnRequest
 
 
 @dataclass(frozen=True)
@@ -98,19 +97,34 @@ class TurnDecision:
 class ControllerChoice:
     """A controller's answer with more than speak/skip (what learned controllers return).
 
+    The driver copies every field but ``counterfactual`` into the decision's
+    :class:`~teamplay.records.ControllerDecision` in ``Episode.decisions``.
+
     Fields:
         speak: True to speak, False to skip.
         counterfactual: only with ``speak=False``: publish the turn anyway, marked
             ``TurnRequest.metadata["counterfactual"] = True``, so the policy writes what it would have
             said. The text is kept in the decision log, never in the transcript, and costs the team
             no call (training uses it to value the unchosen *speak*).
-        record: JSON-ready facts the learner needs later (information state, prices, ...), copied
-            into this decision's entry of ``Episode.metadata["controller"]``.
+        state: the learner's information state (None: this stage is not learned).
+        mode: the controller mode that decided.
+        pending_answer, previous_answer: facts the learner needs later (see ``ControllerDecision``).
+        extra: JSON-ready facts of a user's own controller.
     """
 
     speak: bool
     counterfactual: bool = False
-    record: Mapping[str, Any] = field(default_factory=dict)
+    state: tuple[str, ...] | None = None
+    mode: str | None = None
+    pending_answer: str | None = None
+    previous_answer: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def decision(self, turn: TurnSpec) -> ControllerDecision:
+        """The log record of this choice for ``turn``."""
+        return ControllerDecision(agent=turn.agent, stage=turn.stage, round=turn.round, spoke=self.speak,
+                                  state=self.state, mode=self.mode, pending_answer=self.pending_answer,
+                                  previous_answer=self.previous_answer, extra=self.extra)
 
 
 #: ``controller(decision) -> True`` to speak, ``False`` to skip, or a ``ControllerChoice``.

@@ -27,7 +27,7 @@ from teamplay.envs.protocols.base import (
     majority_of_latest,
 )
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.envs.records import Message
+from teamplay.records import Message
 
 DEBATER_PROMPT = ("You are one of several agents solving the same problem. Reason step by step. Read "
                   "the other agents' solutions critically: change your answer only if their reasoning "

@@ -9,14 +9,13 @@ the round, every speak/skip decision made then); other rounds are planned one tu
 turn sees the messages written before it in the same round. Skipped turns are recorded in schedule
 order as ``Message(spoke=False, text="")`` and cost no call.
 
-Controller decisions: every call of the protocol's controller adds one plain dict to the episode's
-``metadata["controller"]`` (``agent``, ``stage``, ``round``, ``spoke``, plus the ``record`` of a
-``ControllerChoice``). A skipped turn whose choice asks for a *counterfactual* stays pending: its
-request, marked ``metadata["counterfactual"] = True``, is answered like any other turn (so a
-rollout runner batches it with the real turns of that step), but the answer goes into the log entry
-(``counterfactual_text``, ``counterfactual_tokens``), and the transcript gets the usual skipped
-message. ``metadata["counterfactual_tokens"]`` sums those tokens; ``Episode.tokens`` and
-``calls`` exclude them.
+Controller decisions: every call of the protocol's controller adds one typed
+``ControllerDecision`` to the episode's ``decisions``. A skipped turn whose choice asks for a
+*counterfactual* stays pending: its request, marked ``metadata["counterfactual"] = True``, is
+answered like any other turn (so a rollout runner batches it with the real turns of that step), but
+the answer goes into the decision (``counterfactual_text``, ``counterfactual_tokens``), and the
+transcript gets the usual skipped message. ``Episode.counterfactual_tokens`` sums those tokens;
+``Episode.tokens`` and ``calls`` exclude them.
 """
 
 from __future__ import annotations
@@ -31,11 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from teamplay.agents.backends.base import ChatMessage, Generation, TurnRequest
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import ControllerChoice, Protocol, ProtocolState, TurnDecision, TurnSpec
-from teamplay.envs.records import Episode, Message, TaskItem
 from teamplay.envs.tasks.base import Task
+from teamplay.records import ChatMessage, ControllerDecision, Episode, Generation, Message, TaskItem, TurnRequest
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -113,7 +111,7 @@ class EpisodeDriver:
         self._next = 0
         self._initial: tuple[str | None] | None = None
         self._truncated: list[int] = []
-        self._decisions: list[dict[str, Any]] = []
+        self._decisions: list[ControllerDecision] = []
         self._rng = np.random.default_rng()
 
     def _check_plan(self) -> None:
@@ -168,9 +166,9 @@ class EpisodeDriver:
         message = self._message(planned, action)
         if not planned.speak:  # a counterfactual answer: logged, not said
             assert planned.log_index is not None
-            self._decisions[planned.log_index].update(
-                counterfactual_text=message.text, counterfactual_tokens=message.n_tokens,
-                counterfactual_answer=message.answer)
+            self._decisions[planned.log_index] = dataclasses.replace(
+                self._decisions[planned.log_index], counterfactual_text=message.text,
+                counterfactual_tokens=message.n_tokens, counterfactual_answer=message.answer)
             message = _skipped(planned.turn)
         elif isinstance(action, Generation) and action.truncated:
             self._truncated.append(len(self.state.messages))
@@ -219,8 +217,7 @@ class EpisodeDriver:
         if not isinstance(choice, ControllerChoice):
             choice = ControllerChoice(speak=bool(choice))
         counterfactual = choice.counterfactual and not choice.speak
-        self._decisions.append({"agent": turn.agent, "stage": turn.stage, "round": turn.round,
-                                "spoke": choice.speak, **choice.record})
+        self._decisions.append(choice.decision(turn))
         if counterfactual:
             request = dataclasses.replace(
                 request, metadata=MappingProxyType({**request.metadata, "counterfactual": True}))
@@ -269,9 +266,9 @@ class EpisodeDriver:
             agent_answers=answers,
             agent_correct={a: float(self.task.score_answer(ans, item)) for a, ans in answers.items()})
 
-    def decisions(self) -> list[dict[str, Any]]:
-        """The controller decisions of the current episode so far (copies)."""
-        return [dict(d) for d in self._decisions]
+    def decisions(self) -> tuple[ControllerDecision, ...]:
+        """The controller decisions of the current episode so far."""
+        return tuple(self._decisions)
 
     def episode(self) -> Episode:
         """The finished episode's record. Raises ``RuntimeError`` while turns remain."""
@@ -282,16 +279,13 @@ class EpisodeDriver:
         metadata = {"protocol": self.protocol.name, "initial_answer": self.result.initial_answer,
                     "skipped": sum(not m.spoke for m in messages),
                     "truncated_turns": list(self._truncated)}
-        if self._decisions:
-            metadata["controller"] = [dict(d) for d in self._decisions]
-            metadata["counterfactual_tokens"] = sum(d.get("counterfactual_tokens", 0) for d in self._decisions)
         metadata.update(self.protocol.episode_metadata(self.state))
         return Episode(
             problem_id=self.state.item.id, group_id=self.group_id, agents=self.agents,
             messages=messages, final_answer=self.result.final_answer, reward=self.result.reward,
             agent_answers=self.result.agent_answers, agent_correct=self.result.agent_correct,
             tokens=sum(m.n_tokens for m in messages), calls=sum(m.spoke for m in messages),
-            metadata=metadata)
+            metadata=metadata, decisions=tuple(self._decisions))
 
 
 def _skipped(turn: TurnSpec) -> Message:

@@ -38,7 +38,7 @@ from teamplay.envs.protocols.base import (
     check_count_option,
 )
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.envs.records import Message, TaskItem
+from teamplay.records import Message, TaskItem
 
 PROPOSER_PROMPT = ("You are the proposer in a problem-solving team. Solve the problem step by step. "
                    "When a reviewer says your answer is wrong, find the mistake and fix it.")

@@ -3,21 +3,28 @@
 ``get_protocol("debate", rounds=3)`` builds a registered protocol with validated options;
 ``get_protocol("configs/protocols/solver_checker.yaml")`` loads a YAML protocol and
 ``get_protocol("configs/protocols/example_protocol.py")`` a Python file that defines exactly one
-``Protocol`` subclass. Every failure is a one-line ``ConfigError`` naming what to fix.
+``Protocol`` subclass (``file.py:ClassName`` picks one of several). Loading a Python file runs its
+code, by design. Every failure is a one-line ``ConfigError`` naming what to fix.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from pathlib import Path
 from typing import Any
 
 from teamplay.envs.protocols.base import Protocol
 from teamplay.errors import ConfigError
+from teamplay.registry import Registry, import_user_file, is_plugin_spec
 
-_REGISTRY: dict[str, type[Protocol]] = {}
+
+def _check_protocol(entry: Any, where: str) -> type[Protocol]:
+    if not (inspect.isclass(entry) and issubclass(entry, Protocol) and not inspect.isabstract(entry)):
+        raise ConfigError(f"{where}: not a concrete Protocol subclass")
+    return entry
+
+
+PROTOCOLS: Registry[type[Protocol]] = Registry("protocol", "protocol.name", _check_protocol)
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -26,16 +33,12 @@ def register_protocol(cls: type[Protocol]) -> type[Protocol]:
     """Class decorator adding ``cls`` under ``cls.name``; a repeated name is a ``ValueError``."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} has no name; set the class attribute `name`")
-    if cls.name in _REGISTRY:
-        raise ValueError(f"protocol {cls.name!r} is already registered by "
-                         f"{_REGISTRY[cls.name].__module__}.{_REGISTRY[cls.name].__name__}")
-    _REGISTRY[cls.name] = cls
-    return cls
+    return PROTOCOLS.add(cls.name, cls)
 
 
 def protocol_names() -> list[str]:
     """Names of the registered protocols, sorted."""
-    return sorted(_REGISTRY)
+    return PROTOCOLS.names()
 
 
 def get_protocol(name_or_path: str, **options: Any) -> Protocol:
@@ -45,8 +48,8 @@ def get_protocol(name_or_path: str, **options: Any) -> Protocol:
     """
     if not isinstance(name_or_path, str):
         raise ConfigError(f"protocol: expected a name or a file path, got {type(name_or_path).__name__}")
-    if name_or_path in _REGISTRY:
-        return _REGISTRY[name_or_path](**options)
+    if name_or_path in PROTOCOLS.names() or is_plugin_spec(name_or_path):
+        return PROTOCOLS.get(name_or_path)(**options)
     suffix = Path(name_or_path).suffix.lower()
     if suffix in YAML_SUFFIXES or suffix == ".py":
         path = Path(name_or_path)
@@ -63,21 +66,8 @@ def get_protocol(name_or_path: str, **options: Any) -> Protocol:
 
 def load_python_protocol(path: Path) -> type[Protocol]:
     """The one concrete ``Protocol`` subclass defined in the Python file ``path``."""
-    module_name = f"teamplay_user_protocol_{path.stem}_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: cannot import this file as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pydantic resolve annotations through it
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        del sys.modules[module_name]
-        raise ConfigError(f"{path}:{exc.lineno}: invalid Python: {exc.msg}") from exc
-    except Exception as exc:
-        del sys.modules[module_name]
-        raise ConfigError(f"{path}: importing the protocol file failed: "
-                          f"{type(exc).__name__}: {exc}") from exc
+    module = import_user_file(path, "protocol.name")
+    module_name = module.__name__
     found = [obj for obj in vars(module).values()
              if inspect.isclass(obj) and issubclass(obj, Protocol) and obj.__module__ == module_name
              and not inspect.isabstract(obj)]

@@ -23,7 +23,7 @@ from teamplay.envs.protocols.base import (
 )
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.protocols.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
-from teamplay.envs.records import Message
+from teamplay.records import Message
 
 
 class VoteOptions(ProtocolOptions):

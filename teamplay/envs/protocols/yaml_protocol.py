@@ -43,8 +43,8 @@ from teamplay.envs.protocols.base import (
     latest_per_agent,
     majority_of_latest,
 )
-from teamplay.envs.records import Message
 from teamplay.errors import ConfigError
+from teamplay.records import Message
 
 
 class _Strict(BaseModel):

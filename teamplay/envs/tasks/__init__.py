@@ -10,28 +10,21 @@ gpqa       ``Idavidrein/gpqa`` (gpqa_diamond)          a letter A-D; choices shu
 arith      generated (levels 1-5)                      an integer; exact numeric equality
 =========  ==========================================  =============================================
 
-A new benchmark is one module in this folder with a ``Task`` subclass plus one line in ``_TASKS``.
+A new benchmark is one module in this folder with a ``Task`` subclass decorated with
+``@register_task(name)`` and imported here; a user's own task needs no registration: name it in a
+config by path, ``task.name: ./my_task.py:MyTask``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from teamplay.envs.tasks.arith import ArithTask
-from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.base import TASKS, Task, register_task
 from teamplay.envs.tasks.gpqa import GpqaTask
 from teamplay.envs.tasks.gsm8k import Gsm8kTask
 from teamplay.envs.tasks.math_tasks import Math500Task, MathTask
 from teamplay.errors import ConfigError
-
-_TASKS: dict[str, Callable[..., Task]] = {
-    "gsm8k": Gsm8kTask,
-    "math": MathTask,
-    "math500": Math500Task,
-    "gpqa": GpqaTask,
-    "arith": ArithTask,
-}
 
 
 def task_names() -> list[str]:
@@ -40,21 +33,22 @@ def task_names() -> list[str]:
     >>> task_names()
     ['arith', 'gpqa', 'gsm8k', 'math', 'math500']
     """
-    return sorted(_TASKS)
+    return TASKS.names()
 
 
 def get_task(name: str, **options: Any) -> Task:
     """A new task object for ``name``; ``options`` go to its constructor (``level=3`` for arith).
 
+    ``name`` may also be a user's file, ``path/to/my_task.py:MyTask`` (its code runs on import).
     Raises ``ConfigError`` for an unknown name (listing the known ones) or an unknown option.
     """
-    if name not in _TASKS:
-        raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(task_names())}")
+    cls = TASKS.get(name)
     try:
-        return _TASKS[name](**options)
+        return cls(**options)
     except TypeError as exc:
         raise ConfigError(f"task {name!r} does not take options {sorted(options)}: {exc}") from exc
 
 
-__all__ = ["ArithTask", "GpqaTask", "Gsm8kTask", "Math500Task", "MathTask", "Task", "get_task",
+__all__ = ["TASKS", "ArithTask", "GpqaTask", "Gsm8kTask", "Math500Task", "MathTask", "Task", "get_task",
+           "register_task",
            "task_names"]

@@ -31,11 +31,11 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from teamplay.envs.records import TaskItem
-from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.base import Task, register_task
 from teamplay.envs.tasks.numeric import extract_canonical, numbers_equal
 from teamplay.envs.tasks.sources import check_load_args
 from teamplay.errors import ConfigError
+from teamplay.records import TaskItem
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,7 @@ _GENERATORS: dict[int, Callable[[random.Random], tuple[str, int]]] = {
 }
 
 
+@register_task('arith')
 class ArithTask(Task):
     """Procedural integer arithmetic at one difficulty level (1-5); see the module doc."""
 

@@ -8,9 +8,13 @@ score of the final answer.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
+from typing import Any
 
-from teamplay.envs.records import TaskItem
+from teamplay.errors import ConfigError
+from teamplay.records import TaskItem
+from teamplay.registry import Registry
 
 
 class Task(ABC):
@@ -49,3 +53,14 @@ class Task(ABC):
         if answer is None:
             return 0.0
         return self.score(answer, item)
+
+
+def _check_task(entry: Any, where: str) -> type[Task]:
+    if not (inspect.isclass(entry) and issubclass(entry, Task) and not inspect.isabstract(entry)):
+        raise ConfigError(f"{where}: not a concrete Task subclass (see teamplay.envs.tasks.base.Task)")
+    return entry
+
+
+#: tasks by name (``@register_task("gsm8k")`` on the class); a user's task as ``path.py:Class``
+TASKS: Registry[type[Task]] = Registry("task", "task.name", _check_task)
+register_task = TASKS.register

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from teamplay.envs.records import TaskItem
-from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.base import Task, register_task
 from teamplay.envs.tasks.letters import LETTERS, extract_letter
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
+from teamplay.records import TaskItem
 
 ANSWER_FIELDS = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
@@ -39,6 +39,7 @@ def shuffle_choices(question: str, answers: tuple[str, ...], seed: int) -> list[
     return sorted(range(len(answers)), key=rank)
 
 
+@register_task('gpqa')
 class GpqaTask(Task):
     """GPQA diamond, four options shuffled per question and seed; reference = a letter A-D."""
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from teamplay.envs.records import TaskItem
-from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.base import Task, register_task
 from teamplay.envs.tasks.numeric import canonical_number, extract_canonical, numbers_equal, parse_canonical
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
 from teamplay.errors import DataError
+from teamplay.records import TaskItem
 
 
+@register_task('gsm8k')
 class Gsm8kTask(Task):
     """GSM8K word problems; reference = the number after ``####`` of the worked solution."""
 

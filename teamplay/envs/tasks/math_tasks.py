@@ -25,19 +25,20 @@ import re
 from pathlib import Path
 from typing import Any
 
-from teamplay.envs.records import TaskItem
-from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.base import Task, register_task
 from teamplay.envs.tasks.latex import last_boxed, normalize_latex, tidy_latex
 from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
 from teamplay.envs.tasks.text import ANSWER_IS, tail
 from teamplay.errors import DataError
+from teamplay.records import TaskItem
 
 _LEVEL = re.compile(r"^(?:Level\s*)?([1-5])$")
 # the rest of the line after the last "answer is": the answer when a model did not box it
 _STATED_ANSWER = re.compile(r"[ \t]*([^\n]{1,1000})")
 
 
+@register_task('math')
 class MathTask(Task):
     """Competition mathematics with LaTeX answers, the full MATH test set by default."""
 
@@ -116,6 +117,7 @@ class MathTask(Task):
         return 1.0 if self.verifier.equivalent(item.reference, answer) else 0.0
 
 
+@register_task('math500')
 class Math500Task(MathTask):
     """The MATH-500 subset (``HuggingFaceH4/MATH-500``): 500 test problems with an ``answer`` field."""
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from teamplay.agents.backends.base import Generation
-from teamplay.envs.records import Episode
 from teamplay.envs.team_env import TeamEnv
+from teamplay.records import ControllerDecision, Episode, Generation
 from tests.envs.fakes import ITEMS, FakeTask, oracle, play
 
 ITEM = ITEMS[3]  # reference "7"
@@ -75,3 +76,21 @@ def test_reset_starts_a_fresh_episode():
     second = play(env, oracle, item=ITEMS[1])
     assert len(first.messages) == len(second.messages) == 1
     assert second.problem_id == ITEMS[1].id
+
+
+def test_controller_decision_is_typed_and_round_trips():
+    d = ControllerDecision(agent="reviewer_0", stage="review", round=1, spoke=False,
+                           state=("controller", "vote_0", "last"), mode="train",
+                           pending_answer="8", counterfactual_text="RIGHT", counterfactual_tokens=2)
+    assert ControllerDecision.from_dict(json.loads(json.dumps(d.to_dict()))) == d
+    # a renamed field is an error at once, never a silently missing key
+    with pytest.raises(ValueError, match="unknown fields"):
+        ControllerDecision.from_dict({**d.to_dict(), "pending": "8"})
+    with pytest.raises(TypeError):
+        ControllerDecision(agent="a", stage="review", round=0, spoke=True, pending="8")  # type: ignore[call-arg]
+    with pytest.raises(AttributeError):
+        d.pending  # noqa: B018
+    ep = Episode(problem_id="p", group_id="g", agents=("reviewer_0",), messages=(), final_answer=None, reward=0.0,
+                 decisions=(d, d))
+    assert ep.counterfactual_tokens == 4
+    assert Episode.from_dict(json.loads(json.dumps(ep.to_dict()))).decisions == (d, d)

@@ -1,6 +1,8 @@
-"""Typed records that flow between the stages of teamplay.
+"""The typed records every stage of teamplay passes on (the ground floor: imports nothing from teamplay).
 
-Task item -> TeamEnv -> Episode (messages + team reward) -> credit -> trainer.
+Task item -> TeamEnv -> Episode (messages + team reward + controller decisions) -> credit -> trainer.
+Generation requests and results (``TurnRequest``, ``SamplingParams``, ``Generation``) are what the
+envs hand the generation backends and get back.
 
 All records are frozen dataclasses: a stage never mutates what an earlier stage produced.
 Token ids and log-probs are tuples so that records stay hashable and cheap to compare in tests.
@@ -9,7 +11,7 @@ Token ids and log-probs are tuples so that records stay hashable and cheap to co
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -118,7 +120,9 @@ class Episode:
         agent_correct: each agent's last answer scored by the verifier, in [0, 1].
         tokens: completion tokens generated in the episode (prompt tokens excluded).
         calls: model calls made (one per generated message; a skipped turn costs none).
-        metadata: protocol-specific extras (votes, controller actions, ...).
+        metadata: protocol-specific extras (votes, the initial answer, ...).
+        decisions: the speak/skip controller decisions of the episode, in turn order (empty when
+            no controller was asked).
     """
 
     problem_id: str
@@ -132,14 +136,21 @@ class Episode:
     tokens: int = 0
     calls: int = 0
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    decisions: tuple[ControllerDecision, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "decisions", tuple(self.decisions))
         object.__setattr__(self, "agent_answers", _frozen_mapping(self.agent_answers))
         object.__setattr__(self, "agent_correct", _frozen_mapping(self.agent_correct))
         object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
         unknown = {m.agent for m in self.messages} - set(self.agents)
         if unknown:
             raise ValueError(f"episode {self.problem_id}: messages by agents not in the team: {sorted(unknown)}")
+
+    @property
+    def counterfactual_tokens(self) -> int:
+        """Tokens generated only to value skipped turns (not counted in ``tokens``)."""
+        return sum(d.counterfactual_tokens for d in self.decisions)
 
     def messages_by(self, agent: str) -> list[int]:
         """Indices of ``agent``'s messages in ``messages``."""
@@ -151,7 +162,7 @@ class Episode:
             "messages": [m.to_dict() for m in self.messages], "final_answer": self.final_answer,
             "reward": self.reward, "agent_answers": dict(self.agent_answers),
             "agent_correct": dict(self.agent_correct), "tokens": self.tokens, "calls": self.calls,
-            "metadata": dict(self.metadata),
+            "metadata": dict(self.metadata), "decisions": [d.to_dict() for d in self.decisions],
         }
 
     @classmethod
@@ -163,4 +174,147 @@ class Episode:
             agent_answers=data.get("agent_answers", {}), agent_correct=data.get("agent_correct", {}),
             tokens=int(data.get("tokens", 0)), calls=int(data.get("calls", 0)),
             metadata=data.get("metadata", {}),
+            decisions=tuple(ControllerDecision.from_dict(d) for d in data.get("decisions", ())),
         )
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One chat-template message: ``role`` is ``"system"``, ``"user"`` or ``"assistant"``."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """What an agent must produce now.
+
+    Fields:
+        agent: agent instance (``"reviewer_0"``).
+        role: its role name (``"reviewer"``).
+        stage: what the turn is for (``"solve"``, ``"propose"``, ``"review"``, ...).
+        round: 0-based round index.
+        chat: the chat messages the model sees, oldest first; the last one is the instruction.
+        adapter: LoRA adapter to generate with (``None`` = base model).
+        item: the problem (scripted policies read ``item.reference``; models never see it).
+        transcript: the messages visible to this agent (already in ``chat`` as text).
+        metadata: protocol extras (e.g. the pending answer under review).
+    """
+
+    agent: str
+    role: str
+    stage: str
+    round: int
+    chat: tuple[ChatMessage, ...]
+    adapter: str | None = None
+    item: TaskItem | None = None
+    transcript: tuple[Message, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings shared by all backends.
+
+    ``temperature == 0`` means greedy decoding. ``seed`` makes sampled generation reproducible for
+    the same batch on the same backend.
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion.
+
+    Fields:
+        text: decoded completion (special tokens removed).
+        prompt_ids: the prompt token ids, shape [P] (empty for scripted text).
+        completion_ids: generated token ids, shape [C] (EOS included when generated).
+        logprobs: log-prob of each completion token under the generating policy, shape [C],
+            computed from the same (temperature-scaled) distribution that was sampled.
+        adapter: adapter that generated it.
+        truncated: the prompt was cut to fit the context (see ``teamplay.agents.prompts``).
+    """
+
+    text: str
+    prompt_ids: tuple[int, ...] = ()
+    completion_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    adapter: str | None = None
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class ControllerDecision:
+    """One speak/skip decision of a controller, logged in ``Episode.decisions`` by the driver.
+
+    A renamed field is an ``AttributeError`` in the learner, never a silently empty lookup.
+
+    Fields:
+        agent, stage, round: the turn decided (``round`` 0-based).
+        spoke: True when the agent spoke, False when the controller skipped its turn.
+        state: the learner's information state (its table key); ``None`` when the controller does
+            not decide this stage (the turn spoke and nothing is learned from it).
+        mode: the controller mode that decided (``"train"``, ``"average_greedy"``, ...).
+        pending_answer: the answer under review / the proposer's pending answer before the turn.
+        previous_answer: the agent's own latest answer before the turn (debate).
+        counterfactual_text: what a skipped agent would have said (training only; never in the
+            transcript); ``None`` when no counterfactual was generated.
+        counterfactual_answer: the answer extracted from ``counterfactual_text``.
+        counterfactual_tokens: tokens generated for that counterfactual (not in ``Episode.tokens``).
+        extra: JSON-ready facts of a user's own controller (built-in controllers leave it empty).
+    """
+
+    agent: str
+    stage: str
+    round: int
+    spoke: bool
+    state: tuple[str, ...] | None = None
+    mode: str | None = None
+    pending_answer: str | None = None
+    previous_answer: str | None = None
+    counterfactual_text: str | None = None
+    counterfactual_answer: str | None = None
+    counterfactual_tokens: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.state is not None:
+            object.__setattr__(self, "state", tuple(str(s) for s in self.state))
+        object.__setattr__(self, "extra", _frozen_mapping(self.extra))
+
+    @property
+    def has_counterfactual(self) -> bool:
+        return self.counterfactual_text is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["state"] = None if self.state is None else list(self.state)
+        data["extra"] = dict(self.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ControllerDecision:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"controller decision has unknown fields {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**{k: (tuple(v) if k == "state" and v is not None else v) for k, v in data.items()})

@@ -6,7 +6,7 @@ Before a skippable turn the episode driver asks the protocol's controller whethe
 
     rollouts (controller mode "train": sample the current strategy; a skipped review or debate
     turn is still generated as a counterfactual, batched with the other turns of that step)
-        -> Episode.metadata["controller"]: one dict per decision (the log, written by the driver)
+        -> Episode.decisions: one typed ControllerDecision per decision (written by the driver)
         -> TeamControllers.learn(episodes, judge): values of BOTH actions per decision, one
            expected-baseline regret update each
 
@@ -50,37 +50,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from teamplay.config import STAGES, ControllerConfig, Mode
 from teamplay.credit.regret import SKIP, SPEAK, RegretMatcher, info_state, reviewer_reward, signed
 from teamplay.envs.protocols.base import Controller, ControllerChoice, TurnDecision
-from teamplay.envs.records import Episode, Message
 from teamplay.errors import ConfigError
+from teamplay.records import ControllerDecision, Episode, Message
 
-#: stages whose action values are defined (proposer_reviewer's two, debate's revision rounds)
-STAGES = ("propose", "review", "debate")
-Stage = Literal["propose", "review", "debate"]
-Mode = Literal["average_greedy", "current", "sample", "always_speak"]
 #: ``judge(answer, problem_id)``: whether a (non-None) answer is correct
 Judge = Callable[[str, str], bool]
-
-
-class ControllerConfig(BaseModel):
-    """The ``controllers:`` section of a team config."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = Field(False, description="Learned speak/skip controllers (regret matching) before "
-                                             "skippable turns (proposer_reviewer, debate).")
-    mode: Mode = Field("average_greedy", description="How evaluation decides: average_greedy, current, "
-                                                     "sample, or always_speak (the baseline). Training "
-                                                     "always samples the current strategy.")
-    price_per_token: float = Field(0.0, ge=0.0, description="Subtracted per generated token from the "
-                                                            "value of speaking (cost-aware learning).")
-    price_per_call: float = Field(0.0, ge=0.0, description="Subtracted per model call from the value "
-                                                           "of speaking.")
-    stages: tuple[Stage, ...] = Field(STAGES, min_length=1, description="Stages the controllers decide; "
-                                      "skippable turns of other stages always speak.")
 
 
 @dataclass(frozen=True)
@@ -178,11 +156,10 @@ class TeamControllers:
         """Speak or skip before ``decision.turn``; the record holds what learning needs later."""
         turn = decision.turn
         if turn.stage not in self.config.stages:
-            return ControllerChoice(speak=True, record={"controlled": False})
+            return ControllerChoice(speak=True)  # state None: not decided, nothing to learn
         state, facts = information_state(decision)
-        record = {"state": list(state), "mode": mode, **facts}
         if mode == "always_speak":
-            return ControllerChoice(speak=True, record=record)
+            return ControllerChoice(speak=True, state=state, mode=mode, **facts)
         m = self.matcher(turn.agent, turn.stage)
         if mode == "train":
             action = m.sample(state, decision.rng)
@@ -195,7 +172,8 @@ class TeamControllers:
             action = SKIP if probs[SKIP] > probs[SPEAK] else SPEAK
         # a keep is not simulated (TRACER); a silent reviewer or debater is, to value its speech
         counterfactual = mode == "train" and action == SKIP and turn.stage != "propose"
-        return ControllerChoice(speak=action == SPEAK, counterfactual=counterfactual, record=record)
+        return ControllerChoice(speak=action == SPEAK, counterfactual=counterfactual, state=state, mode=mode,
+                                **facts)
 
     # ---- learning ---------------------------------------------------------------------------
 
@@ -203,16 +181,16 @@ class TeamControllers:
         """Price of one spoken message of ``tokens`` tokens."""
         return self.config.price_per_call + self.config.price_per_token * tokens
 
-    def action_values(self, entry: Mapping[str, Any], episode: Episode, judge: Judge) -> np.ndarray | None:
+    def action_values(self, entry: ControllerDecision, episode: Episode, judge: Judge) -> np.ndarray | None:
         """``[v(skip/keep), v(speak/refresh)]`` of one logged decision (see the module docstring), or
         None when the value of speaking is unknown (skipped without a counterfactual)."""
         def right(answer: str | None) -> bool:
             return answer is not None and bool(judge(answer, episode.problem_id))
 
-        stage, spoke = entry["stage"], bool(entry["spoke"])
+        stage, spoke = entry.stage, entry.spoke
         message = _message_of(episode, entry)
         if stage == "propose":
-            old = entry["pending_answer"]
+            old = entry.pending_answer
             keep = signed(right(old))
             if not spoke:
                 return np.array([keep, keep])
@@ -220,17 +198,16 @@ class TeamControllers:
             return np.array([keep, signed(right(new)) - self.cost(message.n_tokens)])
         if spoke:
             text, answer, tokens = message.text, message.answer, message.n_tokens
-        elif "counterfactual_text" in entry:
-            text, answer = entry["counterfactual_text"], entry["counterfactual_answer"]
-            tokens = int(entry["counterfactual_tokens"])
+        elif entry.counterfactual_text is not None:
+            text, answer, tokens = entry.counterfactual_text, entry.counterfactual_answer, entry.counterfactual_tokens
         else:
             return None
         if stage == "review":
-            pending = entry["pending_answer"]
+            pending = entry.pending_answer
             pending_right = None if pending is None else right(pending)
             return np.array([signed(bool(pending_right)), reviewer_reward(text, pending_right) - self.cost(tokens)])
         if stage == "debate":
-            return np.array([signed(right(entry["previous_answer"])), signed(right(answer)) - self.cost(tokens)])
+            return np.array([signed(right(entry.previous_answer)), signed(right(answer)) - self.cost(tokens)])
         raise ConfigError(f"controllers: no action values are defined for stage {stage!r} "
                           f"(known: {', '.join(STAGES)})")
 
@@ -241,25 +218,26 @@ class TeamControllers:
         updates: dict[str, int] = defaultdict(int)
         unvalued = cf_tokens = 0
         for episode in episodes:
-            for entry in episode.metadata.get("controller", ()):
-                if "state" not in entry:
+            for entry in episode.decisions:
+                if entry.state is None:
                     continue  # a stage the controllers do not decide
-                if entry.get("mode") != "train":
-                    raise ValueError(f"episode {episode.problem_id}: decision of {entry['agent']} in round "
-                                     f"{entry['round']} was made in mode {entry.get('mode')!r}; only "
+                if entry.mode != "train":
+                    raise ValueError(f"episode {episode.problem_id}: decision of {entry.agent} in round "
+                                     f"{entry.round} was made in mode {entry.mode!r}; only "
                                      f"training decisions update the tables")
-                cf_tokens += int(entry.get("counterfactual_tokens", 0))
+                cf_tokens += entry.counterfactual_tokens
                 values = self.action_values(entry, episode, judge)
                 if values is None:
                     unvalued += 1
                     continue
-                self.matcher(entry["agent"], entry["stage"]).update(_state_key(entry["state"]), values)
-                updates[f"{entry['agent']}/{entry['stage']}"] += 1
+                self.matcher(entry.agent, entry.stage).update(entry.state, values)
+                updates[f"{entry.agent}/{entry.stage}"] += 1
         return LearnStats(updates=dict(updates), unvalued=unvalued, counterfactual_tokens=cf_tokens)
 
 
-def information_state(decision: TurnDecision) -> tuple[tuple[str, str, str], dict[str, Any]]:
-    """The table key of a decision and the facts its action values need later (JSON-ready)."""
+def information_state(decision: TurnDecision) -> tuple[tuple[str, str, str], dict[str, str | None]]:
+    """The table key of a decision and the facts its action values need later
+    (``ControllerChoice`` keyword arguments)."""
     turn, meta = decision.turn, decision.request.metadata
     if turn.stage in ("propose", "review"):
         if "pending_answer" not in meta or "vote_score" not in meta:
@@ -281,9 +259,9 @@ def speak_rates(episodes: Iterable[Episode]) -> dict[str, float]:
     """Per ``"agent/stage"``: the fraction of controller decisions that spoke (decided stages only)."""
     spoke: dict[str, list[bool]] = defaultdict(list)
     for episode in episodes:
-        for entry in episode.metadata.get("controller", ()):
-            if "state" in entry:
-                spoke[f"{entry['agent']}/{entry['stage']}"].append(bool(entry["spoke"]))
+        for entry in episode.decisions:
+            if entry.state is not None:
+                spoke[f"{entry.agent}/{entry.stage}"].append(entry.spoke)
     return {k: sum(v) / len(v) for k, v in sorted(spoke.items())}
 
 
@@ -295,13 +273,9 @@ def _latest_answers(transcript: Iterable[Message], exclude: str) -> list[str | N
     return list(latest.values())
 
 
-def _message_of(episode: Episode, entry: Mapping[str, Any]) -> Message:
+def _message_of(episode: Episode, entry: ControllerDecision) -> Message:
     for m in episode.messages:
-        if m.agent == entry["agent"] and m.round == entry["round"] and m.stage == entry["stage"]:
+        if m.agent == entry.agent and m.round == entry.round and m.stage == entry.stage:
             return m
-    raise ValueError(f"episode {episode.problem_id}: no message of {entry['agent']} in round {entry['round']} "
-                     f"for its logged {entry['stage']!r} decision")
-
-
-def _state_key(state: Any) -> tuple:
-    return tuple(state)
+    raise ValueError(f"episode {episode.problem_id}: no message of {entry.agent} in round {entry.round} "
+                     f"for its logged {entry.stage!r} decision")
