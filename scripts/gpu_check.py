@@ -42,6 +42,10 @@ RATIO_TOL = 1e-2
 PROMPT_TOKENS = 512
 # the training step: problems x episodes per problem (a CPU dry run of this script lowers them)
 TRAIN_PROBLEMS, TRAIN_GROUP = 4, 8
+# the tiny model: head_dim 64 (hidden 256, 4 heads), as vLLM's attention kernels take no smaller
+# head; its output head is widened so that the distribution is peaked enough for T=0.7 to differ
+# visibly from T=1 (a CPU dry run uses a narrower model)
+HIDDEN, LAYERS, LOGIT_SCALE = 256, 2, 5.0
 CLEARLY = 5 * LOGP_TOL  # T=0.7 vs T=1 log-probs must differ by at least this (mean |delta|)
 
 
@@ -156,10 +160,9 @@ class GPUCheck:
 
         folder = self.workdir / "tiny-bf16"
         if not (folder / "config.json").is_file():
-            # head_dim 64 (hidden 256, 4 heads): vLLM's attention kernels take no smaller head
-            model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden=256, layers=2)
-            with torch.no_grad():  # widen the head: a peaked distribution makes T=0.7 visibly differ
-                model.lm_head.weight.mul_(5.0)
+            model, tokenizer = tiny_model_and_tokenizer(seed=0, hidden=HIDDEN, layers=LAYERS)
+            with torch.no_grad():
+                model.lm_head.weight.mul_(LOGIT_SCALE)
             model.to(torch.bfloat16).save_pretrained(folder)
             tokenizer.save_pretrained(folder)
         model, tokenizer = load_model(str(folder), dtype="bfloat16")

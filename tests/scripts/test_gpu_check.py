@@ -61,6 +61,9 @@ def test_dry_run_with_a_stand_in_engine_passes_every_check(monkeypatch, capsys, 
     # a smaller training step (2 problems x 4 episodes); a group of 4 still has reward variance
     monkeypatch.setattr(gpu_check, "TRAIN_PROBLEMS", 2)
     monkeypatch.setattr(gpu_check, "TRAIN_GROUP", 4)
+    # hidden 32: the stand-in has no head-size limit, and the CPU cost is the prefill's linear layers
+    monkeypatch.setattr(gpu_check, "HIDDEN", 32)
+    monkeypatch.setattr(gpu_check, "LOGIT_SCALE", 20.0)  # the std-0.02 head of hidden 32 spans about +-0.6
     status = gpu_check.main(["--max-new-tokens", "2", "--workdir", str(tmp_path)])
     out = capsys.readouterr().out
     assert results(out) == dict.fromkeys(CHECKS, "PASS"), out
@@ -70,6 +73,8 @@ def test_dry_run_with_a_stand_in_engine_passes_every_check(monkeypatch, capsys, 
 def test_log_probs_from_before_temperature_scaling_fail_the_check(monkeypatch, capsys, tmp_path, gpu_check):
     # vLLM 0.10.1's behaviour: log-probs of the T=1 distribution although T=0.7 was sampled
     fake_vllm.install_hf_engine(monkeypatch, unscaled_logprobs=True)
+    monkeypatch.setattr(gpu_check, "HIDDEN", 32)
+    monkeypatch.setattr(gpu_check, "LOGIT_SCALE", 20.0)
     args = gpu_check.parse_args(["--max-new-tokens", "4"])
     check = gpu_check.GPUCheck(gpu_check.Report(), tmp_path, args)
     check.check_engine()
