@@ -1,4 +1,4 @@
-"""The ``teamplay`` command: train, eval, play, report, list.
+"""The ``teamplay`` command: train, eval, play, credit, report, list.
 
 Every user error (bad config, missing file, unknown name) is printed as one ``error:`` line with
 exit status 2; a traceback means a bug in teamplay.
@@ -41,16 +41,19 @@ err_console = Console(stderr=True)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn TeamplayError (and ValueError from validation) into one-line messages, exit 2."""
+    """Turn a TeamplayError (ConfigError, DataError, ...) into one ``error:`` line with exit 2, and
+    Ctrl-C into exit 130; any other exception is a bug and keeps its traceback."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except TeamplayError as exc:
+            # soft_wrap: one line whatever the terminal width (scripts grep it; pipes have no width);
             # escaped: a message may quote text such as "[type=value_error ...]" that rich would
             # otherwise read as markup and drop
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True,
+                              soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: results written so far are kept")
@@ -69,6 +72,21 @@ def _shortcut_overrides(**flags: Any) -> list[str]:
     """CLI shortcut flags (``--task gsm8k``) as ``--set`` overrides; None means not given."""
     return [f"{key}={json.dumps(value) if not isinstance(value, str) else value}"
             for key, value in flags.items() if value is not None]
+
+
+def build_eval_team(cfg: EvalConfig, item_limit: int | None = None, controller_mode: str | None = None):
+    """What ``eval`` and ``play`` both build from an EvalConfig: the task and its items, the
+    controllers (tables from ``model.checkpoint``), the env factory, the team and the backend.
+    ``item_limit`` replaces ``task.limit``; ``controller_mode`` overrides the configured mode."""
+    from teamplay.training.setup import build_backend, env_factory, load_controllers, load_items
+
+    task_cfg = cfg.task if item_limit is None else cfg.task.model_copy(update={"limit": item_limit})
+    task_obj, items = load_items(task_cfg)
+    controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
+    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
+                                 controller=controllers.controller(controller_mode) if controllers else None)
+    backend_obj = build_backend(cfg.model, cfg.backend, team, max_new_tokens=cfg.sampling.max_new_tokens)
+    return task_obj, items, controllers, make_env, team, backend_obj
 
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (see configs/).")
@@ -103,7 +121,7 @@ def eval_command(
     """Evaluate a team on a benchmark: accuracy, cost and correction metrics."""
     from teamplay.training.evaluation import evaluate
     from teamplay.training.rollout import RolloutRunner
-    from teamplay.training.setup import build_backend, env_factory, load_controllers, load_items, sampling_params
+    from teamplay.training.setup import env_factory, sampling_params
 
     overrides = _shortcut_overrides(**{
         "task.name": task, "task.split": split, "task.source": source, "task.limit": limit,
@@ -112,11 +130,7 @@ def eval_command(
         "sampling.max_new_tokens": max_new_tokens, "seed": seed, "model.checkpoint": checkpoint,
         "output_dir": output}) + list(set_)
     cfg = load_config(EvalConfig, config, overrides)
-    task_obj, items = load_items(cfg.task)
-    controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
-    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
-                                 controller=controllers.controller() if controllers else None)
-    backend_obj = build_backend(cfg.model, cfg.backend, team, max_new_tokens=cfg.sampling.max_new_tokens)
+    task_obj, items, controllers, make_env, team, backend_obj = build_eval_team(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # the always-speak baseline: same team, items, seed and backend; only the controller differs
@@ -202,7 +216,7 @@ def play_command(
 ) -> None:
     """Run one problem and print the dialogue as it happens."""
     from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import build_backend, env_factory, load_controllers, load_items, sampling_params
+    from teamplay.training.setup import sampling_params
 
     overrides = _shortcut_overrides(**{
         "task.name": task, "task.source": source, "protocol.name": protocol, "model.name": model,
@@ -211,15 +225,10 @@ def play_command(
     cfg = load_config(EvalConfig, config, overrides)
     if index < 0:
         raise TeamplayError(f"--index must be >= 0, got {index}")
-    task_cfg = cfg.task.model_copy(update={"limit": index + 1})
-    task_obj, items = load_items(task_cfg)
+    _, items, _, make_env, _, backend_obj = build_eval_team(cfg, item_limit=index + 1)
     if index >= len(items):
         raise TeamplayError(f"--index {index}: the split has only {len(items)} problems")
     item = items[index]
-    controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
-    make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
-                                 controller=controllers.controller() if controllers else None)
-    backend_obj = build_backend(cfg.model, cfg.backend, team, max_new_tokens=cfg.sampling.max_new_tokens)
     console.rule(f"[bold]{item.id}")
     console.print(item.prompt, highlight=False)
     console.print(f"[dim]reference: {item.reference}[/]")
@@ -260,19 +269,20 @@ def train_command(
 
     overrides = _shortcut_overrides(**{"output_dir": output, "steps": steps}) + list(set_)
     cfg = load_config(TrainConfig, config, overrides)
+
+    def on_eval(label: str) -> None:
+        err_console.print(f"held-out evaluation ({label}) ...")
+
+    # built before the progress bar: a run that cannot work is refused before anything is shown
+    trainer = Trainer(cfg, on_eval=on_eval)
     with progress_bar() as bar:
         job = bar.add_task("train", total=cfg.steps)
-        status: dict[str, str] = {}
 
         def on_step(step: int, metrics: dict) -> None:
             bar.update(job, completed=step, description=(
                 f"train · reward {metrics['reward_mean']:.2f} · {metrics['seconds']:.0f}s/step"))
 
-        def on_eval(label: str) -> None:
-            status["eval"] = label
-            err_console.print(f"held-out evaluation ({label}) ...")
-
-        trainer = Trainer(cfg, on_step=on_step, on_eval=on_eval)
+        trainer.on_step = on_step
         bar.update(job, completed=trainer.state.step)
         result = trainer.train(resume=resume)
     table = Table(title=f"held-out {cfg.eval_task.name if cfg.eval_task else '-'}: before and after")
@@ -302,35 +312,95 @@ def report_command(
     console.print(f"wrote {write_report(run_dirs, compare, output)}")
 
 
+@app.command("credit")
+@user_errors
+def credit_command(
+    folder: Path = typer.Argument(..., help="An eval folder (teamplay eval -o) or a run folder."),
+    method: str = typer.Option(..., "--method", "-m", help="Credit method (teamplay list) or "
+                                                           "path/to/file.py:function."),
+    set_: list[str] = typer.Option([], "--set", help="A method option: --set value=masking"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the rows as JSON lines."),
+    limit: int = typer.Option(40, help="Rows to print (all are written with --output)."),
+) -> None:
+    """Try a credit method on saved episodes: the advantage of every utterance, without training."""
+    from teamplay.config import parse_overrides
+    from teamplay.training.saved_credit import credit_saved
+
+    rows = credit_saved(folder, method, dict(parse_overrides(set_)))
+    table = Table(title=f"credit {method} on {folder} ({len(rows)} utterances)")
+    for col in ("group", "ep", "agent", "stage", "round", "advantage", "reward", "text"):
+        table.add_column(col, justify="right" if col in ("ep", "round", "advantage", "reward") else "left")
+    for r in rows[:limit]:
+        text = r.text if r.spoke else "(skipped)"
+        table.add_row(r.group_id, str(r.episode), r.agent, r.stage, str(r.round), f"{r.advantage:+.3f}",
+                      f"{r.reward:.2f}", text.replace("\n", " ")[:60])
+    console.print(table)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with output.open("w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+        console.print(f"wrote {output}")
+
+
 @app.command("list")
 @user_errors
-def list_command() -> None:
-    """List tasks, protocols and credit methods."""
-    from teamplay.credit import credit_methods
+def list_command(
+    plugin: list[str] = typer.Option([], "--plugin", help="Also list a user's entry: path/to/file.py:name "
+                                                          "(a credit method, task or protocol)."),
+) -> None:
+    """List tasks, protocols and credit methods (and the user files given with --plugin)."""
+    from teamplay.credit import CREDIT, credit_methods
     from teamplay.envs.protocols import get_protocol, protocol_names
-    from teamplay.envs.tasks import get_task, task_names
+    from teamplay.envs.protocols.registry import PROTOCOLS
+    from teamplay.envs.tasks import TASKS, get_task, task_names
+
+    plugins = _load_plugins(plugin, CREDIT, TASKS, PROTOCOLS)
 
     table = Table(title="tasks")
     table.add_column("name")
     table.add_column("splits")
     table.add_column("how answers are read")
-    for name in task_names():
+    for name in task_names() + plugins["task"]:
         t = get_task(name)
         table.add_row(name, ", ".join(t.splits), t.answer_instruction)
     console.print(table)
     table = Table(title="protocols")
     table.add_column("name")
     table.add_column("description")
-    for name in protocol_names():
+    for name in protocol_names() + plugins["protocol"]:
         doc = (get_protocol(name).__doc__ or "").strip().splitlines()
         table.add_row(name, doc[0] if doc else "")
     console.print(table)
     table = Table(title="credit methods")
     table.add_column("name")
     table.add_column("what it does")
-    for name, method in credit_methods().items():
-        table.add_row(name, method.summary)
+    table.add_column("needs")
+    methods = {**credit_methods(), **{spec: CREDIT.get(spec) for spec in plugins["credit method"]}}
+    for name, method in methods.items():
+        needs = sorted(method.requires(method.options()))
+        if method.protocols is not None:
+            needs.append("protocol " + "/".join(sorted(method.protocols)))
+        table.add_row(name, method.summary, ", ".join(needs) or "-")
     console.print(table)
+
+
+def _load_plugins(specs: list[str], *registries) -> dict[str, list[str]]:
+    """Sort ``--plugin`` specs by the registry whose check accepts them (credit, task, protocol)."""
+    found: dict[str, list[str]] = {r.kind: [] for r in registries}
+    for spec in specs:
+        if ":" not in spec:
+            raise TeamplayError(f"--plugin {spec!r}: expected path/to/file.py:name")
+        for registry in registries:
+            try:
+                registry.load_plugin(spec)
+            except TeamplayError:
+                continue
+            found[registry.kind].append(spec)
+            break
+        else:
+            raise TeamplayError(f"--plugin {spec}: not a credit method, task or protocol")
+    return found
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -200,6 +200,10 @@ class TurnRequest:
         item: the problem (scripted policies read ``item.reference``; models never see it).
         transcript: the messages visible to this agent (already in ``chat`` as text).
         metadata: protocol extras (e.g. the pending answer under review).
+        expects: what the turn must produce: ``"answer"`` (a solution with an answer) or
+            ``"verdict"`` (RIGHT/WRONG on the pending answer; the protocol's verdict stages).
+        seed: the episode's seed (from ``reset(seed=...)``), so scripted policies can vary across
+            the episodes of a group without hidden state; None when the env was not seeded.
     """
 
     agent: str
@@ -211,6 +215,8 @@ class TurnRequest:
     item: TaskItem | None = None
     transcript: tuple[Message, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    expects: str = "answer"
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -193,9 +193,11 @@ def grpo_credit(batch: CreditBatch, options: GroupOptions) -> list[np.ndarray]:
 def gspo_credit(batch: CreditBatch, options: GroupOptions) -> list[np.ndarray]:
     """Same advantages as ``grpo`` (same options, same invariant).
 
-    GSPO differs from GRPO in the objective, not the advantage: the trainer pairs this method with
-    ``teamplay.training.losses.gspo_loss``, where each message is one sequence with one ratio
-    ``s_i``. It is a separate name so a run config says which objective its advantages feed.
+    GSPO differs from GRPO in the objective, not the advantage. The objective is chosen on its own
+    (``objective.name: gspo`` selects ``teamplay.training.losses.gspo_loss``, one ratio ``s_i`` per
+    message); the trainer does not couple the two, so ``credit.method: gspo`` with
+    ``objective.name: grpo`` trains exactly like ``grpo``. The name only lets a config say which
+    objective its advantages are meant for.
     """
     return grpo_credit(batch, options)
 

@@ -29,7 +29,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import re
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,7 @@ from pettingzoo import AECEnv
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import Protocol
-from teamplay.envs.protocols.driver import EpisodeDriver
+from teamplay.envs.protocols.driver import SURROGATE, EpisodeDriver
 from teamplay.envs.protocols.registry import get_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
@@ -52,7 +51,6 @@ from teamplay.records import Episode, Generation, TaskItem
 # can decode to (Python never decodes UTF-8 to a lone surrogate).
 _SURROGATES = range(0xD800, 0xE000)
 N_CHARACTERS = 0x110000 - len(_SURROGATES)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @functools.cache
@@ -89,7 +87,7 @@ class UnicodeText(Text):
 
     def contains(self, x: Any) -> bool:
         return (isinstance(x, str) and self.min_length <= len(x) <= self.max_length
-                and _SURROGATE.search(x) is None)
+                and SURROGATE.search(x) is None)
 
     def sample(self, mask: tuple[int | None, Any] | None = None,
                probability: tuple[int | None, Any] | None = None) -> str:
@@ -226,6 +224,9 @@ class TeamEnv(AECEnv):
             item_seq, controller_seq = np.random.SeedSequence(seed).spawn(2)
             self._item_rng = np.random.default_rng(item_seq)
             self._controller_rng = np.random.default_rng(controller_seq)
+        # the episode's seed, handed to every request (seed=None continues: the next episode's)
+        self._episode_seed = seed if seed is not None else (
+            None if getattr(self, "_episode_seed", None) is None else self._episode_seed + 1)
         options = dict(options or {})
         item = options.pop("item", None)
         group_id = options.pop("group_id", None)
@@ -253,7 +254,8 @@ class TeamEnv(AECEnv):
         self.infos = {a: {} for a in self.agents}
         self._skip_agent_selection = None
         assert self._controller_rng is not None
-        self.driver.start(item, group_id if group_id is not None else item.id, self._controller_rng)
+        self.driver.start(item, group_id if group_id is not None else item.id, self._controller_rng,
+                          seed=self._episode_seed)
         self._after_turn()
 
     def step(self, action: str | Generation | None) -> None:

@@ -14,10 +14,19 @@ from pathlib import Path
 from teamplay.agents.backends import get_backend
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.roles import Team
-from teamplay.config import BackendConfig, ControllerConfig, ModelConfig, ProtocolConfig, SamplingConfig, TaskConfig
+from teamplay.config import (
+    BackendConfig,
+    ControllerConfig,
+    ModelConfig,
+    ProtocolConfig,
+    SamplingConfig,
+    TaskConfig,
+    TrainConfig,
+)
+from teamplay.credit import check_credit
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.protocols.base import Controller
-from teamplay.envs.tasks import get_task
+from teamplay.envs.tasks import TASKS, get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
@@ -143,3 +152,19 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     except ValueError as exc:
         raise ConfigError(f"controllers: {extra}: {exc}") from None
     return controllers
+
+
+#: resources the trainer hands every credit method (``CreditResources`` fields it sets)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend"})
+
+
+def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) -> None:
+    """Everything about a training run that can be checked before a model or data set loads: the
+    task and protocol exist and take their options, and the credit method exists, takes its
+    options, works with the protocol and gets every resource it needs. Raises ConfigError (one line).
+    """
+    TASKS.get(cfg.task.name)
+    if cfg.eval_task is not None:
+        TASKS.get(cfg.eval_task.name)
+    protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)
+    check_credit(cfg.credit.method, cfg.credit.options, protocol.name, provided)

@@ -67,7 +67,14 @@ from teamplay.training.losses import grpo_loss, gspo_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
-from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
+from teamplay.training.setup import (
+    build_backend,
+    build_team_model,
+    env_factory,
+    load_items,
+    sampling_params,
+    validate_run,
+)
 
 
 @dataclass
@@ -95,16 +102,10 @@ class Trainer:
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,
                  on_eval: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
+        # the config model checked its cross-field rules at load; what needs the registries (credit
+        # method, its options, resources and protocol) is checked here, before data or model load
+        validate_run(cfg)
         seed_everything(cfg.seed)
-        if cfg.backend.name == "scripted":
-            raise ConfigError("backend.name: training needs a model backend (hf or vllm), not 'scripted'")
-        if cfg.sampling.temperature == 0 and cfg.rollout.group_size > 1:
-            raise ConfigError("sampling.temperature: training with group_size > 1 needs sampled "
-                              "decoding (temperature > 0); greedy episodes of a group are identical")
-        if cfg.sampling.top_p < 1 or cfg.sampling.top_k > 0:
-            raise ConfigError("sampling.top_p/top_k: training rollouts must sample the full distribution "
-                              "(top_p=1, top_k=0) so the behaviour log-probs and the trainer's ratio refer "
-                              "to the same policy")
         if task is not None:
             if not items:
                 raise ConfigError("Trainer(task=...) needs the training items too (items=[...])")

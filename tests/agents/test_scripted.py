@@ -11,12 +11,13 @@ PARAMS = SamplingParams()
 ITEM = TaskItem(id="arith/test/0", prompt="What is 7 + 11?", reference="18")
 
 
-def turn(stage="solve", pending=None, item=ITEM, agent="solver_0", round_=0, chat=None):
+def turn(stage="solve", pending=None, item=ITEM, agent="solver_0", round_=0, chat=None, seed=None):
     metadata = {} if stage == "solve" else {"pending_answer": pending, "pending_agent": "proposer_0"}
     chat = chat or (ChatMessage("system", "sys"), ChatMessage("user", item.prompt if item else "?"),
                     ChatMessage("user", "Answer."))
     return TurnRequest(agent=agent, role=agent.rsplit("_", 1)[0], stage=stage, round=round_, chat=chat,
-                       adapter="solver", item=item, metadata=metadata)
+                       adapter="solver", item=item, metadata=metadata,
+                       expects="verdict" if stage in ("review", "check") else "answer", seed=seed)
 
 
 def say(policy, request, **kwargs):
@@ -31,6 +32,19 @@ def test_oracle_answers_and_reviews():
     assert say("oracle", turn("review", pending=None)) == "WRONG"
     # a proposer also sees pending_answer in its metadata: it still answers
     assert say("oracle", turn("propose", pending="19")) == "The answer is \\boxed{18}."
+
+
+def test_every_verdict_stage_is_judged_not_only_review():
+    # a user's protocol may call its verdict stage anything; the request says what is expected
+    assert say("oracle", turn("check", pending="18")) == "RIGHT"
+    assert say("wrong", turn("check", pending="18")) == "WRONG"
+    assert say("oracle", turn("critique", pending="19")) == "The answer is \\boxed{18}."
+
+
+def test_random_policy_varies_with_the_episode_seed():
+    texts = {say("random", turn(seed=s)) for s in range(6)}
+    assert len(texts) > 1  # the episodes of a group differ ...
+    assert say("random", turn(seed=3)) == say("random", turn(seed=3))  # ... and each reproduces
 
 
 def test_wrong_and_contrarian():

@@ -10,17 +10,19 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
 - ``echo``: repeats the newest message before the instruction (the newest transcript entry, or
   the problem when there is none).
 - ``random``: seeded random text (printable unicode, digits, LaTeX-ish symbols; 0-200 characters);
-  the same (backend seed, sampling seed, item, agent, stage, round) gives the same text.
+  the same (backend seed, sampling seed, episode seed, item, agent, stage, round) gives the same
+  text, so the episodes of a group differ.
 
-A custom policy is any callable ``fn(request) -> str``.
+A custom policy is any callable ``fn(request) -> str``; ``request.seed`` is the episode's seed, so a
+policy can vary across the episodes of a group without hidden state.
 
 Answer format: ``"The answer is \\boxed{REF}."`` is parsed by every task extractor (numeric answers
 take the last box, letters accept a boxed letter and "answer is", LaTeX answers take the last box).
 
-A turn is a review turn when its ``stage`` is ``"review"`` (the ``proposer_reviewer`` protocol's
-stage; its reviewers' first line must be RIGHT or WRONG). The metadata key read there is
-``"pending_answer"``: the extracted answer under review, ``None`` when the proposal had none (then
-the verdict is that of a wrong answer). Other stages see ``"pending_answer"`` too and ignore it.
+Every stage of every protocol, built-in or a user's, is answered: a turn whose request
+``expects == "verdict"`` (a stage the protocol lists in ``verdict_stages``, e.g. proposer_reviewer's
+``review``) gets RIGHT or WRONG on the metadata's ``"pending_answer"`` (the extracted answer under
+review; ``None`` when there was none, judged as a wrong answer); every other turn gets an answer.
 Correctness of the pending answer is ``is_correct(pending, item)``: by default the same canonical
 string (whitespace removed) or the same number (``"18.0"`` equals ``"18"``); pass a task's scorer
 for anything finer.
@@ -140,7 +142,7 @@ class ScriptedBackend(GenerationBackend):
         return chat[-2].content if len(chat) >= 2 else (chat[-1].content if chat else "")
 
     def _random(self, request: TurnRequest, sampling: SamplingParams) -> str:
-        key = (f"{self.seed}/{sampling.seed}/{request.item.id if request.item else ''}/"
+        key = (f"{self.seed}/{sampling.seed}/{request.seed}/{request.item.id if request.item else ''}/"
                f"{request.agent}/{request.stage}/{request.round}")
         rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
         return "".join(rng.choice(_RANDOM_ALPHABET) for _ in range(rng.randint(0, 200)))
@@ -151,7 +153,7 @@ class ScriptedBackend(GenerationBackend):
 
 
 def _is_review(request: TurnRequest) -> bool:
-    return request.stage == "review"
+    return request.expects == "verdict"
 
 
 def _item(request: TurnRequest, policy: str) -> TaskItem:

@@ -193,6 +193,9 @@ class Protocol(ABC):
     name: ClassVar[str] = ""
     roles: ClassVar[tuple[RoleSpec, ...]] = ()
     Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions
+    #: stages whose turns judge the pending answer (RIGHT/WRONG) instead of answering; their
+    #: requests carry ``expects="verdict"`` so any policy, scripted or learned, knows the task
+    verdict_stages: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **options: Any) -> None:
         self.options = _validate_options(self.name or type(self).__name__, self.Options, options)
@@ -315,7 +318,8 @@ class Protocol(ABC):
         return TurnRequest(
             agent=turn.agent, role=turn.role, stage=turn.stage, round=turn.round, chat=tuple(chat),
             adapter=role.adapter_name, item=state.item, transcript=visible,
-            metadata=MappingProxyType(dict(self.turn_metadata(state, turn))))
+            metadata=MappingProxyType(dict(self.turn_metadata(state, turn))),
+            expects="verdict" if turn.stage in self.verdict_stages else "answer")
 
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.options.model_dump().items() if k != "controller"}

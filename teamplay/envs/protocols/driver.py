@@ -35,7 +35,8 @@ from teamplay.envs.protocols.base import ControllerChoice, Protocol, ProtocolSta
 from teamplay.envs.tasks.base import Task
 from teamplay.records import ChatMessage, ControllerDecision, Episode, Generation, Message, TaskItem, TurnRequest
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: a lone UTF-16 surrogate (no tokenizer decodes to one; a hand-written or random action may hold one)
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean_text(text: str) -> str:
@@ -47,7 +48,7 @@ def clean_text(text: str) -> str:
     >>> clean_text("ok \\ud800!")
     'ok \\ufffd!'
     """
-    if not _SURROGATE.search(text):
+    if not SURROGATE.search(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
@@ -113,6 +114,7 @@ class EpisodeDriver:
         self._truncated: list[int] = []
         self._decisions: list[ControllerDecision] = []
         self._rng = np.random.default_rng()
+        self._seed: int | None = None
 
     def _check_plan(self) -> None:
         known = set(self.agents)
@@ -129,8 +131,9 @@ class EpisodeDriver:
 
     # ---- episode life -----------------------------------------------------------------------
 
-    def start(self, item: TaskItem, group_id: str, rng: np.random.Generator) -> None:
-        """Begin an episode on ``item``; ``rng`` is handed to controllers (seeded by the env)."""
+    def start(self, item: TaskItem, group_id: str, rng: np.random.Generator, seed: int | None = None) -> None:
+        """Begin an episode on ``item``; ``rng`` is handed to controllers (seeded by the env) and
+        ``seed`` (the episode's seed) to every request, for policies that vary per episode."""
         self.state = self.protocol.new_state(item, self.team, self.task.answer_instruction)
         self.group_id = group_id
         self.result = None
@@ -140,6 +143,7 @@ class EpisodeDriver:
         self._truncated = []
         self._decisions = []
         self._rng = rng
+        self._seed = seed
         self._advance()
 
     @property
@@ -210,6 +214,8 @@ class EpisodeDriver:
     def _planned(self, turn: TurnSpec) -> PlannedTurn:
         assert self.state is not None
         request = self.protocol.build_request(self.state, turn)
+        if self._seed is not None:
+            request = dataclasses.replace(request, seed=self._seed)
         controller = self.protocol.controller
         if controller is None or not self.protocol.may_skip(self.state, turn):
             return PlannedTurn(turn=turn, request=request)
