@@ -137,6 +137,15 @@ class SamplingConfig(_Section):
         return value
 
 
+def _check_backend_fits_model(backend: BackendConfig, model: ModelConfig) -> None:
+    """The vllm backend serves LoRA adapters (every team has them) only in bfloat16/float16: refused
+    here, before the model loads, rather than by the engine after it."""
+    from teamplay.agents.backends.vllm import LORA_DTYPES, lora_dtype_refusal
+
+    if backend.name == "vllm" and model.dtype not in LORA_DTYPES:
+        raise ValueError(lora_dtype_refusal(model.dtype))
+
+
 class EvalConfig(_Section):
     """A whole evaluation run (`teamplay eval`)."""
 
@@ -152,6 +161,11 @@ class EvalConfig(_Section):
     samples: int = Field(1, ge=1, description="Episodes per problem.")
     seed: int = Field(0, description="Seed of env resets and sampling.")
     output_dir: str = Field("runs/eval", description="Folder for results.json and transcripts.jsonl.")
+
+    @model_validator(mode="after")
+    def _backend_fits_model(self) -> EvalConfig:
+        _check_backend_fits_model(self.backend, self.model)
+        return self
 
 
 C = TypeVar("C", bound=BaseModel)
@@ -346,4 +360,5 @@ class TrainConfig(_Section):
                              "to the same policy")
         if self.team is not None and not any(role.trainable for role in self.team.roles):
             raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
+        _check_backend_fits_model(self.backend, self.model)
         return self

@@ -97,6 +97,16 @@ def test_float32_with_adapters_is_refused_in_one_line_before_the_engine_starts(m
     assert fake.engines == []
 
 
+@pytest.mark.parametrize("model", [EvalConfig, TrainConfig])
+def test_the_config_refuses_vllm_with_a_float32_model_before_anything_loads(model):
+    with pytest.raises(ConfigError) as info:
+        build_config(model, {"backend": {"name": "vllm"}, "model": {"dtype": "float32"}})
+    assert str(info.value).startswith("model.dtype: the vllm backend serves LoRA adapters only in bfloat16 or "
+                                      "float16") and "\n" not in str(info.value)
+    for backend, dtype in (("vllm", "bfloat16"), ("vllm", "float16"), ("hf", "float32")):
+        assert build_config(model, {"backend": {"name": backend}, "model": {"dtype": dtype}}).model.dtype == dtype
+
+
 class EngineConfigError(Exception):
     """Like vLLM's own validation errors: derives from neither ValueError nor RuntimeError."""
 
@@ -210,7 +220,8 @@ def test_config_accepts_exactly_greedy_or_vllms_temperature_range(temperature):
 def test_training_refuses_top_p_and_top_k_for_both_backends(monkeypatch, tmp_path, name, truncation):
     fake = fake_vllm.install(monkeypatch)
     with pytest.raises(ConfigError, match="^sampling.top_p/top_k: training rollouts must sample the full") as info:
-        build_config(TrainConfig, {"backend": {"name": name}, "sampling": {"temperature": 1.0, **truncation}})
+        build_config(TrainConfig, {"backend": {"name": name}, "model": {"dtype": "bfloat16"},
+                                   "sampling": {"temperature": 1.0, **truncation}})
     assert "\n" not in str(info.value)
     assert fake.engines == []  # refused with the config, before any model or engine is built
 

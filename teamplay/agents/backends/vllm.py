@@ -52,9 +52,17 @@ VLLM_INSTALL = "pip install 'teamplay[vllm]' (or pip install 'vllm>=0.10.2') on 
 MIN_VLLM = (0, 10, 2)
 #: vLLM's accepted temperature range (above 2 is refused; (0, 0.01) is raised to 0.01)
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 2.0
+#: the dtypes vLLM's LoRA kernels take
+LORA_DTYPES = ("bfloat16", "float16")
 #: engine arguments this backend derives itself; ``engine_kwargs`` may not override them
 _DERIVED = ("model", "tokenizer", "dtype", "max_model_len", "gpu_memory_utilization", "enforce_eager",
             "enable_lora", "max_loras", "max_lora_rank", "logprobs_mode")
+
+
+def lora_dtype_refusal(dtype: str) -> str:
+    """The one-line refusal of a model dtype vLLM's LoRA kernels do not take (also used by the config)."""
+    return (f"model.dtype: the vllm backend serves LoRA adapters only in bfloat16 or float16 (vLLM's LoRA "
+            f"kernels refuse {dtype}); set model.dtype: bfloat16 (float16 on GPUs without bf16)")
 
 
 def _import_vllm() -> Any:
@@ -139,10 +147,8 @@ class VLLMBackend(GenerationBackend):
                               f"(backend.*, sampling.max_new_tokens, model.dtype); do not pass them")
         dtype = str(team_model.base_model.dtype).removeprefix("torch.")
         names = team_model.adapter_names
-        if names and dtype not in ("bfloat16", "float16"):
-            raise ConfigError(f"model.dtype: the vllm backend serves LoRA adapters only in bfloat16 or float16 "
-                              f"(vLLM's LoRA kernels refuse {dtype}); set model.dtype: bfloat16 (float16 on "
-                              f"GPUs without bf16)")
+        if names and dtype not in LORA_DTYPES:
+            raise ConfigError(lora_dtype_refusal(dtype))
         from vllm.lora.request import LoRARequest
 
         self._vllm = vllm
