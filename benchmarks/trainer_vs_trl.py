@@ -102,7 +102,7 @@ def teamplay_steps(model: str, problems: int, group: int, max_new: int, steps: i
     times, trained = [], []
     for _ in range(steps + 1):
         start = time.perf_counter()
-        metrics = trainer.step()
+        metrics = trainer.step().metrics
         times.append(time.perf_counter() - start)
         trained.append(metrics["samples"])
         expected = problems * group * max_new

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from teamplay.config import EvalConfig, load_config
 from teamplay.errors import TeamplayError
+from teamplay.registry import is_plugin_spec
 
 # transformers 5 warns about its own deprecated attribute each time peft builds LoRA layers: noise
 # for a user, nothing they can change.
@@ -183,7 +184,11 @@ def metrics_table(title: str, metrics) -> Table:
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("team accuracy", f"{metrics.team_accuracy:.3f}")
+    table.add_row("team accuracy (teamplay verifier)", f"{metrics.team_accuracy:.3f}")
+    # lm-evaluation-harness-compatible scores of the same completions: compare these, not team
+    # accuracy, with published lm-eval numbers (README, "Evaluation")
+    for key, value in metrics.lm_eval.items():
+        table.add_row(f"  lm-eval 0.4.13 {key}", f"{value:.3f}")
     for role, acc in metrics.role_accuracy.items():
         table.add_row(f"  {role} accuracy", f"{acc:.3f}")
     table.add_row("any agent right", f"{metrics.any_agent_right:.3f}")
@@ -358,22 +363,22 @@ def list_command(
     plugins = _load_plugins(plugin, CREDIT, TASKS, PROTOCOLS)
 
     table = Table(title="tasks")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("splits")
     table.add_column("how answers are read")
     for name in task_names() + plugins["task"]:
         t = get_task(name)
-        table.add_row(name, ", ".join(t.splits), t.answer_instruction)
+        table.add_row(_short(name), ", ".join(t.splits), t.answer_instruction)
     console.print(table)
     table = Table(title="protocols")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("description")
     for name in protocol_names() + plugins["protocol"]:
         doc = (get_protocol(name).__doc__ or "").strip().splitlines()
-        table.add_row(name, doc[0] if doc else "")
+        table.add_row(_short(name), doc[0] if doc else "")
     console.print(table)
     table = Table(title="credit methods")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("what it does")
     table.add_column("needs")
     methods = {**credit_methods(), **{spec: CREDIT.get(spec) for spec in plugins["credit method"]}}
@@ -381,8 +386,22 @@ def list_command(
         needs = sorted(method.requires(method.options()))
         if method.protocols is not None:
             needs.append("protocol " + "/".join(sorted(method.protocols)))
-        table.add_row(name, method.summary, ", ".join(needs) or "-")
+        table.add_row(_short(name), method.summary, ", ".join(needs) or "-")
     console.print(table)
+    from teamplay.credit.token import token_methods
+
+    table = Table(title="token credit methods (credit.token: after the message method, per role)")
+    table.add_column("name")
+    table.add_column("what it does")
+    table.add_column("needs")
+    for name, tm in token_methods().items():
+        table.add_row(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
+    console.print(table)
+
+
+def _short(name: str) -> str:
+    """A user entry as ``file.py:name`` (its folder dropped), a built-in name as it is."""
+    return Path(name).name if is_plugin_spec(name) else name
 
 
 def _load_plugins(specs: list[str], *registries) -> dict[str, list[str]]:

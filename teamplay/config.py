@@ -253,40 +253,75 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
+class TokenCreditConfig(_Section):
+    """Token-level credit: spread each message's advantage over its tokens."""
+
+    method: str = Field(..., description="Token credit method (teamplay list), e.g. dgpo, aem.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of that method.")
+    roles: list[str] | None = Field(None, description="Roles whose messages get token credit; the "
+                                                      "others keep one advantage per message. "
+                                                      "None = every role.")
+
+
 class CreditConfig(_Section):
     """How the team reward becomes per-message advantages."""
 
     method: str = Field("grpo", description="Credit method (teamplay list), e.g. grpo, shapley.")
     options: dict[str, Any] = Field(default_factory=dict, description="Options of that method.")
+    token: TokenCreditConfig | None = Field(None, description="Token-level credit after the message "
+                                                              "method (None = one advantage per message).")
 
 
 class ObjectiveConfig(_Section):
-    """The policy-gradient objective."""
+    """The policy-gradient objective.
+
+    Combinations with no meaning are refused at load, never silently dropped: GSPO has its own
+    sequence-level aggregation and no KL term, so ``loss_agg``, ``kl_beta``, ``kl_clamp`` and
+    ``dual_clip`` are refused with it; ``logratio_clamp`` is GSPO's only; ``kl_clamp`` needs
+    ``kl_beta > 0``; ``norm_tokens`` belongs to ``loss_agg: seq_mean_token_sum_norm``.
+    """
 
     name: Literal["grpo", "gspo"] = Field("grpo", description="grpo: token-level ratio; gspo: "
                                                               "sequence-level (length-normalised) ratio.")
     clip_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range epsilon.")
     clip_high: float | None = Field(None, gt=0.0, description="Upper clip range (None = clip_low).")
-    kl_beta: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the base model "
+    kl_beta: float = Field(0.0, ge=0.0, description="GRPO: weight of the k3 KL to the base model "
                                                     "(adapters disabled); 0 = no KL term.")
-    loss_agg: Literal["seq_mean_token_mean", "token_mean"] = Field(
-        "seq_mean_token_mean", description="GRPO token aggregation.")
+    kl_clamp: float | None = Field(None, gt=0.0, description="GRPO: clamp the k3 estimate to at most "
+                                                             "this (verl: 10); None = no clamp.")
+    loss_agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = Field(
+        "seq_mean_token_mean", description="GRPO token aggregation: per-sequence mean then mean (GRPO), "
+                                           "mean over all tokens (DAPO), or token sum / a constant "
+                                           "(Dr. GRPO).")
+    norm_tokens: int | None = Field(None, ge=1, description="The constant of seq_mean_token_sum_norm "
+                                                            "(None = sampling.max_new_tokens).")
+    dual_clip: float | None = Field(None, gt=1.0, description="GRPO: dual-clip constant c for negative "
+                                                              "advantages (verl: 3); None = off.")
     logratio_clamp: float | None = Field(None, gt=0.0, description="GSPO: clamp the mean log-ratio "
                                                                     "to [-c, c] before exp (TRACER: 2).")
 
     @model_validator(mode="after")
-    def _fields_apply_to_objective(self) -> ObjectiveConfig:
+    def _meaningful_combination(self) -> ObjectiveConfig:
         """A field the chosen objective ignores is refused, never silently dropped."""
+        given = self.model_fields_set
         if self.name == "gspo":
-            if self.kl_beta > 0:
-                raise ValueError("objective.kl_beta: the gspo objective has no KL term; set kl_beta: 0 "
-                                 "or use objective.name: grpo")
-            if "loss_agg" in self.model_fields_set:
-                raise ValueError("objective.loss_agg: gspo aggregates per sequence (length-normalised "
-                                 "ratio); remove loss_agg or use objective.name: grpo")
+            for name, why in (("loss_agg", "gspo aggregates per sequence (length-normalised ratio)"),
+                              ("kl_beta", "the gspo objective has no KL term"),
+                              ("kl_clamp", "the gspo objective has no KL term"),
+                              ("dual_clip", "dual-clip is defined for the token ratio of grpo"),
+                              ("norm_tokens", "gspo aggregates per sequence")):
+                # kl_beta: 0 is accepted (it means "no KL", which GSPO is); any other value given is refused
+                if name in given and not (name == "kl_beta" and self.kl_beta == 0):
+                    raise ValueError(f"objective.{name}: {why}, so it does not apply to name 'gspo'; "
+                                     f"remove it or use objective.name: grpo")
         elif self.logratio_clamp is not None:
             raise ValueError(f"objective.logratio_clamp: only the gspo objective clamps its sequence "
                              f"log-ratio; remove it for {self.name!r}")
+        if self.kl_clamp is not None and self.kl_beta == 0:
+            raise ValueError("objective.kl_clamp: needs kl_beta > 0 (there is no KL term to clamp)")
+        if self.norm_tokens is not None and self.loss_agg != "seq_mean_token_sum_norm":
+            raise ValueError("objective.norm_tokens: the constant of loss_agg 'seq_mean_token_sum_norm'; "
+                             "set that loss_agg or remove it")
         return self
 
 
@@ -361,4 +396,15 @@ class TrainConfig(_Section):
         if self.team is not None and not any(role.trainable for role in self.team.roles):
             raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
         _check_backend_fits_model(self.backend, self.model)
+        return self
+
+    @model_validator(mode="after")
+    def _token_credit_fits_objective(self) -> TrainConfig:
+        token = self.credit.token
+        if token is not None and self.objective.kl_beta > 0:
+            from teamplay.credit.token import get_token_credit
+
+            if get_token_credit(token.method).excludes_kl:
+                raise ValueError(f"credit.token.method: {token.method!r} replaces the KL penalty; "
+                                 f"set objective.kl_beta to 0")
         return self

@@ -58,6 +58,10 @@ def test_list_shows_tasks_protocols_and_credit_methods():
     assert result.exit_code == 0
     for name in ("gsm8k", "arith", "proposer_reviewer", "debate", "shapley", "cosac", "grpo"):
         assert name in result.output
+    from teamplay.credit.token import token_methods
+    assert "token credit methods" in result.output
+    for name in token_methods():
+        assert name in result.output
 
 
 @pytest.mark.parametrize("args, message", [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,29 @@ def test_run_config_validates(path):
 def test_protocol_example_loads(path):
     protocol = get_protocol(str(path))
     assert protocol.name
+
+
+@pytest.mark.parametrize("objective,needle", [
+    ({"name": "gspo", "kl_beta": 0.1}, "objective.kl_beta: the gspo objective has no KL term, so it does not "
+                                       "apply to name 'gspo'"),
+    ({"name": "gspo", "loss_agg": "token_mean"}, "objective.loss_agg: gspo aggregates per sequence"),
+    ({"name": "gspo", "dual_clip": 3.0}, "objective.dual_clip: dual-clip is defined for the token ratio"),
+    ({"name": "grpo", "logratio_clamp": 2.0}, "objective.logratio_clamp: only the gspo objective"),
+    ({"name": "grpo", "kl_clamp": 10.0}, "objective.kl_clamp: needs kl_beta > 0"),
+    ({"name": "grpo", "norm_tokens": 64}, "objective.norm_tokens: the constant"),
+    ({"name": "grpo", "dual_clip": 0.5}, "objective.dual_clip"),
+])
+def test_objective_combinations_without_meaning_are_refused(objective, needle):
+    from teamplay.config import TrainConfig, build_config
+    from teamplay.errors import ConfigError
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        build_config(TrainConfig, {"objective": objective})
+
+
+def test_objective_meaningful_combinations_load():
+    from teamplay.config import TrainConfig, build_config
+    cfg = build_config(TrainConfig, {"objective": {"name": "grpo", "kl_beta": 0.1, "kl_clamp": 10,
+                                                   "loss_agg": "seq_mean_token_sum_norm",
+                                                   "norm_tokens": 128, "dual_clip": 3}})
+    assert cfg.objective.norm_tokens == 128
+    assert build_config(TrainConfig, {"objective": {"name": "gspo", "kl_beta": 0}}).objective.name == "gspo"

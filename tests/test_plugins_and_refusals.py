@@ -52,7 +52,8 @@ USER_CREDIT = textwrap.dedent('''
 ''')
 
 USER_TASK = textwrap.dedent('''
-    """A user's task: say the letter of the item; items are made in code."""
+    """A user's task: start with a letter (the tiny random model does so about half the time, so
+    groups have reward variance); items are made in code."""
     from teamplay.envs.tasks.base import Task
     from teamplay.records import TaskItem
 
@@ -70,7 +71,7 @@ USER_TASK = textwrap.dedent('''
             return completion.strip()[:1] or None
 
         def score(self, completion, item):
-            return float(self.extract(completion) == item.reference)
+            return float(completion[:1].isalpha())
 ''')
 
 
@@ -123,10 +124,10 @@ def test_user_credit_method_and_task_train_and_eval_from_a_config(tmp_path, tiny
                     "--set", "backend.max_prompt_tokens=512", "-o", tmp_path / "ev")
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "ev" / "results.json").read_text())
-    assert saved["metrics"]["problems"] == 3
+    assert saved["metrics"]["episodes"] == 3  # one episode per problem
     listed = invoke("list", "--plugin", credit, "--plugin", task)
     assert listed.exit_code == 0, listed.output
-    assert "last_message" in listed.output and "LetterTask" in listed.output
+    assert "my_credit.py:last_message" in listed.output and "my_task.py:LetterTask" in listed.output
 
 
 def test_teamplay_credit_prints_advantages_of_a_saved_eval(tmp_path):

@@ -194,7 +194,7 @@ class TeamModel:
     # ------------------------------------------------------------------ log-probs
     def completion_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                             completion_ids: Sequence[Sequence[int]], adapter: str | None,
-                            temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                            temperature: float = 1.0, return_distributions: bool = False):
         """Log-probs of each completion token given its prompt, under ``adapter`` (``None``: base model).
 
         Each row is ``prompt + completion``, left-padded to the longest row, with position ids
@@ -212,7 +212,10 @@ class TeamModel:
             ``(logp, mask)``, both [B, C] with C the longest completion; completion tokens are
             left-aligned (row b, column j is token j of completion b); ``mask`` is 1.0 on real tokens
             and 0.0 on padding, where ``logp`` is 0. ``logp`` carries gradients to the active
-            adapter when grad is enabled.
+            adapter when grad is enabled. With ``return_distributions=True``: ``(logp_all, targets,
+            mask)`` instead, the full next-token log-distributions [B, C, V] (rows of padding hold
+            values of no meaning) and the completion token ids [B, C] (for token statistics such as
+            entropies; callers keep B small, the tensor is B*C*V floats).
         """
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
@@ -226,6 +229,8 @@ class TeamModel:
         c_max = max(lengths, default=0)
         device = self.device
         if batch == 0 or c_max == 0:
+            if return_distributions:
+                raise ValueError("token distributions need at least one non-empty completion")
             empty = torch.zeros(batch, c_max, device=device)
             return empty, empty.clone()
         rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
@@ -245,8 +250,10 @@ class TeamModel:
             targets[b, : len(c)] = torch.tensor(list(c), dtype=torch.long, device=device)
         picked = logits.gather(1, column[..., None].expand(-1, -1, logits.shape[-1]))  # [B, C, V]
         logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)  # [B, C, V]
+        mask_f = mask.to(logp_all.dtype)
+        if return_distributions:
+            return logp_all, targets, mask_f
         logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, C]
-        mask_f = mask.to(logp.dtype)
         return logp * mask_f, mask_f
 
     # ------------------------------------------------------------------ save / load

@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 GroupMode = Literal["std", "mean_only"]
+EpsRule = Literal["floor", "add"]
 
 
 def as_finite_vector(values: ArrayLike, name: str) -> np.ndarray:
@@ -28,17 +29,26 @@ def as_finite_vector(values: ArrayLike, name: str) -> np.ndarray:
     return arr
 
 
-def group_advantage(r: ArrayLike, ddof: int = 0, mode: GroupMode = "std", eps: float = 1e-8) -> np.ndarray:
+def group_advantage(r: ArrayLike, ddof: int = 0, mode: GroupMode = "std", eps: float = 1e-8,
+                    eps_rule: EpsRule = "floor", std: float | None = None) -> np.ndarray:
     """Advantage of each rollout relative to its group.
 
-    ``mode="std"``:       ``A_i = (r_i - mean(r)) / max(std(r; ddof), eps)``
-    ``mode="mean_only"``: ``A_i = r_i - mean(r)`` (GiGPO's default).
+    ``mode="std"``:       ``A_i = (r_i - mean(r)) / max(std(r; ddof), eps)``   (eps_rule "floor")
+                          ``A_i = (r_i - mean(r)) / (std(r; ddof) + eps)``     (eps_rule "add")
+    ``mode="mean_only"``: ``A_i = r_i - mean(r)`` (GiGPO's default; TRL ``scale_rewards="none"``).
 
     Args:
         r: rewards of the G rollouts of one prompt, shape [G].
-        ddof: 0 = population std (TRACER, our default), 1 = unbiased std (``torch.std``).
+        ddof: 0 = population std (TRACER, our default), 1 = unbiased std (``torch.std``; TRL and
+            verl). At G = 2 the ddof-0 advantages are sqrt(2) = 1.41x the ddof-1 ones.
         mode: ``"std"`` or ``"mean_only"``.
-        eps: floor of the std, so near-equal rewards cannot blow up.
+        eps: the floor of the std (``"floor"``) or the constant added to it (``"add"``; TRL 1e-4,
+            verl 1e-6). A floor keeps the advantages exactly scale-invariant down to std = eps, so
+            rewards that differ by 1e-7 still become unit-size advantages; an added eps shrinks the
+            advantages of nearly equal rewards towards 0.
+        eps_rule: ``"floor"`` (default) or ``"add"``.
+        std: the scale to divide by instead of the group's own std (TRL ``scale_rewards="batch"``:
+            the std of every reward of the step); ``None`` = the group's std.
 
     Returns:
         float64 array of shape [G].
@@ -56,6 +66,10 @@ def group_advantage(r: ArrayLike, ddof: int = 0, mode: GroupMode = "std", eps: f
         raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps!r}")
+    if eps_rule not in ("floor", "add"):
+        raise ValueError(f"eps_rule must be 'floor' or 'add', got {eps_rule!r}")
+    if std is not None and not (np.isfinite(std) and std >= 0):
+        raise ValueError(f"std must be a finite number >= 0, got {std!r}")
     r = as_finite_vector(r, "rewards")
     # exact check: the mean of equal floats need not equal them, which would leak 1e-17/eps noise.
     if r.size == 1 or np.all(r == r[0]):
@@ -63,7 +77,17 @@ def group_advantage(r: ArrayLike, ddof: int = 0, mode: GroupMode = "std", eps: f
     centred = r - r.mean()  # [G]
     if mode == "mean_only":
         return centred
-    return centred / max(float(r.std(ddof=ddof)), eps)
+    sigma = float(r.std(ddof=ddof)) if std is None else float(std)
+    return centred / (sigma + eps if eps_rule == "add" else max(sigma, eps))
+
+
+def batch_std(rewards: ArrayLike, ddof: int = 0) -> float:
+    """Std of every reward of a step (all groups pooled), for ``scale_rewards="batch"``.
+
+    One reward gives 0 (nothing to spread); ``ddof`` as in :func:`group_advantage`.
+    """
+    r = as_finite_vector(rewards, "rewards")
+    return 0.0 if r.size <= ddof else float(r.std(ddof=ddof))
 
 
 def group_credit_advantage(phi: ArrayLike, ddof: int = 0, mode: GroupMode = "std",

@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from teamplay.credit.characteristic import (
     CharacteristicFunction,
@@ -33,7 +33,7 @@ from teamplay.credit.characteristic import (
     last_answer_scorer,
 )
 from teamplay.credit.coverage import Embedder, TransformerEmbedder, coverage_advantages, coverage_shapley
-from teamplay.credit.group import group_advantage, group_credit_advantage
+from teamplay.credit.group import batch_std, group_advantage, group_credit_advantage
 from teamplay.credit.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.credit.shapley import shape_grpo_advantages, shapley_exact, shapley_permutation
@@ -49,6 +49,27 @@ class GroupOptions(BaseModel):
     mode: Literal["std", "mean_only"] = Field(
         "std", description="'std' divides by the group std; 'mean_only' only subtracts the mean.")
     eps: float = Field(1e-8, gt=0, description="Floor of the std.")
+
+
+class GRPOOptions(GroupOptions):
+    """Options of ``grpo`` and ``gspo``: the group baseline plus TRL's and verl's scaling choices.
+
+    Defaults keep teamplay's convention (population std, std floored at eps, per-group scale);
+    ``ddof=1, eps_rule="add", eps=1e-4`` is TRL's GRPO and ``eps=1e-6`` verl's.
+    """
+
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Divide by the group's std ('group'), by the std of every reward of the "
+                             "step ('batch', TRL), or not at all ('none', Dr. GRPO).")
+    eps_rule: Literal["floor", "add"] = Field(
+        "floor", description="'floor': divide by max(std, eps) (scale-invariant); 'add': by std + eps "
+                             "(TRL, verl: nearly equal rewards give nearly zero advantages).")
+
+    @model_validator(mode="after")
+    def _one_way_to_skip_scaling(self) -> GRPOOptions:
+        if self.mode == "mean_only" and self.scale_rewards != "group":
+            raise ValueError("mode 'mean_only' already skips the std; use scale_rewards: none alone")
+        return self
 
 
 class ShapleyOptions(GroupOptions):
@@ -177,20 +198,34 @@ def agent_shapley(batch: CreditBatch, options: ShapleyOptions) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------- methods
 
-@register_credit("grpo", GroupOptions, "group-normalised team reward on every message (GRPO)")
-def grpo_credit(batch: CreditBatch, options: GroupOptions) -> list[np.ndarray]:
+def _scale_needs(options: GRPOOptions) -> frozenset[str]:
+    return frozenset({"batch_rewards"}) if options.scale_rewards == "batch" else frozenset()
+
+
+@register_credit("grpo", GRPOOptions, "group-normalised team reward on every message (GRPO)",
+                 requires=_scale_needs)
+def grpo_credit(batch: CreditBatch, options: GRPOOptions) -> list[np.ndarray]:
     """``A_g = group_advantage(rewards)[g]`` on every spoken message of episode g.
+
+    ``scale_rewards="batch"`` divides by the std of every reward of the step, which the trainer
+    passes as ``batch.resources.batch_rewards``; ``"none"`` only subtracts the group mean.
 
     Invariant: the episode advantages sum to 0 over the group; all spoken messages of an episode
     share one value; the advantage of an episode depends on the rewards only (never on messages).
     """
-    adv = group_advantage([ep.reward for ep in batch.episodes], options.ddof, options.mode, options.eps)
+    rewards = [ep.reward for ep in batch.episodes]
+    mode = "mean_only" if options.scale_rewards == "none" else options.mode
+    std = None
+    if options.scale_rewards == "batch":
+        std = batch_std(batch.resources.need("batch_rewards", "option scale_rewards=batch"), options.ddof)
+    adv = group_advantage(rewards, options.ddof, mode, options.eps, options.eps_rule, std)
     return [_broadcast(ep, dict.fromkeys(ep.agents, float(a)))
             for ep, a in zip(batch.episodes, adv, strict=True)]
 
 
-@register_credit("gspo", GroupOptions, "GRPO advantages, for the sequence-level GSPO objective")
-def gspo_credit(batch: CreditBatch, options: GroupOptions) -> list[np.ndarray]:
+@register_credit("gspo", GRPOOptions, "GRPO advantages, for the sequence-level GSPO objective",
+                 requires=_scale_needs)
+def gspo_credit(batch: CreditBatch, options: GRPOOptions) -> list[np.ndarray]:
     """Same advantages as ``grpo`` (same options, same invariant).
 
     GSPO differs from GRPO in the objective, not the advantage. The objective is chosen on its own
@@ -328,6 +363,6 @@ def coverage_credit(batch: CreditBatch, options: CoverageOptions) -> list[np.nda
 
 
 __all__ = [
-    "CoverageOptions", "GroupOptions", "ShapeMaxOptions", "ShapleyOptions", "ShapleyPRMOptions",
+    "CoverageOptions", "GRPOOptions", "GroupOptions", "ShapeMaxOptions", "ShapleyOptions", "ShapleyPRMOptions",
     "agent_shapley", "last_answer_scorer",
 ]

@@ -40,7 +40,10 @@ class CreditResources:
             the gold answer after the first ``prefix_len`` messages (``a2tgpo``).
         embedder: an :class:`~teamplay.credit.coverage.Embedder` (``coverage``; default: packaged).
         backend: the generation backend of the run (for methods that generate).
-        token_stats: per-token statistics of the step's completions (token-level methods).
+        token_stats: per-token statistics of the step's completions (token-level methods), a
+            :class:`~teamplay.credit.token.base.GroupTokenStats`.
+        batch_rewards: the team reward of every episode of the training step, all groups pooled
+            (``grpo``/``gspo`` with ``scale_rewards: batch``).
     """
 
     transcript_scorer: Callable[..., float] | None = None
@@ -50,6 +53,7 @@ class CreditResources:
     embedder: Any | None = None
     backend: Any | None = None
     token_stats: Any | None = None
+    batch_rewards: Sequence[float] | None = None
 
     def provided(self) -> frozenset[str]:
         """Names of the fields that are set."""

@@ -5,7 +5,8 @@ Two folder kinds are recognised (see ``load_folder``):
 * a **run** folder written by ``teamplay train`` (``teamplay/training/trainer.py``):
   ``config.yaml``, ``metrics.jsonl`` (one ``{"step": s, ...}`` object per line) and, optionally,
   ``episodes.jsonl`` (one credited episode per line: ``{"step": s, **Episode.to_dict(),
-  "advantages": [one float per message]}``);
+  "advantages": [one float per message]}``, with token-level credit also ``"token_advantages"``
+  and ``"token_pieces"``: per message ``null`` or one float / one text piece per token);
 * an **eval** folder written by ``teamplay eval -o DIR``: ``results.json`` (``{"config": ...,
   "metrics": EvalMetrics dict}``) and, optionally, ``transcripts.jsonl`` (``Episode.to_dict()`` plus
   ``"prompt"`` and ``"reference"`` per line, no advantages).
@@ -86,6 +87,8 @@ class LoggedEpisode:
             episode was not credited (eval transcripts).
         prompt, reference: the problem text and gold answer (eval transcripts carry them; run
             episodes do not, so they are None there).
+        tokens: for runs with token-level credit, per message ``None`` or its tokens as
+            ``((text piece, advantage), ...)`` (the pieces concatenate to the decoded message).
     """
 
     episode: Episode
@@ -93,6 +96,7 @@ class LoggedEpisode:
     advantages: tuple[float, ...] | None
     prompt: str | None = None
     reference: str | None = None
+    tokens: tuple[tuple[tuple[str, float], ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.advantages is not None and len(self.advantages) != len(self.episode.messages):
@@ -282,7 +286,7 @@ def _eval_metrics(value: Any, where: str) -> EvalMetrics:
         if name not in value:
             continue
         item = value[name]
-        if name == "role_accuracy":
+        if name in ("role_accuracy", "lm_eval"):
             kwargs[name] = _number_map(item, name, where)
         elif name == "extra":
             kwargs[name] = dict(item) if isinstance(item, dict) else {}
@@ -312,7 +316,29 @@ def _logged_episode(row: dict[str, Any], where: str, credited: bool) -> LoggedEp
         advantages = tuple(float(a) for a in raw)
     step = _int_field(row, "step", where) if "step" in row else None
     return LoggedEpisode(episode=episode, step=step, advantages=advantages,
-                         prompt=_optional_str(row.get("prompt")), reference=_optional_str(row.get("reference")))
+                         prompt=_optional_str(row.get("prompt")), reference=_optional_str(row.get("reference")),
+                         tokens=_token_rows(row, where, len(episode.messages)))
+
+
+def _token_rows(row: dict[str, Any], where: str, n_messages: int):
+    """``token_advantages`` and ``token_pieces`` of a line (both or neither), checked per message."""
+    advs, pieces = row.get("token_advantages"), row.get("token_pieces")
+    if advs is None and pieces is None:
+        return None
+    if not (isinstance(advs, list) and isinstance(pieces, list) and len(advs) == len(pieces) == n_messages):
+        raise DataError(f"{where}: 'token_advantages' and 'token_pieces' must both be lists with one entry "
+                        f"per message ({n_messages})")
+    out = []
+    for t, (a, p) in enumerate(zip(advs, pieces, strict=True)):
+        if a is None or p is None:
+            out.append(None)
+            continue
+        if not (isinstance(a, list) and isinstance(p, list) and len(a) == len(p)
+                and all(_is_number(x) for x in a) and all(isinstance(x, str) for x in p)):
+            raise DataError(f"{where}: message {t}: token_advantages and token_pieces must be lists of "
+                            f"numbers and strings of the same length")
+        out.append(tuple((str(x), float(y)) for x, y in zip(p, a, strict=True)))
+    return tuple(out)
 
 
 def _optional_str(value: Any) -> str | None:

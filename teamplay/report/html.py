@@ -122,6 +122,7 @@ li.msg { border: 1px solid var(--line); border-left: 5px solid; border-radius: 8
 .msg-head .spacer { flex: 1; }
 .adv { font-variant-numeric: tabular-nums; font-weight: 700; padding: 0 8px; border-radius: 999px; background: #fff; }
 .adv.pos { color: var(--ok); } .adv.neg { color: var(--bad); } .adv.zero, .adv.none { color: var(--muted); }
+.adv.tokens { color: var(--muted); margin-left: 6px; } pre.tokens .tok { border-radius: 2px; }
 pre.text { margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; font: 13px/1.5 ui-monospace, Menlo,
            "DejaVu Sans Mono", monospace; max-height: 460px; overflow-y: auto; }
 details.prompt { margin-bottom: 10px; background: #f8fafc; border: 1px solid var(--line); border-radius: 8px;
@@ -224,6 +225,8 @@ def _summary_cards(label: str, data: Input) -> str:
     else:
         m = data.metrics
         cards.append(_card("team accuracy", fmt(m.team_accuracy), f"{m.episodes} episodes"))
+        for key, value in m.lm_eval.items():
+            cards.append(_card(f"lm-eval {key}", fmt(value), "lm-eval 0.4.13 definition, not teamplay's verifier"))
         cards.append(_card("any agent right", fmt(m.any_agent_right)))
         cards.append(_card("wrong → right", fmt(m.wrong_to_right), f"right → wrong {fmt(m.right_to_wrong)}"))
         cards.append(_card("tokens / problem", fmt(m.tokens_per_problem, 1), f"{fmt(m.calls_per_problem, 2)} calls"))
@@ -241,6 +244,8 @@ def _grid(items: Sequence[Plot | str]) -> str:
 
 
 # ------------------------------------------------------------------------------- tables
+#: prefix of the rows of lm-evaluation-harness-compatible scores (not teamplay's own accuracy)
+LM_EVAL_LABEL = "lm-eval 0.4.13 compatible:"
 EVAL_ROWS = (("team_accuracy", "team accuracy", True), ("any_agent_right", "any agent right", True),
              ("initial_accuracy", "initial accuracy (after round 1)", True),
              ("wrong_to_right", "wrong → right", True), ("right_to_wrong", "right → wrong", False),
@@ -259,7 +264,8 @@ def _delta(a: float | None, b: float | None, higher_better: bool | None) -> str:
     return f'<span class="{"better" if good else "worse"}">{fmt_signed(d)}</span>'
 
 
-def _eval_row_spec(roles: list[str]) -> list[tuple[str, Callable[[EvalMetrics], float | None], bool | None]]:
+def _eval_row_spec(roles: list[str], lm_eval_keys: Sequence[str] = ()
+                   ) -> list[tuple[str, Callable[[EvalMetrics], float | None], bool | None]]:
     """(label, value getter, higher-is-better) per row: team accuracy, each role's accuracy, the rest."""
     def field(name: str) -> Callable[[EvalMetrics], float | None]:
         return lambda m: getattr(m, name)
@@ -267,8 +273,13 @@ def _eval_row_spec(roles: list[str]) -> list[tuple[str, Callable[[EvalMetrics], 
     def role_accuracy(role: str) -> Callable[[EvalMetrics], float | None]:
         return lambda m: m.role_accuracy.get(role)
 
+    def lm_eval(key: str) -> Callable[[EvalMetrics], float | None]:
+        return lambda m: m.lm_eval.get(key)
+
     (first, first_label, first_better), *rest = EVAL_ROWS
     spec = [(first_label, field(first), first_better)]
+    # lm-eval-compatible scores sit right under teamplay's accuracy, labelled as lm-eval's
+    spec += [(f"{LM_EVAL_LABEL} {key}", lm_eval(key), True) for key in lm_eval_keys]
     spec += [(f"{role} accuracy", role_accuracy(role), True) for role in roles]
     spec += [(label, field(name), better) for name, label, better in rest]
     spec.append(("episodes", field("episodes"), None))
@@ -279,11 +290,13 @@ def eval_table(columns: Sequence[tuple[str, EvalMetrics | None]]) -> str:
     """Accuracy, cost and correction metrics with one column per evaluation (``—`` where an input
     has none) and, for exactly two columns, their difference (second − first; green = better)."""
     roles: dict[str, None] = {}
+    lm_eval_keys: dict[str, None] = {}
     for _, m in columns:
         if m is not None:
             roles.update(dict.fromkeys(m.role_accuracy))
+            lm_eval_keys.update(dict.fromkeys(m.lm_eval))
     rows: list[list[str]] = []
-    for label, getter, better in _eval_row_spec(list(roles)):
+    for label, getter, better in _eval_row_spec(list(roles), list(lm_eval_keys)):
         values = [getter(m) if m is not None else None for _, m in columns]
         row = [esc(label)] + [fmt(v) for v in values]
         if len(columns) == 2:

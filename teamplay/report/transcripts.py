@@ -142,7 +142,19 @@ def _agent_table(logged: LoggedEpisode) -> str:
     return table(headers, rows, "agents")
 
 
-def _message(msg: Message, advantage: float | None, scale: float, index: int) -> str:
+def _token_body(tokens: tuple[tuple[str, float], ...], scale: float) -> str:
+    """The message text with every token shaded by its own advantage (same colour rule as messages,
+    scaled by the episode's largest |token advantage|); the advantage is in each span's tooltip."""
+    spans = []
+    for piece, adv in tokens:
+        background, _ = shade(adv, scale)
+        spans.append(f'<span class="tok" style="background: {background}" title="{fmt_signed(adv)}">'
+                     f'{esc(piece)}</span>')
+    return f'<pre class="text tokens">{"".join(spans)}</pre>'
+
+
+def _message(msg: Message, advantage: float | None, scale: float, index: int,
+             tokens: tuple[tuple[str, float], ...] | None = None, token_scale: float = 0.0) -> str:
     if advantage is None:
         background, border = shade(0.0, 0.0)
         badge = '<span class="adv none">not credited</span>'
@@ -151,7 +163,10 @@ def _message(msg: Message, advantage: float | None, scale: float, index: int) ->
         sign = "pos" if advantage > 0 else "neg" if advantage < 0 else "zero"
         badge = f'<span class="adv {sign}">adv {fmt_signed(advantage)}</span>'
     answer = f'<span class="msg-answer">answer {_answer(msg.answer)}</span>' if msg.answer is not None else ""
-    if msg.spoke:
+    if msg.spoke and tokens:
+        body = _token_body(tokens, token_scale)
+        badge += '<span class="adv tokens">token credit</span>'
+    elif msg.spoke:
         body = f'<pre class="text">{esc(msg.text)}</pre>' if msg.text else '<p class="muted">(empty message)</p>'
     else:
         body = '<p class="skipped">skipped: the speak/skip controller chose silence</p>'
@@ -193,7 +208,10 @@ def episode_panel(logged: LoggedEpisode, index: int) -> str:
         prompt = (f'<details class="prompt" open><summary>problem</summary>'
                   f'<pre class="text">{esc(logged.prompt)}</pre></details>')
     advantages = logged.advantages
-    messages = "".join(_message(m, advantages[t] if advantages is not None else None, scale, t)
+    tokens = logged.tokens or (None,) * len(ep.messages)
+    token_scale = max((abs(a) for row in tokens if row for _, a in row), default=0.0)
+    messages = "".join(_message(m, advantages[t] if advantages is not None else None, scale, t,
+                                tokens[t], token_scale)
                        for t, m in enumerate(ep.messages))
     if not ep.messages:
         messages = '<li class="muted">no messages</li>'

@@ -11,6 +11,12 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   round (``Episode.metadata["initial_answer"]``); ``wrong_to_right`` / ``right_to_wrong``:
   fraction of episodes whose answer review or debate turned from wrong to right / right to wrong.
 * ``tokens_per_problem``, ``calls_per_problem``: completion tokens and model calls per episode.
+* ``lm_eval[key]`` (GSM8K, MATH, MATH-500 only): lm-evaluation-harness-compatible scores of the
+  text of the message that gave the final answer (``teamplay.envs.tasks.lm_eval_compat``: e.g.
+  ``gsm8k/strict-match``, ``gsm8k/flexible-extract``, ``minerva_math500/math_verify``), averaged
+  over the episodes where the metric applies. They read answers as lm-eval 0.4.13 does and are
+  not teamplay's accuracy: compare them with published lm-eval numbers, ``team_accuracy`` with
+  other teamplay runs.
 * ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
   the fraction of its decisions that spoke (``teamplay.training.controllers.speak_rates``).
 """
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.envs.tasks.base import Task
+from teamplay.envs.tasks.lm_eval_compat import lm_eval_metrics
 from teamplay.records import Episode, TaskItem
 from teamplay.training.controllers import speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
@@ -47,6 +54,7 @@ class EvalMetrics:
     seconds: float = 0.0
     tokens_per_second: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    lm_eval: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,6 +62,30 @@ class EvalMetrics:
 
 def _role(agent: str) -> str:
     return agent.rpartition("_")[0] or agent
+
+
+def final_text(episode: Episode) -> str:
+    """The text of the message that gave the team's final answer: the last spoken message whose
+    answer is the final answer, else the last spoken message with any answer, else the last
+    message (``""`` for an empty transcript). For ``single`` it is the model's one completion."""
+    spoken = [m for m in episode.messages if m.spoke]
+    for pick in (lambda m: m.answer is not None and m.answer == episode.final_answer,
+                 lambda m: m.answer is not None, lambda m: True):
+        chosen = [m for m in spoken if pick(m)]
+        if chosen:
+            return chosen[-1].text
+    return episode.messages[-1].text if episode.messages else ""
+
+
+def lm_eval_scores(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Task) -> dict[str, float]:
+    """Mean of each lm-eval-compatible metric of ``task`` over the episodes where it applies."""
+    scores: dict[str, float] = {}
+    for metric in lm_eval_metrics(task.name):
+        values = [v for ep in episodes
+                  if (v := metric.score(final_text(ep), items[ep.problem_id])) is not None]
+        if values:
+            scores[metric.key] = sum(values) / len(values)
+    return scores
 
 
 def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Task,
@@ -91,6 +123,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
         extra={"speak_rate": rates} if (rates := speak_rates(episodes)) else {},
+        lm_eval=lm_eval_scores(episodes, items, task),
     )
 
 

@@ -9,12 +9,14 @@ the trainer logs. Padding never contributes to the loss or the stats, whatever v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
-LossAgg = Literal["seq_mean_token_mean", "token_mean"]
+LossAgg = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+LOSS_AGGS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,22 @@ class LossStats:
     kl_mean: float | None
 
 
-def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor, clamp: float | None = None) -> torch.Tensor:
     """Elementwise k3 estimator of KL(pi_theta || pi_ref): ``exp(d) - d - 1`` with ``d = logp_ref - logp``.
 
     Always >= 0 and 0 exactly when the two log-probs are equal. Same shape as the inputs.
+
+    ``clamp=c`` is verl's guard ("low_var_kl"): ``d`` is clamped to [-20, 20] before ``exp`` and the
+    estimate to at most ``c`` (verl: 10), so one token the policy has moved far from the reference
+    cannot dominate the loss; clamped tokens get no KL gradient.
     """
     d = logp_ref - logp  # [B, L]
-    return torch.exp(d) - d - 1.0
+    if clamp is None:
+        return torch.exp(d) - d - 1.0
+    if clamp <= 0:
+        raise ValueError(f"k3 clamp must be > 0, got {clamp}")
+    d = d.clamp(-20.0, 20.0)
+    return (torch.exp(d) - d - 1.0).clamp(max=clamp)
 
 
 def _check_batch(mask: torch.Tensor, **tensors: torch.Tensor) -> torch.Tensor:
@@ -69,6 +80,17 @@ def _seq_advantage(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return adv
 
 
+def aggregate(term: torch.Tensor, fmask: torch.Tensor, loss_agg: LossAgg,
+              norm_tokens: int | None = None) -> torch.Tensor:
+    """Scalar objective from per-token terms [B, L] (see :func:`grpo_loss` for the three modes)."""
+    if loss_agg == "seq_mean_token_mean":
+        return ((term * fmask).sum(dim=1) / fmask.sum(dim=1)).mean()
+    if loss_agg == "token_mean":
+        return (term * fmask).sum() / fmask.sum()
+    assert norm_tokens is not None
+    return (term * fmask).sum() / (term.shape[0] * float(norm_tokens))
+
+
 def grpo_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor,
@@ -79,11 +101,27 @@ def grpo_loss(
     eps_high: float | None = None,
     beta: float = 0.0,
     loss_agg: LossAgg = "seq_mean_token_mean",
+    norm_tokens: int | None = None,
+    dual_clip: float | None = None,
+    kl_clamp: float | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """GRPO clipped-surrogate loss with an optional k3 KL penalty (credit_spec.md §1.2).
 
     Per token: ``rho = exp(logp - logp_old)``,
-    ``term = min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) - beta * k3(logp, logp_ref)``.
+    ``term = min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) - beta * k3(logp, logp_ref)``;
+    with ``dual_clip = c`` the surrogate of a token with ``A < 0`` is ``max(min(...), c * A)``
+    (verl's dual-clip: a huge ratio on a bad token cannot make the loss unbounded).
+
+    Aggregation over the real tokens (``|y_i|`` tokens in row i, B rows):
+
+    * ``seq_mean_token_mean`` (GRPO): ``1/B sum_i 1/|y_i| sum_t term`` (TRL ``grpo``, verl
+      ``seq-mean-token-mean``);
+    * ``token_mean`` (DAPO/BNPO): ``sum_{i,t} term / sum_i |y_i|`` (TRL ``bnpo`` and, on one
+      process, ``dapo``; verl ``token-mean``);
+    * ``seq_mean_token_sum_norm`` (Dr. GRPO): ``1/B sum_{i,t} term / N`` with a constant
+      ``N = norm_tokens`` (the generation budget), so no length bias. TRL ``dr_grpo`` is the same
+      with ``N = max_completion_length``; verl's ``seq-mean-token-sum-norm`` divides by ``N`` but
+      not by ``B`` (a constant factor B larger; documented difference, tested).
 
     Args:
         logp: log-probs of the completion tokens under the current policy, [B, L] (requires grad).
@@ -95,8 +133,10 @@ def grpo_loss(
         eps, eps_high: clip interval ``[1 - eps, 1 + eps_high]``; ``eps_high=None`` means ``eps``
             (symmetric); a larger ``eps_high`` is DAPO's "clip-higher".
         beta: KL coefficient (0 disables the KL term, the common modern setting).
-        loss_agg: ``"seq_mean_token_mean"`` averages tokens within each sequence, then sequences
-            (the spec's ``1/G sum_i 1/|y_i|``); ``"token_mean"`` averages all real tokens of the batch.
+        loss_agg: one of the three aggregations above.
+        norm_tokens: the constant N of ``seq_mean_token_sum_norm`` (required there, unused otherwise).
+        dual_clip: the constant c > 1 of dual-clip for negative advantages; ``None`` = off.
+        kl_clamp: clamp of the k3 estimate (see :func:`k3_kl`); ``None`` = off.
 
     Returns:
         ``(loss, stats)``: scalar loss ``-J`` and ``LossStats`` (clip fraction over tokens).
@@ -109,8 +149,12 @@ def grpo_loss(
         raise ValueError(f"need 0 <= eps < 1 and eps_high >= 0, got eps={eps}, eps_high={eps_high}")
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
-    if loss_agg not in ("seq_mean_token_mean", "token_mean"):
-        raise ValueError(f"loss_agg must be 'seq_mean_token_mean' or 'token_mean', got {loss_agg!r}")
+    if loss_agg not in LOSS_AGGS:
+        raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {loss_agg!r}")
+    if loss_agg == "seq_mean_token_sum_norm" and not (norm_tokens and norm_tokens > 0):
+        raise ValueError(f"loss_agg 'seq_mean_token_sum_norm' needs norm_tokens > 0, got {norm_tokens!r}")
+    if dual_clip is not None and not dual_clip > 1:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     if logp_ref is None and beta > 0:
         raise ValueError("beta > 0 needs logp_ref (reference log-probs); pass them or set beta=0")
     tensors = {"logp": logp, "logp_old": logp_old}
@@ -126,19 +170,22 @@ def grpo_loss(
     unclipped = ratio * A  # [B, L]
     clipped = torch.clamp(ratio, 1.0 - eps, 1.0 + eps_high) * A  # [B, L]
     term = torch.minimum(unclipped, clipped)  # [B, L]
+    dual_active = None
+    if dual_clip is not None:
+        floor = dual_clip * A  # [B, L]
+        dual_active = (A < 0) & (floor > term)  # [B, L]
+        term = torch.where(A < 0, torch.maximum(term, floor), term)
     kl = None
     if logp_ref is not None:
-        kl = torch.where(keep, k3_kl(logp, logp_ref.detach()), zeros)  # [B, L]
+        kl = torch.where(keep, k3_kl(logp, logp_ref.detach(), kl_clamp), zeros)  # [B, L]
         if beta > 0:
             term = term - beta * kl
-    if loss_agg == "seq_mean_token_mean":
-        per_seq = (term * fmask).sum(dim=1) / fmask.sum(dim=1)  # [B]
-        objective = per_seq.mean()
-    else:
-        objective = (term * fmask).sum() / fmask.sum()
+    objective = aggregate(term, fmask, loss_agg, norm_tokens)
     n_tok = fmask.sum()
     with torch.no_grad():
         clip_active = (clipped < unclipped) & keep  # [B, L]
+        if dual_active is not None:
+            clip_active = clip_active | (dual_active & keep)
         stats = LossStats(
             clip_fraction=float(clip_active.sum() / n_tok),
             ratio_mean=float((ratio * fmask).sum() / n_tok),
@@ -163,7 +210,9 @@ def gspo_loss(
 
     Args:
         logp, logp_old, mask: as in :func:`grpo_loss`, [B, L].
-        adv: one advantage per sequence, [B].
+        adv: one advantage per sequence, [B], or one per token, [B, L] (then GSPO-token: every
+            token carries ``sg[s_i] pi(y_t) / sg[pi(y_t)]``; the same loss and gradient as GSPO
+            when a sequence's tokens share one advantage and logratio_clamp is not active; clip fraction over tokens).
         eps_low, eps_high: clip interval; defaults are the GSPO paper's 3e-4 / 4e-4. TRACER uses
             a symmetric 0.1.
         logratio_clamp: TRACER's safety clamp ``c``: the per-sequence mean log-ratio is mapped
@@ -179,9 +228,9 @@ def gspo_loss(
     """
     if not (0 <= eps_low < 1 and eps_high >= 0):
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
-    if adv.dim() != 1 or adv.shape[0] != mask.shape[0]:
+    if adv.dim() == 1 and adv.shape[0] != mask.shape[0]:
         raise ValueError(f"GSPO needs one advantage per sequence, shape [{mask.shape[0]}], "
-                         f"got {tuple(adv.shape)}")
+                         f"or one per token {tuple(mask.shape)}, got {tuple(adv.shape)}")
     keep = _check_batch(mask, logp=logp, logp_old=logp_old)
     fmask = keep.to(logp.dtype)  # [B, L]
     log_ratio = torch.where(keep, logp - logp_old.detach(), torch.zeros_like(logp))  # [B, L]
@@ -191,15 +240,63 @@ def gspo_loss(
             raise ValueError(f"logratio_clamp must be > 0, got {logratio_clamp}")
         c = float(logratio_clamp)
         seq_log_ratio = torch.nan_to_num(seq_log_ratio, nan=0.0, posinf=c, neginf=-c).clamp(-c, c)  # [B]
-    s = torch.exp(seq_log_ratio)  # [B]
-    A = adv.to(logp.dtype).detach()  # [B]
-    unclipped = s * A  # [B]
-    clipped = torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high) * A  # [B]
-    objective = torch.minimum(unclipped, clipped).mean()
+    if adv.dim() == 1:
+        s = torch.exp(seq_log_ratio)  # [B]
+        A = adv.to(logp.dtype).detach()  # [B]
+        unclipped = s * A  # [B]
+        clipped = torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high) * A  # [B]
+        objective = torch.minimum(unclipped, clipped).mean()
+        clip_active = (clipped < unclipped).to(logp.dtype)  # [B]
+    else:
+        # GSPO-token: s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]; its value is s_i, its gradient
+        # d s_{i,t} / d logp_t = s_i, so per-token advantages steer each token separately.
+        A = _seq_advantage(adv.to(logp.dtype), mask).detach()  # [B, L]
+        safe_logp = torch.where(keep, logp, torch.zeros_like(logp))  # [B, L]
+        s_tok = torch.exp(safe_logp - safe_logp.detach() + seq_log_ratio.detach()[:, None])  # [B, L]
+        unclipped = s_tok * A  # [B, L]
+        clipped = torch.clamp(s_tok, 1.0 - eps_low, 1.0 + eps_high) * A  # [B, L]
+        objective = aggregate(torch.minimum(unclipped, clipped), fmask, "seq_mean_token_mean")
+        clip_active = ((clipped < unclipped) & keep).to(logp.dtype).sum() / fmask.sum()
+        s = torch.exp(seq_log_ratio)  # [B]
     with torch.no_grad():
         stats = LossStats(
-            clip_fraction=float((clipped < unclipped).to(logp.dtype).mean()),
+            clip_fraction=float(clip_active.mean()),
             ratio_mean=float(s.mean()),
             kl_mean=None,
         )
     return -objective, stats
+
+
+# ---- one signature for every objective ---------------------------------------------------------------
+
+ObjectiveLoss = Callable[..., tuple[torch.Tensor, LossStats]]
+
+
+def _grpo_objective(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,
+                    adv: torch.Tensor, mask: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, LossStats]:
+    return grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high, beta=obj.kl_beta,
+                     loss_agg=obj.loss_agg, norm_tokens=obj.norm_tokens or norm_tokens,
+                     dual_clip=obj.dual_clip, kl_clamp=obj.kl_clamp)
+
+
+def _gspo_objective(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,
+                    adv: torch.Tensor, mask: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, LossStats]:
+    # the config refuses kl_beta, loss_agg, norm_tokens, dual_clip and kl_clamp with gspo, so ref is None
+    return gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low, eps_high=obj.clip_high or obj.clip_low,
+                     logratio_clamp=obj.logratio_clamp)
+
+
+#: objective name -> loss with the one signature of ``objective_loss``
+OBJECTIVES: dict[str, ObjectiveLoss] = {"grpo": _grpo_objective, "gspo": _gspo_objective}
+
+
+def objective_loss(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,
+                   adv: torch.Tensor, mask: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, LossStats]:
+    """The loss of the objective ``obj`` (an ``ObjectiveConfig``) on one adapter's minibatch.
+
+    Shapes: ``logp``, ``old``, ``ref`` (None without a KL term) and ``mask`` are [b, C]; ``adv`` is
+    [b] (one advantage per message) or [b, C] (token-level credit). ``norm_tokens`` is the constant
+    normaliser of ``seq_mean_token_sum_norm`` when the objective sets none (the trainer passes
+    ``sampling.max_new_tokens``). The trainer calls only this: no objective is special-cased.
+    """
+    return OBJECTIVES[obj.name](obj, logp, old, ref, adv, mask, norm_tokens)

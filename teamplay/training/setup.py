@@ -7,9 +7,11 @@ thing everywhere.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from teamplay.agents.backends import get_backend
 from teamplay.agents.backends.base import GenerationBackend
@@ -32,6 +34,7 @@ from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from teamplay.records import SamplingParams, TaskItem
 from teamplay.training.controllers import TeamControllers
+from teamplay.training.rollout import RolloutRunner
 
 
 def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:
@@ -154,8 +157,9 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     return controllers
 
 
-#: resources the trainer hands every credit method (``CreditResources`` fields it sets)
-TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend"})
+#: resources the trainer hands every credit method (``CreditResources`` fields it sets; the token
+#: statistics go to the token method, after the message method)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards"})
 
 
 def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) -> None:
@@ -168,3 +172,75 @@ def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES)
         TASKS.get(cfg.eval_task.name)
     protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)
     check_credit(cfg.credit.method, cfg.credit.options, protocol.name, provided)
+    if cfg.credit.token is not None:
+        from teamplay.credit.token import get_token_credit
+        from teamplay.credit.token.base import parse_token_options
+
+        parse_token_options(get_token_credit(cfg.credit.token.method), cfg.credit.token.options)
+
+
+@dataclass
+class RunParts:
+    """Everything a training run is wired from (see ``build_run``)."""
+
+    task: Task
+    items: list[TaskItem]
+    eval_task: Task
+    eval_items: list[TaskItem]
+    controllers: TeamControllers | None
+    team: Team
+    make_env: Callable[[], TeamEnv]
+    make_eval_env: Callable[[], TeamEnv]
+    team_model: Any
+    backend: GenerationBackend
+    runner: RolloutRunner
+
+
+def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | None = None,
+              task: Task | None = None, items: Sequence[TaskItem] | None = None,
+              eval_items: Sequence[TaskItem] | None = None) -> RunParts:
+    """Wire a training run from its config: items, controllers, env factories (training decides with
+    the controllers' "train" mode, held-out evaluation as ``teamplay eval`` would), the team model
+    and backend (built unless given), and the rollout runner.
+
+    ``task`` with ``items`` (and ``eval_items``) replace the config's task sections, for a task
+    defined in Python. Errors are ConfigErrors raised before the model loads.
+    """
+    if task is not None:
+        if not items:
+            raise ConfigError("Trainer(task=...) needs the training items too (items=[...])")
+        train_task, train_items = task, list(items)
+        eval_task, held_out = task, list(eval_items or [])
+    else:
+        train_task, train_items = load_items(cfg.task)
+        eval_task, held_out = train_task, []
+        if cfg.eval_task is not None:
+            eval_task, held_out = load_items(cfg.eval_task)
+    if not train_items:
+        raise ConfigError("task: no training items were loaded")
+    controllers = TeamControllers(cfg.controllers) if cfg.controllers.enabled else None
+    make_env, team = env_factory(train_task, cfg.protocol, cfg.team,
+                                 controller=controllers.controller("train") if controllers else None)
+    if controllers is not None:
+        make_eval_env, _ = env_factory(eval_task, cfg.protocol, team, controller=controllers.controller())
+    elif eval_task is not train_task:
+        make_eval_env, _ = env_factory(eval_task, cfg.protocol, team)
+    else:
+        make_eval_env = make_env
+    if not any(role.trainable for role in team.roles):  # the protocol's default team, before the model loads
+        raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+    if cfg.credit.token is not None and cfg.credit.token.roles is not None:  # before the model loads
+        names = {role.name for role in team.roles}
+        unknown = sorted(set(cfg.credit.token.roles) - names)
+        if unknown:
+            raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
+                              f"roles: {', '.join(sorted(names))}")
+    if team_model is None:
+        team_model = build_team_model(cfg.model, team, cfg.seed)
+    if backend is None:
+        backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model,
+                                max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
+    runner = RolloutRunner(make_env, backend, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)
+    return RunParts(task=train_task, items=train_items, eval_task=eval_task, eval_items=held_out,
+                    controllers=controllers, team=team, make_env=make_env, make_eval_env=make_eval_env,
+                    team_model=team_model, backend=backend, runner=runner)

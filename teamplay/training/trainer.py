@@ -8,6 +8,10 @@ What one step really does:
     3. score them (the env already did: team reward = verifier score of the final answer);
     4. the configured credit method turns each group's rewards into one advantage per message;
        groups whose rewards are all equal carry no signal and are dropped (counted in metrics);
+       with `credit.token`, one batched no-grad pass computes the token statistics the token
+       method declares (entropies, reference or teacher log-probs, ...) and the token method
+       spreads each message's advantage over its tokens (for the listed roles; the others keep
+       one advantage per message, in the same step);
     5. for `epochs` passes over shuffled minibatches of messages, each minibatch split by the
        adapter that wrote each message: log-probs under the current adapter, the reference
        log-probs with adapters disabled (only when the KL weight is > 0), the GRPO (token ratio)
@@ -33,6 +37,7 @@ never in the optimiser.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -51,6 +56,8 @@ import yaml
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.credit.characteristic import last_answer_scorer
+from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
+from teamplay.credit.token.base import TEACHER_HINT, parse_token_options
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
@@ -61,20 +68,37 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from teamplay.training.controllers import TeamControllers, speak_rates
+from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
-from teamplay.training.losses import grpo_loss, gspo_loss
+from teamplay.training.losses import objective_loss
 from teamplay.training.metrics import MetricsLogger
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import (
-    build_backend,
-    build_team_model,
-    env_factory,
-    load_items,
+    build_run,
     sampling_params,
     validate_run,
 )
+from teamplay.training.token_stats import compute_token_stats, text_offsets
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one ``Trainer.step()`` did.
+
+    Fields:
+        step: the number of steps done after it (1 after the first).
+        metrics: the step's metrics (JSON-ready), as logged to metrics.jsonl.
+        credited: every (episode, advantages [T]) pair that entered the update, in group order;
+            groups without reward variance are not credited.
+        token_advantages: with token-level credit, aligned with ``credited``: per episode, per
+            message its token advantages [C] or ``None`` (the scalar on every token); else ``None``.
+    """
+
+    step: int
+    metrics: dict[str, Any]
+    credited: tuple[tuple[Episode, np.ndarray], ...]
+    token_advantages: tuple[tuple[np.ndarray | None, ...], ...] | None = None
 
 
 @dataclass
@@ -106,38 +130,20 @@ class Trainer:
         # method, its options, resources and protocol) is checked here, before data or model load
         validate_run(cfg)
         seed_everything(cfg.seed)
-        if task is not None:
-            if not items:
-                raise ConfigError("Trainer(task=...) needs the training items too (items=[...])")
-            self.task, self.items = task, list(items)
-            self.eval_task, self.eval_items = task, list(eval_items or [])
-        else:
-            self.task, self.items = load_items(cfg.task)
-            self.eval_task, self.eval_items = self.task, []
-            if cfg.eval_task is not None:
-                self.eval_task, self.eval_items = load_items(cfg.eval_task)
-        if not self.items:
-            raise ConfigError("task: no training items were loaded")
-        self.controllers = TeamControllers(cfg.controllers) if cfg.controllers.enabled else None
-        train_ctrl = self.controllers.controller("train") if self.controllers else None
-        self.make_env, self.team = env_factory(self.task, cfg.protocol, cfg.team, controller=train_ctrl)
-        if self.controllers is not None:  # held-out evaluation decides as `teamplay eval` would
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team,
-                                                controller=self.controllers.controller())
-        elif self.eval_task is not self.task:
-            self.make_eval_env, _ = env_factory(self.eval_task, cfg.protocol, self.team)
-        else:
-            self.make_eval_env = self.make_env
-        if not any(role.trainable for role in self.team.roles):  # before the model loads
-            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
-        self.team_model = team_model if team_model is not None else build_team_model(cfg.model, self.team, cfg.seed)
+        parts = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items,
+                          eval_items=eval_items)
+        self.task, self.items = parts.task, parts.items
+        self.eval_task, self.eval_items = parts.eval_task, parts.eval_items
+        self.controllers, self.team, self.team_model = parts.controllers, parts.team, parts.team_model
+        self.make_env, self.make_eval_env = parts.make_env, parts.make_eval_env
+        self.backend, self.runner = parts.backend, parts.runner
+        self._token_keeps_zero_variance = False
+        if cfg.credit.token is not None:
+            method = get_token_credit(cfg.credit.token.method)
+            self._token_keeps_zero_variance = method.wants_zero_variance_groups(
+                parse_token_options(method, cfg.credit.token.options))
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.backend = backend if backend is not None else build_backend(
-            cfg.model, cfg.backend, self.team, team_model=self.team_model,
-            max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
-        self.runner = RolloutRunner(self.make_env, self.backend, sampling_params(cfg.sampling),
-                                    max_batch=cfg.backend.max_batch)
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         self.optimizer = torch.optim.AdamW(
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
@@ -148,7 +154,6 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
-        self._last_credited: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -168,13 +173,13 @@ class Trainer:
         history = []
         try:
             while self.state.step < self.cfg.steps:
-                metrics = self.step()
-                step = self.state.step
+                result = self.step()
+                metrics, step = result.metrics, result.step
                 if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 \
                         and step < self.cfg.steps:
                     metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
                 logger.log(step, metrics)
-                logger.log_episodes(step, self._last_credited)
+                logger.log_episodes(step, self.episode_log(result))
                 history.append({"step": step, **metrics})
                 if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
                     self._checkpoint()
@@ -189,8 +194,8 @@ class Trainer:
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
                            time.perf_counter() - start, history)
 
-    def step(self) -> dict[str, Any]:
-        """One training step (rollouts, credit, update); returns its metrics."""
+    def step(self) -> StepResult:
+        """One training step (rollouts, credit, update): its metrics and credited episodes."""
         cfg = self.cfg
         step = self.state.step
         t0 = time.perf_counter()
@@ -205,26 +210,33 @@ class Trainer:
         by_id = {item.id: item for item in problems}
         controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
         groups = group_episodes(episodes)
+        step_rewards = tuple(float(ep.reward) for ep in episodes)  # for scale_rewards: batch
         active = self._active_adapters(step)
         samples: list[PolicySample] = []
         credited: list[tuple[Episode, np.ndarray]] = []
+        token_rows: list[list[np.ndarray | None]] = []
+        batches: list[tuple[CreditBatch, list[np.ndarray]]] = []
         zero_variance = 0
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
             if np.ptp(rewards) == 0:
-                zero_variance += 1  # no signal: contributes no gradient
-                continue
+                zero_variance += 1  # no signal: contributes no gradient ...
+                if not self._token_keeps_zero_variance:  # ... unless the token method gives one
+                    continue
             item = by_id[group[0].problem_id]
             batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
-                                extract=self.task.extract, resources=self._credit_resources(item))
-            advantages = assign(cfg.credit.method, batch, cfg.credit.options)
-            credited.extend(zip(group, advantages, strict=True))
-            samples.extend(build_samples(group, advantages, active))
+                                extract=self.task.extract,
+                                resources=dataclasses.replace(self._credit_resources(item),
+                                                              batch_rewards=step_rewards))
+            batches.append((batch, assign(cfg.credit.method, batch, cfg.credit.options)))
+        if cfg.credit.token is not None and batches:
+            token_rows = self._token_credit(batches, active)
+        for k, (batch, advantages) in enumerate(batches):
+            credited.extend(zip(batch.episodes, advantages, strict=True))
+            samples.extend(build_samples(batch.episodes, advantages, active,
+                                         token_rows[k] if token_rows else None))
         t_credit = time.perf_counter() - t0 - t_rollout
 
-        self._last_credited = [
-            {**ep.to_dict(), "advantages": [float(a) for a in adv]}
-            for ep, adv in credited[:cfg.log_episodes]]
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
@@ -236,7 +248,8 @@ class Trainer:
         self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
                                   data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
         rewards = [ep.reward for ep in episodes]
-        return {
+        flat_tokens = tuple(tuple(row) for rows in token_rows for row in rows) if token_rows else None
+        return StepResult(step=step + 1, credited=tuple(credited), token_advantages=flat_tokens, metrics={
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
@@ -245,6 +258,7 @@ class Trainer:
             "samples": len(samples),
             "trained_adapters": sorted(active),
             **role_credit_metrics(credited),
+            **token_credit_metrics(samples),
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
@@ -252,7 +266,67 @@ class Trainer:
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
-        }
+        })
+
+    def _token_credit(self, batches: list[tuple[CreditBatch, list[np.ndarray]]], active: set[str]
+                      ) -> list[list[list[np.ndarray | None]]]:
+        """Token advantages of every credited group: token statistics of the messages that get token
+        credit (spoken, with tokens, a trained adapter, a listed role) in one batched pass, then the
+        token method per group. Returns ``rows[k][g][t]`` for group k (``None`` = scalar)."""
+        token = self.cfg.credit.token
+        assert token is not None
+        method = get_token_credit(token.method)
+        roles = set(token.roles) if token.roles is not None else None
+        wanted: list[tuple[int, int, int]] = []
+        for k, (batch, _) in enumerate(batches):
+            for g, ep in enumerate(batch.episodes):
+                for t, msg in enumerate(ep.messages):
+                    if msg.spoke and msg.completion_ids and msg.adapter in active \
+                            and (roles is None or msg.role in roles):
+                        wanted.append((k, g, t))
+        messages = [batches[k][0].episodes[g].messages[t] for k, g, t in wanted]
+        hints = None
+        if "teacher_logprobs" in method.needs:  # the same policy shown the reference answer
+            tok = self.team_model.tokenizer
+            hint_of = {id(b): tok.encode(TEACHER_HINT.format(reference=b.item.reference), add_special_tokens=False)
+                       for b, _ in batches}
+            hints = [hint_of[id(batches[k][0])] for k, _, _ in wanted]
+        stats = compute_token_stats(self.team_model, messages, method.needs, self.cfg.sampling.temperature,
+                                    chunk=max(1, min(8, self.cfg.optim.minibatch_size)), hints=hints)
+        table = [[[None] * len(ep.messages) for ep in batch.episodes] for batch, _ in batches]
+        for (k, g, t), st in zip(wanted, stats, strict=True):
+            table[k][g][t] = st
+        rows = []
+        for k, (batch, advantages) in enumerate(batches):
+            group_stats = GroupTokenStats(tuple(tuple(r) for r in table[k]))
+            tb = dataclasses.replace(batch, resources=dataclasses.replace(batch.resources, token_stats=group_stats))
+            rows.append(assign_tokens(token.method, tb, advantages, token.options, roles))
+        return rows
+
+    def episode_log(self, result: StepResult) -> list[dict[str, Any]]:
+        """The first ``log_episodes`` credited episodes of a step as episodes.jsonl lines (with their
+        token advantages and token text pieces under token-level credit)."""
+        lines = []
+        for i, (ep, adv) in enumerate(result.credited[:self.cfg.log_episodes]):
+            line = {**ep.to_dict(), "advantages": [float(a) for a in adv]}
+            if result.token_advantages is not None:
+                line.update(self._token_log(ep, result.token_advantages[i]))
+            lines.append(line)
+        return lines
+
+    def _token_log(self, ep: Episode, rows: Sequence[np.ndarray | None]) -> dict[str, Any]:
+        """Token advantages and the text piece of each token (for the report's token shading)."""
+        pieces: list[list[str] | None] = []
+        for msg, row in zip(ep.messages, rows, strict=True):
+            if row is None:
+                pieces.append(None)
+                continue
+            _, ends = text_offsets(self.team_model.tokenizer, msg.completion_ids)
+            text = self.team_model.tokenizer.decode(list(msg.completion_ids), skip_special_tokens=True)
+            starts = np.concatenate([[0], ends[:-1]])
+            pieces.append([text[a:b] for a, b in zip(starts, ends, strict=True)])
+        return {"token_advantages": [None if r is None else [round(float(x), 6) for x in r] for r in rows],
+                "token_pieces": pieces}
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
@@ -318,21 +392,21 @@ class Trainer:
         logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
                                                          temperature=temperature)  # [b, C], [b, C]
         old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
-        adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
+        if any(s.token_advantages is not None for s in part):
+            # token-level credit: [b, C]; messages without token credit broadcast their scalar
+            adv = _pad([s.token_advantages if s.token_advantages is not None
+                        else (s.advantage,) * len(s.completion_ids) for s in part], logp.shape[1], logp.dtype)
+        else:
+            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
-        if obj.name == "gspo":
-            loss, stats = gspo_loss(logp, old, adv, mask, eps_low=obj.clip_low,
-                                    eps_high=obj.clip_high or obj.clip_low, logratio_clamp=obj.logratio_clamp)
-            return loss, stats, entropy
         ref = None
-        if obj.kl_beta > 0:
+        if obj.kl_beta > 0:  # the reference policy: the base model, adapters disabled
             with torch.no_grad(), self.team_model.disabled_adapters():
                 ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
-                                                             temperature=temperature)
-        loss, stats = grpo_loss(logp, old, ref, adv, mask, eps=obj.clip_low, eps_high=obj.clip_high,
-                                beta=obj.kl_beta, loss_agg=obj.loss_agg)
+                                                             temperature=temperature)  # [b, C]
+        loss, stats = objective_loss(obj, logp, old, ref, adv, mask, norm_tokens=self.cfg.sampling.max_new_tokens)
         return loss, stats, entropy
 
     def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
@@ -463,6 +537,18 @@ def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[
         "adv_mean": {r: total[r] / count[r] for r in count},
         "credit_share": {r: (absolute[r] / norm if norm > 0 else 0.0) for r in count},
     }
+
+
+def token_credit_metrics(samples: Sequence[PolicySample]) -> dict[str, Any]:
+    """How much token credit moved: the number of messages with token advantages and the mean,
+    over them, of the within-message std of the token advantages divided by |message advantage|
+    (0 = uniform tokens, as message-level credit). Empty when no sample has token advantages."""
+    spread = [float(np.std(s.token_advantages)) / abs(s.advantage)
+              for s in samples if s.token_advantages is not None and s.advantage != 0]
+    n = sum(s.token_advantages is not None for s in samples)
+    if not n:
+        return {}
+    return {"token_credit_messages": n, "token_adv_relative_spread": float(np.mean(spread)) if spread else 0.0}
 
 
 def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:

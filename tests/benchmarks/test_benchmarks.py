@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import credit_fraction, lora_memory, rollout_batching, rollout_overhead, trainer_vs_trl
+from benchmarks import (
+    credit_fraction,
+    lora_memory,
+    rollout_batching,
+    rollout_overhead,
+    token_credit_step,
+    trainer_vs_trl,
+)
 from benchmarks.__main__ import main
 from benchmarks.common import Result, marker, replace_region
 from tests.tiny import save_tiny
@@ -98,3 +105,10 @@ def test_replace_region_refuses_broken_markers(broken):
     text = broken.format(start=marker("a", False), end=marker("a", True))
     with pytest.raises(ValueError, match="bench:a"):
         replace_region(text, "a", "new")
+
+
+def test_token_credit_step_quick(tiny_model):
+    result = token_credit_step.run(quick=True, model=tiny_model)
+    _check(result, "token_credit_step")
+    counts = result.data["token_credit_messages"]
+    assert all(n == 0 for n in counts["message-level `grpo`"])  # the baseline really is message-level

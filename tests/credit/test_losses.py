@@ -166,3 +166,27 @@ def test_grpo_per_token_advantages_equal_broadcast():
     assert a.item() == pytest.approx(b.item(), abs=1e-15)
     with pytest.raises(ValueError, match="adv"):
         grpo_loss(logp, old, None, adv[:2], mask)
+
+
+def test_dual_clip_and_dr_grpo_hand_values():
+    # one token, ratio exp(ln 4) = 4, A = -1, eps 0.2: min(4 * -1, 1.2 * -1) = -4 (unbounded branch);
+    # dual-clip c = 3: max(-4, 3 * -1) = -3 -> loss 3, and no gradient (the constant branch).
+    logp = torch.tensor([[math.log(4.0) - 1.0]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-1.0]], dtype=torch.float64)
+    adv = torch.tensor([-1.0], dtype=torch.float64)
+    loss, stats = grpo_loss(logp, old, None, adv, torch.ones(1, 1), dual_clip=3.0)
+    assert loss.item() == pytest.approx(3.0, abs=1e-12)
+    assert stats.clip_fraction == 1.0
+    loss.backward()
+    assert logp.grad.item() == 0.0
+    plain, _ = grpo_loss(logp, old, None, adv, torch.ones(1, 1))
+    assert plain.item() == pytest.approx(4.0, abs=1e-12)
+    # Dr. GRPO: rows of 1 and 2 tokens, ratio 1, A = [2, -1]: token sum 2 - 1 - 1 = 0 ... use A = [2, 1]:
+    # sum = 2 + 1 + 1 = 4; / (B = 2 * N = 8) = 0.25 -> loss -0.25 (seq_mean_token_mean: (2 + 1) / 2 = 1.5)
+    lp = torch.tensor([[-1.0, 0.0], [-1.0, -1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    a = torch.tensor([2.0, 1.0], dtype=torch.float64)
+    dr, _ = grpo_loss(lp, lp, None, a, mask, loss_agg="seq_mean_token_sum_norm", norm_tokens=8)
+    assert dr.item() == pytest.approx(-0.25, abs=1e-12)
+    with pytest.raises(ValueError, match="norm_tokens"):
+        grpo_loss(lp, lp, None, a, mask, loss_agg="seq_mean_token_sum_norm")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-# the folder ../shared/data next to the repository (see its README.md); tests never copy it
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+# the folder ../shared/data next to the repository (see its README.md), or the folder named by
+# TEAMPLAY_DATA (a checkout elsewhere); tests never copy it
+DATA = Path(os.environ.get("TEAMPLAY_DATA") or Path(__file__).resolve().parents[2] / ".." / "shared" / "data")
 
 
 def data_file(relative: str) -> Path:

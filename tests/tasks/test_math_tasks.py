@@ -23,8 +23,9 @@ def test_reference_from_answer_or_last_box(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     items = get_task("math").load("test", source=path)
     assert [i.reference for i in items] == ["\\frac{1}{2}", "7", "\\{1,2\\}"]
-    assert dict(items[0].metadata) == {"level": 3, "subject": "Algebra"}
-    assert dict(items[1].metadata) == {"level": 2, "subject": "Geometry", "unique_id": "test/geometry/1.json"}
+    assert dict(items[0].metadata) == {"level": 3, "subject": "Algebra", "solution": rows[0]["solution"]}
+    assert dict(items[1].metadata) == {"level": 2, "subject": "Geometry", "unique_id": "test/geometry/1.json",
+                                       "solution": "\\fbox{7}"}
     assert items[2].metadata["level"] == "Level ?"
     assert items[0].id == "math/test/0"
 

@@ -28,7 +28,7 @@ def test_spellings_of_eighteen_score_one(completion: str) -> None:
     ("1,000", "1000"),
     ("-3", "-3"),
     ("x = -3", "-3"),
-    ("16-3", "3"),            # a minus glued to a digit is a subtraction, not a sign
+    ("16-3", "13"),           # the whole final expression, never its last number
     ("\u22123 degrees", "-3"),  # unicode minus
     ("2.50", "2.5"),
     ("1/2", "0.5"),           # an exact fraction, printed as a finite decimal

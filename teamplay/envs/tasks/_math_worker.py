@@ -8,6 +8,9 @@ Protocol, one JSON object per line:
     start-up  -> {"ready": true}
     stdin     <- {"id": 7, "gold": "\\frac{1}{2}", "pred": "0.5"}
     stdout    -> {"id": 7, "equal": true}
+With ``"raw": true`` the gold and pred are whole texts (a worked solution, a completion) that
+math_verify searches for their answers itself, with its default settings: lm-eval's ``math_verify``
+metric, ``verify(gold=parse(solution), target=parse(completion))``.
 The worker exits when stdin closes (its parent died or closed it). It runs math_verify in its
 main thread, so math_verify's own signal-based timeouts work here and stop most slow cases
 cheaply; the parent's deadline and kill are the backstop for a hang inside C code.
@@ -63,6 +66,11 @@ def _serve() -> None:
         except (ValueError, KeyError, TypeError):
             continue  # not from our parent; nothing to answer
         try:
+            if request.get("raw"):
+                equal = bool(verify(gold=parse(request["gold"]), target=parse(request["pred"])))
+                out.write(json.dumps({"id": request_id, "equal": equal}) + "\n")
+                out.flush()
+                continue
             gold = parsed_gold(request["gold"])
             pred = parse_answer(request["pred"])
             equal = bool(gold and pred and verify(gold, pred, timeout_seconds=VERIFY_TIMEOUT_S))

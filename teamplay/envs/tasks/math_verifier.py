@@ -42,6 +42,8 @@ from typing import IO
 logger = logging.getLogger(__name__)
 
 _WORKER = Path(__file__).with_name("_math_worker.py")
+#: longest whole text (``raw=True``) sent to math_verify: 100,000 characters, far above a solution
+RAW_MAX_CHARS = 100_000
 # run the worker file by path: "-m" would import teamplay (and whatever its __init__ grows to) and
 # "python FILE" would put this folder on sys.path, where math.py-like names could shadow the stdlib
 _BOOTSTRAP = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
@@ -64,7 +66,7 @@ class MathVerifier:
         self.max_chars = max_chars
         self.cache_size = cache_size
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, bool], bool] = OrderedDict()
         self._proc: subprocess.Popen[str] | None = None
         self._replies: queue.Queue[dict | None] = queue.Queue()
         self._owner_pid = os.getpid()
@@ -74,20 +76,27 @@ class MathVerifier:
         self.timeouts = 0
         self.starts = 0
 
-    def equivalent(self, gold: str, pred: str) -> bool:
-        """True when math_verify finds ``pred`` equal to ``gold`` within the deadline. Never raises."""
+    def equivalent(self, gold: str, pred: str, raw: bool = False) -> bool:
+        """True when math_verify finds ``pred`` equal to ``gold`` within the deadline. Never raises.
+
+        ``raw=False``: both are bare LaTeX answers, each parsed whole. ``raw=True``: both are whole
+        texts (a worked solution, a completion) in which math_verify finds the answers itself with
+        its default settings, as lm-eval's ``math_verify`` metric does; texts up to
+        ``RAW_MAX_CHARS`` are accepted then (only their answers reach sympy).
+        """
         if not isinstance(gold, str) or not isinstance(pred, str) or not gold.strip() or not pred.strip():
             return False
-        if len(gold) > self.max_chars or len(pred) > self.max_chars:
-            logger.debug("answer longer than %d chars judged unequal without sympy", self.max_chars)
+        limit = RAW_MAX_CHARS if raw else self.max_chars
+        if len(gold) > limit or len(pred) > limit:
+            logger.debug("text longer than %d chars judged unequal without sympy", limit)
             return False
-        key = (gold, pred)
+        key = (gold, pred, raw)
         self._forget_parents_worker()
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-            result, settled = self._ask(gold, pred)
+            result, settled = self._ask(gold, pred, raw)
             if settled:
                 self._cache[key] = result
                 if len(self._cache) > self.cache_size:
@@ -116,7 +125,7 @@ class MathVerifier:
 
     # -- the worker process; every method below runs under self._lock --
 
-    def _ask(self, gold: str, pred: str) -> tuple[bool, bool]:
+    def _ask(self, gold: str, pred: str, raw: bool = False) -> tuple[bool, bool]:
         """(equal, settled): ``settled`` is False when no worker could answer (it died or would not
         start), so the result is not cached. A missed deadline is settled: the same pair would
         miss it again, and a GRPO group repeats answers."""
@@ -126,7 +135,8 @@ class MathVerifier:
                 return False, False
             self._next_id += 1
             request_id = self._next_id
-            proc.stdin.write(json.dumps({"id": request_id, "gold": gold, "pred": pred}) + "\n")
+            request = {"id": request_id, "gold": gold, "pred": pred, **({"raw": True} if raw else {})}
+            proc.stdin.write(json.dumps(request) + "\n")
             proc.stdin.flush()
             self.calls += 1
         except OSError as exc:  # the worker died between calls (killed, out of memory)

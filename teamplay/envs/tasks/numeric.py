@@ -1,19 +1,34 @@
-"""Numeric final answers (GSM8K, arith): find the number a completion commits to, compare exactly.
+"""Numeric final answers (GSM8K, arith): find the value a completion commits to, compare exactly.
 
-Which number wins when several appear, highest priority first (the last match of that kind):
+Where the final answer is, highest priority first (the last marker of that kind):
 
-1. ``#### N``: GSM8K's own answer marker (the reference solutions end with it);
-2. ``\\boxed{...}``: the last number inside the last box (``\\boxed{2 \\times 9 = 18}`` gives 18);
-3. an answer statement: the first number after the last "answer is" / "answer:" / "answer ="
-   on the same line ("The final answer is: $1,000." gives 1000);
-4. the last number anywhere in the text.
+1. ``#### N``: GSM8K's own answer marker (the reference solutions end with it), to the line end;
+2. ``\\boxed{...}``: the last box;
+3. an answer statement: after the last "answer is" / "answer:" / "answer =" to the end of that
+   sentence ("The final answer is: $1,000." and minerva's "The final answer is $X$. I hope it is
+   correct." give 1000 and X; "Final answer: X" and "Answer: X" too);
+4. otherwise the last expression anywhere in the text.
 
-What a number may look like: ``1,000`` (thousands separators), ``$18`` and ``18%`` (the unit is
-dropped: GSM8K references are bare numbers, also for "what percent" questions), ``18.00``, ``-3``
-(a minus counts only where it cannot be a subtraction: "16-3" is 16 and 3), ``1/2`` and
-``\\frac{1}{2}`` (an exact fraction, equal to ``0.5``). Numbers longer than 100 digits are ignored
-(no answer is that long, and converting them is slow). Values compare exactly as fractions:
-``18.0 == 18`` but ``0.333 != 1/3``.
+A marker whose span holds no number falls through to the next one.
+
+What the answer is: the WHOLE final expression, evaluated exactly (``teamplay.envs.tasks.expression``):
+``3/4`` and ``\\frac{3}{4}`` are 0.75 (also before a sentence's period), ``2^{10}`` is 1024,
+``12 1/2`` is 12.5, ``.75`` is 0.75, ``1.5 \\times 10^3`` is 1500, ``1 234`` and ``1,234`` are 1234,
+and an equality chain ``2 \\times 9 = 18`` is its last side. In a marked span the first expression
+is the answer. Legitimate decoration stays right: thousands separators, currency, units, percent
+(dropped: GSM8K references are bare numbers), bold, scientific notation, non-ASCII digits.
+
+What is judged wrong (``None``), never cut down to a number it contains (these were reward-hacking
+routes when the extractor took the leading number of a longer expression):
+
+* an expression that cannot be evaluated exactly: ``\\sqrt{4}``, ``2\\pi``, ``3:4``, ``2(3)``,
+  ``5!``, a power beyond ``MAX_POWER_BITS``, a malformed grouping (``1,00``, ``12,34``, ``1.2.3``);
+* a hedge: after the answer, in its span, another value offered as an alternative ("3 or 4",
+  "3, 4", "3 and 4", "18 (or 17)", "5 \\pm 2", "between 3 and 5"). A number that is explained or
+  rejected ("18, since 9 * 2 = 18", "6, not 7") is not a hedge. Without a marker, a final
+  expression preceded in its sentence by another value and "or"/"maybe"/... is a hedge too.
+
+Values compare exactly as fractions: ``18.0 == 18`` but ``0.333 != 1/3``.
 """
 
 from __future__ import annotations
@@ -21,78 +36,215 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from teamplay.envs.tasks.expression import INVALID, NoExpression, Parser, Token, Value, clean, tokenize
 from teamplay.envs.tasks.latex import last_boxed
 from teamplay.envs.tasks.text import ANSWER_IS, tail
 
-_MAX_DIGITS = 100
-# A number not glued to a preceding word, digit or decimal point. Every repetition is bounded and
-# followed by a "no more digits" lookahead, so the regex cannot backtrack more than 100 steps at a
-# start position: matching is linear in the text length.
-_NUMBER = re.compile(
-    r"(?<![\w.])(-)?\$?"                                  # sign only where it cannot be "a - b"
-    r"([0-9]{1,3}(?:,[0-9]{3}){1,33}(?![0-9])|[0-9]{1,100}(?![0-9]))"  # 1,000,000 or 1000000
-    r"(\.[0-9]{1,100}(?![0-9]))?"                           # decimals
-    r"(?:\s*/\s*([0-9]{1,100})(?![0-9.]))?"                 # a fraction 1/2
-)
-_FRAC = re.compile(r"\\[dt]?frac\{\s*(-?[0-9.,]+)\s*\}\{\s*([0-9.,]+)\s*\}")
 _HASHES = re.compile(r"####")
+#: the longest marked span read (a statement's sentence, a box, a "####" line): its first
+#: expression is at its start, so a longer span only loses hedge checks past this point
+MAX_SPAN_CHARS = 1000
+#: without a marker, the final expression and its sentence are looked for in this many characters
+#: before the last digit: the work per call stays bounded whatever the completion holds
+FALLBACK_WINDOW_CHARS = 2000
+_LAST_DIGIT = re.compile(r"\d(?=\D*$)")
 _LINE_END = re.compile(r"\n")
+# the end of an answer statement's sentence: a period not starting decimals, "!" or "?", a newline
+_SENTENCE_END = re.compile(r"\.(?![0-9])(?=[\s$*)}\]]|$)|[!?](?=\s*$|\s+[A-Z])|\n")
+
+# commands and words that act on an adjacent number: "\sqrt 4", "2\pi", "5 \pm 2" cannot be cut to 4, 2, 5
+_OPERATOR_COMMANDS = frozenset({
+    "sqrt", "pi", "log", "ln", "lg", "sin", "cos", "tan", "cot", "sec", "csc", "exp", "binom", "choose",
+    "pm", "mp", "infty", "overline", "bar", "root", "sum", "prod", "int", "lim", "arcsin", "arccos",
+    "arctan", "sinh", "cosh", "tanh", "ldots", "dots", "cdots", "mod", "bmod", "pmod", "equiv", "neq",
+    "approx", "sim", "leq", "geq", "le", "ge", "lt", "gt", "in", "cup", "cap", "vec", "hat",
+})
+_BEFORE_CHARS = frozenset("\u221a\u03c0\u00b1<>\u2248\u2264\u2265")  # √ π ± < > ≈ ≤ ≥ before a number
+_AFTER_CHARS = frozenset("\u221a\u03c0!:")  # 2√2, 2π, 5!, 3:4 right after a number
+_FUNCTION_WORDS = frozenset({"sqrt", "log", "ln", "sin", "cos", "tan", "exp", "pi"})
+
+_NEGATION = re.compile(r"\b(?:not|never|rather than|instead of|isn'?t|wasn'?t|incorrect|wrong|since|because|"
+                       r"as|from|per|of|each|for|with|times|equals?|is|are|was|i\.e|that|which|so)\b")
+_HEDGE_WORD = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|between)\b|\u00b1|\\pm|\+/-|\+-")
+_LIST_GAP = re.compile(r"[\s()*]*(?:[,;&|]|and|to|or|&)?[\s()*]*(?:or|and)?[\s()*]*")
 
 
-def _value(match: re.Match[str]) -> Fraction | None:
-    sign, integer, decimals, denominator = match.groups()
-    try:
-        value = Fraction(integer.replace(",", "") + (decimals or ""))
-        if denominator is not None:
-            value /= int(denominator)
-    except (ValueError, ZeroDivisionError):
+def _glued(cleaned: str, left: Token, right: Token) -> bool:
+    """True when only spaces (no newline) separate two tokens."""
+    return cleaned[left.end:right.start].strip(" \t\u2009\u202f\u00a0") == ""
+
+
+def _acts_on_number(cleaned: str, tokens: list[Token], start: int, end: int) -> bool:
+    """Does an operator we cannot evaluate touch the expression tokens[start:end]?"""
+    first, last = tokens[start], tokens[end - 1]
+    if start > 0:
+        before = tokens[start - 1]
+        if before.kind == "command" and before.text[1:] in _OPERATOR_COMMANDS and _glued(cleaned, before, first):
+            return True
+        if before.kind == "other" and before.text in _BEFORE_CHARS and _glued(cleaned, before, first):
+            return True
+        if before.kind == "word" and before.end == first.start and (first.text == "(" or
+                                                                    before.text.lower() in _FUNCTION_WORDS):
+            return True  # sqrt(4), log(8), x(3)
+        if before.kind == "op" and before.text == "^" and before.end == first.start:
+            return True  # x^2: the exponent of a power whose base is not a number
+    if end < len(tokens):
+        after = tokens[end]
+        if after.kind == "command" and after.text[1:] in _OPERATOR_COMMANDS and _glued(cleaned, last, after):
+            return True
+        if after.kind == "other" and after.text in _AFTER_CHARS and last.end == after.start:
+            return True  # 5!, 3:4, 2√2
+        if after.kind == "word" and last.end == after.start and after.text.lower() in ("π", "pi", "sqrt"):
+            return True
+        if after.kind == "op" and after.text in "(^" and last.end == after.start:
+            return True  # 2(3): no implicit multiplication; 2^ with an exponent we could not read
+    return False
+
+
+def _chain_at(parser: Parser, index: int) -> tuple[Value, int, int] | None:
+    """The chain containing the number token at ``index``, started as early as a sign or an opening
+    parenthesis right before it allows; ``None`` if nothing parses (cannot happen at a number)."""
+    tokens = parser.tokens
+    start = index
+    while start > 0 and tokens[start - 1].kind == "op" and tokens[start - 1].text in "(-+":
+        start -= 1
+    for s in range(start, index + 1):
+        try:
+            return parser.chain(s)
+        except NoExpression:  # try one token later
+            continue
+    return None
+
+
+def _is_hedge(gap: str) -> bool:
+    gap = gap.lower()
+    if _HEDGE_WORD.search(gap) and not re.search(r"\b(?:not|rather than|instead of)\b", gap):
+        return True
+    return not _NEGATION.search(gap) and _LIST_GAP.fullmatch(gap) is not None
+
+
+def _first_answer(text: str) -> Value | None:
+    """The first expression of a marked span, checked for hedges; ``None`` if the span has no number."""
+    cleaned = clean(text)
+    parser = Parser(tokenize(cleaned))
+    tokens = parser.tokens
+    numbers = [i for i, t in enumerate(tokens) if t.kind == "number"]
+    if not numbers:
         return None
-    return -value if sign else value
+    found = _chain_at(parser, numbers[0])
+    if found is None:
+        return INVALID
+    value, start, end = found
+    if value == INVALID or _acts_on_number(cleaned, tokens, start, end):
+        return INVALID
+    previous_end = tokens[end - 1].end
+    for index in numbers:
+        if index < end:
+            continue
+        other = _chain_at(parser, index)
+        if other is None:
+            continue
+        other_value, other_start, other_end = other
+        if other_start < end:
+            continue
+        if other_value != value and _is_hedge(cleaned[previous_end:tokens[other_start].start]):
+            return INVALID
+        previous_end, end = tokens[other_end - 1].end, other_end
+    return value
 
 
-def _numbers(text: str) -> list[Fraction]:
-    text = _FRAC.sub(r"\1/\2", text)
-    values = (_value(m) for m in _NUMBER.finditer(text))
-    return [v for v in values if v is not None]
+def _last_expression(text: str) -> Value | None:
+    """The last expression of unmarked text (an equality chain counts its last side)."""
+    cleaned = clean(text)
+    parser = Parser(tokenize(cleaned))
+    tokens = parser.tokens
+    last = next((i for i in range(len(tokens) - 1, -1, -1) if tokens[i].kind == "number"), None)
+    if last is None:
+        return None
+    run = last
+    while run > 0 and tokens[run - 1].kind in ("number", "op"):
+        run -= 1
+    found = None
+    i = run
+    while i <= last:
+        if tokens[i].kind == "number" or tokens[i].text in "(-+":
+            try:
+                found = parser.chain(i)
+                i = max(found[2], i + 1)
+                continue
+            except NoExpression:
+                pass
+        i += 1
+    if found is None:
+        return INVALID
+    value, start, end = found
+    if value == INVALID or _acts_on_number(cleaned, tokens, start, end):
+        return INVALID
+    # "It is 3 or 4.": a different value earlier in the same sentence, offered as an alternative
+    for j in range(start - 1, -1, -1):
+        tok = tokens[j]
+        sentence_end = tok.text == "\n" or (tok.text in ".!?" and not cleaned[tok.end:tok.end + 1].isdigit())
+        if tok.kind == "other" and sentence_end:
+            break
+        if tok.kind == "number":
+            gap = cleaned[tok.end:tokens[start].start].lower()
+            earlier = _chain_at(parser, j)  # with its sign: "-1 or 1" offers two values
+            if earlier is not None and earlier[0] != value and _HEDGE_WORD.search(gap) \
+                    and not re.search(r"\bnot\b", gap):
+                return INVALID
+            break
+    return value
 
 
 def _line_after(text: str, pos: int) -> str:
     end = _LINE_END.search(text, pos)
-    return text[pos:end.start() if end else len(text)]
+    return text[pos:end.start() if end else len(text)][:MAX_SPAN_CHARS]
+
+
+def _sentence_after(text: str, pos: int) -> str:
+    end = _SENTENCE_END.search(text, pos)
+    return text[pos:end.start() if end else len(text)][:MAX_SPAN_CHARS]
+
+
+def _final_value(text: str) -> Fraction | None:
+    hashes = list(_HASHES.finditer(text))
+    spans = []
+    if hashes:
+        spans.append(_line_after(text, hashes[-1].end()))
+    boxed = last_boxed(text)
+    if boxed is not None:
+        spans.append(boxed[:MAX_SPAN_CHARS])
+    statements = list(ANSWER_IS.finditer(text))
+    if statements:
+        spans.append(_sentence_after(text, statements[-1].end()))
+    for span in spans:
+        value = _first_answer(span)
+        if value is not None:
+            return value if isinstance(value, Fraction) else None
+    last_digit = _LAST_DIGIT.search(text)
+    if last_digit is None:
+        return None
+    value = _last_expression(text[max(0, last_digit.start() - FALLBACK_WINDOW_CHARS):])
+    return value if isinstance(value, Fraction) else None
 
 
 def extract_number(completion: object) -> Fraction | None:
-    """The final numeric answer of ``completion`` by the priority rule above, or ``None``.
+    """The final numeric answer of ``completion`` by the rules above, or ``None`` (no answer, or
+    an answer judged wrong whatever the reference). Never raises.
 
     >>> extract_number("16 - 3 - 4 = 9 eggs, 9 * 2 = $18\\n#### 18")
     Fraction(18, 1)
     >>> extract_number("It is \\\\boxed{1,000} dollars, not 7.")
     Fraction(1000, 1)
-    >>> extract_number("The answer is -2.50. Check: 3 + 4 = 7")
-    Fraction(-5, 2)
-    >>> extract_number("no digits here") is None
+    >>> extract_number("The answer is 3/4.")
+    Fraction(3, 4)
+    >>> extract_number("The answer is 3 or 4.") is None
     True
     """
     text = tail(completion)
     if not text:
         return None
-    hashes = list(_HASHES.finditer(text))
-    if hashes:
-        found = _numbers(_line_after(text, hashes[-1].end()))
-        if found:
-            return found[0]
-    boxed = last_boxed(text)
-    if boxed is not None:
-        found = _numbers(boxed)
-        if found:
-            return found[-1]
-    statements = list(ANSWER_IS.finditer(text))
-    if statements:
-        found = _numbers(_line_after(text, statements[-1].end()))
-        if found:
-            return found[0]
-    found = _numbers(text)
-    return found[-1] if found else None
+    return _final_value(text)
 
 
 def canonical_number(value: Fraction) -> str:
@@ -126,18 +278,18 @@ def extract_canonical(completion: object) -> str | None:
 
 
 def parse_canonical(answer: object) -> Fraction | None:
-    """The value of one answer string such as ``"1,000"``, ``"$18"``, ``"2.5"``, ``"1/2"``.
+    """The value of one short answer string such as ``"1,000"``, ``"$18"``, ``"2.5"``, ``"1/2"``.
 
-    Unlike ``extract_number`` this reads a short answer, not a completion: the last number of the
-    string counts (so an already extracted answer maps to itself).
+    Unlike ``extract_number`` no answer marker is looked for: the string's last expression is its
+    value (so an already extracted answer maps to itself).
 
-    >>> parse_canonical("$1,000.00")
-    Fraction(1000, 1)
+    >>> parse_canonical("$1,000.00"), parse_canonical("-7/6")
+    (Fraction(1000, 1), Fraction(-7, 6))
     """
     if not isinstance(answer, str):
         return None
-    found = _numbers(tail(answer))
-    return found[-1] if found else None
+    value = _last_expression(tail(answer))
+    return value if isinstance(value, Fraction) else None
 
 
 def numbers_equal(answer: object, reference: object) -> float:

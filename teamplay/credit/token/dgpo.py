@@ -1,0 +1,76 @@
+"""DGPO (arXiv 2605.03327): bounded Hellinger deviation, gated by entropy, redistributes a
+message's advantage over its tokens, conserving the total.
+
+For message t with advantage A and tokens j = 1..C:
+
+    d_j = H(pi_theta(.|y_<j), pi_ref(.|y_<j)) = sqrt(1 - sum_v sqrt(p_v q_v))   in [0, 1]
+    s_j = d_j * e_j                     (e_j: the policy's entropy at j, the gate)
+    w_j = (1 - mix) + mix * s_j / mean(s)                                       (mean 1)
+    a_j = A * w_j
+
+so ``sum_j a_j = C * A`` (conservation) and ``w_j`` lies in ``[1 - mix, 1 - mix + mix * C]``:
+every token keeps at least ``(1 - mix)`` of the message's advantage, with its sign. A message
+whose scores are all zero (no deviation from the reference yet, e.g. the first step of a fresh
+adapter) keeps its scalar on every token.
+
+What the public abstract fixes: Hellinger distance (bounded) to the reference, an entropy gate,
+redistribution of the sequence advantage to tokens, no token-level KL penalty (so a run with
+DGPO and ``objective.kl_beta > 0`` is refused at load). What it does not, and is chosen here: the
+gate is the raw entropy (the normalisation by mean(s) makes its scale irrelevant); the mixing
+with a uniform share (``mix``, default 0.5) so no token loses its gradient; linear rather than
+softmax normalisation (``temperature`` switches to ``w = C softmax(s / temperature)`` mixed the
+same way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from teamplay.credit.registry import CreditBatch
+from teamplay.credit.token.base import TokenAdvantages, conserve, group_token_stats, register_token_credit
+
+
+class DGPOOptions(BaseModel):
+    """Options of the ``dgpo`` token method."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mix: float = Field(0.5, ge=0.0, le=1.0, description="Share of the advantage redistributed by the "
+                                                        "gated deviation (0 = GRPO's uniform tokens).")
+    temperature: float | None = Field(None, gt=0.0, description="None: linear weights s / mean(s); "
+                                                                "a value: C * softmax(s / temperature).")
+
+
+def dgpo_weights(hellinger: np.ndarray, entropies: np.ndarray, mix: float,
+                 temperature: float | None = None) -> np.ndarray:
+    """Token weights [C] with mean 1 from the Hellinger deviations and entropies [C]."""
+    s = np.asarray(hellinger, dtype=np.float64) * np.asarray(entropies, dtype=np.float64)  # [C]
+    if temperature is None:
+        shaped = conserve(s)
+    else:
+        z = np.exp((s - s.max()) / temperature)
+        shaped = conserve(z)
+    return (1.0 - mix) + mix * shaped
+
+
+@register_token_credit("dgpo", DGPOOptions, "DGPO: entropy-gated Hellinger deviation spreads the message "
+                       "advantage over its tokens", needs=("entropies", "hellinger"), excludes_kl=True)
+def dgpo_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: DGPOOptions) -> TokenAdvantages:
+    """Token advantages ``a_j = A * w_j`` (see the module docstring); conserves each message total."""
+    stats = group_token_stats(batch)
+    out: TokenAdvantages = []
+    for g, (ep, adv) in enumerate(zip(batch.episodes, message_adv, strict=True)):
+        rows: list[np.ndarray | None] = []
+        for t, _msg in enumerate(ep.messages):
+            st = stats.get(g, t)
+            if st is None:
+                rows.append(None)
+                continue
+            w = dgpo_weights(st.need("hellinger", "dgpo"), st.need("entropies", "dgpo"), options.mix,
+                             options.temperature)
+            rows.append(float(adv[t]) * w)
+        out.append(rows)
+    return out

@@ -1,0 +1,190 @@
+"""Token-level credit in the trainer: mixed token/message roles in one step, the scalar-equivalent
+case, the token statistics pass, and `teamplay train` runs of every token method on a tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from teamplay.agents.roles import Role, Team
+from teamplay.cli import app
+from teamplay.credit.token import token_methods
+from teamplay.errors import ConfigError
+from teamplay.training.token_stats import compute_token_stats
+from tests.tiny import save_tiny
+from tests.training.fixtures import ConstantTask
+from tests.training.test_trainer import LETTERS, make_trainer
+
+TEAM = Team(roles=(Role(name="proposer"), Role(name="reviewer")))
+
+
+def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(tmp_path):
+    trainer = make_trainer(tmp_path, {"steps": 1, "log_episodes": 1000, "protocol": {"options": {"rounds": 2}},
+                                      "rollout": {"problems_per_step": 2, "group_size": 4},
+                                      "credit": {"token": {"method": "dgpo", "options": {"mix": 1.0},
+                                                           "roles": ["proposer"]}}},
+                           team=TEAM, protocol="proposer_reviewer")
+    captured = {}
+    real_update = trainer._update
+
+    def spy(samples, step):
+        captured["samples"] = samples
+        return real_update(samples, step)
+
+    trainer._update = spy
+    result = trainer.step()
+    metrics = result.metrics
+    samples = captured["samples"]
+    roles = {s.role for s in samples}
+    assert roles == {"proposer", "reviewer"}
+    for s in samples:
+        if s.role == "proposer":
+            assert s.token_advantages is not None and len(s.token_advantages) == len(s.completion_ids)
+            # conservation: the mean token advantage is the message advantage
+            assert np.mean(s.token_advantages) == pytest.approx(s.advantage, abs=1e-9)
+        else:
+            assert s.token_advantages is None
+    assert metrics["token_credit_messages"] == sum(s.role == "proposer" for s in samples)
+    assert metrics["optimizer_steps"] >= 1 and np.isfinite(metrics["loss"])
+    # with mix 1 and a fresh LoRA (B = 0, policy == reference) there is no deviation: uniform tokens
+    assert metrics["token_adv_relative_spread"] == pytest.approx(0.0, abs=1e-6)
+    logged = [ep for ep in trainer.episode_log(result) if ep.get("token_advantages")]
+    assert logged and all(
+        (tok is None) == (msg["role"] == "reviewer" or not msg["completion_ids"])
+        for ep in logged for msg, tok in zip(ep["messages"], ep["token_advantages"], strict=True))
+    tok = trainer.team_model.tokenizer
+    for ep in logged:  # the logged pieces (for the report's token shading) rebuild each message's text
+        for msg, pieces, advs in zip(ep["messages"], ep["token_pieces"], ep["token_advantages"], strict=True):
+            if pieces is not None:
+                assert len(pieces) == len(advs) == len(msg["completion_ids"])
+                assert "".join(pieces) == tok.decode(msg["completion_ids"], skip_special_tokens=True)
+
+
+def _train_one_step(tmp_path, credit, objective=None):
+    overrides = {"steps": 1, "credit": credit, "optim": {"minibatch_size": 64},
+                 "rollout": {"problems_per_step": 2, "group_size": 4}}
+    if objective:
+        overrides["objective"] = objective
+    trainer = make_trainer(tmp_path, overrides)
+    trainer.train()
+    return [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+
+
+@pytest.mark.parametrize("objective", [None, {"name": "gspo"}])
+def test_uniform_token_advantages_update_exactly_like_message_credit(tmp_path, objective):
+    # AEM with strength 0 returns the message advantage on every token: the token path ([B, L]
+    # advantages, GSPO-token for gspo) must then give the same adapters as the scalar path.
+    scalar = _train_one_step(tmp_path / "a", {"method": "grpo"}, objective)
+    token = _train_one_step(tmp_path / "b", {"method": "grpo", "token": {"method": "aem",
+                                                                          "options": {"strength": 0.0}}},
+                            objective)
+    moved = _train_one_step(tmp_path / "c", {"method": "grpo", "token": {"method": "aem",
+                                                                          "options": {"strength": 4.0}}},
+                            objective)
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(scalar, token, strict=True))
+    assert not all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(scalar, moved, strict=True))
+
+
+def test_token_stats_pass_matches_the_scoring_path(tmp_path):
+    trainer = make_trainer(tmp_path, {"steps": 1})
+    episodes = trainer.runner.run([__import__("teamplay.training.rollout", fromlist=["RolloutJob"]).RolloutJob(
+        item=trainer.items[0], group_id="g")], seed=0)
+    msgs = [m for m in episodes[0].messages if m.completion_ids]
+    stats = compute_token_stats(trainer.team_model, msgs, {"entropies", "ref_logprobs", "hellinger"}, 1.0)
+    tm = trainer.team_model
+    logp, _ = tm.completion_logprobs([list(m.prompt_ids) for m in msgs], [list(m.completion_ids) for m in msgs],
+                                     adapter=msgs[0].adapter, temperature=1.0)
+    for k, (m, s) in enumerate(zip(msgs, stats, strict=True)):
+        n = len(m.completion_ids)
+        np.testing.assert_allclose(s.logprobs, m.logprobs, atol=1e-5)  # behaviour = current policy here
+        np.testing.assert_allclose(s.current_logprobs, m.logprobs, atol=1e-4)  # no update since the rollout
+        np.testing.assert_allclose(s.ref_logprobs, logp[k, :n].detach().numpy(), atol=1e-5)  # fresh LoRA: policy == ref
+        np.testing.assert_allclose(s.hellinger, 0.0, atol=1e-6)  # same distributions
+        assert (s.entropies > 0).all() and (s.entropies <= np.log(tm.model.config.vocab_size) + 1e-6).all()
+    hint = tm.tokenizer.encode("(The reference answer is q.)\n", add_special_tokens=False)
+    teacher = compute_token_stats(tm, msgs, {"teacher_logprobs"}, 1.0, hints=[hint] * len(msgs))
+    direct, _ = tm.completion_logprobs([list(m.prompt_ids) + hint for m in msgs],
+                                       [list(m.completion_ids) for m in msgs], adapter=msgs[0].adapter)
+    for k, (m, s) in enumerate(zip(msgs, teacher, strict=True)):
+        np.testing.assert_allclose(s.teacher_logprobs, direct[k, :len(m.completion_ids)].detach().numpy(), atol=1e-5)
+    assert not np.allclose(teacher[0].teacher_logprobs, stats[0].logprobs, atol=1e-4)  # the hint changes them
+    texts = compute_token_stats(tm, msgs, {"text_offsets"}, 1.0)
+    for m, s in zip(msgs, texts, strict=True):
+        assert s.entropies is None and s.text == tm.tokenizer.decode(list(m.completion_ids), skip_special_tokens=True)
+        assert (np.diff(s.token_ends) >= 0).all() and s.token_ends[-1] == len(s.text)
+        # every prefix of tokens decodes to the text up to its end
+        j = len(m.completion_ids) // 2
+        assert s.text.startswith(tm.tokenizer.decode(list(m.completion_ids[:j + 1]), skip_special_tokens=True)[
+            :s.token_ends[j]])
+
+
+def test_config_refusals(tmp_path):
+    with pytest.raises(ConfigError, match="unknown token credit method"):
+        make_trainer(tmp_path, {"credit": {"token": {"method": "nope"}}})
+    with pytest.raises(ConfigError, match="credit.token.roles: critic is not a role"):
+        make_trainer(tmp_path, {"credit": {"token": {"method": "aem", "roles": ["critic"]}}})
+    with pytest.raises(ConfigError, match="replaces the KL penalty"):
+        make_trainer(tmp_path, {"credit": {"token": {"method": "dgpo"}}, "objective": {"kl_beta": 0.1}})
+
+
+@pytest.mark.parametrize("method", sorted(token_methods()))
+def test_teamplay_train_runs_every_token_method(tmp_path, method):
+    model = save_tiny(tmp_path / "tiny")
+    config = tmp_path / "train.yaml"
+    config.write_text(json.dumps({
+        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
+        "backend": {"max_prompt_tokens": 1024},
+        "task": {"name": "arith", "split": "train", "limit": 8},
+        "protocol": {"name": "single"},
+        "credit": {"method": "grpo", "token": {"method": method}},
+        "rollout": {"problems_per_step": 2, "group_size": 4},
+        "sampling": {"max_new_tokens": 4, "temperature": 1.0},
+        "steps": 2, "checkpoint_every": 5, "tensorboard": False,
+        "output_dir": str(tmp_path / "run"),
+    }))
+    result = CliRunner().invoke(app, ["train", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]
+
+
+@pytest.mark.parametrize("zero_variance", [0.0, 0.5])
+def test_ep_grpo_progress_signal_trains_on_equal_reward_groups_only_when_asked(tmp_path, zero_variance):
+    # every completion scores 1: all groups have zero reward variance, so GRPO has no gradient
+    trainer = make_trainer(tmp_path, {"steps": 1, "rollout": {"problems_per_step": 2, "group_size": 4},
+                                      "credit": {"token": {"method": "ep_grpo",
+                                                           "options": {"zero_variance": zero_variance}}}},
+                           task=ConstantTask(LETTERS))
+    before = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+    [metrics] = trainer.train().history
+    assert metrics["zero_variance_groups"] == 2
+    after = trainer.team_model.trainable_parameters()
+    unchanged = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    if zero_variance == 0:
+        assert metrics["samples"] == 0 and unchanged
+    else:
+        assert metrics["samples"] == 8 and metrics["token_credit_messages"] == 8
+        assert metrics["optimizer_steps"] == 1 and not unchanged
+
+
+def test_teamplay_train_runs_cal_grpo_on_proposer_reviewer(tmp_path):
+    model = save_tiny(tmp_path / "tiny")
+    config = tmp_path / "train.yaml"
+    config.write_text(json.dumps({
+        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
+        "backend": {"max_prompt_tokens": 1024},
+        "task": {"name": "arith", "split": "train", "limit": 8},
+        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 2}},
+        "credit": {"method": "cal_grpo", "token": {"method": "aem", "roles": ["proposer"]}},
+        "rollout": {"problems_per_step": 2, "group_size": 3},
+        "sampling": {"max_new_tokens": 4, "temperature": 1.0},
+        "steps": 1, "checkpoint_every": 5, "tensorboard": False,
+        "output_dir": str(tmp_path / "run"),
+    }))
+    result = CliRunner().invoke(app, ["train", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1
