@@ -322,7 +322,7 @@ class GPUCheck:
             "steps": 1, "output_dir": str(self.workdir / "run"), "tensorboard": False})
         trainer = Trainer(cfg, team_model=self.team_model, backend=self.backend, task=task,
                           items=task.load("train", limit=TRAIN_PROBLEMS))
-        metrics = trainer.step()
+        metrics = trainer.step().metrics
         if not metrics["samples"]:
             r.check("training-step-ratio", False, "no group had reward variance: no sample to score")
             return
