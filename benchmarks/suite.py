@@ -11,7 +11,9 @@ from collections.abc import Callable
 from benchmarks import (
     cosac_bandit,
     credit_fraction,
+    federated,
     lora_memory,
+    replay_cost,
     rollout_batching,
     rollout_overhead,
     token_credit_step,
@@ -41,5 +43,7 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "trainer_vs_trl": trainer_vs_trl.run,
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
+    "replay_cost": replay_cost.run,
     "token_credit_step": token_credit_step.run,
+    "federated": federated.run,
 }

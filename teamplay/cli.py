@@ -1,4 +1,4 @@
-"""The ``teamplay`` command: train, eval, play, credit, report, list.
+"""The ``teamplay`` command: train, federate, eval, play, credit, report, list.
 
 Every user error (bad config, missing file, unknown name) is printed as one ``error:`` line with
 exit status 2; a traceback means a bug in teamplay.
@@ -303,10 +303,43 @@ def train_command(
     console.print(f"{result.steps} steps in {result.seconds:.0f} s; run folder {result.run_dir}")
 
 
+@app.command("federate")
+@user_errors
+def federate_command(
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    resume: str | None = typer.Option(None, help="'auto' continues after the last completed round of the "
+                                                 "run folder; or a checkpoint folder."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Run folder."),
+    rounds: int | None = typer.Option(None, help="Federated rounds."),
+) -> None:
+    """Federated team training on Flower: K sites with private shards, FedAvg or Fed-GRPO."""
+    from teamplay.config import FederatedConfig
+
+    try:
+        from teamplay.federated.run import run_federated
+    except ImportError as exc:  # flwr missing: the federated extra is optional
+        raise TeamplayError(f"teamplay federate needs Flower: pip install 'teamplay[federated]' ({exc})") from None
+    overrides = _shortcut_overrides(**{"output_dir": output, "federated.rounds": rounds}) + list(set_)
+    cfg = load_config(FederatedConfig, config, overrides)
+
+    def on_round(record: dict) -> None:
+        acc = record.get("heldout", {}).get("team_accuracy")
+        shown = f"held-out accuracy {acc:.3f}, " if acc is not None else ""
+        failed = f", {len(record['failed'])} site(s) left out" if record["failed"] else ""
+        err_console.print(f"round {record['round']}/{cfg.federated.rounds}: {shown}"
+                          f"{record['bytes_total']} bytes uploaded by {len(record['sites'])} site(s){failed}",
+                          highlight=False)
+
+    server = run_federated(cfg, resume=resume, on_round=on_round)
+    console.print(f"{server.state.round} rounds; run folder {cfg.output_dir} (federated.jsonl, checkpoints/)")
+
+
 @app.command("report")
 @user_errors
 def report_command(
-    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare)."),
+    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare); or any number "
+                                                    "of federated run folders."),
     compare: bool = typer.Option(False, "--compare", help="Put two runs or evals side by side."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output folder (default RUN/report, "
                                                                     "or ./report-compare)."),

@@ -408,3 +408,87 @@ class TrainConfig(_Section):
                 raise ValueError(f"credit.token.method: {token.method!r} replaces the KL penalty; "
                                  f"set objective.kl_beta to 0")
         return self
+
+
+class FedGrpoConfig(_Section):
+    """Fed-GRPO's three mechanisms, each switchable for ablation (teamplay.federated.strategies)."""
+
+    signal_weighting: bool = Field(True, description="Aggregation weight of a site proportional to its "
+                                                     "within-group reward std this round (else data size).")
+    weight_floor: float = Field(0.05, gt=0.0, description="Floor on a site's signal, so a site without "
+                                                          "signal this round keeps a small weight.")
+    calibration: bool = Field(True, description="Scale each problem's advantages by the gap between the "
+                                                "global mean reward of its type and its group's mean.")
+    calibration_strength: float = Field(1.0, ge=0.0, description="Slope of that scale per unit of reward gap.")
+    calibration_clip: tuple[float, float] = Field((0.5, 2.0), description="Bounds [lo, hi] of that scale.")
+    sparse: bool = Field(True, description="Upload the top-k entries of the update (with error feedback).")
+    budget: float = Field(1.0, gt=0.0, le=1.0, description="B: global upload budget as a fraction of dense "
+                                                           "entries, split across sites by signal (1 = dense).")
+
+
+class FailureDrill(_Section):
+    """Make one site raise in one round (to rehearse fault handling; off unless listed)."""
+
+    site: int = Field(..., ge=0, description="Site index (0-based).")
+    round: int = Field(..., ge=1, description="Round in which it raises.")
+
+
+class FederatedSection(_Section):
+    """Sites, shards, rounds and the aggregation strategy of a federated run."""
+
+    clients: int = Field(3, ge=1, description="K: number of sites (each a Flower SuperNode).")
+    rounds: int = Field(2, ge=1, description="Federated rounds.")
+    local_steps: int = Field(1, ge=1, description="S: ordinary training steps per site per round.")
+    partition: Literal["iid", "by_key"] = Field("iid", description="iid, or by_key: non-IID shards sorted "
+                                                                   "by a metadata key (label skew).")
+    partition_key: str | None = Field("level", description="Metadata key of by_key shards and of problem "
+                                                           "types for calibration (None = one type).")
+    extra_tasks: list[TaskConfig] = Field(default_factory=list, description="More items of the same task "
+                                                                            "joined to `task` before sharding, "
+                                                                            "e.g. other arith levels.")
+    strategy: Literal["fedavg", "fedgrpo"] = Field("fedgrpo", description="fedavg (data-size weights, dense) "
+                                                                          "or fedgrpo.")
+    fedgrpo: FedGrpoConfig = Field(default_factory=FedGrpoConfig, description="Fed-GRPO mechanisms.")
+    round_timeout: float = Field(3600.0, gt=0.0, description="Seconds the server waits for a round's "
+                                                             "replies; late sites are left out of it.")
+    client_cpus: float = Field(1.0, gt=0.0, description="Simulation: CPUs per site (Ray actor).")
+    failure_drills: list[FailureDrill] = Field(default_factory=list, description="Sites made to raise in a "
+                                                                                 "round (fault rehearsal).")
+
+
+class FederatedConfig(TrainConfig):
+    """A federated run (`teamplay federate`): TrainConfig's sections per site, plus `federated`.
+
+    Each site trains ``federated.local_steps`` ordinary steps per round, so a site's LR schedule
+    spans ``rounds * local_steps`` steps: ``steps`` is derived, ``eval_every`` and
+    ``checkpoint_every`` are unused (the global team is evaluated and checkpointed after every
+    round, each site saves its state after every round).
+    """
+
+    federated: FederatedSection = Field(default_factory=FederatedSection, description="Federation.")
+    output_dir: str = Field("runs/federated", description="Run folder.")
+
+    @model_validator(mode="after")
+    def _derived_fields(self) -> FederatedConfig:
+        derived = self.federated.rounds * self.federated.local_steps
+        # a dumped config (config.yaml, the copy sent to sites) carries the derived value: accepted
+        if ("steps" in self.model_fields_set and self.steps != derived) or self.eval_every is not None:
+            raise ValueError("steps/eval_every: not used by a federated run (set federated.rounds and "
+                             "federated.local_steps; the global team is evaluated after every round)")
+        if self.controllers.enabled:
+            # the regret tables would have to be federated and kept per site: not built yet
+            raise ValueError("controllers.enabled: learned speak/skip controllers are not supported in "
+                             "federated runs; set controllers.enabled=false")
+        lo, hi = self.federated.fedgrpo.calibration_clip
+        if not 0 < lo <= 1 <= hi:
+            raise ValueError(f"federated.fedgrpo.calibration_clip: need 0 < lo <= 1 <= hi, got [{lo}, {hi}]")
+        for drill in self.federated.failure_drills:
+            if drill.site >= self.federated.clients:
+                raise ValueError(f"federated.failure_drills: site {drill.site} does not exist "
+                                 f"(clients: {self.federated.clients})")
+        for extra in self.federated.extra_tasks:
+            if extra.name != self.task.name:
+                raise ValueError(f"federated.extra_tasks: task {extra.name!r} differs from task.name "
+                                 f"{self.task.name!r}; one task (verifier) per run")
+        self.__dict__["steps"] = derived  # not via setattr: it would mark steps as user-set
+        return self

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from teamplay.config import EvalConfig, TrainConfig, load_config, read_yaml
+from teamplay.config import EvalConfig, FederatedConfig, TrainConfig, load_config, read_yaml
 from teamplay.credit import get_credit
 from teamplay.credit.registry import parse_options
 from teamplay.envs.protocols import get_protocol
@@ -23,14 +23,15 @@ def test_configs_are_found():
     # guards the parametrisations below against silently testing nothing
     names = {p.relative_to(CONFIGS).as_posix() for p in RUN_CONFIGS}
     assert {"demo.yaml", "gsm8k_proposer_reviewer.yaml", "gsm8k_debate.yaml", "eval/math500.yaml",
-            "eval/gpqa_diamond.yaml"} <= names
+            "eval/gpqa_diamond.yaml", "federated_demo.yaml"} <= names
     assert len(PROTOCOL_FILES) >= 2
 
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.relative_to(CONFIGS).as_posix())
 def test_run_config_validates(path):
-    is_train = "steps" in read_yaml(path)
-    cfg = load_config(TrainConfig if is_train else EvalConfig, path)
+    data = read_yaml(path)
+    is_train = "steps" in data or "federated" in data
+    cfg = load_config(FederatedConfig if "federated" in data else TrainConfig if is_train else EvalConfig, path)
     task = get_task(cfg.task.name, **cfg.task.options)
     _, team = env_factory(task, cfg.protocol, cfg.team)
     assert team.roles

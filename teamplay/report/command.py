@@ -2,6 +2,8 @@
 
     teamplay report RUN_DIR                  -> RUN_DIR/report/index.html (+ the PNGs beside it)
     teamplay report --compare RUN_A RUN_B    -> ./report-compare/index.html (or --output DIR)
+    teamplay report FED_RUN [FED_RUN ...]    federated runs (`teamplay federate`): accuracy per
+                                             round, bytes against accuracy (teamplay.report.federated)
 
 The CLI wiring lives in ``teamplay/cli.py``; this module holds the whole behaviour so that it is
 testable without a subprocess.
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from teamplay.errors import TeamplayError
 from teamplay.report.data import EvalData, RunData, folder_label, load_folder
+from teamplay.report.federated import federated_page, is_federated
 from teamplay.report.html import Figures, render_page
 from teamplay.report.plots import credit_plots, eval_bars, run_plots, speak_rate_plot
 
@@ -33,6 +36,9 @@ def report_command(run_dirs: list[Path], compare: bool, output: Path | None) -> 
     eval folder, and DataError for a malformed file (naming the file and line).
     """
     dirs = [Path(d) for d in run_dirs]
+    if dirs and all(is_federated(d) for d in dirs):  # federated runs: one page, any number of runs
+        default = dirs[0] / "report" if len(dirs) == 1 else DEFAULT_COMPARE_DIR
+        return federated_page(dirs, Path(output) if output is not None else default)
     if compare and len(dirs) != 2:
         raise TeamplayError(f"report --compare needs exactly two run or eval folders, got {len(dirs)}")
     if not compare and len(dirs) != 1:

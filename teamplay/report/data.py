@@ -87,6 +87,9 @@ class LoggedEpisode:
             episode was not credited (eval transcripts).
         prompt, reference: the problem text and gold answer (eval transcripts carry them; run
             episodes do not, so they are None there).
+        credit: how the advantages were computed (training runs): ``method``, ``options`` and, for
+            replay-based methods, ``replay_values`` (each counterfactual value behind them:
+            ``kept`` agents, ``start`` prefix, ``removal``, ``remove_turn``, ``value``, ``samples``).
         tokens: for runs with token-level credit, per message ``None`` or its tokens as
             ``((text piece, advantage), ...)`` (the pieces concatenate to the decoded message).
     """
@@ -96,6 +99,7 @@ class LoggedEpisode:
     advantages: tuple[float, ...] | None
     prompt: str | None = None
     reference: str | None = None
+    credit: Mapping[str, Any] | None = None
     tokens: tuple[tuple[tuple[str, float], ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -315,9 +319,12 @@ def _logged_episode(row: dict[str, Any], where: str, credited: bool) -> LoggedEp
                             f"there must be one advantage per message")
         advantages = tuple(float(a) for a in raw)
     step = _int_field(row, "step", where) if "step" in row else None
+    credit = row.get("credit")
+    if credit is not None and not (isinstance(credit, dict) and isinstance(credit.get("method"), str)):
+        raise DataError(f"{where}: field 'credit' must be an object with the credit 'method'")
     return LoggedEpisode(episode=episode, step=step, advantages=advantages,
                          prompt=_optional_str(row.get("prompt")), reference=_optional_str(row.get("reference")),
-                         tokens=_token_rows(row, where, len(episode.messages)))
+                         credit=credit, tokens=_token_rows(row, where, len(episode.messages)))
 
 
 def _token_rows(row: dict[str, Any], where: str, n_messages: int):

@@ -157,9 +157,10 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     return controllers
 
 
-#: resources the trainer hands every credit method (``CreditResources`` fields it sets; the token
-#: statistics go to the token method, after the message method)
-TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards"})
+#: resources the trainer hands credit methods (``CreditResources`` fields it sets; ``replay`` and
+#: ``answer_probability`` only when the method needs them; the token statistics go to the token
+#: method, after the message method)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards", "replay", "answer_probability"})
 
 
 def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) -> None:

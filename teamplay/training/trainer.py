@@ -54,13 +54,14 @@ import torch
 import yaml
 
 from teamplay.config import TrainConfig
-from teamplay.credit import CreditBatch, CreditResources, assign
+from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
 from teamplay.credit.token.base import TEACHER_HINT, parse_token_options
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
+from teamplay.training.answer_probability import AnswerProbability
 from teamplay.training.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -72,6 +73,7 @@ from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.losses import objective_loss
 from teamplay.training.metrics import MetricsLogger
+from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import (
@@ -144,6 +146,17 @@ class Trainer:
                 parse_token_options(method, cfg.credit.token.options))
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
+        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, None, None)  # parsed
+        self.credit_needs = get_credit(cfg.credit.method).requires(self.credit_options)
+        self.replay = None
+        if "replay" in self.credit_needs:  # counterfactual re-executions with the current policies
+            self.replay = RolloutReplayEngine(self.make_env, self.backend, sampling_params(cfg.sampling),
+                                              max_batch=cfg.backend.max_batch, seed=cfg.seed)
+        self.answer_probability = None
+        if "answer_probability" in self.credit_needs:
+            self.answer_probability = AnswerProbability(
+                self.team_model, self.team, {it.id: it for it in self.items}, self.task.answer_instruction,
+                max_prompt_tokens=cfg.backend.max_prompt_tokens)
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         self.optimizer = torch.optim.AdamW(
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
@@ -154,6 +167,9 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
+        # group_hook(item, rewards [G]) -> scale: sees every group of a step (signal or not) and
+        # scales its advantages; federated sites record reward statistics and calibrate with it
+        self.group_hook: Callable[[TaskItem, np.ndarray], float] | None = None
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None) -> TrainResult:
@@ -217,18 +233,28 @@ class Trainer:
         token_rows: list[list[np.ndarray | None]] = []
         batches: list[tuple[CreditBatch, list[np.ndarray]]] = []
         zero_variance = 0
+        pending: list[CreditBatch] = []
+        scales: list[float] = []
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
+            item = by_id[group[0].problem_id]
+            scale = self.group_hook(item, rewards) if self.group_hook is not None else 1.0
             if np.ptp(rewards) == 0:
                 zero_variance += 1  # no signal: contributes no gradient ...
                 if not self._token_keeps_zero_variance:  # ... unless the token method gives one
                     continue
-            item = by_id[group[0].problem_id]
-            batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
-                                extract=self.task.extract,
-                                resources=dataclasses.replace(self._credit_resources(item),
-                                                              batch_rewards=step_rewards))
-            batches.append((batch, assign(cfg.credit.method, batch, cfg.credit.options)))
+            pending.append(CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
+                                       extract=self.task.extract,
+                                       resources=dataclasses.replace(self._credit_resources(item),
+                                                                     batch_rewards=step_rewards)))
+            scales.append(scale)
+        if self.replay is not None:
+            self._prefetch_replays(pending, step, sum(ep.tokens for ep in episodes))
+        for batch, scale in zip(pending, scales, strict=True):
+            advantages = assign(cfg.credit.method, batch, self.credit_options)
+            if scale != 1.0:
+                advantages = [a * scale for a in advantages]
+            batches.append((batch, advantages))
         if cfg.credit.token is not None and batches:
             token_rows = self._token_credit(batches, active)
         for k, (batch, advantages) in enumerate(batches):
@@ -262,6 +288,7 @@ class Trainer:
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
+            **(self.replay.stats.to_dict() if self.replay is not None else {}),
             **controller_metrics,
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
@@ -308,7 +335,7 @@ class Trainer:
         token advantages and token text pieces under token-level credit)."""
         lines = []
         for i, (ep, adv) in enumerate(result.credited[:self.cfg.log_episodes]):
-            line = {**ep.to_dict(), "advantages": [float(a) for a in adv]}
+            line = {**ep.to_dict(), "advantages": [float(a) for a in adv], "credit": self._credit_record(ep)}
             if result.token_advantages is not None:
                 line.update(self._token_log(ep, result.token_advantages[i]))
             lines.append(line)
@@ -465,14 +492,38 @@ class Trainer:
         _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics
 
+    def _prefetch_replays(self, batches: Sequence[CreditBatch], step: int, rollout_tokens: int) -> None:
+        """Every replay the step's credit will ask for, in one batch: a first pass of the credit
+        method records its queries (values are placeholders, results discarded), the engine runs
+        them all together, and the real pass reads the cache. A method whose queries depend on the
+        values it gets asks the rest on demand in the real pass (still batched per call)."""
+        assert self.replay is not None
+        self.replay.begin_step(step, rollout_tokens)
+        with self.replay.recording():
+            for batch in batches:
+                try:
+                    assign(self.cfg.credit.method, batch, self.credit_options)
+                except (ValueError, RuntimeError, ArithmeticError):
+                    continue  # placeholder values may upset a method; the real pass reports real errors
+        self.replay.flush()
+
+    def _credit_record(self, episode: Episode) -> dict[str, Any]:
+        """How the episode's messages were valued, for reports: the method and, for replay-based
+        methods, every counterfactual value behind the advantages (coalition, start, value, k)."""
+        record: dict[str, Any] = {"method": self.cfg.credit.method,
+                                  "options": self.credit_options.model_dump(mode="json")}
+        if self.replay is not None:
+            record["replay_values"] = self.replay.coalition_values(episode)
+        return record
+
     def _credit_resources(self, item: TaskItem) -> CreditResources:
-        """What expensive credit methods may ask for (``TRAINER_RESOURCES``): a verifier scorer of
+        """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer of
         masked transcripts (the last answer still visible, scored against this item) and the
         generation backend."""
         task = self.task
         return CreditResources(
             transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
-            backend=self.backend)
+            backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
 
     def _checkpoint(self) -> Path:
         if self.controllers is not None:

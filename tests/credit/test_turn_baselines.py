@@ -201,8 +201,10 @@ def test_a2tgpo_and_loto_methods_need_their_resources():
     eps = (episode(["x", "y"], 1.0), episode(["u", "v"], 0.0))
     with pytest.raises(ValueError, match="answer_probability"):
         a2tgpo_credit(CreditBatch(episodes=eps), A2TGPOOptions())
-    with pytest.raises(ValueError, match="transcript_value"):
+    with pytest.raises(ValueError, match="transcript_scorer"):  # value=masking, the default
         loto_method(CreditBatch(episodes=eps), LOTOOptions())
+    with pytest.raises(ValueError, match="replay"):
+        loto_method(CreditBatch(episodes=eps), LOTOOptions(value="replay"))
     table = {id(eps[0]): [0.1, 0.3, 0.6], id(eps[1]): [0.1, 0.1, 0.05]}
     out = a2tgpo_credit(CreditBatch(episodes=eps, resources=CreditResources(
         answer_probability=lambda ep, n: table[id(ep)][n])),

@@ -1,0 +1,12 @@
+"""Federated team training on Flower (optional extra: ``pip install 'teamplay[federated]'``).
+
+Sites hold private shards and train the team's LoRA adapters with the ordinary Trainer; only
+adapter updates and scalar reward statistics leave a site. Modules:
+
+    strategies  FedAvg and Fed-GRPO's mechanisms as pure array functions
+    partition   IID and non-IID shards
+    wire        the flat adapter vector and what a reply may hold
+    client      the ClientApp: one site's round
+    server      the ServerApp: rounds, aggregation, evaluation, checkpoints, resume
+    run         ``teamplay federate``: Flower's simulation engine on this machine
+"""

@@ -1,0 +1,286 @@
+"""The server: a Flower ServerApp that runs the rounds, aggregates, evaluates and checkpoints.
+
+One round:
+
+    1. send every site (Flower node) a ``train`` message: the global adapter vector, its upload
+       budget in entries (``split_budget`` of the last round's signals; dense under FedAvg or with
+       sparse upload off), the calibration table and the run's config;
+    2. wait up to ``federated.round_timeout`` for the replies (Flower's ``send_and_receive``). A
+       reply that carries an error (the site raised) or never came (timeout) is logged and left
+       out; the round goes on with the rest (with none, the global team stays as it was);
+    3. weights: FedAvg by shard size, or Fed-GRPO signal weights; ``global += sum w_i * update_i``;
+    4. the calibration table takes the round's per-type mean rewards; held-out accuracy of the
+       global team; one line in ``federated.jsonl`` (weights, signals, bytes per site and in total,
+       compression ratio, failures); an atomic checkpoint ``checkpoints/step-<round>/`` (the
+       global adapters in PEFT format, so `teamplay eval --checkpoint RUN` works, and
+       ``server_state.json``).
+
+``--resume auto`` reads the latest checkpoint and continues with the next round; sites restore
+their own state of that round (``teamplay.federated.client``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from teamplay.config import FederatedConfig
+from teamplay.errors import ConfigError
+from teamplay.federated import strategies
+from teamplay.federated.wire import (
+    check_reply,
+    decode_update,
+    encode_update,
+    get_vector,
+    param_layout,
+    record_bytes,
+    set_vector,
+    type_stats,
+)
+
+logger = logging.getLogger("teamplay.federated")
+
+
+@dataclass
+class ServerState:
+    """What a resumed server needs besides the global adapters (``server_state.json``).
+
+    Fields:
+        round: rounds completed.
+        calibration: global mean reward per problem type.
+        signals: each site's signal in the last round it completed (by site index, as text).
+        aggregated: sites aggregated in the last completed round.
+    """
+
+    round: int = 0
+    calibration: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, float] = field(default_factory=dict)
+    aggregated: list[int] = field(default_factory=list)
+
+
+class FederatedServer:
+    """The global team and the round logic; ``run(grid)`` is the ServerApp's main."""
+
+    def __init__(self, cfg: FederatedConfig, resume: str | None = None, on_round=None) -> None:
+        from teamplay.training.rollout import RolloutRunner
+        from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
+        from teamplay.training.trainer import seed_everything
+
+        self.cfg = cfg
+        self.run_dir = Path(cfg.output_dir)
+        self.on_round = on_round
+        seed_everything(cfg.seed)
+        task, _ = load_items(cfg.task.model_copy(update={"limit": 1}))
+        make_env, team = env_factory(task, cfg.protocol, cfg.team)
+        self.eval_items: list = []
+        if cfg.eval_task is not None:
+            eval_task, self.eval_items = load_items(cfg.eval_task)
+            make_env, _ = env_factory(eval_task, cfg.protocol, team)
+            self.eval_task = eval_task
+        self.team_model = build_team_model(cfg.model, team, cfg.seed)
+        self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
+        if not self.trainable:
+            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+        self.layout = param_layout(self.team_model, self.trainable)
+        backend = build_backend(cfg.model, cfg.backend, team, team_model=self.team_model)
+        self.runner = RolloutRunner(make_env, backend, sampling_params(cfg.eval_sampling),
+                                    max_batch=cfg.backend.max_batch)
+        self.state = ServerState()
+        if resume:
+            self._resume(resume)
+
+    # ------------------------------------------------------------------------------ rounds
+    def run(self, grid) -> None:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False),
+                                                  encoding="utf-8")
+        log = self.run_dir / "federated.jsonl"
+        _truncate(log, self.state.round)
+        if self.state.round == 0 and self.eval_items:
+            _append(log, {"round": 0, "heldout": self._evaluate()})
+        nodes = _wait_for_nodes(grid, cfg.federated.clients, timeout=max(60.0, cfg.federated.round_timeout))
+        while self.state.round < cfg.federated.rounds:
+            record = self.round(grid, nodes, self.state.round + 1, log)
+            if self.on_round is not None:
+                self.on_round(record)
+
+    def round(self, grid, nodes: list[int], rnd: int, log: Path) -> dict[str, Any]:
+        """Run round ``rnd`` (steps 1-4 of the module doc), log it, checkpoint; returns its record.
+
+        The log line goes first: a kill before the checkpoint leaves a line that resume drops."""
+        from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+        t0 = time.perf_counter()
+        cfg, fed = self.cfg, self.cfg.federated
+        global_vec = get_vector(self.team_model, self.layout, self.trainable)
+        entries = self._entries()
+        conf = ConfigRecord({
+            "round": rnd, "resume_round": self.state.round, "entries": json.dumps(entries),
+            "calibration": json.dumps(self.state.calibration), "aggregated": json.dumps(self.state.aggregated),
+            "run_config": json.dumps(cfg.model_dump(mode="json")),
+        })
+        content = RecordDict({"global": ArrayRecord({"vector": Array(global_vec)}), "config": conf})
+        messages = [Message(content, dst_node_id=node, message_type="train", group_id=str(rnd)) for node in nodes]
+        replies = list(grid.send_and_receive(messages, timeout=fed.round_timeout))
+
+        sites: dict[int, dict[str, Any]] = {}
+        updates: dict[int, np.ndarray] = {}
+        reports = []
+        failed: list[dict[str, Any]] = []
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                failed.append({"node": node, "error": _short(reply.error.reason)})
+                continue
+            try:
+                check_reply(reply.content)
+                metrics = dict(reply.content["metrics"])
+                update = decode_update(reply.content["update"], self.layout.size)
+            except ValueError as exc:
+                failed.append({"node": node, "error": f"malformed reply: {exc}"})
+                continue
+            site = int(metrics["site"])
+            updates[site] = update.to_dense()
+            reports.append(type_stats(metrics))
+            sites[site] = {"node": node, "bytes": record_bytes(reply.content["update"]),
+                           "entries": int(update.size if update.dense else update.indices.size),
+                           "signal": float(metrics["signal"]), "reward_mean": float(metrics["reward_mean"]),
+                           "groups": int(metrics["groups"]), "shard_size": int(metrics["shard_size"]),
+                           "site_step": int(metrics["site_step"])}
+        answered = {reply.metadata.src_node_id for reply in replies}
+        failed += [{"node": node, "error": f"no reply within {fed.round_timeout:g} s"}
+                   for node in nodes if node not in answered]
+        for failure in failed:
+            logger.warning("round %d: node %s left out: %s", rnd, failure["node"], failure["error"])
+
+        order = sorted(updates)
+        weights = self._weights([sites[s] for s in order])
+        if order:
+            new = strategies.aggregate(global_vec, [updates[s] for s in order], weights)
+            set_vector(self.team_model, self.layout, self.trainable, new)
+        for s, w in zip(order, weights, strict=True):
+            sites[s]["weight"] = float(w)
+        self.state = ServerState(
+            round=rnd,
+            calibration=strategies.global_type_means(reports, self.state.calibration),
+            signals={**self.state.signals, **{str(s): sites[s]["signal"] for s in order}},
+            aggregated=order)
+        dense = strategies.SparseUpdate(self.layout.size, np.zeros(0, np.int32),
+                                        np.zeros(self.layout.size, np.float32), dense=True)
+        dense_bytes = record_bytes(encode_update(dense))  # what a dense upload serialises to
+        total = sum(site["bytes"] for site in sites.values())
+        record: dict[str, Any] = {
+            "round": rnd, "sites": {str(s): sites[s] for s in order}, "failed": failed,
+            "bytes_total": total, "dense_bytes_per_site": dense_bytes,
+            "compression": (dense_bytes * len(order) / total) if total else None,
+            "calibration": self.state.calibration,
+        }
+        if self.eval_items:
+            record["heldout"] = self._evaluate()
+        record["seconds"] = time.perf_counter() - t0
+        _append(log, record)
+        self._checkpoint()
+        return record
+
+    def _entries(self) -> dict[str, int]:
+        """Entries each site may upload this round (site index as text -> k)."""
+        fed = self.cfg.federated
+        n, k = self.layout.size, fed.clients
+        if fed.strategy != "fedgrpo" or not fed.fedgrpo.sparse:
+            return {str(s): n for s in range(k)}
+        # sites without a past signal (round 1) get the mean of the known ones, or all equal
+        known = [self.state.signals[str(s)] for s in range(k) if str(s) in self.state.signals]
+        fill = float(np.mean(known)) if known else 1.0
+        signals = [self.state.signals.get(str(s), fill) for s in range(k)]
+        split = strategies.split_budget(fed.fedgrpo.budget, n, signals, fed.fedgrpo.weight_floor)
+        return {str(s): split[s] for s in range(k)}
+
+    def _weights(self, sites: list[dict[str, Any]]) -> np.ndarray:
+        if not sites:
+            return np.zeros(0)
+        fed = self.cfg.federated
+        if fed.strategy == "fedgrpo" and fed.fedgrpo.signal_weighting:
+            return strategies.signal_weights([s["signal"] for s in sites], fed.fedgrpo.weight_floor)
+        return strategies.fedavg_weights([s["shard_size"] for s in sites])
+
+    def _evaluate(self) -> dict[str, Any]:
+        from teamplay.training.evaluation import evaluate
+
+        _, metrics = evaluate(self.runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
+        return metrics.to_dict()
+
+    # ------------------------------------------------------------------------- checkpoints
+    def _checkpoint(self) -> None:
+        from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints
+
+        final = checkpoint_dir(self.run_dir, self.state.round)
+        tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.team_model.save_adapters(tmp / "adapters")
+        (tmp / "server_state.json").write_text(json.dumps(self.state.__dict__), encoding="utf-8")
+        (tmp / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
+                                         encoding="utf-8")
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                with path.open("rb") as f:
+                    os.fsync(f.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for old in list_checkpoints(self.run_dir)[:-self.cfg.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _resume(self, resume: str) -> None:
+        from teamplay.training.checkpoint import latest_checkpoint
+
+        path = latest_checkpoint(self.run_dir) if resume == "auto" else Path(resume)
+        if path is None:
+            return  # nothing to resume: a fresh run
+        state_file = path / "server_state.json"
+        if not state_file.is_file():
+            raise ConfigError(f"--resume {resume}: {path} is not a federated checkpoint (no server_state.json)")
+        self.team_model.load_adapters(path / "adapters")
+        self.state = ServerState(**json.loads(state_file.read_text(encoding="utf-8")))
+
+
+def _wait_for_nodes(grid, count: int, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) >= count:
+            return nodes[:count]
+        if time.monotonic() > deadline:
+            raise ConfigError(f"federated.clients: {count} sites expected, {len(nodes)} connected within "
+                              f"{timeout:g} s")
+        time.sleep(0.2)
+
+
+def _short(reason: str) -> str:
+    """The last line of a remote traceback (the exception and its message)."""
+    lines = [line.strip() for line in str(reason).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "unknown error"
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _truncate(path: Path, rounds_done: int) -> None:
+    """Drop lines of rounds after the last completed one (lost with an interrupted process)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line)["round"] <= rounds_done]
+    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
