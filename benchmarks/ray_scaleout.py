@@ -55,7 +55,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     if started_ray:
         ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, logging_level="WARNING",
                  log_to_driver=False)
-    spec = WorkerSpec(model=model_cfg, backend=BackendConfig(), team=team, seed=0, make_envs={"train": make_env})
+    spec = WorkerSpec(model=model_cfg, backend=BackendConfig(), team=team, seed=0, make_envs={"train": make_env},
+                      max_new_tokens=max_new)
     res = WorkerResources(num_cpus=0.5)
     try:
         pools = {1: RolloutPool(spec, 1, res, sampling), 2: RolloutPool(spec, 2, res, sampling)}

@@ -9,4 +9,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec timeout 480 "$PY" scripts/gpu_check.py "$@"
+exec timeout 480 "$PY" scripts/gpu_check_distributed.py "$@"

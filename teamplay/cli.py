@@ -110,7 +110,7 @@ def build_eval_team(cfg: EvalConfig, item_limit: int | None = None, controller_m
     controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
     make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
                                  controller=controllers.controller(controller_mode) if controllers else None)
-    backend_obj = build_backend(cfg.model, cfg.backend, team)
+    backend_obj = build_backend(cfg.model, cfg.backend, team, max_new_tokens=cfg.sampling.max_new_tokens)
     return task_obj, items, controllers, make_env, team, backend_obj
 
 

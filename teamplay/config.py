@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from teamplay.agents.roles import Team
 from teamplay.errors import ConfigError
+
+#: the sampling temperatures every backend accepts: vLLM refuses more than 2 and raises values in
+#: (0, 0.01) to 0.01 (0 means greedy)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 2.0
 
 #: stages whose speak/skip action values are defined (proposer_reviewer's two, debate's revision rounds)
 STAGES = ("propose", "review", "debate")
@@ -105,15 +110,42 @@ class BackendConfig(_Section):
     max_prompt_tokens: int = Field(1536, ge=16, description="Prompt budget; longer transcripts are "
                                                             "truncated by the stated rule.")
     max_batch: int | None = Field(None, ge=1, description="Most requests per generate call.")
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description="vllm: share of GPU memory the "
+                                                                          "engine may take (the learner "
+                                                                          "needs the rest).")
+    enforce_eager: bool = Field(False, description="vllm: run without CUDA graphs (faster start, slower "
+                                                   "decoding).")
 
 
 class SamplingConfig(_Section):
     """Decoding settings."""
 
     max_new_tokens: int = Field(256, ge=1, description="Tokens generated per message at most.")
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy.")
+    temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE,
+                               description=f"0 = greedy; otherwise in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] "
+                                           f"(vLLM's range).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_in_range(cls, value: float) -> float:
+        # vLLM raises temperatures in (0, 0.01) to 0.01, so the sampled policy would not be the
+        # configured one; refused for every backend so that a config means the same on all of them
+        if 0 < value < MIN_TEMPERATURE:
+            # a typed error (not ValueError): reported with its field path, e.g. eval_sampling.temperature
+            raise PydanticCustomError("temperature_range", "use 0 (greedy) or a value in [{low}, {high}]",
+                                      {"low": MIN_TEMPERATURE, "high": MAX_TEMPERATURE})
+        return value
+
+
+def _check_backend_fits_model(backend: BackendConfig, model: ModelConfig) -> None:
+    """The vllm backend serves LoRA adapters (every team has them) only in bfloat16/float16: refused
+    here, before the model loads, rather than by the engine after it."""
+    from teamplay.agents.backends.vllm import LORA_DTYPES, lora_dtype_refusal
+
+    if backend.name == "vllm" and model.dtype not in LORA_DTYPES:
+        raise ValueError(lora_dtype_refusal(model.dtype))
 
 
 class EvalConfig(_Section):
@@ -131,6 +163,11 @@ class EvalConfig(_Section):
     samples: int = Field(1, ge=1, description="Episodes per problem.")
     seed: int = Field(0, description="Seed of env resets and sampling.")
     output_dir: str = Field("runs/eval", description="Folder for results.json and transcripts.jsonl.")
+
+    @model_validator(mode="after")
+    def _backend_fits_model(self) -> EvalConfig:
+        _check_backend_fits_model(self.backend, self.model)
+        return self
 
 
 C = TypeVar("C", bound=BaseModel)
@@ -415,6 +452,7 @@ class TrainConfig(_Section):
                              "to the same policy")
         if self.team is not None and not any(role.trainable for role in self.team.roles):
             raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
+        _check_backend_fits_model(self.backend, self.model)
         return self
 
     @model_validator(mode="after")

@@ -47,6 +47,7 @@ class WorkerSpec:
         seed: LoRA init seed (the same as the trainer's, so version 0 equals the trainer's adapters).
         make_envs: named env factories (``"train"``, ``"eval"``), each ``() -> TeamEnv``.
         max_batch: most requests per generate call.
+        max_new_tokens: the most any generate call of the run asks for (sizes a vllm engine).
     """
 
     model: ModelConfig
@@ -55,6 +56,7 @@ class WorkerSpec:
     seed: int
     make_envs: dict[str, Callable[[], Any]]
     max_batch: int | None = None
+    max_new_tokens: int = 256
 
 
 class RolloutWorker:
@@ -71,7 +73,8 @@ class RolloutWorker:
         if spec.backend.name == "hf" and torch.cuda.is_available():  # Ray gave this actor a GPU
             for part in getattr(self.team_model, "parts", {"": self.team_model}).values():
                 part.model.to("cuda")
-        self.backend = build_backend(spec.model, spec.backend, spec.team, team_model=self.team_model)
+        self.backend = build_backend(spec.model, spec.backend, spec.team, team_model=self.team_model,
+                                     max_new_tokens=spec.max_new_tokens)
         self.version = 0
 
     def pid(self) -> int:

@@ -64,7 +64,8 @@ class DistributedTrainer(Trainer):
             check_capacity(dist, groups=1)
             spec = WorkerSpec(model=cfg.model, backend=cfg.backend, team=self.team, seed=cfg.seed,
                               make_envs={"train": self.make_env, "eval": self.make_eval_env},
-                              max_batch=cfg.backend.max_batch)
+                              max_batch=cfg.backend.max_batch,
+                              max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
             self.pool = RolloutPool(spec, dist.rollout_workers, dist.resources.rollout,
                                     sampling_params(cfg.sampling), max_staleness=dist.max_staleness,
                                     max_restarts=dist.max_restarts)

@@ -77,8 +77,12 @@ def sampling_params(cfg: SamplingConfig, seed: int | None = None) -> SamplingPar
 
 
 def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team,
-                  team_model=None) -> GenerationBackend:
-    """The generation backend of the config (loads the model for hf/vllm unless given one)."""
+                  team_model=None, *, max_new_tokens: int) -> GenerationBackend:
+    """The generation backend of the config (loads the model for hf/vllm unless given one).
+
+    ``max_new_tokens`` is the most any generate call of the run will ask for (the largest of its
+    sampling sections); the vllm engine sizes its context from it.
+    """
     if backend_cfg.name == "scripted":
         return get_backend("scripted", policy=backend_cfg.policy)
     if team_model is None:
@@ -87,10 +91,15 @@ def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team
     if parts is not None:  # a heterogeneous team: one backend per base, requests routed by adapter
         from teamplay.agents.backends.routing import RoutingBackend
 
-        backends = {base: get_backend(backend_cfg.name, team_model=part,
-                                      max_prompt_tokens=backend_cfg.max_prompt_tokens)
+        backends = {base: build_backend(model_cfg, backend_cfg, team, team_model=part,
+                                        max_new_tokens=max_new_tokens)
                     for base, part in parts.items()}
         return RoutingBackend(backends, {a: team_model.base_of(a) for a in team_model.adapter_names})
+    if backend_cfg.name == "vllm":
+        return get_backend("vllm", team_model=team_model, max_prompt_tokens=backend_cfg.max_prompt_tokens,
+                           max_new_tokens=max_new_tokens,
+                           gpu_memory_utilization=backend_cfg.gpu_memory_utilization,
+                           enforce_eager=backend_cfg.enforce_eager)
     return get_backend(backend_cfg.name, team_model=team_model,
                        max_prompt_tokens=backend_cfg.max_prompt_tokens)
 
@@ -250,7 +259,8 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
     if team_model is None:
         team_model = build_team_model(cfg.model, team, cfg.seed)
     if backend is None:
-        backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model)
+        backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model,
+                                max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
     runner = RolloutRunner(make_env, backend, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)
     return RunParts(task=train_task, items=train_items, eval_task=eval_task, eval_items=held_out,
                     controllers=controllers, team=team, make_env=make_env, make_eval_env=make_eval_env,
