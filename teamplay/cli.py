@@ -1,7 +1,10 @@
 """The ``teamplay`` command: train, sweep, federate, eval, play, credit, report, list.
 
-Every user error (bad config, missing file, unknown name) is printed as one ``error:`` line with
-exit status 2; a traceback means a bug in teamplay.
+Every user error (bad config, missing file, unknown name, damaged checkpoint, a run folder in use)
+and every file-system failure (full disk, read-only folder, an output path that is a file) is
+printed as one ``error:`` line with exit status 2, never wrapped, even when stderr is a pipe; a
+traceback means a bug in teamplay. teamplay's warnings (a damaged checkpoint skipped by
+``--resume auto``, a torn metrics line dropped by ``report``) are one ``warning:`` line each.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -27,7 +31,7 @@ from rich.progress import (
 from rich.table import Table
 
 from teamplay.config import EvalConfig, load_config
-from teamplay.errors import TeamplayError
+from teamplay.errors import TeamplayError, TeamplayWarning
 from teamplay.registry import is_plugin_spec
 
 # transformers 5 warns about its own deprecated attribute each time peft builds LoRA layers: noise
@@ -41,22 +45,46 @@ err_console = Console(stderr=True)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a TeamplayError (ConfigError, DataError, ...) into one ``error:`` line with exit 2, and
-    Ctrl-C into exit 130; any other exception is a bug and keeps its traceback."""
+    """Turn a TeamplayError, or an OSError of the file system (a full disk, a read-only folder, an
+    output path that is a file), into one ``error:`` line with exit status 2; show teamplay's own
+    warnings (a skipped damaged checkpoint) as one ``warning:`` line each."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", TeamplayWarning)
+                warnings.showwarning = _show_warning
+                return fn(*args, **kwargs)
         except TeamplayError as exc:
-            # soft_wrap: one line whatever the terminal width (scripts grep it; pipes have no width)
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            _one_line("error", str(exc))
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            _one_line("error", f"{exc.strerror or exc}{where}")
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: results written so far are kept")
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _one_line(label: str, message: str) -> None:
+    """``label: message`` on stderr as ONE line: rich would wrap it at the width it guesses (80
+    columns when stderr is a pipe), and a log reader or ``grep error:`` would get half a message."""
+    message = " ".join(message.split())
+    err_console.print(f"[bold red]{label}:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, TeamplayWarning):
+        _one_line("warning", str(message))
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
 
 
 def progress_bar() -> Progress:
@@ -82,7 +110,7 @@ def build_eval_team(cfg: EvalConfig, item_limit: int | None = None, controller_m
     controllers = load_controllers(cfg.controllers, cfg.model.checkpoint) if cfg.controllers.enabled else None
     make_env, team = env_factory(task_obj, cfg.protocol, cfg.team,
                                  controller=controllers.controller(controller_mode) if controllers else None)
-    backend_obj = build_backend(cfg.model, cfg.backend, team)
+    backend_obj = build_backend(cfg.model, cfg.backend, team, max_new_tokens=cfg.sampling.max_new_tokens)
     return task_obj, items, controllers, make_env, team, backend_obj
 
 
@@ -127,8 +155,10 @@ def eval_command(
         "sampling.max_new_tokens": max_new_tokens, "seed": seed, "model.checkpoint": checkpoint,
         "output_dir": output}) + list(set_)
     cfg = load_config(EvalConfig, config, overrides)
-    task_obj, items, controllers, make_env, team, backend_obj = build_eval_team(cfg)
     out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():  # before the model loads
+        raise TeamplayError(f"output {out} is a file, not a folder; pass a folder as --output")
+    task_obj, items, controllers, make_env, team, backend_obj = build_eval_team(cfg)
     out.mkdir(parents=True, exist_ok=True)
     # the always-speak baseline: same team, items, seed and backend; only the controller differs
     runs = {"metrics": (make_env, "transcripts.jsonl", cfg.controllers.mode if controllers else "")}
@@ -273,17 +303,23 @@ def train_command(
                                                  "folder; or a checkpoint folder."),
     output: str | None = typer.Option(None, "--output", "-o", help="Run folder."),
     steps: int | None = typer.Option(None, help="Training steps."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the run already in the run folder "
+                                                              "(its checkpoints and metrics) and start anew."),
 ) -> None:
     """Train a team: rollouts, credit, per-role LoRA updates, held-out eval, checkpoints."""
     from teamplay.config import TrainConfig
+    from teamplay.training.run_folder import check_run_folder
     from teamplay.training.trainer import Trainer
 
     overrides = _shortcut_overrides(**{"output_dir": output, "steps": steps}) + list(set_)
     cfg = load_config(TrainConfig, config, overrides)
+    check_run_folder(Path(cfg.output_dir), resume, overwrite)  # before the model loads
 
     def on_eval(label: str) -> None:
         err_console.print(f"held-out evaluation ({label}) ...")
 
+    if cfg.distributed is not None:  # rollout workers and learner ranks on a Ray cluster
+        from teamplay.distributed.trainer import DistributedTrainer as Trainer
     # built before the progress bar: a run that cannot work is refused before anything is shown
     trainer = Trainer(cfg, on_eval=on_eval)
     with progress_bar() as bar:
@@ -295,7 +331,7 @@ def train_command(
 
         trainer.on_step = on_step
         bar.update(job, completed=trainer.state.step)
-        result = trainer.train(resume=resume)
+        result = trainer.train(resume=resume, overwrite=overwrite)
     table = Table(title=f"held-out {cfg.eval_task.name if cfg.eval_task else '-'}: before and after")
     table.add_column("metric")
     table.add_column("before", justify="right")

@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from teamplay.agents.roles import Team
 from teamplay.errors import ConfigError
+
+#: the sampling temperatures every backend accepts: vLLM refuses more than 2 and raises values in
+#: (0, 0.01) to 0.01 (0 means greedy)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 2.0
 
 #: stages whose speak/skip action values are defined (proposer_reviewer's two, debate's revision rounds)
 STAGES = ("propose", "review", "debate")
@@ -31,7 +36,7 @@ Mode = Literal["average_greedy", "current", "sample", "always_speak"]
 class ControllerConfig(BaseModel):
     """The ``controllers:`` section of a team config."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     enabled: bool = Field(False, description="Learned speak/skip controllers (regret matching) before "
                                              "skippable turns (proposer_reviewer, debate).")
@@ -47,7 +52,9 @@ class ControllerConfig(BaseModel):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: `lr: .inf` or `temperature: 1e400` (inf once parsed) mean nothing and
+    # would train on NaNs; every float of a config must be finite
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TaskConfig(_Section):
@@ -103,15 +110,42 @@ class BackendConfig(_Section):
     max_prompt_tokens: int = Field(1536, ge=16, description="Prompt budget; longer transcripts are "
                                                             "truncated by the stated rule.")
     max_batch: int | None = Field(None, ge=1, description="Most requests per generate call.")
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description="vllm: share of GPU memory the "
+                                                                          "engine may take (the learner "
+                                                                          "needs the rest).")
+    enforce_eager: bool = Field(False, description="vllm: run without CUDA graphs (faster start, slower "
+                                                   "decoding).")
 
 
 class SamplingConfig(_Section):
     """Decoding settings."""
 
     max_new_tokens: int = Field(256, ge=1, description="Tokens generated per message at most.")
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy.")
+    temperature: float = Field(0.0, ge=0.0, le=MAX_TEMPERATURE,
+                               description=f"0 = greedy; otherwise in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] "
+                                           f"(vLLM's range).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_in_range(cls, value: float) -> float:
+        # vLLM raises temperatures in (0, 0.01) to 0.01, so the sampled policy would not be the
+        # configured one; refused for every backend so that a config means the same on all of them
+        if 0 < value < MIN_TEMPERATURE:
+            # a typed error (not ValueError): reported with its field path, e.g. eval_sampling.temperature
+            raise PydanticCustomError("temperature_range", "use 0 (greedy) or a value in [{low}, {high}]",
+                                      {"low": MIN_TEMPERATURE, "high": MAX_TEMPERATURE})
+        return value
+
+
+def _check_backend_fits_model(backend: BackendConfig, model: ModelConfig) -> None:
+    """The vllm backend serves LoRA adapters (every team has them) only in bfloat16/float16: refused
+    here, before the model loads, rather than by the engine after it."""
+    from teamplay.agents.backends.vllm import LORA_DTYPES, lora_dtype_refusal
+
+    if backend.name == "vllm" and model.dtype not in LORA_DTYPES:
+        raise ValueError(lora_dtype_refusal(model.dtype))
 
 
 class EvalConfig(_Section):
@@ -129,6 +163,11 @@ class EvalConfig(_Section):
     samples: int = Field(1, ge=1, description="Episodes per problem.")
     seed: int = Field(0, description="Seed of env resets and sampling.")
     output_dir: str = Field("runs/eval", description="Folder for results.json and transcripts.jsonl.")
+
+    @model_validator(mode="after")
+    def _backend_fits_model(self) -> EvalConfig:
+        _check_backend_fits_model(self.backend, self.model)
+        return self
 
 
 C = TypeVar("C", bound=BaseModel)
@@ -163,13 +202,32 @@ def parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    Plain YAML loaders keep the last value silently, so ``lr: 1e-4`` followed later by
+    ``lr: 1.0`` trains with 1.0 while the reader of the file sees 1e-4.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                first = seen[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given on line {first})", key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; missing file and syntax errors name the file (and line)."""
+    """Read a YAML mapping; missing file, syntax errors and duplicate keys name the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -309,6 +367,40 @@ class RolloutConfig(_Section):
     group_size: int = Field(4, ge=1, description="G: episodes per problem (a credit group).")
 
 
+class WorkerResources(_Section):
+    """Ray resources of one worker (an actor)."""
+
+    num_cpus: float = Field(1.0, ge=0.0, description="CPUs reserved per worker.")
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per worker (a fraction shares a GPU); "
+                                                     "learner ranks with GPUs use NCCL, else gloo.")
+
+
+class DistributedResources(_Section):
+    """Resources per rollout worker and per learner rank."""
+
+    rollout: WorkerResources = Field(default_factory=WorkerResources, description="Per rollout worker.")
+    learner: WorkerResources = Field(default_factory=WorkerResources, description="Per learner rank.")
+
+
+class DistributedConfig(_Section):
+    """Scale-out on a Ray cluster (needs the `ray` extra): rollout workers and a data-parallel learner."""
+
+    engine: Literal["ray"] = Field("ray", description="Distributed engine (ray).")
+    address: str = Field("local", description="'local' starts a Ray cluster in this process; 'auto' "
+                                              "joins the running one (ray start --head); or HOST:PORT.")
+    local_cpus: int | None = Field(None, ge=1, description="CPUs of a 'local' cluster (None = all).")
+    rollout_workers: int = Field(2, ge=1, description="Rollout workers per base model; each runs the "
+                                                      "lock-step runner on its share of a step's jobs.")
+    learner_workers: int = Field(1, ge=1, description="Data-parallel learner ranks (gloo on CPU, "
+                                                      "NCCL on GPU).")
+    max_staleness: int = Field(0, ge=0, description="Optimiser steps a rollout worker's adapters may lag "
+                                                    "behind the learner's (0 = always the latest).")
+    max_restarts: int = Field(3, ge=0, description="Rollout-worker restarts allowed per step before "
+                                                   "the step fails.")
+    resources: DistributedResources = Field(default_factory=DistributedResources,
+                                            description="Ray resources per worker.")
+
+
 class TrainConfig(_Section):
     """A whole training run (`teamplay train`)."""
 
@@ -343,6 +435,8 @@ class TrainConfig(_Section):
                                                    "episodes.jsonl (for reports).")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")
+    distributed: DistributedConfig | None = Field(
+        None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
 
     @model_validator(mode="after")
     def _rollouts_can_train(self) -> TrainConfig:
@@ -358,6 +452,22 @@ class TrainConfig(_Section):
                              "to the same policy")
         if self.team is not None and not any(role.trainable and not role.scripted for role in self.team.roles):
             raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
+        _check_backend_fits_model(self.backend, self.model)
+        return self
+
+    @model_validator(mode="after")
+    def _distributed_fits(self) -> TrainConfig:
+        """What the Ray path (``teamplay.distributed``) cannot do yet, refused at load."""
+        dist = self.distributed
+        if dist is None:
+            return self
+        if self.controllers.enabled:
+            raise ValueError("controllers.enabled: learned speak/skip controllers are not supported with "
+                             "`distributed:` yet; set controllers.enabled=false or drop the distributed section")
+        if dist.learner_workers > 1 and self.objective.name == "grpo" and self.objective.loss_agg == "token_mean":
+            raise ValueError("objective.loss_agg: token_mean normalises by the token count of a whole minibatch "
+                             "and does not split over learner ranks; use seq_mean_token_mean or "
+                             "distributed.learner_workers=1")
         return self
 
     @model_validator(mode="after")

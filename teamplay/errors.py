@@ -20,3 +20,8 @@ class DataError(TeamplayError, ValueError):
 
 class ModelLoadError(TeamplayError):
     """A model could not be loaded; the message names what was tried."""
+
+
+class TeamplayWarning(UserWarning):
+    """Something the user should know that did not stop the run (a damaged checkpoint skipped on
+    resume); the CLI shows it as one ``warning:`` line."""

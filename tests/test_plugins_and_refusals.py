@@ -156,7 +156,7 @@ def test_teamplay_credit_prints_advantages_of_a_saved_eval(tmp_path):
 
 @pytest.mark.parametrize("sections, message", [
     ({"credit": {"method": "nope"}}, "credit.method: unknown credit method 'nope'"),
-    ({"credit": {"method": "loto"}}, "needs the resource transcript_value"),
+    ({"credit": {"method": "continuation", "options": {"samples": 0}}}, "credit.options.samples"),
     ({"objective": {"name": "gspo", "kl_beta": 0.5}}, "objective.kl_beta: the gspo objective has no KL term"),
     ({"objective": {"name": "gspo", "loss_agg": "token_mean"}}, "objective.loss_agg"),
     ({"credit": {"method": "tracer_roles"}}, "works with the protocols proposer_reviewer, not 'single'"),
@@ -199,6 +199,8 @@ def test_every_method_and_protocol_pair_trains_or_is_refused_at_start(tmp_path, 
     loto = CREDIT.get("loto")
     loto_runs = loto.requires(loto.options()) <= TRAINER_RESOURCES
     assert outcomes["loto", "single"] == ("trained" if loto_runs else "refused")
+    for method in ("loto", "a2tgpo", "continuation"):  # the trainer supplies what they need
+        assert outcomes[method, "proposer_reviewer"] == "trained", method
     assert outcomes["grpo", "debate"] == "trained"
     assert outcomes["tracer_roles", "proposer_reviewer"] == "trained"
     assert outcomes["cosac", "vote"] == "refused" and outcomes["cosac", "sequential"] == "trained"

@@ -22,15 +22,16 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub import constants as hf_constants
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from teamplay.errors import ConfigError, ModelLoadError
+from teamplay.hub import hub_offline, probe_hub
 
 #: alias of the embedded default model
 SMOLLM2_ALIAS = "smollm2-135m"
@@ -126,6 +127,9 @@ def _load_gguf(path: Path, dtype: torch.dtype | str) -> tuple[Any, Any]:
     except ImportError as err:  # transformers needs the gguf package to read the file
         raise ModelLoadError(f"reading {str(path)!r} needs the gguf package: pip install gguf "
                              f"({err})") from err
+    except (struct.error, EOFError, IndexError, OverflowError) as err:  # the header ends too early
+        raise ModelLoadError(f"the GGUF file {str(path)!r} is truncated or damaged: its header could not "
+                             f"be read ({type(err).__name__}: {err})") from err
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ModelLoadError(f"could not load the GGUF file {str(path)!r}: {err}") from err
     # The weights are dequantized: drop the quantizer so that save_pretrained writes plain tensors.
@@ -137,17 +141,29 @@ def _load_gguf(path: Path, dtype: torch.dtype | str) -> tuple[Any, Any]:
 
 
 def _load_hub(spec: str, dtype: torch.dtype | str, cache_dir: str | Path | None) -> tuple[Any, Any]:
+    """A hub id: one quick probe first (``teamplay.hub``), so that an unknown id or an unreachable
+    hub is refused in seconds instead of after a minute of retries; when the probe fails, a copy
+    in the local hub cache is still used."""
+    reason = None if hub_offline() else probe_hub(spec, "model")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(spec, cache_dir=cache_dir)
-        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, cache_dir=cache_dir)
+        if reason is None:
+            return _from_pretrained(spec, dtype, cache_dir, local_only=hub_offline())
+        return _from_pretrained(spec, dtype, cache_dir, local_only=True)
     except (OSError, ValueError) as err:
-        offline = bool(hf_constants.HF_HUB_OFFLINE)
+        detail = reason or ("HF_HUB_OFFLINE=1 and not in the local cache" if hub_offline() else
+                            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
         raise ModelLoadError(
-            f"could not load model {spec!r}: tried the local path {str(Path(spec).resolve())!r} "
-            f"(does not exist) and the hub id {spec!r} (HF_HUB_OFFLINE={'1' if offline else '0'}; "
-            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Check the id, "
-            f"pass a local folder, or use {SMOLLM2_ALIAS!r}"
+            f"could not load model {spec!r}: it is not the embedded alias {SMOLLM2_ALIAS!r}, not an "
+            f"existing local path, and as a hub id: {detail}. Check the name, pass a local folder, "
+            f"or use {SMOLLM2_ALIAS!r}"
         ) from err
+
+
+def _from_pretrained(spec: str, dtype: torch.dtype | str, cache_dir: str | Path | None,
+                     local_only: bool) -> tuple[Any, Any]:
+    tokenizer = AutoTokenizer.from_pretrained(spec, cache_dir=cache_dir, local_files_only=local_only)
+    model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, cache_dir=cache_dir,
+                                                 local_files_only=local_only)
     return model, tokenizer
 
 

@@ -24,6 +24,14 @@ Truncation rule of ``fit_chat`` (each step runs only while the rendered prompt i
 
 Every candidate is measured by rendering the whole chat with the tokenizer's chat template and
 encoding it, so a returned prompt never exceeds the budget, whatever the template adds.
+
+Cost is bounded whatever the size of the texts: a problem or transcript entry longer than
+``2 * CHARS_PER_TOKEN * max_prompt_tokens`` characters could not fit for any tokenizer averaging
+at most ``CHARS_PER_TOKEN`` characters per token, so only its first and last
+``CHARS_PER_TOKEN * max_prompt_tokens`` characters are ever tokenized (its note then counts the
+omitted characters: ``"[... N characters omitted ...]"``). Each text is tokenized once; every
+search step re-renders only the bounded candidate. A system prompt or instruction that long is
+refused at once. So a 20 MB problem costs the same few tokenizer passes as a 100 kB one.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ from teamplay.records import ChatMessage
 
 #: content tokens a shortened message keeps at least (half from its start, half from its end)
 MIN_KEPT_TOKENS = 16
+#: characters per token assumed at most when deciding that a text can be cut by characters first
+CHARS_PER_TOKEN = 16
 
 
 class PromptTooLongError(ConfigError):
@@ -91,9 +101,21 @@ def fit_chat(tokenizer: PreTrainedTokenizerBase, chat: Sequence[ChatMessage],
     if max_prompt_tokens < 1:
         raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
     chat = tuple(chat)
+    cap = CHARS_PER_TOKEN * max_prompt_tokens
+    fixed = (0, len(chat) - 1) if len(chat) >= 2 else (0,)
+    for index in fixed:
+        if len(chat[index].content) > 2 * cap:
+            name = "system prompt" if index == 0 and len(chat) >= 2 else "instruction"
+            raise PromptTooLongError(
+                f"the {name} has {len(chat[index].content)} characters; it is never cut and cannot fit "
+                f"max_prompt_tokens={max_prompt_tokens}; raise max_prompt_tokens or shorten it")
+    # every cuttable text, tokenized once (only its two ends when it is huge)
+    parts = {i: _Text.of(tokenizer, chat[i].content, cap) for i in range(1, len(chat) - 1)}
+    chat = tuple(ChatMessage(m.role, parts[i].full()) if i in parts else m for i, m in enumerate(chat))
+    precut = any(p.precut for p in parts.values())
     ids = render_ids(tokenizer, chat)
     if len(ids) <= max_prompt_tokens:
-        return FittedPrompt(chat, tuple(ids), False)
+        return FittedPrompt(chat, tuple(ids), precut)
 
     head = chat[:1] if len(chat) >= 2 else ()
     problem = chat[1:2] if len(chat) >= 3 else ()
@@ -116,30 +138,30 @@ def fit_chat(tokenizer: PreTrainedTokenizerBase, chat: Sequence[ChatMessage],
         if found:
             return found
     kept = transcript[dropped:]
+    kept_parts = [parts[2 + dropped + j] for j in range(len(kept))]
 
     # 2. Shorten the longest remaining transcript entry from the middle.
     if kept:
-        lengths = [len(_content_ids(tokenizer, m.content)) for m in kept]
+        lengths = [p.n_tokens for p in kept_parts]
         longest = lengths.index(max(lengths))
 
         def with_entry(keep: int) -> tuple[ChatMessage, ...]:
-            entry = kept[longest]
-            short = ChatMessage(entry.role, _shorten(tokenizer, entry.content, keep))
+            short = ChatMessage(kept[longest].role, kept_parts[longest].shortened(tokenizer, keep))
             return assemble(problem, dropped, kept[:longest] + (short,) + kept[longest + 1:])
 
         found = _largest_fitting(with_entry, fits, lengths[longest])
         if found:
             return found
-        kept = kept[:longest] + (ChatMessage(kept[longest].role, _shorten(
-            tokenizer, kept[longest].content, MIN_KEPT_TOKENS)),) + kept[longest + 1:]
+        kept = kept[:longest] + (ChatMessage(kept[longest].role, kept_parts[longest].shortened(
+            tokenizer, MIN_KEPT_TOKENS)),) + kept[longest + 1:]
 
     # 3. Shorten the problem from the middle.
     if problem:
         def with_problem(keep: int) -> tuple[ChatMessage, ...]:
-            short = ChatMessage(problem[0].role, _shorten(tokenizer, problem[0].content, keep))
+            short = ChatMessage(problem[0].role, parts[1].shortened(tokenizer, keep))
             return assemble((short,), dropped, kept)
 
-        found = _largest_fitting(with_problem, fits, len(_content_ids(tokenizer, problem[0].content)))
+        found = _largest_fitting(with_problem, fits, parts[1].n_tokens)
         if found:
             return found
 
@@ -147,7 +169,7 @@ def fit_chat(tokenizer: PreTrainedTokenizerBase, chat: Sequence[ChatMessage],
     sizes = {
         "system": len(_content_ids(tokenizer, head[0].content)) if head else 0,
         "instruction": len(_content_ids(tokenizer, instruction[0].content)),
-        "problem": len(_content_ids(tokenizer, problem[0].content)) if problem else 0,
+        "problem": parts[1].n_tokens if problem else 0,
     }
     raise PromptTooLongError(
         f"prompt of {len(ids)} tokens cannot be cut to max_prompt_tokens={max_prompt_tokens}: the system "
@@ -161,22 +183,62 @@ def _content_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _shorten(tokenizer: PreTrainedTokenizerBase, text: str, keep: int) -> str:
-    """``text`` with its middle replaced by a note, keeping ``keep`` tokens (first half + last half).
+@dataclass(frozen=True)
+class _Text:
+    """A cuttable message text and its token ids, computed once.
 
-    The text is returned unchanged when the shortened one would not have fewer tokens (a text of
-    little more than ``keep`` tokens: the note costs more than it saves). Cuts fall on token
-    boundaries, so a byte-level tokenizer may split a multi-byte character at a cut (U+FFFD).
+    Fields:
+        text: the original text.
+        head: ids of the whole text; of its first ``cap`` characters when ``precut``.
+        tail: ids of its last ``cap`` characters when ``precut``; empty otherwise.
+        precut: the text has more than ``2 * cap`` characters, so its middle is never tokenized.
     """
-    ids = _content_ids(tokenizer, text)
-    if len(ids) <= keep:
-        return text
-    first = (keep + 1) // 2
-    last = keep - first
-    start = tokenizer.decode(ids[:first])
-    end = tokenizer.decode(ids[len(ids) - last:]) if last else ""
-    short = f"{start}\n[... {len(ids) - keep} tokens omitted ...]\n{end}"
-    return short if len(_content_ids(tokenizer, short)) < len(ids) else text
+
+    text: str
+    head: tuple[int, ...]
+    tail: tuple[int, ...]
+    precut: bool
+    cap: int
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerBase, text: str, cap: int) -> _Text:
+        if len(text) <= 2 * cap:
+            return cls(text, tuple(_content_ids(tokenizer, text)), (), False, cap)
+        return cls(text, tuple(_content_ids(tokenizer, text[:cap])),
+                   tuple(_content_ids(tokenizer, text[-cap:])), True, cap)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens available to keep (all of them, or those of both ends when precut)."""
+        return len(self.head) + len(self.tail)
+
+    def full(self) -> str:
+        """The text as it enters the prompt before any token cut: whole, or its two ends."""
+        return self._ends(self.text[:self.cap], self.text[-self.cap:]) if self.precut else self.text
+
+    def shortened(self, tokenizer: PreTrainedTokenizerBase, keep: int) -> str:
+        """The text with its middle replaced by a note, keeping ``keep`` tokens (first half + last half).
+
+        Unchanged when the shortened text would not have fewer tokens (a text of little more than
+        ``keep`` tokens: the note costs more than it saves). Cuts fall on token boundaries, so a
+        byte-level tokenizer may split a multi-byte character at a cut (U+FFFD).
+        """
+        first = (keep + 1) // 2
+        last = keep - first
+        if self.precut:
+            first, last = min(first, len(self.head)), min(last, len(self.tail))
+            return self._ends(tokenizer.decode(self.head[:first]),
+                              tokenizer.decode(self.tail[len(self.tail) - last:]) if last else "")
+        ids = self.head
+        if len(ids) <= keep:
+            return self.text
+        start = tokenizer.decode(ids[:first])
+        end = tokenizer.decode(ids[len(ids) - last:]) if last else ""
+        short = f"{start}\n[... {len(ids) - keep} tokens omitted ...]\n{end}"
+        return short if len(_content_ids(tokenizer, short)) < len(ids) else self.text
+
+    def _ends(self, start: str, end: str) -> str:
+        return f"{start}\n[... {len(self.text) - len(start) - len(end)} characters omitted ...]\n{end}"
 
 
 def _largest_fitting(build, fits, n_tokens: int) -> FittedPrompt | None:

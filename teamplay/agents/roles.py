@@ -32,6 +32,9 @@ class Role(BaseModel):
         None, description="LoRA adapter this role writes with; roles naming the same adapter share "
                           "it. None means an adapter named after the role.")
     trainable: bool = Field(True, description="Whether the trainer updates this role's adapter.")
+    model: str | None = Field(
+        None, description="Base model of this role (hub id, local path or alias); None = the run's "
+                          "model.name. Roles naming the same base share one copy of it.")
     policy: str | None = Field(
         None, description="'scripted:NAME' or 'scripted:NAME(key=value, ...)', e.g. "
                           "'scripted:noisy_proposer(p_right=0.5)': this role is played by a scripted "
@@ -119,6 +122,21 @@ class Team(BaseModel):
         if not index.isdigit() or int(index) >= role.count:
             raise KeyError(agent)
         return role
+
+    def bases(self, default: str) -> dict[str, tuple[str, ...]]:
+        """Base model -> the roles that use it (``default`` for roles naming none), in role order.
+
+        Raises ValueError when roles sharing an adapter name different bases (an adapter belongs
+        to one base model)."""
+        out: dict[str, list[str]] = {}
+        owner: dict[str, str] = {}
+        for r in self.roles:
+            base = r.model or default
+            if owner.setdefault(r.adapter_name, base) != base:
+                raise ValueError(f"team.roles: adapter {r.adapter_name!r} is shared by roles on different "
+                                 f"base models ({owner[r.adapter_name]!r} and {base!r}); give them separate adapters")
+            out.setdefault(base, []).append(r.name)
+        return {base: tuple(names) for base, names in out.items()}
 
     def adapter_names(self) -> tuple[str, ...]:
         """Distinct adapters of the model-played roles, in role order (scripted roles have none)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -256,6 +257,14 @@ class TeamModel:
         logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, C]
         return logp * mask_f, mask_f
 
+    def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                           adapter: str | None = None, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``completion_logprobs`` of the reference policy of ``adapter`` (the base model with
+        adapters disabled), without gradients. ``adapter`` only names whose reference is meant: with
+        one base every adapter has the same one (a multi-base team routes it to the adapter's base)."""
+        with torch.no_grad(), self.disabled_adapters():
+            return self.completion_logprobs(prompt_ids, completion_ids, adapter=None, temperature=temperature)
+
     # ------------------------------------------------------------------ save / load
     def save_adapters(self, folder: str | Path) -> Path:
         """Write every adapter in the standard PEFT format, one subfolder each (``folder/<name>/``).
@@ -313,7 +322,7 @@ class TeamModel:
         loaded = []
         for sub in subdirs:
             name = sub.name
-            saved = LoraConfig.from_pretrained(sub)
+            saved = read_adapter_config(sub)
             if name in self._names:
                 current = self.model.peft_config[name]
                 for field in ("r", "lora_alpha", "target_modules"):
@@ -321,7 +330,7 @@ class TeamModel:
                         raise ModelLoadError(
                             f"adapter {str(sub)!r}: {field}={getattr(saved, field)!r} but this model's "
                             f"adapter {name!r} has {getattr(current, field)!r}")
-                state = load_file(sub / ADAPTER_WEIGHTS, device=str(self.device))
+                state = _read_adapter_weights(sub / ADAPTER_WEIGHTS, str(self.device))
                 result = set_peft_model_state_dict(self.model, state, adapter_name=name)
                 bad = [k for k in result.unexpected_keys]
                 missing = [k for k in result.missing_keys if _adapter_of(k) == name]
@@ -330,6 +339,7 @@ class TeamModel:
                                          f"{bad[:3]}, missing keys {missing[:3]}")
             else:
                 assert isinstance(self.model, PeftModel)
+                _read_adapter_weights(sub / ADAPTER_WEIGHTS, "cpu")  # a damaged file: one clear error
                 self.model.load_adapter(str(sub), adapter_name=name, is_trainable=True)
                 self._names = self._names + (name,)
             loaded.append(name)
@@ -337,6 +347,24 @@ class TeamModel:
             self.model.set_adapter(self._active)
         self._apply_trainability()
         return tuple(loaded)
+
+
+def read_adapter_config(folder: Path) -> LoraConfig:
+    """``adapter_config.json`` of one adapter; ``ModelLoadError`` naming the file when it is damaged."""
+    try:
+        return LoraConfig.from_pretrained(folder)
+    except (ValueError, TypeError, OSError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{folder / ADAPTER_CONFIG}: not a readable LoRA adapter config "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def _read_adapter_weights(path: Path, device: str) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (a format that holds no code); ``ModelLoadError`` naming
+    the file when it is missing or damaged."""
+    try:
+        return load_file(path, device=device)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int,

@@ -242,29 +242,46 @@ class MaskingCharacteristic(CharacteristicFunction):
 
 
 class ReplayCharacteristic(CharacteristicFunction):
-    """``v(S)`` = mean over k seeds of ``replay(episode, kept_agents=S)`` (exact removal, §4.5 (1)).
+    """``v(S)`` = mean over k seeds of a replay of the episode with only the agents in S (§4.5 (1)).
 
-    ``replay`` re-runs the episode's problem with only the agents in S (removed agents skipped or
-    replaced by a pass-through, as the replay engine defines) and returns one verifier score per
-    seed (a non-empty list). ``v(empty) = empty_value`` (default 0: no agents, no answer). The
-    spread over seeds is kept: :attr:`noise` is the mean standard deviation over evaluated
-    coalitions, the evaluator noise to compare Shapley differences against.
+    Give exactly one of:
+
+    * ``replay(episode, kept_agents) -> scores``: one coalition per call;
+    * ``replay_many(episode, [kept_agents, ...]) -> [scores, ...]``: every uncached coalition of a
+      ``values`` call at once (what a batched replay engine wants).
+
+    Scores are one verifier score per seed (a non-empty list). ``v(empty) = empty_value`` (default
+    0: no agents, no answer). The spread over seeds is kept: :attr:`noise` is the mean standard
+    deviation over evaluated coalitions, the evaluator noise to compare Shapley differences against.
     """
 
-    def __init__(self, episode: Episode, replay: Callable[[Episode, frozenset[str]], Sequence[float]],
-                 empty_value: float = 0.0, value_range: tuple[float, float] = (0.0, 1.0)) -> None:
+    def __init__(self, episode: Episode,
+                 replay: Callable[[Episode, frozenset[str]], Sequence[float]] | None = None,
+                 empty_value: float = 0.0, value_range: tuple[float, float] = (0.0, 1.0), *,
+                 replay_many: Callable[[Episode, Sequence[frozenset[str]]], Sequence[Sequence[float]]]
+                 | None = None) -> None:
+        if (replay is None) == (replay_many is None):
+            raise ValueError("ReplayCharacteristic needs exactly one of replay= and replay_many=")
         super().__init__(episode.agents, value_range, empty_value)
         self.episode = episode
         self._replay = replay
+        self._replay_many = replay_many
         self._stds: list[float] = []
 
     def _evaluate(self, masks: np.ndarray) -> np.ndarray:
+        kept = [self.coalition(int(m)) for m in masks]
+        if self._replay_many is not None:
+            results = list(self._replay_many(self.episode, kept))
+            if len(results) != len(kept):
+                raise ValueError(f"replay_many returned {len(results)} results for {len(kept)} coalitions")
+        else:
+            assert self._replay is not None
+            results = [self._replay(self.episode, k) for k in kept]
         out = np.empty(len(masks))
-        for k, m in enumerate(masks):
-            kept = self.coalition(int(m))
-            scores = np.asarray(self._replay(self.episode, kept), dtype=np.float64)
+        for k, (m, s) in enumerate(zip(masks, results, strict=True)):
+            scores = np.asarray(s, dtype=np.float64)
             if scores.ndim != 1 or scores.size == 0:
-                raise ValueError(f"replay of coalition {sorted(kept)} returned {scores.shape} scores; "
+                raise ValueError(f"replay of coalition {sorted(kept[k])} returned {scores.shape} scores; "
                                  "it must return one score per seed (at least one)")
             out[k] = check_values(np.array([m]), [scores.mean()], self.n_players, self.value_range,
                                   self.players)[0]

@@ -11,7 +11,8 @@ Resources a method may need (fields of the typed ``batch.resources``, declared a
 * ``transcript_scorer``: a :data:`~teamplay.credit.characteristic.TranscriptScorer` (e.g. an
   :class:`~teamplay.credit.characteristic.LLMJudge`), for ``value: masking`` and
   ``message_score: masking``;
-* ``replay``: ``replay(episode, kept_agents: frozenset[str]) -> list[float]``, for ``value: replay``;
+* ``replay``: a :class:`~teamplay.credit.replay.ReplayEngine` (batched, what the trainer gives), or
+  ``replay(episode, kept_agents: frozenset[str]) -> list[float]``, for ``value: replay``;
 * ``embedder``: an :class:`~teamplay.credit.coverage.Embedder` for ``coverage`` (default: the
   packaged MiniLM model, loaded once per process).
 """
@@ -36,6 +37,7 @@ from teamplay.credit.coverage import Embedder, TransformerEmbedder, coverage_adv
 from teamplay.credit.group import batch_std, group_advantage, group_credit_advantage
 from teamplay.credit.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
 from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.replay import ReplayEngine, ReplayQuery
 from teamplay.credit.shapley import shape_grpo_advantages, shapley_exact, shapley_permutation
 from teamplay.records import Episode
 
@@ -79,6 +81,16 @@ class ShapleyOptions(GroupOptions):
         "vote", description="Characteristic function: 'vote' (majority of the coalition's answers, "
                             "exact), 'masking' (withhold other agents' messages, score with "
                             "the transcript_scorer resource), 'replay' (the replay resource).")
+    removal: Literal["skip", "null_message", "base_policy"] = Field(
+        "skip", description="value=replay: what a removed agent's turns become: 'skip' (they do not "
+                            "happen; the protocol proceeds as if it had not spoken), 'null_message' (a "
+                            "fixed neutral text) or 'base_policy' (the base model, adapters off).")
+    samples: int = Field(1, ge=1, le=64, description="value=replay: samples k per coalition (common "
+                                                     "random numbers: sample j uses one seed for all).")
+    budget: float | None = Field(
+        None, gt=0, description="value=replay: cap on the extra generated tokens of a training step, as "
+                                "a multiple of its rollout tokens; above it fewer samples are used "
+                                "(logged). None: no cap.")
     exact_max_agents: int = Field(8, ge=1, le=16,
                                   description="Exact Shapley (2^n coalitions) up to this many agents.")
     permutations: int = Field(64, ge=1, description="Monte Carlo permutations above exact_max_agents.")
@@ -167,13 +179,32 @@ def _same_team(batch: CreditBatch) -> tuple[str, ...]:
     return agents
 
 
-def _characteristic(batch: CreditBatch, ep: Episode, value: str) -> CharacteristicFunction:
+def _characteristic(batch: CreditBatch, ep: Episode, value: str,
+                    options: ShapleyOptions) -> CharacteristicFunction:
     question = batch.item.prompt if batch.item is not None else ""
     if value == "vote":
         return VoteCharacteristic(ep, _score_answer(batch))
     if value == "masking":
         return MaskingCharacteristic(ep, batch.resources.need("transcript_scorer", "option value=masking"), question)
-    return ReplayCharacteristic(ep, batch.resources.need("replay", "option value=replay"))
+    return replay_characteristic(batch, ep, batch.resources.need("replay", "option value=replay"), options)
+
+
+def replay_characteristic(batch: CreditBatch, ep: Episode, replay, options: ShapleyOptions
+                          ) -> ReplayCharacteristic:
+    """``v(S)`` by re-execution: a :class:`ReplayEngine` (batched: every coalition of a ``values``
+    call in one ``scores`` call, k = ``options.samples``, removal ``options.removal``), or a plain
+    callable ``replay(episode, kept) -> scores`` (one coalition per call)."""
+    if not isinstance(replay, ReplayEngine):
+        return ReplayCharacteristic(ep, replay)
+    if batch.item is None:
+        raise ValueError("value=replay re-runs the problem: the CreditBatch needs its item")
+    item = batch.item
+
+    def many(episode: Episode, kept: list[frozenset[str]]) -> list[np.ndarray]:
+        queries = [ReplayQuery(episode, item, k, removal=options.removal) for k in kept]
+        return replay.scores(queries, options.samples, options.budget)
+
+    return ReplayCharacteristic(ep, replay_many=many)
 
 
 def agent_shapley(batch: CreditBatch, options: ShapleyOptions) -> np.ndarray:
@@ -187,7 +218,7 @@ def agent_shapley(batch: CreditBatch, options: ShapleyOptions) -> np.ndarray:
     rng = np.random.default_rng(options.seed)
     phi = np.empty((len(batch.episodes), n))
     for g, ep in enumerate(batch.episodes):
-        cf = _characteristic(batch, ep, options.value)
+        cf = _characteristic(batch, ep, options.value, options)
         if n <= options.exact_max_agents:
             phi[g] = shapley_exact(n, cf.table())
         else:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from teamplay.credit.replay import ReplayEngine
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
 from teamplay.registry import Registry
@@ -33,8 +34,9 @@ class CreditResources:
     Fields:
         transcript_scorer: ``scorer(episode, visible: frozenset[int]) -> float``: the value of a
             transcript with only the messages ``visible`` kept (``value: masking``).
-        replay: ``replay(episode, kept_agents: frozenset[str]) -> list[float]``: team rewards of the
-            episode's problem re-executed by a coalition (``value: replay``).
+        replay: a :class:`~teamplay.credit.replay.ReplayEngine` (batched re-executions: what the
+            trainer gives; ``shapley value=replay``, ``continuation``, ``loto value=replay``), or a
+            plain ``replay(episode, kept_agents: frozenset[str]) -> list[float]`` (``shapley`` only).
         transcript_value: ``value(episode, kept: frozenset[int]) -> float`` (``loto``).
         answer_probability: ``prob(episode, prefix_len: int) -> float``: the policy's probability of
             the gold answer after the first ``prefix_len`` messages (``a2tgpo``).
@@ -47,7 +49,7 @@ class CreditResources:
     """
 
     transcript_scorer: Callable[..., float] | None = None
-    replay: Callable[..., Sequence[float]] | None = None
+    replay: ReplayEngine | Callable[..., Sequence[float]] | None = None
     transcript_value: Callable[..., float] | None = None
     answer_probability: Callable[..., float] | None = None
     embedder: Any | None = None

@@ -24,7 +24,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from teamplay.credit.characteristic import Transcript
 from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.replay import ReplayEngine, ReplayQuery, replay_values
 from teamplay.records import Episode
 
 
@@ -317,7 +319,18 @@ def a2tgpo_credit(batch: CreditBatch, options: A2TGPOOptions) -> list[np.ndarray
     trainer that wants them calls the function directly.
     """
     prob = batch.resources.need("answer_probability", "method 'a2tgpo'")
-    p = [[float(prob(ep, n)) for n in range(len(ep.messages) + 1)] for ep in batch.episodes]
+    many = getattr(prob, "many", None)
+    if many is not None:  # one batched pass over every (episode, prefix) of the group
+        pairs = [(ep, n) for ep in batch.episodes for n in range(len(ep.messages) + 1)]
+        flat = np.asarray(many(pairs), dtype=np.float64)
+        if flat.shape != (len(pairs),):
+            raise ValueError(f"answer_probability.many returned shape {flat.shape} for {len(pairs)} prefixes")
+        p, start = [], 0
+        for ep in batch.episodes:
+            p.append(flat[start:start + len(ep.messages) + 1].tolist())
+            start += len(ep.messages) + 1
+    else:
+        p = [[float(prob(ep, n)) for n in range(len(ep.messages) + 1)] for ep in batch.episodes]
     IG = [np.diff(np.asarray(x)) for x in p]
     outcome = None
     if options.outcome:
@@ -329,22 +342,71 @@ def a2tgpo_credit(batch: CreditBatch, options: A2TGPOOptions) -> list[np.ndarray
 
 
 class LOTOOptions(BaseModel):
-    """Options of the registered ``loto`` method (none)."""
+    """Options of the registered ``loto`` method."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    value: Literal["masking", "replay"] = Field(
+        "masking", description="V of a transcript without turn t: 'masking' (turn t's text withheld, "
+                               "resources['transcript_scorer'] scores what remains) or 'replay' (re-run "
+                               "from turn t with that turn removed, resources['replay']).")
+    removal: Literal["skip", "null_message", "base_policy"] = Field(
+        "skip", description="value=replay: what the removed turn becomes.")
+    samples: int = Field(1, ge=1, le=64, description="value=replay: samples per removed turn.")
+    budget: float | None = Field(None, gt=0, description="value=replay: extra-token cap per step, as a "
+                                                         "multiple of the rollout tokens.")
+
+
+def _loto_needs(options: LOTOOptions) -> frozenset[str]:
+    return frozenset({"transcript_scorer"} if options.value == "masking" else {"replay"})
+
+
+def _transcript_value(batch: CreditBatch, options: LOTOOptions):
+    """``value(episode, kept) -> float``: the ``transcript_value`` resource when given, else built
+    as ``options.value`` says from the ``transcript_scorer`` or ``replay`` resource."""
+    if batch.resources.transcript_value is not None:
+        return batch.resources.transcript_value
+    if options.value == "masking":
+        scorer = batch.resources.need("transcript_scorer", "method 'loto' (value=masking)")
+        question = batch.item.prompt if batch.item is not None else ""
+
+        def masked(ep: Episode, kept: frozenset[int]) -> float:
+            withheld = tuple(t not in kept for t in range(len(ep.messages)))
+            return float(np.asarray(scorer([Transcript(question, ep.messages, withheld)]))[0])
+
+        return masked
+    engine = batch.resources.need("replay", "method 'loto' (value=replay)")
+    if not isinstance(engine, ReplayEngine) or batch.item is None:
+        raise ValueError("credit method 'loto' with value=replay needs a replay engine "
+                         "(teamplay.credit.replay.ReplayEngine) as the replay resource, and the batch's item")
+    item = batch.item
+
+    def replayed(ep: Episode, kept: frozenset[int]) -> float:
+        dropped = sorted(set(range(len(ep.messages))) - kept)
+        if not dropped:
+            return float(ep.reward)
+        if len(dropped) > 1:
+            raise ValueError("loto value=replay removes one turn at a time")
+        query = ReplayQuery(ep, item, frozenset(ep.agents), start=dropped[0], removal=options.removal,
+                            remove_turn=True)
+        return float(replay_values(engine, [query], options.samples, options.budget)[0])
+
+    return replayed
+
 
 @register_credit("loto", LOTOOptions,
-                 "Leave-one-turn-out: drop in the transcript's value when one message is masked",
-                 requires=lambda options: frozenset({"transcript_value"}),
-                 cost="T + 1 transcript values per episode")
+                 "Leave-one-turn-out: drop in the transcript's value when one message is masked "
+                 "or removed and replayed",
+                 requires=_loto_needs,
+                 cost="T + 1 transcript values per episode (value=replay: T replays per sample)")
 def loto_method(batch: CreditBatch, options: LOTOOptions) -> list[np.ndarray]:
-    """LOTO on episodes. Needs ``batch.resources.transcript_value``, a callable
-    ``(episode, kept: frozenset[int]) -> float`` scoring the transcript with only the messages in
-    ``kept`` unmasked (credit_spec.md §4.5 option 2). ``T + 1`` calls per episode; skipped messages
-    get 0 (the registry's convention).
+    """LOTO on episodes. ``V(episode, kept: frozenset[int]) -> float`` scores the transcript with
+    only the messages in ``kept``: ``batch.resources.transcript_value`` when given, else built from
+    ``options.value`` (masking with the ``transcript_scorer`` resource, or replay with the ``replay``
+    resource: re-run from turn t with turn t removed, credit_spec.md §4.5). ``T + 1`` values per
+    episode; skipped messages get 0 (the registry's convention).
     """
-    value = batch.resources.need("transcript_value", "method 'loto'")
+    value = _transcript_value(batch, options)
     out = []
     for ep in batch.episodes:
         if not ep.messages:

@@ -41,7 +41,7 @@ from pettingzoo import AECEnv
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import Protocol
-from teamplay.envs.protocols.driver import SURROGATE, EpisodeDriver
+from teamplay.envs.protocols.driver import SURROGATE, EpisodeDriver, ReplaySpec
 from teamplay.envs.protocols.registry import get_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
@@ -217,8 +217,9 @@ class TeamEnv(AECEnv):
     # ---- episode ----------------------------------------------------------------------------
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """Start an episode. ``options`` may hold ``"item"`` (a ``TaskItem``) and ``"group_id"``
-        (default: the item id). Without an item, one of ``items`` is drawn with the RNG that
+        """Start an episode. ``options`` may hold ``"item"`` (a ``TaskItem``), ``"group_id"``
+        (default: the item id) and ``"replay"`` (a ``ReplaySpec``: replay a recorded prefix with
+        agents removed, for counterfactual credit). Without an item, one of ``items`` is drawn with the RNG that
         ``seed`` re-seeds (``seed=None`` continues the current streams)."""
         if seed is not None or self._item_rng is None:
             item_seq, controller_seq = np.random.SeedSequence(seed).spawn(2)
@@ -230,10 +231,14 @@ class TeamEnv(AECEnv):
         options = dict(options or {})
         item = options.pop("item", None)
         group_id = options.pop("group_id", None)
+        replay = options.pop("replay", None)
+        if replay is not None and not isinstance(replay, ReplaySpec):
+            raise ConfigError(f"TeamEnv.reset options['replay']: expected a ReplaySpec, "
+                              f"got {type(replay).__name__}")
         if options:
             # PettingZoo's api_test passes {"options": 1}; a typo must still be visible
             warnings.warn(f"TeamEnv.reset: ignoring unknown options {sorted(options)} "
-                          f"(known: item, group_id)", stacklevel=2)
+                          f"(known: item, group_id, replay)", stacklevel=2)
         if item is None:
             if self.items is None:
                 raise ConfigError("TeamEnv.reset: no problem to play: pass options={'item': TaskItem} "
@@ -255,11 +260,23 @@ class TeamEnv(AECEnv):
         self._skip_agent_selection = None
         assert self._controller_rng is not None
         self.driver.start(item, group_id if group_id is not None else item.id, self._controller_rng,
-                          seed=self._episode_seed)
+                          seed=self._episode_seed, replay=replay)
         self._after_turn()
 
     def step(self, action: str | Generation | None) -> None:
-        """Record the selected agent's ``action`` (see the module docstring) and move on."""
+        """Record the selected agent's ``action`` (see the module docstring) and move on.
+
+        As in PettingZoo's own environments (its order-enforcing wrapper): a step before the first
+        ``reset()`` is an error that says so; a step after every agent has left the finished
+        episode is a dead step, with a warning to call ``reset()``; a terminated agent's action
+        must be None (``ValueError`` otherwise).
+        """
+        if self.driver.state is None:
+            raise RuntimeError("TeamEnv.step() called before reset(): call reset() to start an episode")
+        if not self.agents:
+            gymnasium.logger.warn("TeamEnv.step() called after every agent is terminated or truncated; "
+                                  "call reset() to start the next episode")
+            return
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from teamplay.config import FederatedConfig, build_config
+from teamplay.errors import ConfigError
 from teamplay.federated.partition import partition, problem_type
 from teamplay.federated.strategies import ErrorFeedback, SparseUpdate, calibration_weight, top_k
 from teamplay.federated.wire import get_vector, param_layout, set_vector
@@ -168,14 +169,41 @@ def _latest_state(folder: Path, at_most: int) -> dict[str, Any] | None:
     usable = [r for r in rounds if r <= at_most]
     if not usable:
         return None
-    return torch.load(folder / f"round-{usable[-1]:06d}.pt", weights_only=False)
+    path = folder / f"round-{usable[-1]:06d}.pt"
+    try:  # weights_only: tensors and plain types only, so a supplied state file cannot run code
+        return _from_plain(torch.load(path, weights_only=True))
+    except Exception as exc:  # a pickle with code, or a damaged file
+        raise ConfigError(f"{path}: not a teamplay site state that loads without running code "
+                          f"({type(exc).__name__}); remove it to restart this site") from None
+
+
+def _to_plain(data: Any) -> Any:
+    """``data`` with numpy arrays as tagged tensors, so ``torch.load(weights_only=True)`` reads it."""
+    if isinstance(data, np.ndarray):
+        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(data))}
+    if isinstance(data, dict):
+        return {k: _to_plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return type(data)(_to_plain(v) for v in data)
+    return data
+
+
+def _from_plain(data: Any) -> Any:
+    """The inverse of ``_to_plain``."""
+    if isinstance(data, dict):
+        if set(data) == {"__ndarray__"}:
+            return data["__ndarray__"].numpy()
+        return {k: _from_plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return type(data)(_from_plain(v) for v in data)
+    return data
 
 
 def _save_state(folder: Path, round_: int, data: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"round-{round_:06d}.pt"
     tmp = folder / f".tmp-{final.name}-{os.getpid()}"
-    torch.save(data, tmp)
+    torch.save(_to_plain(data), tmp)
     with tmp.open("rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, final)

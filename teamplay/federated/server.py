@@ -91,7 +91,8 @@ class FederatedServer:
         if not self.trainable:
             raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
         self.layout = param_layout(self.team_model, self.trainable)
-        backend = build_backend(cfg.model, cfg.backend, team, team_model=self.team_model)
+        backend = build_backend(cfg.model, cfg.backend, team, team_model=self.team_model,
+                                max_new_tokens=cfg.eval_sampling.max_new_tokens)
         self.runner = RolloutRunner(make_env, backend, sampling_params(cfg.eval_sampling),
                                     max_batch=cfg.backend.max_batch)
         self.state = ServerState()

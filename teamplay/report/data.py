@@ -12,7 +12,8 @@ Two folder kinds are recognised (see ``load_folder``):
   ``"prompt"`` and ``"reference"`` per line, no advantages).
 
 Every malformed line raises ``DataError`` naming the file and the 1-based line number, so a report
-never silently shows a run with holes in it. Empty and partial runs load: a run with no
+never silently shows a run with holes in it; the one exception is a torn last line of a run that
+was killed while appending it, which is dropped with a warning that names it. Empty and partial runs load: a run with no
 ``metrics.jsonl`` lines yet has no steps; a run without held-out evaluation has no held-out points.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -27,7 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from teamplay.config import read_yaml
-from teamplay.errors import DataError, TeamplayError
+from teamplay.errors import DataError, TeamplayError, TeamplayWarning
 from teamplay.records import Episode
 from teamplay.training.evaluation import EvalMetrics
 
@@ -87,6 +89,9 @@ class LoggedEpisode:
             episode was not credited (eval transcripts).
         prompt, reference: the problem text and gold answer (eval transcripts carry them; run
             episodes do not, so they are None there).
+        credit: how the advantages were computed (training runs): ``method``, ``options`` and, for
+            replay-based methods, ``replay_values`` (each counterfactual value behind them:
+            ``kept`` agents, ``start`` prefix, ``removal``, ``remove_turn``, ``value``, ``samples``).
         tokens: for runs with token-level credit, per message ``None`` or its tokens as
             ``((text piece, advantage), ...)`` (the pieces concatenate to the decoded message).
     """
@@ -96,6 +101,7 @@ class LoggedEpisode:
     advantages: tuple[float, ...] | None
     prompt: str | None = None
     reference: str | None = None
+    credit: Mapping[str, Any] | None = None
     tokens: tuple[tuple[tuple[str, float], ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -219,16 +225,29 @@ def load_eval(path: Path) -> EvalData:
 
 # ----------------------------------------------------------------------------------- parsing
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(1-based line number, object) for each non-blank line; a missing file has no lines."""
+    """(1-based line number, object) for each non-blank line; a missing file has no lines.
+
+    A last line that is not valid JSON is what a run killed while appending leaves behind: it is
+    dropped with a ``TeamplayWarning`` naming it, and every whole line before it is kept. A bad
+    line anywhere else is a ``DataError``.
+    """
     if not path.is_file():
         return []
     rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
+    for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
+            if line_no == last:
+                warnings.warn(TeamplayWarning(
+                    f"{path} line {line_no}: dropped a torn last line ({exc.msg}, column {exc.colno}; the "
+                    f"run was stopped while writing it); the report shows the {len(rows)} whole lines "
+                    f"before it"), stacklevel=2)
+                break
             raise DataError(
                 f"{path} line {line_no}: not valid JSON ({exc.msg}, column {exc.colno}); a torn last line "
                 f"of a killed run is dropped by `teamplay train --resume auto`, otherwise fix or delete "
@@ -315,9 +334,12 @@ def _logged_episode(row: dict[str, Any], where: str, credited: bool) -> LoggedEp
                             f"there must be one advantage per message")
         advantages = tuple(float(a) for a in raw)
     step = _int_field(row, "step", where) if "step" in row else None
+    credit = row.get("credit")
+    if credit is not None and not (isinstance(credit, dict) and isinstance(credit.get("method"), str)):
+        raise DataError(f"{where}: field 'credit' must be an object with the credit 'method'")
     return LoggedEpisode(episode=episode, step=step, advantages=advantages,
                          prompt=_optional_str(row.get("prompt")), reference=_optional_str(row.get("reference")),
-                         tokens=_token_rows(row, where, len(episode.messages)))
+                         credit=credit, tokens=_token_rows(row, where, len(episode.messages)))
 
 
 def _token_rows(row: dict[str, Any], where: str, n_messages: int):

@@ -154,14 +154,16 @@ def _token_body(tokens: tuple[tuple[str, float], ...], scale: float) -> str:
 
 
 def _message(msg: Message, advantage: float | None, scale: float, index: int,
-             tokens: tuple[tuple[str, float], ...] | None = None, token_scale: float = 0.0) -> str:
+             tokens: tuple[tuple[str, float], ...] | None = None, token_scale: float = 0.0,
+             method: str | None = None) -> str:
     if advantage is None:
         background, border = shade(0.0, 0.0)
         badge = '<span class="adv none">not credited</span>'
     else:
         background, border = shade(advantage, scale)
         sign = "pos" if advantage > 0 else "neg" if advantage < 0 else "zero"
-        badge = f'<span class="adv {sign}">adv {fmt_signed(advantage)}</span>'
+        by = f" · {esc(method)}" if method else ""
+        badge = f'<span class="adv {sign}">adv {fmt_signed(advantage)}{by}</span>'
     answer = f'<span class="msg-answer">answer {_answer(msg.answer)}</span>' if msg.answer is not None else ""
     if msg.spoke and tokens:
         body = _token_body(tokens, token_scale)
@@ -178,6 +180,32 @@ def _message(msg: Message, advantage: float | None, scale: float, index: int,
         f'<span class="stage">{esc(msg.stage)} · round {msg.round}{tokens}</span>'
         f'{answer}<span class="spacer"></span>{badge}</div>{body}</li>'
     )
+
+
+def _credit_table(logged: LoggedEpisode) -> str:
+    """Which method valued the messages and, for replay-based credit, the counterfactual values
+    behind the advantages: one row per replayed coalition (who played, from which message, how a
+    removed agent's turns were handled, the mean verifier score over k samples)."""
+    credit = logged.credit
+    if not credit:
+        return ""
+    options = ", ".join(f"{k}={v}" for k, v in sorted((credit.get("options") or {}).items()))
+    head = (f'<p class="credit">credit: <code>{esc(str(credit.get("method")))}</code>'
+            f'{f" <span class=muted>({esc(options)})</span>" if options else ""}</p>')
+    values = credit.get("replay_values") or []
+    if not values:
+        return head
+    rows = []
+    for v in sorted(values, key=lambda v: (len(v.get("kept", [])), v.get("start") or 0)):
+        kept = ", ".join(v.get("kept", [])) or "nobody"
+        how = v.get("removal", "")
+        if v.get("remove_turn"):
+            how = f"turn #{int(v.get('start', 0)) + 1} removed ({how})"
+        rows.append([esc(kept), f"#{int(v.get('start', 0)) + 1}", esc(how), fmt(float(v.get("value", 0.0))),
+                     str(v.get("samples", ""))])
+    caption = ('<p class="muted">replay values: the team\'s verifier score with only these agents playing '
+               '(replayed from message #, the earlier messages reused), mean over k samples</p>')
+    return head + caption + table(["coalition", "from", "removal", "value", "k"], rows, "replay-values")
 
 
 def _legend(logged: LoggedEpisode, scale: float) -> str:
@@ -208,10 +236,11 @@ def episode_panel(logged: LoggedEpisode, index: int) -> str:
         prompt = (f'<details class="prompt" open><summary>problem</summary>'
                   f'<pre class="text">{esc(logged.prompt)}</pre></details>')
     advantages = logged.advantages
+    method = logged.credit.get("method") if logged.credit else None
     tokens = logged.tokens or (None,) * len(ep.messages)
     token_scale = max((abs(a) for row in tokens if row for _, a in row), default=0.0)
     messages = "".join(_message(m, advantages[t] if advantages is not None else None, scale, t,
-                                tokens[t], token_scale)
+                                tokens[t], token_scale, method)
                        for t, m in enumerate(ep.messages))
     if not ep.messages:
         messages = '<li class="muted">no messages</li>'
@@ -220,7 +249,7 @@ def episode_panel(logged: LoggedEpisode, index: int) -> str:
         f'{" hidden" if index else ""}>'
         f'<header class="episode-head">{_verdict(ep.reward)}<h3>{esc(ep.problem_id)}</h3></header>'
         f'<div class="episode-body"><aside class="episode-side">'
-        f'<dl class="facts">{"".join(facts)}</dl>{_agent_table(logged)}</aside>'
+        f'<dl class="facts">{"".join(facts)}</dl>{_agent_table(logged)}{_credit_table(logged)}</aside>'
         f'<div class="episode-main">{prompt}{_legend(logged, scale)}<ol class="messages">{messages}</ol></div>'
         f"</div></article>"
     )

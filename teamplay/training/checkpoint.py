@@ -1,20 +1,31 @@
-"""Atomic checkpoints that resume exactly.
+"""Atomic, verified checkpoints that resume exactly and never run code when read.
 
 Layout of ``RUN/checkpoints/step-000010/``:
 
-    adapters/<name>/        each LoRA adapter in the standard PEFT format
-                            (``PeftModel.from_pretrained(base, path)`` loads it)
-    trainer_state.pt        optimizer, scheduler, step, data position, RNG states
+    adapters/<name>/        each LoRA adapter in the standard PEFT format (safetensors + JSON;
+                            ``PeftModel.from_pretrained(base, path)`` loads it)
+    trainer_state.json      step, data position, scheduler, optimizer hyper-parameters, the
+                            Python and NumPy RNG states: plain JSON
+    trainer_tensors.safetensors   optimizer moment tensors and the torch RNG state
     extra_state.json        credit / controller state (regret tables, ...), JSON
     config.yaml             the run's config
+    manifest.json           size and SHA-256 of every file above, written last
 
-A checkpoint is written into a hidden temporary folder and renamed into place, so a kill at any
-moment leaves either the previous complete checkpoint or the new complete one, never half of one.
-Only the last ``keep`` checkpoints are kept.
+Nothing in a checkpoint is a pickle: JSON and safetensors cannot carry code, so reading a
+checkpoint someone else supplied cannot run theirs. A folder that still holds the pickled
+``trainer_state.pt`` of older versions is refused, never unpickled.
+
+A checkpoint is written into a hidden temporary folder (``.tmp-step-N-PID``) and renamed into
+place, so a kill at any moment leaves either the previous complete checkpoint or the new complete
+one, never half of one; the next start of the run removes such leftovers. Before a checkpoint is
+used, ``verify_checkpoint`` compares every file with the manifest, so a truncated or corrupted
+file is reported by name (``CheckpointError``) instead of failing deep inside torch. Only the
+last ``keep`` checkpoints are kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -27,8 +38,26 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from teamplay.errors import ConfigError, TeamplayError
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
+#: temporary folders of saves that did not finish (killed, disk full)
+_TMP_DIR = re.compile(r"^\.tmp-step-\d{6,}-\d+$")
+MANIFEST = "manifest.json"
+STATE_JSON = "trainer_state.json"
+STATE_TENSORS = "trainer_tensors.safetensors"
+EXTRA_JSON = "extra_state.json"
+CONFIG_YAML = "config.yaml"
+#: the pickled trainer state of older versions: never loaded (a pickle can run code)
+LEGACY_PICKLE = "trainer_state.pt"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(TeamplayError):
+    """A checkpoint is missing, damaged or not in teamplay's format; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -48,22 +77,53 @@ class TrainerState:
     data_epoch: int
 
 
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A verified checkpoint read back: plain state dicts ready for ``load_state_dict``.
+
+    Fields:
+        path: the checkpoint folder.
+        state: the trainer's data position and step.
+        optimizer, scheduler: ``state_dict()`` of each, tensors included.
+        rng: Python / NumPy / torch generator states (``set_rng_state`` restores them).
+        extra: ``extra_state.json`` (controller tables, ...).
+        config: the run config the checkpoint was written with (``config.yaml``).
+    """
+
+    path: Path
+    state: TrainerState
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: dict[str, Any]
+    extra: dict[str, Any]
+    config: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------- RNG
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The global generators' states as plain data (lists and a uint8 tensor)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(internal), gauss],
+            "numpy": [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+            "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
 
 
+# ------------------------------------------------------------------------------- locations
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"step-{step:06d}"
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (temporary folders are ignored)."""
+    """Renamed-into-place checkpoints of a run, oldest first (temporary folders are ignored)."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
@@ -76,37 +136,174 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Delete ``.tmp-step-*`` folders left by saves that never finished; returns them.
+
+    Call it only while holding the run folder's lock: a running save owns its temporary folder.
+    """
+    root = Path(run_dir) / "checkpoints"
+    stale = [p for p in root.iterdir() if _TMP_DIR.match(p.name)] if root.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+# -------------------------------------------------------------------------------------- save
 def save_checkpoint(run_dir: Path, state: TrainerState, team_model, optimizer, scheduler,
                     extra_state: dict[str, Any], config: dict[str, Any], keep: int) -> Path:
-    """Write a checkpoint atomically (temp folder, then rename); prune to the last ``keep``."""
+    """Write a checkpoint atomically (temp folder, manifest, rename); prune to the last ``keep``.
+
+    A failed write (disk full, read-only folder) removes its temporary folder and raises
+    ``CheckpointError``; earlier checkpoints are untouched (pruning runs only after the rename).
+    """
     final = checkpoint_dir(run_dir, state.step)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    team_model.save_adapters(tmp / "adapters")
-    torch.save({
-        "state": state.__dict__, "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(), "rng": rng_state(),
-    }, tmp / "trainer_state.pt")
-    (tmp / "extra_state.json").write_text(json.dumps(extra_state), encoding="utf-8")
-    (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    _fsync_tree(tmp)
-    if final.exists():  # a previous run died after writing this step: replace it whole
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        team_model.save_adapters(tmp / "adapters")
+        meta, tensors = _split_trainer_state(state, optimizer.state_dict(), scheduler.state_dict(), rng_state())
+        save_file(tensors, tmp / STATE_TENSORS)
+        (tmp / STATE_JSON).write_text(json.dumps(meta), encoding="utf-8")
+        (tmp / EXTRA_JSON).write_text(json.dumps(extra_state), encoding="utf-8")
+        (tmp / CONFIG_YAML).write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        write_manifest(tmp, state.step)
+        _fsync_tree(tmp)
+        if final.exists():  # a previous run died after writing this step: replace it whole
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = exc.strerror or str(exc)
+        raise CheckpointError(f"could not write checkpoint {final}: {reason}"
+                              f"{f' ({exc.filename})' if exc.filename else ''}; earlier checkpoints "
+                              f"are intact") from None
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def resolve_checkpoint_dir(path: str | Path) -> Path:
-    """A run folder's latest complete checkpoint, or ``path`` itself (a checkpoint or adapters folder).
+def _split_trainer_state(state: TrainerState, optimizer: dict[str, Any], scheduler: dict[str, Any],
+                         rng: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The trainer state as (JSON-able metadata, named tensors for safetensors).
 
-    Raises ``ConfigError`` when the path does not exist or a run folder has no checkpoint yet.
+    Optimizer state entry ``optimizer.state[p][k]`` becomes tensor ``optimizer.<p>.<k>`` when it is
+    a tensor and stays in the JSON otherwise.
     """
-    from teamplay.errors import ConfigError
+    tensors: dict[str, torch.Tensor] = {"rng.torch": rng["torch"].contiguous()}
+    opt_state: dict[str, dict[str, Any]] = {}
+    for pid, entries in optimizer["state"].items():
+        opt_state[str(pid)] = {}
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer.{pid}.{key}"] = value.detach().contiguous().cpu()
+                opt_state[str(pid)][key] = {"tensor": f"optimizer.{pid}.{key}"}
+            else:
+                opt_state[str(pid)][key] = {"value": value}
+    meta = {"format": FORMAT_VERSION,
+            "state": {**state.__dict__, "data_order": list(state.data_order)},
+            "optimizer": {"param_groups": optimizer["param_groups"], "state": opt_state},
+            "scheduler": scheduler,
+            "rng": {"python": rng["python"], "numpy": rng["numpy"]}}
+    return meta, tensors
 
+
+def write_manifest(folder: Path, step: int) -> None:
+    """``manifest.json``: size and SHA-256 of every file under ``folder``."""
+    files = {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    (folder / MANIFEST).write_text(json.dumps({"format": FORMAT_VERSION, "step": step, "files": files},
+                                              indent=1), encoding="utf-8")
+
+
+# -------------------------------------------------------------------------------------- load
+def verify_checkpoint(path: Path) -> None:
+    """Raise ``CheckpointError`` naming the first file of ``path`` that is missing or damaged.
+
+    A file is damaged when its size or SHA-256 differs from ``manifest.json``; a checkpoint
+    without a readable manifest is not a teamplay checkpoint (or one of an older version).
+    """
+    path = Path(path)
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        if (path / LEGACY_PICKLE).exists():
+            raise CheckpointError(f"{path / LEGACY_PICKLE}: a pickled trainer state of an older teamplay "
+                                  f"version; it is not loaded, because unpickling a file can run code. "
+                                  f"Start a new run (or evaluate its adapters with --checkpoint)")
+        raise CheckpointError(f"{path} is not a teamplay checkpoint (no {MANIFEST})")
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        listed = [(str(name), int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()]
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        raise CheckpointError(f"{manifest}: damaged manifest (not the JSON teamplay writes)") from None
+    for name, size, digest in listed:
+        file = path / name
+        if ".." in Path(name).parts or not file.is_file():
+            raise CheckpointError(f"{file}: missing from the checkpoint (listed in {MANIFEST})")
+        if file.stat().st_size != size:
+            raise CheckpointError(f"{file}: damaged ({file.stat().st_size} bytes, {size} when saved)")
+        if _sha256(file) != digest:
+            raise CheckpointError(f"{file}: damaged (its checksum differs from the one saved in {MANIFEST})")
+    for required in (STATE_JSON, STATE_TENSORS, CONFIG_YAML):
+        if required not in files:
+            raise CheckpointError(f"{path / required}: missing from the checkpoint")
+
+
+def load_checkpoint(path: Path) -> LoadedCheckpoint:
+    """Verify ``path`` and read its trainer state, extra state and config (never unpickles).
+
+    Raises ``CheckpointError`` naming the file that is missing, damaged or malformed.
+    """
+    path = Path(path)
+    verify_checkpoint(path)
+    meta = _read_json(path / STATE_JSON)
+    extra = _read_json(path / EXTRA_JSON) if (path / EXTRA_JSON).is_file() else {}
+    try:
+        tensors = load_file(path / STATE_TENSORS)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path / STATE_TENSORS}: not a readable safetensors file ({exc})") from None
+    try:
+        config = yaml.safe_load((path / CONFIG_YAML).read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path / CONFIG_YAML}: not valid YAML ({exc})") from None
+    try:
+        raw = meta["state"]
+        state = TrainerState(step=int(raw["step"]), data_order=tuple(int(i) for i in raw["data_order"]),
+                             data_cursor=int(raw["data_cursor"]), data_epoch=int(raw["data_epoch"]))
+        opt_state = {int(pid): {key: tensors[entry["tensor"]] if "tensor" in entry else entry["value"]
+                                for key, entry in entries.items()}
+                     for pid, entries in meta["optimizer"]["state"].items()}
+        optimizer = {"state": opt_state, "param_groups": meta["optimizer"]["param_groups"]}
+        rng = {**meta["rng"], "torch": tensors["rng.torch"]}
+        scheduler = meta["scheduler"]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path / STATE_JSON}: malformed trainer state (field {exc})") from None
+    if not isinstance(extra, dict) or not isinstance(config, dict):
+        raise CheckpointError(f"{path}: {EXTRA_JSON} and {CONFIG_YAML} must each hold a mapping")
+    return LoadedCheckpoint(path, state, optimizer, scheduler, rng, extra, config)
+
+
+def newest_intact_checkpoint(run_dir: Path) -> tuple[Path | None, list[CheckpointError]]:
+    """The newest checkpoint of ``run_dir`` that verifies, and the errors of newer damaged ones."""
+    damaged: list[CheckpointError] = []
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as exc:
+            damaged.append(exc)
+            continue
+        return path, damaged
+    return None, damaged
+
+
+def resolve_checkpoint_dir(path: str | Path) -> Path:
+    """A run folder's latest checkpoint, or ``path`` itself (a checkpoint or adapters folder).
+
+    A checkpoint (anything with a manifest or a trainer state) is verified first. Raises
+    ``ConfigError`` when the path does not exist or a run folder has no checkpoint yet, and
+    ``CheckpointError`` naming the damaged file.
+    """
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"checkpoint not found: {path}")
@@ -114,7 +311,9 @@ def resolve_checkpoint_dir(path: str | Path) -> Path:
         latest = latest_checkpoint(path)
         if latest is None:
             raise ConfigError(f"run folder {path} has no complete checkpoint yet")
-        return latest
+        path = latest
+    if any((path / name).exists() for name in (MANIFEST, STATE_JSON, STATE_TENSORS)):
+        verify_checkpoint(path)
     return path
 
 
@@ -123,24 +322,29 @@ def resolve_adapters_dir(path: str | Path) -> Path:
 
     Raises ``ConfigError`` naming the path when none of these holds adapters.
     """
-    from teamplay.errors import ConfigError
-
     path = resolve_checkpoint_dir(path)
     if (path / "adapters").is_dir():
         path = path / "adapters"
-    if not any(child.is_dir() and (child / "adapter_config.json").is_file() for child in path.iterdir()):
+    if not path.is_dir() or not any(child.is_dir() and (child / "adapter_config.json").is_file()
+                                    for child in path.iterdir()):
         raise ConfigError(f"{path} holds no LoRA adapters (expected a run folder, a checkpoint folder "
                           f"or an adapters folder with one PEFT adapter per role)")
     return path
 
 
-def load_trainer_state(path: Path) -> dict[str, Any]:
-    """The raw trainer state of a checkpoint (optimizer/scheduler state dicts, RNG, TrainerState)."""
-    data = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-    data["state"] = TrainerState(**{k: (tuple(v) if k == "data_order" else v) for k, v in data["state"].items()})
-    extra = Path(path) / "extra_state.json"
-    data["extra"] = json.loads(extra.read_text(encoding="utf-8")) if extra.exists() else {}
-    return data
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fsync_tree(root: Path) -> None:

@@ -177,7 +177,10 @@ def grpo_loss(
         term = torch.where(A < 0, torch.maximum(term, floor), term)
     kl = None
     if logp_ref is not None:
-        kl = torch.where(keep, k3_kl(logp, logp_ref.detach(), kl_clamp), zeros)  # [B, L]
+        # mask the inputs, not only the output: torch.where passes 0 * (gradient of the unselected
+        # branch), and 0 * NaN or 0 * inf from padding garbage would be a NaN gradient.
+        kl = torch.where(keep, k3_kl(torch.where(keep, logp, zeros), torch.where(keep, logp_ref.detach(), zeros),
+                                     kl_clamp), zeros)  # [B, L]
         if beta > 0:
             term = term - beta * kl
     objective = aggregate(term, fmask, loss_agg, norm_tokens)

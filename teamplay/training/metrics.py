@@ -1,6 +1,7 @@
 """Metrics of a run: one JSON line per step in ``metrics.jsonl``, mirrored to TensorBoard/wandb.
 
-On resume, lines of steps after the checkpoint are dropped so the file never holds a step twice.
+On resume, lines of steps after the checkpoint are dropped so the file never holds a step twice;
+that rewrite replaces the file atomically, so a kill during it loses no history.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from teamplay.training.atomic import write_atomically
 
 
 class MetricsLogger:
@@ -41,7 +44,7 @@ class MetricsLogger:
                 continue
             kept = [line for line in path.read_text(encoding="utf-8").splitlines()
                     if line.strip() and _step_of(line) <= step]
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            write_atomically(path, "".join(line + "\n" for line in kept))
 
     def log_episodes(self, step: int, rows: list[dict[str, Any]]) -> None:
         """Append credited episodes (``Episode.to_dict()`` plus ``advantages``) of ``step``."""

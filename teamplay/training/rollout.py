@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from teamplay.agents.backends.base import GenerationBackend
+from teamplay.envs.protocols.driver import ReplaySpec
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, Generation, SamplingParams, TaskItem, TurnRequest
 
@@ -29,11 +30,13 @@ class RolloutJob:
     """One episode to run: the problem and the group it belongs to.
 
     Episodes of the same problem sampled in the same step share ``group_id``; credit methods
-    compare episodes within a group.
+    compare episodes within a group. ``replay`` (the replay engine's jobs) re-executes a recorded
+    prefix with some agents removed.
     """
 
     item: TaskItem
     group_id: str
+    replay: ReplaySpec | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,10 @@ class RolloutRunner:
         start = time.perf_counter()
         envs = [self.make_env() for _ in jobs]
         for i, (env, job) in enumerate(zip(envs, jobs, strict=True)):
-            env.reset(seed=seed + i, options={"item": job.item, "group_id": job.group_id})
+            options = {"item": job.item, "group_id": job.group_id}
+            if job.replay is not None:
+                options["replay"] = job.replay
+            env.reset(seed=seed + i, options=options)
         episodes: list[Episode | None] = [None] * len(jobs)
         generate_calls = requests_total = 0
         generate_seconds = 0.0

@@ -26,8 +26,8 @@ from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
 from teamplay.training.setup import TRAINER_RESOURCES, load_items
 
-#: resources available off-line (no model is loaded): everything the trainer gives but the backend
-SAVED_RESOURCES = TRAINER_RESOURCES - {"backend"}
+#: resources available off-line (no model is loaded): everything the trainer gives but what needs one
+SAVED_RESOURCES = TRAINER_RESOURCES - {"backend", "replay", "answer_probability"}
 
 
 @dataclass(frozen=True)

@@ -77,20 +77,16 @@ def sampling_params(cfg: SamplingConfig, seed: int | None = None) -> SamplingPar
 
 
 def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team,
-                  team_model=None) -> GenerationBackend:
+                  team_model=None, *, max_new_tokens: int) -> GenerationBackend:
     """The generation backend of the config (loads the model for hf/vllm unless given one).
 
-    A mixed team (roles with ``policy: scripted:...``) gets a ``MixedBackend`` around it; the
-    model is then built with the adapters of the model-played roles only.
+    ``max_new_tokens`` is the most any generate call of the run will ask for (the largest of its
+    sampling sections); the vllm engine sizes its context from it. A mixed team (roles with
+    ``policy: scripted:...``) gets a ``MixedBackend`` around it; the model then holds the adapters
+    of the model-played roles only.
     """
-    if backend_cfg.name == "scripted":
-        backend = get_backend("scripted", policy=backend_cfg.policy)
-    else:
-        if team_model is None:
-            team_model = build_team_model(model_cfg, team)
-        backend = get_backend(backend_cfg.name, team_model=team_model,
-                              max_prompt_tokens=backend_cfg.max_prompt_tokens)
-    return mixed_backend(backend, team)
+    return mixed_backend(_model_backend(model_cfg, backend_cfg, team, team_model,
+                                        max_new_tokens=max_new_tokens), team)
 
 
 def mixed_backend(backend: GenerationBackend, team: Team, seed: int = 0) -> GenerationBackend:
@@ -102,28 +98,63 @@ def mixed_backend(backend: GenerationBackend, team: Team, seed: int = 0) -> Gene
     return MixedBackend(backend, scripted, seed=seed) if scripted else backend
 
 
+def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team,
+                   team_model=None, *, max_new_tokens: int) -> GenerationBackend:
+    if backend_cfg.name == "scripted":
+        return get_backend("scripted", policy=backend_cfg.policy)
+    if team_model is None:
+        team_model = build_team_model(model_cfg, team)
+    parts = getattr(team_model, "parts", None)
+    if parts is not None:  # a heterogeneous team: one backend per base, requests routed by adapter
+        from teamplay.agents.backends.routing import RoutingBackend
+
+        backends = {base: _model_backend(model_cfg, backend_cfg, team, team_model=part,
+                                        max_new_tokens=max_new_tokens)
+                    for base, part in parts.items()}
+        return RoutingBackend(backends, {a: team_model.base_of(a) for a in team_model.adapter_names})
+    if backend_cfg.name == "vllm":
+        return get_backend("vllm", team_model=team_model, max_prompt_tokens=backend_cfg.max_prompt_tokens,
+                           max_new_tokens=max_new_tokens,
+                           gpu_memory_utilization=backend_cfg.gpu_memory_utilization,
+                           enforce_eager=backend_cfg.enforce_eager)
+    return get_backend(backend_cfg.name, team_model=team_model,
+                       max_prompt_tokens=backend_cfg.max_prompt_tokens)
+
+
 def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
     """The shared base model with one LoRA adapter per adapter name of the team.
 
     With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
     alpha, target modules) is taken from the saved adapters, not from ``model.lora``.
     """
-    from peft import LoraConfig as PeftLoraConfig
-
     from teamplay.agents.models import load_model
-    from teamplay.agents.team_model import TeamModel
+    from teamplay.agents.team_model import TeamModel, read_adapter_config
     from teamplay.training.checkpoint import resolve_adapters_dir
 
     lora = dict(r=model_cfg.lora.r, alpha=model_cfg.lora.alpha, dropout=model_cfg.lora.dropout,
                 target_modules=model_cfg.lora.target_modules)
     adapters_dir = resolve_adapters_dir(model_cfg.checkpoint) if model_cfg.checkpoint else None
     if adapters_dir is not None:
-        saved = PeftLoraConfig.from_pretrained(next(p for p in sorted(adapters_dir.iterdir()) if p.is_dir()))
+        saved = read_adapter_config(next(p for p in sorted(adapters_dir.iterdir()) if p.is_dir()))
         targets = saved.target_modules
         lora = dict(r=saved.r, alpha=saved.lora_alpha, dropout=saved.lora_dropout,
                     target_modules=targets if isinstance(targets, str) else sorted(targets))
-    model, tokenizer = load_model(model_cfg.name, dtype=model_cfg.dtype)
-    team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
+    try:
+        bases = team.bases(model_cfg.name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if len(bases) > 1:  # a heterogeneous team: one base (and its roles' adapters) per model
+        from teamplay.agents.multi_base import MultiBaseTeamModel
+
+        parts = {}
+        for base, roles in bases.items():
+            model, tokenizer = load_model(base, dtype=model_cfg.dtype)
+            sub = Team(roles=tuple(r for r in team.roles if r.name in roles))
+            parts[base] = TeamModel.from_team(model, tokenizer, sub, init_seed=seed, **lora)
+        team_model = MultiBaseTeamModel(parts)
+    else:
+        model, tokenizer = load_model(next(iter(bases)), dtype=model_cfg.dtype)
+        team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
     if adapters_dir is not None:
         team_model.load_adapters(adapters_dir)
     return team_model
@@ -163,9 +194,10 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     return controllers
 
 
-#: resources the trainer hands every credit method (``CreditResources`` fields it sets; the token
-#: statistics go to the token method, after the message method)
-TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards"})
+#: resources the trainer hands credit methods (``CreditResources`` fields it sets; ``replay`` and
+#: ``answer_probability`` only when the method needs them; the token statistics go to the token
+#: method, after the message method)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards", "replay", "answer_probability"})
 
 
 def validate_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) -> None:
@@ -245,7 +277,8 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
     if team_model is None:
         team_model = build_team_model(cfg.model, team, cfg.seed)
     if backend is None:
-        backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model)
+        backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model,
+                                max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
     else:
         backend = mixed_backend(backend, team)  # a given model backend still plays only the LLM roles
     runner = RolloutRunner(make_env, backend, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)

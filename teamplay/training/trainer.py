@@ -54,25 +54,30 @@ import torch
 import yaml
 
 from teamplay.config import TrainConfig
-from teamplay.credit import CreditBatch, CreditResources, assign
+from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
 from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
 from teamplay.credit.token.base import TEACHER_HINT, parse_token_options
 from teamplay.envs.tasks.base import Task
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.records import Episode, TaskItem
+from teamplay.training.answer_probability import AnswerProbability
+from teamplay.training.atomic import write_atomically
 from teamplay.training.checkpoint import (
+    CheckpointError,
+    LoadedCheckpoint,
     TrainerState,
-    latest_checkpoint,
-    load_trainer_state,
+    load_checkpoint,
+    newest_intact_checkpoint,
     save_checkpoint,
     set_rng_state,
 )
 from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
-from teamplay.training.losses import objective_loss
 from teamplay.training.metrics import MetricsLogger
+from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.run_folder import claim_run_folder
 from teamplay.training.samples import PolicySample, build_samples
 from teamplay.training.setup import (
     build_run,
@@ -80,6 +85,7 @@ from teamplay.training.setup import (
     validate_run,
 )
 from teamplay.training.token_stats import compute_token_stats, text_offsets
+from teamplay.training.update import PolicyUpdater
 
 
 @dataclass(frozen=True)
@@ -144,11 +150,23 @@ class Trainer:
                 parse_token_options(method, cfg.credit.token.options))
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
+        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, None, None)  # parsed
+        self.credit_needs = get_credit(cfg.credit.method).requires(self.credit_options)
+        self.replay = None
+        if "replay" in self.credit_needs:  # counterfactual re-executions with the current policies
+            self.replay = RolloutReplayEngine(self.make_env, self.backend, sampling_params(cfg.sampling),
+                                              max_batch=cfg.backend.max_batch, seed=cfg.seed)
+        self.answer_probability = None
+        if "answer_probability" in self.credit_needs:
+            self.answer_probability = AnswerProbability(
+                self.team_model, self.team, {it.id: it for it in self.items}, self.task.answer_instruction,
+                max_prompt_tokens=cfg.backend.max_prompt_tokens)
         self.params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         self.optimizer = torch.optim.AdamW(
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
             weight_decay=cfg.optim.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.updater = PolicyUpdater(cfg, self.team_model, self.params, self.optimizer)
         self.run_dir = Path(cfg.output_dir)
         self.on_step = on_step
         self.on_eval = on_eval
@@ -159,16 +177,29 @@ class Trainer:
         self.group_hook: Callable[[TaskItem, np.ndarray], float] | None = None
 
     # ----------------------------------------------------------------------------- the loop
-    def train(self, resume: str | None = None) -> TrainResult:
-        """Run until ``cfg.steps``; ``resume`` = "auto" (latest checkpoint if any) or a folder."""
+    def train(self, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+        """Run until ``cfg.steps``; ``resume`` = "auto" (latest intact checkpoint if any) or a folder.
+
+        The run folder is locked for the whole call (a second trainer on it stops at once); a
+        folder that already holds a run is refused unless ``resume`` continues it or
+        ``overwrite`` deletes it first (``teamplay.training.run_folder``).
+        """
         start = time.perf_counter()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(
-            yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+        lock = claim_run_folder(self.run_dir, resume, overwrite)
+        try:
+            return self._train(resume, start)
+        finally:
+            lock.release()
+
+    def _train(self, resume: str | None, start: float) -> TrainResult:
         resumed_from = self._resume(resume) if resume else None
+        # written only once the resume checks passed: a refused resume leaves the run's config as it was
+        write_atomically(self.run_dir / "config.yaml",
+                         yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
         logger = MetricsLogger(self.run_dir, self.cfg.tensorboard, self.cfg.wandb_project,
                                self.cfg.model_dump(mode="json"))
-        logger.truncate_after(self.state.step)
+        # a fresh start (also --resume auto with no checkpoint yet) keeps no line of an earlier attempt
+        logger.truncate_after(self.state.step if resumed_from is not None else -1)
         eval_before = None
         if resumed_from is None and self.eval_items:
             eval_before = self._evaluate("before")
@@ -220,6 +251,8 @@ class Trainer:
         token_rows: list[list[np.ndarray | None]] = []
         batches: list[tuple[CreditBatch, list[np.ndarray]]] = []
         zero_variance = 0
+        pending: list[CreditBatch] = []
+        scales: list[float] = []
         for group in groups:
             rewards = np.array([ep.reward for ep in group])
             item = by_id[group[0].problem_id]
@@ -228,11 +261,15 @@ class Trainer:
                 zero_variance += 1  # no signal: contributes no gradient ...
                 if not self._token_keeps_zero_variance:  # ... unless the token method gives one
                     continue
-            batch = CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
-                                extract=self.task.extract,
-                                resources=dataclasses.replace(self._credit_resources(item),
-                                                              batch_rewards=step_rewards))
-            advantages = assign(cfg.credit.method, batch, cfg.credit.options)
+            pending.append(CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
+                                       extract=self.task.extract,
+                                       resources=dataclasses.replace(self._credit_resources(item),
+                                                                     batch_rewards=step_rewards)))
+            scales.append(scale)
+        if self.replay is not None:
+            self._prefetch_replays(pending, step, sum(ep.tokens for ep in episodes))
+        for batch, scale in zip(pending, scales, strict=True):
+            advantages = assign(cfg.credit.method, batch, self.credit_options)
             if scale != 1.0:
                 advantages = [a * scale for a in advantages]
             batches.append((batch, advantages))
@@ -269,6 +306,7 @@ class Trainer:
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
+            **(self.replay.stats.to_dict() if self.replay is not None else {}),
             **controller_metrics,
             "seconds": time.perf_counter() - t0,
             "rollout_seconds": t_rollout,
@@ -315,7 +353,7 @@ class Trainer:
         token advantages and token text pieces under token-level credit)."""
         lines = []
         for i, (ep, adv) in enumerate(result.credited[:self.cfg.log_episodes]):
-            line = {**ep.to_dict(), "advantages": [float(a) for a in adv]}
+            line = {**ep.to_dict(), "advantages": [float(a) for a in adv], "credit": self._credit_record(ep)}
             if result.token_advantages is not None:
                 line.update(self._token_log(ep, result.token_advantages[i]))
             lines.append(line)
@@ -337,84 +375,7 @@ class Trainer:
 
     # --------------------------------------------------------------------------- the update
     def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
-        cfg = self.cfg.optim
-        stats: dict[str, list[float]] = defaultdict(list)
-        skipped = optimizer_steps = 0
-        temperature = self.cfg.sampling.temperature
-        for epoch in range(cfg.epochs):
-            rng = np.random.default_rng([self.cfg.seed, step, epoch])
-            order = rng.permutation(len(samples))
-            minibatches = [order[i:i + cfg.minibatch_size] for i in range(0, len(order), cfg.minibatch_size)]
-            clip_epoch: list[float] = []
-            for mb_index, mb in enumerate(minibatches):
-                finite = True
-                by_adapter: dict[str, list[PolicySample]] = defaultdict(list)
-                for i in mb:
-                    by_adapter[samples[i].adapter].append(samples[i])
-                for adapter, part in sorted(by_adapter.items()):
-                    loss, s, entropy = self._loss(adapter, part, temperature)
-                    weight = len(part) / len(mb) / cfg.grad_accum
-                    if not torch.isfinite(loss):
-                        finite = False
-                        break
-                    (loss * weight).backward()
-                    stats["loss"].append(float(loss.detach()))
-                    if s.kl_mean is not None:
-                        stats["kl"].append(s.kl_mean)
-                    stats["ratio_mean"].append(s.ratio_mean)
-                    stats["entropy"].append(entropy)
-                    clip_epoch.append(s.clip_fraction)
-                last_of_accum = (mb_index + 1) % cfg.grad_accum == 0 or mb_index == len(minibatches) - 1
-                if not finite:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                    continue
-                if last_of_accum:
-                    params = [p for ps in self.params.values() for p in ps]
-                    norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or float("inf"))
-                    if not torch.isfinite(norm):
-                        self.optimizer.zero_grad(set_to_none=True)
-                        skipped += 1
-                        continue
-                    stats["grad_norm"].append(float(norm))
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    optimizer_steps += 1
-            stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
-            stats["clip_fraction"].extend(clip_epoch)
-        out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
-        out["optimizer_steps"] = optimizer_steps
-        out["skipped_nonfinite_steps"] = skipped
-        return out
-
-    def _loss(self, adapter: str, part: Sequence[PolicySample], temperature: float):
-        """Loss of one adapter's share of a minibatch, its stats, and the sampled-token entropy.
-
-        The entropy is estimated as the mean of -log p of the sampled tokens (an unbiased estimate
-        of the policy's per-token entropy under its own samples; no full-vocabulary pass needed).
-        """
-        obj = self.cfg.objective
-        prompts = [list(s.prompt_ids) for s in part]
-        completions = [list(s.completion_ids) for s in part]
-        logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
-                                                         temperature=temperature)  # [b, C], [b, C]
-        old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
-        if any(s.token_advantages is not None for s in part):
-            # token-level credit: [b, C]; messages without token credit broadcast their scalar
-            adv = _pad([s.token_advantages if s.token_advantages is not None
-                        else (s.advantage,) * len(s.completion_ids) for s in part], logp.shape[1], logp.dtype)
-        else:
-            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
-        with torch.no_grad():
-            fmask = mask.to(logp.dtype)
-            entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
-        ref = None
-        if obj.kl_beta > 0:  # the reference policy: the base model, adapters disabled
-            with torch.no_grad(), self.team_model.disabled_adapters():
-                ref, _ = self.team_model.completion_logprobs(prompts, completions, adapter=None,
-                                                             temperature=temperature)  # [b, C]
-        loss, stats = objective_loss(obj, logp, old, ref, adv, mask, norm_tokens=self.cfg.sampling.max_new_tokens)
-        return loss, stats, entropy
+        return self.updater.update(samples, step)
 
     def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
         """Regret updates from this step's decision logs; the step's controller metrics."""
@@ -472,14 +433,38 @@ class Trainer:
         _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics
 
+    def _prefetch_replays(self, batches: Sequence[CreditBatch], step: int, rollout_tokens: int) -> None:
+        """Every replay the step's credit will ask for, in one batch: a first pass of the credit
+        method records its queries (values are placeholders, results discarded), the engine runs
+        them all together, and the real pass reads the cache. A method whose queries depend on the
+        values it gets asks the rest on demand in the real pass (still batched per call)."""
+        assert self.replay is not None
+        self.replay.begin_step(step, rollout_tokens)
+        with self.replay.recording():
+            for batch in batches:
+                try:
+                    assign(self.cfg.credit.method, batch, self.credit_options)
+                except (ValueError, RuntimeError, ArithmeticError):
+                    continue  # placeholder values may upset a method; the real pass reports real errors
+        self.replay.flush()
+
+    def _credit_record(self, episode: Episode) -> dict[str, Any]:
+        """How the episode's messages were valued, for reports: the method and, for replay-based
+        methods, every counterfactual value behind the advantages (coalition, start, value, k)."""
+        record: dict[str, Any] = {"method": self.cfg.credit.method,
+                                  "options": self.credit_options.model_dump(mode="json")}
+        if self.replay is not None:
+            record["replay_values"] = self.replay.coalition_values(episode)
+        return record
+
     def _credit_resources(self, item: TaskItem) -> CreditResources:
-        """What expensive credit methods may ask for (``TRAINER_RESOURCES``): a verifier scorer of
+        """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer of
         masked transcripts (the last answer still visible, scored against this item) and the
         generation backend."""
         task = self.task
         return CreditResources(
             transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
-            backend=self.backend)
+            backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
 
     def _checkpoint(self) -> Path:
         if self.controllers is not None:
@@ -488,25 +473,81 @@ class Trainer:
                                self.extra_state, self.cfg.model_dump(mode="json"), self.cfg.keep_checkpoints)
 
     def _resume(self, resume: str) -> Path | None:
-        path = latest_checkpoint(self.run_dir) if resume == "auto" else Path(resume)
-        if path is None:
-            return None  # nothing to resume: a fresh run
-        if not (path / "trainer_state.pt").is_file():
-            raise ConfigError(f"--resume {resume}: {path} is not a teamplay checkpoint "
-                              f"(no trainer_state.pt)")
-        data = load_trainer_state(path)
-        self.team_model.load_adapters(path / "adapters")
-        self.optimizer.load_state_dict(data["optimizer"])
-        self.scheduler.load_state_dict(data["scheduler"])
-        set_rng_state(data["rng"])
-        self.state = data["state"]
-        self.extra_state = data["extra"]
-        if self.controllers is not None:
-            if "controllers" not in self.extra_state:
-                raise ConfigError(f"--resume {resume}: checkpoint {path} has no controller tables but "
-                                  f"controllers.enabled is true; resume with the run's own config")
-            self.controllers.load_state_dict(self.extra_state["controllers"])
+        """Restore the newest intact checkpoint (``resume="auto"``) or the one at ``resume``.
+
+        ``auto`` skips damaged checkpoints with a ``CheckpointWarning`` naming the bad file and
+        continues the newest intact one; a damaged explicit path, a config that differs from the
+        checkpoint's in a field that shapes the run, or state that does not fit this team is a
+        ``TeamplayError``. Returns None when ``auto`` finds no checkpoint (a fresh run).
+        """
+        if resume == "auto":
+            path, damaged = newest_intact_checkpoint(self.run_dir)
+            for exc in damaged:
+                warnings.warn(CheckpointWarning(f"skipping damaged checkpoint: {exc}"), stacklevel=2)
+            if path is None:
+                if damaged:
+                    raise CheckpointError(f"--resume auto: every checkpoint of {self.run_dir} is damaged "
+                                          f"({damaged[-1]}); start over with --overwrite")
+                return None
+        else:
+            path = Path(resume)
+            if not path.is_dir():
+                raise ConfigError(f"--resume {resume}: no such checkpoint folder")
+        data = load_checkpoint(path)
+        check_resumable(self.cfg.model_dump(mode="json"), data.config, path)
+        self._restore(data)
         return path
+
+    def _restore(self, data: LoadedCheckpoint) -> None:
+        path = data.path
+        if self.controllers is not None and "controllers" not in data.extra:
+            raise ConfigError(f"--resume: checkpoint {path} has no controller tables but "
+                              f"controllers.enabled is true; resume with the run's own config")
+        self.team_model.load_adapters(path / "adapters")
+        try:
+            self.optimizer.load_state_dict(data.optimizer)
+            self.scheduler.load_state_dict(data.scheduler)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"--resume: the optimizer state of {path} does not fit this team's "
+                                  f"adapters ({exc}); resume with the run's own config") from None
+        set_rng_state(data.rng)
+        self.state = data.state
+        self.extra_state = dict(data.extra)
+        if self.controllers is not None:
+            self.controllers.load_state_dict(self.extra_state["controllers"])
+
+
+class CheckpointWarning(TeamplayWarning):
+    """A checkpoint was skipped on ``--resume auto`` because it is damaged; the message names the file."""
+
+
+#: config fields a resumed run may change: how long it runs and what it logs, never what it learns
+RESUMABLE_CHANGES = ("steps", "output_dir", "eval_task", "eval_sampling", "eval_every", "checkpoint_every",
+                     "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project", "backend.max_batch",
+                     "model.checkpoint")
+
+
+def check_resumable(current: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+    """Raise ``ConfigError`` when ``current`` differs from the checkpoint's config in a field
+    outside ``RESUMABLE_CHANGES`` (the team, model, LoRA, data, credit, loss, optimiser, seed...):
+    the saved state would then mean something else, or not fit at all."""
+    mine, theirs = _flatten_config(current), _flatten_config(saved)
+    for key in sorted(set(mine) | set(theirs)):
+        if any(key == f or key.startswith(f + ".") for f in RESUMABLE_CHANGES):
+            continue
+        if mine.get(key, "(absent)") != theirs.get(key, "(absent)"):
+            raise ConfigError(f"--resume: {key} is {mine.get(key, '(absent)')!r} but checkpoint {path} was "
+                              f"trained with {theirs.get(key, '(absent)')!r}; resume with the run's own config "
+                              f"(its config.yaml) or train into a new --output folder")
+
+
+def _flatten_config(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten_config(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
 
 
 def seed_everything(seed: int) -> None:
@@ -557,9 +598,3 @@ def token_credit_metrics(samples: Sequence[PolicySample]) -> dict[str, Any]:
         return {}
     return {"token_credit_messages": n, "token_adv_relative_spread": float(np.mean(spread)) if spread else 0.0}
 
-
-def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:
-    out = torch.zeros(len(rows), width, dtype=dtype)
-    for i, row in enumerate(rows):
-        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
-    return out

@@ -1,23 +1,229 @@
-"""The vllm backend: a clear error without vLLM; multi-LoRA generation where vLLM and a GPU exist."""
+"""The vllm backend: its wiring checked on CPU against a fake ``vllm`` module (tests/agents/fake_vllm.py),
+one-line refusals, and multi-LoRA generation where vLLM and a GPU exist."""
 
 import importlib.util
+import math
+import re
 import sys
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
+from teamplay.agents.models import load_model
+from teamplay.agents.roles import Role, Team
 from teamplay.agents.team_model import TeamModel
-from teamplay.errors import ModelLoadError
+from teamplay.config import BackendConfig, EvalConfig, ModelConfig, TrainConfig, build_config
+from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
 from teamplay.records import ChatMessage, SamplingParams, TurnRequest
+from teamplay.training.setup import build_backend
+from tests.agents import fake_vllm
 from tests.tiny import save_tiny
 
+CHAT = (ChatMessage("system", "s"), ChatMessage("user", "2+2?"), ChatMessage("user", "Go"))
+TEAM = Team(roles=[Role(name="proposer"), Role(name="reviewer")])
 
-def test_without_vllm_construction_names_the_install_command(monkeypatch, tmp_path):
+
+def request(adapter: str | None, agent: str = "a_0") -> TurnRequest:
+    return TurnRequest(agent=agent, role="proposer", stage="propose", round=0, adapter=adapter, chat=CHAT)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def team_model(folder, dtype: str = "bfloat16", r: int = 4) -> TeamModel:
+    model, tokenizer = load_model(str(folder), dtype=dtype)
+    return TeamModel(model, tokenizer, ("proposer", "reviewer"), r=r, alpha=8)
+
+
+def backend(monkeypatch, tmp_path, folder, **kwargs):
+    from teamplay.agents.backends.vllm import VLLMBackend
+
+    fake = fake_vllm.install(monkeypatch, **{k: kwargs.pop(k) for k in ("version", "fail", "script") if k in kwargs})
+    b = VLLMBackend(team_model(folder), adapter_dir=tmp_path / "adapters", **kwargs)
+    return b, fake
+
+
+def test_without_vllm_construction_names_the_install_command(monkeypatch):
     from teamplay.agents.backends import get_backend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     with pytest.raises(ModelLoadError, match="pip install"):
         get_backend("vllm", team_model=None)
+
+
+def test_engine_arguments_come_from_the_config(monkeypatch, tiny_folder):
+    fake = fake_vllm.install(monkeypatch)
+    cfg = BackendConfig(name="vllm", max_prompt_tokens=100, gpu_memory_utilization=0.3, enforce_eager=True)
+    b = build_backend(ModelConfig(dtype="bfloat16"), cfg, TEAM, team_model=team_model(tiny_folder, r=4),
+                      max_new_tokens=20)
+    (engine,) = fake.engines
+    assert engine.kwargs == {
+        "model": str(tiny_folder), "tokenizer": str(tiny_folder), "dtype": "bfloat16",
+        "max_model_len": 120,  # max_prompt_tokens 100 + max_new_tokens 20
+        "gpu_memory_utilization": 0.3, "enforce_eager": True, "logprobs_mode": "processed_logprobs",
+        "enable_lora": True, "max_loras": 2,  # proposer and reviewer in one batch
+        "max_lora_rank": 8,  # r=4 rounded up to vLLM's smallest allowed maximal rank
+    }
+    b.close()
+
+
+def test_trainer_sizes_the_engine_for_its_longest_sampling_section(monkeypatch, tmp_path, tiny_folder):
+    from teamplay.training.trainer import Trainer
+    from tests.training.fixtures import FirstTokenTask
+
+    fake = fake_vllm.install(monkeypatch)
+    cfg = build_config(TrainConfig, {
+        "backend": {"name": "vllm", "max_prompt_tokens": 64}, "model": {"dtype": "bfloat16"},
+        "sampling": {"max_new_tokens": 8, "temperature": 1.0}, "eval_sampling": {"max_new_tokens": 30},
+        "rollout": {"group_size": 2}, "protocol": {"name": "proposer_reviewer"},
+        "output_dir": str(tmp_path / "run"), "tensorboard": False})
+    task = FirstTokenTask("ab")
+    trainer = Trainer(cfg, team_model=team_model(tiny_folder), task=task, items=task.load("train", limit=2))
+    assert fake.engines[0].kwargs["max_model_len"] == 64 + 30  # eval's 30 new tokens > training's 8
+    trainer.backend.close()
+
+
+def test_float32_with_adapters_is_refused_in_one_line_before_the_engine_starts(monkeypatch, tmp_path, tiny_folder):
+    from teamplay.agents.backends.vllm import VLLMBackend
+
+    fake = fake_vllm.install(monkeypatch)
+    with pytest.raises(ConfigError, match=r"model\.dtype: .*bfloat16 or float16.*set model\.dtype: bfloat16") as info:
+        VLLMBackend(team_model(tiny_folder, dtype="float32"), adapter_dir=tmp_path / "a")
+    assert "\n" not in str(info.value)
+    assert fake.engines == []
+
+
+@pytest.mark.parametrize("model", [EvalConfig, TrainConfig])
+def test_the_config_refuses_vllm_with_a_float32_model_before_anything_loads(model):
+    with pytest.raises(ConfigError) as info:
+        build_config(model, {"backend": {"name": "vllm"}, "model": {"dtype": "float32"}})
+    assert str(info.value).startswith("model.dtype: the vllm backend serves LoRA adapters only in bfloat16 or "
+                                      "float16") and "\n" not in str(info.value)
+    for backend, dtype in (("vllm", "bfloat16"), ("vllm", "float16"), ("hf", "float32")):
+        assert build_config(model, {"backend": {"name": backend}, "model": {"dtype": dtype}}).model.dtype == dtype
+
+
+class EngineConfigError(Exception):
+    """Like vLLM's own validation errors: derives from neither ValueError nor RuntimeError."""
+
+
+@pytest.mark.parametrize("error", [EngineConfigError("max_model_len 4096 exceeds\nthe model's 1024\n\n  see docs"),
+                                   AssertionError("LoRA kernels need fp16/bf16"), KeyError("rope_scaling")])
+def test_any_engine_construction_error_becomes_one_model_load_error_line(monkeypatch, tmp_path, tiny_folder, error):
+    with pytest.raises(ModelLoadError) as info:
+        backend(monkeypatch, tmp_path, tiny_folder, fail=error)
+    message = str(info.value)
+    assert "\n" not in message
+    assert type(error).__name__ in message and "vLLM could not start" in message
+    assert "max_model_len=2304" in message  # the defaults: 2048 prompt + 256 new tokens
+
+
+@pytest.mark.parametrize("version", ["0.6.3", "0.10.1", "0.10.1.1"])
+def test_vllm_older_than_0_10_2_is_refused(monkeypatch, tmp_path, tiny_folder, version):
+    with pytest.raises(ModelLoadError, match=rf"vLLM >= 0\.10\.2 .*found {re.escape(version)}"):
+        backend(monkeypatch, tmp_path, tiny_folder, version=version)
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.1.dev12+g0123abc", "1.0.0rc1"])
+def test_vllm_from_0_10_2_on_is_accepted(monkeypatch, tmp_path, tiny_folder, version):
+    b, fake = backend(monkeypatch, tmp_path, tiny_folder, version=version)
+    assert len(fake.engines) == 1
+
+
+def test_derived_engine_arguments_cannot_be_overridden(monkeypatch, tmp_path, tiny_folder):
+    with pytest.raises(ConfigError, match=r"\['dtype', 'max_model_len'\]"):
+        backend(monkeypatch, tmp_path, tiny_folder, max_model_len=99, dtype="float32")
+
+
+def test_generate_sends_one_mixed_adapter_call_and_reads_the_sampled_tokens_logprobs(monkeypatch, tmp_path,
+                                                                                   tiny_folder):
+    b, fake = backend(monkeypatch, tmp_path, tiny_folder, max_new_tokens=4)
+    reqs = [request("proposer"), request("reviewer"), request(None), request("proposer")]
+    out = b.generate(reqs, SamplingParams(max_new_tokens=3, temperature=0.7, seed=5))
+    (call,) = fake.engines[0].calls
+    assert [r.lora_name if r else None for r in call.loras] == ["proposer@1", "reviewer@1", None, "proposer@1"]
+    assert call.loras[0] is call.loras[3] and call.loras[0].lora_int_id != call.loras[1].lora_int_id
+    assert call.loras[0].lora_path.endswith("v000000/proposer")
+    params = [p.kwargs for p in call.params]
+    assert {(p["max_tokens"], p["temperature"], p["logprobs"], p["top_k"]) for p in params} == {(3, 0.7, 0, -1)}
+    assert len({p["seed"] for p in params}) == 4  # one seed per request, so identical prompts differ
+    for g in out:
+        # the sampled token's entries (-0.1, -0.2, -0.3), never the decoy's -0.01
+        assert g.logprobs == pytest.approx((-0.1, -0.2, -0.3))
+        assert len(g.completion_ids) == 3 and g.prompt_ids == tuple(call.prompts[0])
+    assert [g.adapter for g in out] == ["proposer", "reviewer", None, "proposer"]
+
+
+def test_a_completion_cut_by_the_context_before_max_new_tokens_is_an_error(monkeypatch, tmp_path, tiny_folder):
+    def cut(prompt_ids, params, lora):
+        return [5, 6], "length"  # 2 tokens although max_tokens asked for more: the context ran out
+
+    b, _ = backend(monkeypatch, tmp_path, tiny_folder, script=cut)
+    assert len(b.generate([request("proposer")], SamplingParams(max_new_tokens=2))[0].completion_ids) == 2
+    with pytest.raises(TeamplayError, match=r"after 2 of max_new_tokens=3 tokens \(finish_reason 'length'"):
+        b.generate([request("proposer")], SamplingParams(max_new_tokens=3))
+
+
+def test_a_stopped_completion_shorter_than_max_new_tokens_is_data(monkeypatch, tmp_path, tiny_folder):
+    b, _ = backend(monkeypatch, tmp_path, tiny_folder, script=lambda p, params, lora: ([7, 2], "stop"))
+    assert b.generate([request(None)], SamplingParams(max_new_tokens=5))[0].completion_ids == (7, 2)
+
+
+def test_asking_for_more_new_tokens_than_the_engine_was_sized_for_is_refused(monkeypatch, tmp_path, tiny_folder):
+    b, _ = backend(monkeypatch, tmp_path, tiny_folder, max_new_tokens=4)
+    with pytest.raises(ConfigError, match="max_new_tokens=5 is more than the 4"):
+        b.generate([request(None)], SamplingParams(max_new_tokens=5))
+
+
+@pytest.mark.parametrize("temperature", [0.005, 2.5])
+def test_generate_refuses_temperatures_vllm_would_change_or_refuse(monkeypatch, tmp_path, tiny_folder, temperature):
+    b, fake = backend(monkeypatch, tmp_path, tiny_folder)
+    with pytest.raises(ConfigError, match=r"use 0 \(greedy\) or a value in \[0.01, 2.0\]"):
+        b.generate([request(None)], SamplingParams(max_new_tokens=2, temperature=temperature))
+    assert fake.engines[0].calls == []
+
+
+def test_each_sync_serves_a_fresh_lora_request_and_deletes_the_previous_folder(monkeypatch, tmp_path, tiny_folder):
+    b, fake = backend(monkeypatch, tmp_path, tiny_folder)
+    ids = set()
+    for version in range(1, 6):  # more syncs than vLLM keeps adapters on the CPU (max_loras=2)
+        b.generate([request("proposer"), request("reviewer")], SamplingParams(max_new_tokens=1))
+        loras = fake.engines[0].calls[-1].loras
+        assert [r.lora_name for r in loras] == [f"proposer@{version}", f"reviewer@{version}"]
+        ids.update(r.lora_int_id for r in loras)
+        b.sync_adapters()
+    assert len(ids) == 10  # 5 versions x 2 adapters, no id reused
+    assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["v000005"]
+    b.close()
+    assert (tmp_path / "adapters").exists()  # a folder the caller gave is the caller's
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-10, max_value=10))
+def test_config_accepts_exactly_greedy_or_vllms_temperature_range(temperature):
+    ok = temperature == 0 or 0.01 <= temperature <= 2
+    for model, section in ((EvalConfig, "sampling"), (TrainConfig, "eval_sampling")):
+        try:
+            build_config(model, {section: {"temperature": temperature}})
+        except ConfigError as err:
+            assert not ok, err
+            assert str(err).startswith(f"{section}.temperature: ") and "\n" not in str(err)
+        else:
+            assert ok
+
+
+@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("truncation", [{"top_p": 0.9}, {"top_k": 20}])
+def test_training_refuses_top_p_and_top_k_for_both_backends(monkeypatch, tmp_path, name, truncation):
+    fake = fake_vllm.install(monkeypatch)
+    with pytest.raises(ConfigError, match="^sampling.top_p/top_k: training rollouts must sample the full") as info:
+        build_config(TrainConfig, {"backend": {"name": name}, "model": {"dtype": "bfloat16"},
+                                   "sampling": {"temperature": 1.0, **truncation}})
+    assert "\n" not in str(info.value)
+    assert fake.engines == []  # refused with the config, before any model or engine is built
 
 
 @pytest.mark.vllm
@@ -28,30 +234,42 @@ def test_multi_lora_generation_and_adapter_reload(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("vLLM needs a CUDA GPU")
     from teamplay.agents.backends.vllm import VLLMBackend
-    from teamplay.agents.models import load_model
 
     # head_dim 64 (hidden 256, 4 heads): vLLM's attention kernels do not take the default tiny 8
     folder = save_tiny(tmp_path / "tiny", hidden=256)
-    model, tokenizer = load_model(str(folder))
-    team_model = TeamModel(model, tokenizer, ("proposer", "reviewer"), r=8)
-    backend = VLLMBackend(team_model, max_prompt_tokens=256, adapter_dir=tmp_path / "adapters",
-                          gpu_memory_utilization=0.3, max_model_len=512, enforce_eager=True)
-    chat = (ChatMessage("system", "s"), ChatMessage("user", "2+2?"), ChatMessage("user", "Go"))
-    request = TurnRequest(agent="proposer_0", role="proposer", stage="propose", round=0, adapter="proposer",
-                          chat=chat)
+    model, tokenizer = load_model(str(folder), dtype="bfloat16")
+    tm = TeamModel(model, tokenizer, ("proposer", "reviewer"), r=8)
+    b = VLLMBackend(tm, max_prompt_tokens=256, max_new_tokens=8, adapter_dir=tmp_path / "adapters",
+                    gpu_memory_utilization=0.3, enforce_eager=True)
     greedy = SamplingParams(max_new_tokens=8)
-    before = backend.generate([request, request], greedy)
+    before = b.generate([request("proposer"), request("proposer")], greedy)
     assert before[0].completion_ids == before[1].completion_ids
     assert len(before[0].logprobs) == len(before[0].completion_ids) > 0
-    # recorded log-probs agree with the trainer's recomputation (greedy: T=1 distribution)
     with torch.no_grad():
-        logp, _ = team_model.completion_logprobs([before[0].prompt_ids], [before[0].completion_ids],
-                                                 "proposer")
-    torch.testing.assert_close(logp[0].cpu(), torch.tensor(before[0].logprobs), atol=2e-3, rtol=0)
+        logp, _ = tm.completion_logprobs([before[0].prompt_ids], [before[0].completion_ids], "proposer")
+    assert math.isclose(float((logp[0].float() - torch.tensor(before[0].logprobs)).abs().mean()), 0, abs_tol=2e-2)
     with torch.no_grad():
-        for p in team_model.adapter_parameters("proposer"):
+        for p in tm.adapter_parameters("proposer"):
             p.copy_(torch.randn_like(p))
-    backend.sync_adapters()
-    after = backend.generate([request], greedy)[0]
-    assert after.completion_ids != before[0].completion_ids
-    backend.close()
+    b.sync_adapters()
+    assert b.generate([request("proposer")], greedy)[0].completion_ids != before[0].completion_ids
+    b.close()
+
+
+def test_cli_reports_the_float32_refusal_and_engine_errors_as_one_error_line(monkeypatch, tmp_path, tiny_folder):
+    from typer.testing import CliRunner
+
+    from teamplay.cli import app
+
+    fake_vllm.install(monkeypatch)
+    args = ["eval", "--backend", "vllm", "--model", str(tiny_folder), "--limit", "1", "-o", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())  # rich wraps long lines at the terminal width
+    assert "error: model.dtype: the vllm backend serves LoRA adapters only in bfloat16 or float16" in text
+    # an engine error quoting pydantic-style "[type=...]" text reaches the user unmangled
+    fake_vllm.install(monkeypatch, fail=EngineConfigError("1 validation error\n  bad value [type=value_error]"))
+    result = CliRunner().invoke(app, [*args, "--set", "model.dtype=bfloat16"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "error: vLLM could not start" in text and "1 validation error | bad value [type=value_error]" in text

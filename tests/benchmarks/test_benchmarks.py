@@ -107,6 +107,20 @@ def test_replace_region_refuses_broken_markers(broken):
         replace_region(text, "a", "new")
 
 
+def test_replay_cost_quick():
+    from benchmarks import replay_cost
+
+    result = replay_cost.run(quick=True)
+    _check(result, "replay_cost")
+    pr = {(d["scheme"], d["k"]): d for d in result.data["rows"] if d["team"] == "pr"}
+    # equal-length messages: at k=1 the only replayed turn of proposer/reviewer (3 rounds) is the
+    # proposal after a removed review: 1 of 3 rollout turns per episode -> 1/3; from scratch the
+    # first proposal is generated again: 2/3. k samples cost k times as much.
+    assert pr["exact", 1]["reuse"]["ratio"] == pytest.approx(1 / 3)
+    assert pr["exact", 1]["scratch"]["ratio"] == pytest.approx(2 / 3)
+    assert pr["exact", 2]["reuse"]["ratio"] == pytest.approx(2 / 3)
+
+
 def test_token_credit_step_quick(tiny_model):
     result = token_credit_step.run(quick=True, model=tiny_model)
     _check(result, "token_credit_step")

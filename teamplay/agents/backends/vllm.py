@@ -3,18 +3,34 @@
 vLLM holds its own copy of the base weights (read from the folder the base model was loaded from)
 and serves every adapter of the ``TeamModel`` as a multi-LoRA request, so requests of all roles
 go into one ``LLM.generate`` call. The trained adapters live in the ``TeamModel``; after each
-optimizer step ``sync_adapters()`` writes them with ``TeamModel.save_adapters`` into a new version
-folder and gives each adapter a fresh LoRA id (vLLM caches adapters by id, so reusing an id would
-keep serving the old weights; older versions leave vLLM's LRU cache as new ones arrive).
+optimizer step ``sync_adapters()`` writes them into a new version folder (see its docstring for why
+every version gets a fresh id, name and folder).
 
-Prompts are built with the same chat template and truncation rule as the hf backend and sent as
-token ids. Behaviour log-probs: ``logprobs=0`` returns the log-prob of each sampled token; the
-engine is created with ``logprobs_mode="processed_logprobs"`` (vLLM >= 0.10.2) so that they come
-from the temperature-scaled distribution that was sampled, as in the hf backend; pass
-``logprobs_mode=None`` for an older vLLM (its log-probs are then those of the T=1 distribution).
+Engine settings (all from the config's ``backend`` and ``sampling`` sections):
+
+- ``max_model_len = max_prompt_tokens + max_new_tokens``. Prompts are cut to ``max_prompt_tokens``
+  by the same rule as the hf backend, so every request fits; left at the model's full context,
+  a long context would waste KV-cache memory and a short one would silently cut completions.
+- ``gpu_memory_utilization``: the share of GPU memory vLLM may take (the learner needs the rest).
+- ``enforce_eager``: skip CUDA-graph capture (faster start, slower decoding).
+- ``dtype``: the ``TeamModel``'s. vLLM's LoRA kernels take only float16/bfloat16 inputs, so a
+  float32 model with adapters is refused with one line (set ``model.dtype: bfloat16``): converting
+  silently would make vLLM sample from a different policy than the float32 learner scores.
+
+Behaviour log-probs: ``logprobs=0`` returns the log-prob of each sampled token, keyed by that
+token. The engine runs with ``logprobs_mode="processed_logprobs"``: from vLLM 0.10.2 on (the
+version floor, checked here and in ``pyproject.toml``) these come from the temperature-scaled
+distribution that was sampled, as in the hf backend; 0.10.1 returned them before temperature
+scaling and older releases have no ``logprobs_mode`` at all. Greedy requests (temperature 0) get the
+log-probs of the T=1 distribution, again as in the hf backend. vLLM refuses temperatures above 2
+and raises those in (0, 0.01) to 0.01, which would break that agreement: both are refused here
+(and in the config).
+
+A completion that stops on ``finish_reason == "length"`` before ``max_new_tokens`` tokens hit the
+engine's context limit: it is an error, never data.
 
 vLLM is imported lazily: building this backend without vLLM raises ``ModelLoadError`` with the
-install command.
+install command; any exception of the engine's construction becomes one ``ModelLoadError`` line.
 """
 
 from __future__ import annotations
@@ -28,10 +44,25 @@ from typing import Any
 
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids
-from teamplay.errors import ConfigError, ModelLoadError
+from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
 from teamplay.records import Generation, SamplingParams, TurnRequest
 
-VLLM_INSTALL = "pip install 'teamplay[vllm]' (or pip install vllm) on a machine with a CUDA GPU"
+VLLM_INSTALL = "pip install 'teamplay[vllm]' (or pip install 'vllm>=0.10.2') on a machine with a CUDA GPU"
+#: the oldest vLLM whose ``processed_logprobs`` are taken after temperature scaling
+MIN_VLLM = (0, 10, 2)
+#: vLLM's accepted temperature range (above 2 is refused; (0, 0.01) is raised to 0.01)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 2.0
+#: the dtypes vLLM's LoRA kernels take
+LORA_DTYPES = ("bfloat16", "float16")
+#: engine arguments this backend derives itself; ``engine_kwargs`` may not override them
+_DERIVED = ("model", "tokenizer", "dtype", "max_model_len", "gpu_memory_utilization", "enforce_eager",
+            "enable_lora", "max_loras", "max_lora_rank", "logprobs_mode")
+
+
+def lora_dtype_refusal(dtype: str) -> str:
+    """The one-line refusal of a model dtype vLLM's LoRA kernels do not take (also used by the config)."""
+    return (f"model.dtype: the vllm backend serves LoRA adapters only in bfloat16 or float16 (vLLM's LoRA "
+            f"kernels refuse {dtype}); set model.dtype: bfloat16 (float16 on GPUs without bf16)")
 
 
 def _import_vllm() -> Any:
@@ -43,6 +74,33 @@ def _import_vllm() -> Any:
     return vllm
 
 
+def vllm_version(vllm: Any) -> tuple[int, int, int]:
+    """``(major, minor, patch)`` of an imported vLLM module (``"0.11.1.dev3+g12ab"`` -> ``(0, 11, 1)``)."""
+    from packaging.version import InvalidVersion, Version
+
+    text = str(getattr(vllm, "__version__", ""))
+    try:
+        release = Version(text).release
+    except InvalidVersion:
+        raise ModelLoadError(f"cannot read vLLM's version {text!r}; the vllm backend needs vLLM >= "
+                             f"{'.'.join(map(str, MIN_VLLM))}") from None
+    return tuple((list(release) + [0, 0, 0])[:3])  # type: ignore[return-value]
+
+
+def check_temperature(temperature: float, field: str = "sampling.temperature") -> None:
+    """Refuse a temperature vLLM would refuse (> 2) or silently change ((0, 0.01) -> 0.01)."""
+    if temperature != 0 and not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
+        raise ConfigError(f"{field}: {temperature} is outside vLLM's range: use 0 (greedy) or a value in "
+                          f"[{MIN_TEMPERATURE}, {MAX_TEMPERATURE}]")
+
+
+def one_line(err: BaseException, limit: int = 400) -> str:
+    """An exception as one line: its type and its non-empty lines joined by ' | ', cut to ``limit``."""
+    text = " | ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class VLLMBackend(GenerationBackend):
     """Multi-LoRA generation with a vLLM engine.
 
@@ -50,20 +108,47 @@ class VLLMBackend(GenerationBackend):
         team_model: the ``TeamModel`` whose adapters are served (its base model must have been
             loaded from a folder or hub id vLLM can read: ``model_path`` overrides it).
         max_prompt_tokens: prompt budget (same truncation rule as the hf backend).
+        max_new_tokens: the most tokens any ``generate`` call will ask for; with
+            ``max_prompt_tokens`` it sets the engine's ``max_model_len``.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take, in (0, 1].
+        enforce_eager: run without CUDA graphs.
         model_path: base weights for vLLM; default ``team_model.base_model.name_or_path``.
         adapter_dir: where adapter versions are written; default a temporary folder removed by
             ``close()``.
-        gpu_memory_utilization: fraction of GPU memory vLLM may take (the learner needs the rest).
-        logprobs_mode: vLLM's ``logprobs_mode`` (see the module docstring); ``None`` omits it.
-        **engine_kwargs: passed to ``vllm.LLM`` (``tensor_parallel_size``, ``max_model_len``, ...).
+        **engine_kwargs: further ``vllm.LLM`` arguments (``tensor_parallel_size``, ``seed``, ...);
+            the ones derived above may not be given here.
+
+    Raises:
+        ModelLoadError: vLLM is missing or older than 0.10.2, or the engine could not start.
+        ConfigError: a float32 model with adapters, an ``engine_kwargs`` key derived here, or an
+            empty model path.
     """
 
     name = "vllm"
 
-    def __init__(self, team_model: Any, max_prompt_tokens: int = 2048, model_path: str | None = None,
-                 adapter_dir: str | Path | None = None, gpu_memory_utilization: float = 0.5,
-                 logprobs_mode: str | None = "processed_logprobs", **engine_kwargs: Any) -> None:
+    def __init__(self, team_model: Any, max_prompt_tokens: int = 2048, max_new_tokens: int = 256,
+                 gpu_memory_utilization: float = 0.5, enforce_eager: bool = False,
+                 model_path: str | None = None, adapter_dir: str | Path | None = None,
+                 **engine_kwargs: Any) -> None:
         vllm = _import_vllm()
+        version = vllm_version(vllm)
+        if version < MIN_VLLM:
+            raise ModelLoadError(f"the vllm backend needs vLLM >= {'.'.join(map(str, MIN_VLLM))} (its log-probs "
+                                 f"must be taken after temperature scaling); found {vllm.__version__}: "
+                                 f"{VLLM_INSTALL}")
+        if max_prompt_tokens < 1 or max_new_tokens < 1:
+            raise ConfigError(f"the vllm backend needs max_prompt_tokens >= 1 and max_new_tokens >= 1, got "
+                              f"{max_prompt_tokens} and {max_new_tokens}")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ConfigError(f"backend.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        clash = sorted(set(engine_kwargs) & set(_DERIVED))
+        if clash:
+            raise ConfigError(f"vllm engine arguments {clash} are set by the backend from the config "
+                              f"(backend.*, sampling.max_new_tokens, model.dtype); do not pass them")
+        dtype = str(team_model.base_model.dtype).removeprefix("torch.")
+        names = team_model.adapter_names
+        if names and dtype not in LORA_DTYPES:
+            raise ConfigError(lora_dtype_refusal(dtype))
         from vllm.lora.request import LoRARequest
 
         self._vllm = vllm
@@ -71,25 +156,26 @@ class VLLMBackend(GenerationBackend):
         self.team_model = team_model
         self.tokenizer = team_model.tokenizer
         self.max_prompt_tokens = max_prompt_tokens
+        self.max_new_tokens = max_new_tokens
         path = model_path or getattr(team_model.base_model, "name_or_path", "")
         if not path:
             raise ConfigError("the vllm backend needs the base model's folder or hub id: pass model_path")
         self.model_path = str(path)
+        self.engine_args: dict[str, Any] = dict(
+            model=self.model_path, tokenizer=self.model_path, dtype=dtype,
+            max_model_len=max_prompt_tokens + max_new_tokens,
+            gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs", **engine_kwargs)
+        if names:
+            self.engine_args.update(enable_lora=True, max_loras=len(names),
+                                    max_lora_rank=_lora_rank(team_model.lora.r))
+        try:
+            self.llm = vllm.LLM(**self.engine_args)
+        except Exception as err:  # vLLM's validation errors (and CUDA ones) share no narrower base class
+            raise ModelLoadError(f"vLLM could not start on {self.model_path!r} (max_model_len="
+                                 f"{self.engine_args['max_model_len']}, dtype={dtype}): {one_line(err)}") from err
         self._own_dir = adapter_dir is None
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="teamplay-vllm-"))
-        names = team_model.adapter_names
-        kwargs: dict[str, Any] = dict(model=self.model_path, tokenizer=self.model_path,
-                                      gpu_memory_utilization=gpu_memory_utilization,
-                                      dtype=str(team_model.base_model.dtype).removeprefix("torch."),
-                                      **engine_kwargs)
-        if names:
-            kwargs.update(enable_lora=True, max_loras=len(names), max_lora_rank=_lora_rank(team_model.lora.r))
-        if logprobs_mode is not None:
-            kwargs["logprobs_mode"] = logprobs_mode
-        try:
-            self.llm = vllm.LLM(**kwargs)
-        except (OSError, ValueError, RuntimeError) as err:
-            raise ModelLoadError(f"vLLM could not load {self.model_path!r}: {err}") from err
         configured = _as_list(team_model.base_model.generation_config.eos_token_id)
         self.stop_ids = tuple(dict.fromkeys(
             i for i in (self.tokenizer.eos_token_id, *configured) if i is not None))
@@ -102,7 +188,17 @@ class VLLMBackend(GenerationBackend):
         return self.team_model.adapter_names
 
     def sync_adapters(self) -> None:
-        """Write the current adapters as a new version and point every adapter name at it."""
+        """Write the current adapters as a new version and point every adapter name at it.
+
+        Why a fresh ``LoRARequest`` (id, name and folder) per version instead of reloading in
+        place: vLLM caches loaded adapters by their integer id (on the GPU and on the CPU), so a
+        request with a known id is served the weights already loaded, whatever the folder now
+        holds; and reusing one name with ``load_inplace`` can serve prefix-cache entries computed
+        with the old weights. A new id can never be confused with an old one. Old ids are never
+        requested again, so vLLM's LRU caches drop them as new versions come in, and the previous
+        version's folder is deleted: vLLM reads an adapter's files only when a request first uses
+        its id, and no request can name the previous version any more.
+        """
         if not self.team_model.adapter_names:
             return
         folder = self.team_model.save_adapters(self.adapter_dir / f"v{self._version:06d}")
@@ -113,8 +209,6 @@ class VLLMBackend(GenerationBackend):
             requests[name] = self._lora_request(f"{name}@{self._version}", self._next_id, str(folder / name))
             self._next_id += 1
         self._requests = requests
-        # vLLM reads an adapter's files when a request first uses its id, so the previous version
-        # (no longer referenced) can go.
         shutil.rmtree(previous, ignore_errors=True)
 
     def close(self) -> None:
@@ -126,6 +220,11 @@ class VLLMBackend(GenerationBackend):
         """One ``Generation`` per request, in order; all adapters go into one engine call."""
         from vllm.inputs import TokensPrompt
 
+        check_temperature(sampling.temperature, "temperature")
+        if sampling.max_new_tokens > self.max_new_tokens:
+            raise ConfigError(f"sampling.max_new_tokens={sampling.max_new_tokens} is more than the "
+                              f"{self.max_new_tokens} the vLLM engine was sized for (max_model_len = "
+                              f"max_prompt_tokens + max_new_tokens is fixed when it starts)")
         for r in requests:
             if r.adapter is not None and r.adapter not in self._requests:
                 raise ConfigError(f"request of {r.agent} names adapter {r.adapter!r}; served: "
@@ -139,12 +238,16 @@ class VLLMBackend(GenerationBackend):
         results = []
         for r, (ids, truncated), out in zip(requests, prompts, outputs, strict=True):
             completion = out.outputs[0]
-            tokens = list(completion.token_ids)
-            steps = completion.logprobs or []  # one {token id: Logprob} per generated token
-            logps = [entry[token].logprob for token, entry in zip(tokens, steps, strict=True)]
+            tokens = [int(t) for t in completion.token_ids]
+            if completion.finish_reason == "length" and len(tokens) < sampling.max_new_tokens:
+                raise TeamplayError(
+                    f"vLLM cut the completion of {r.agent} after {len(tokens)} of max_new_tokens="
+                    f"{sampling.max_new_tokens} tokens (finish_reason 'length', prompt {len(ids)} tokens): "
+                    f"the engine's max_model_len={self.engine_args['max_model_len']} was reached")
             results.append(Generation(
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True), prompt_ids=tuple(ids),
-                completion_ids=tuple(tokens), logprobs=tuple(logps), adapter=r.adapter, truncated=truncated))
+                completion_ids=tuple(tokens), logprobs=tuple(_sampled_logprobs(tokens, completion.logprobs)),
+                adapter=r.adapter, truncated=truncated))
         return results
 
     def _sampling(self, sampling: SamplingParams, index: int) -> Any:
@@ -156,6 +259,24 @@ class VLLMBackend(GenerationBackend):
             max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
             top_k=sampling.top_k if sampling.top_k > 0 else -1, seed=seed, logprobs=0,
             stop_token_ids=list(self.stop_ids), skip_special_tokens=True)
+
+
+def _sampled_logprobs(tokens: Sequence[int], steps: Sequence[Any] | None) -> list[float]:
+    """The log-prob of each sampled token from vLLM's per-step ``{token id: Logprob}`` mappings.
+
+    Raises ``TeamplayError`` when a step is missing or does not hold its sampled token: behaviour
+    log-probs that do not belong to the tokens would corrupt every ratio of the update.
+    """
+    steps = list(steps or [])
+    if len(steps) != len(tokens):
+        raise TeamplayError(f"vLLM returned {len(steps)} log-prob entries for {len(tokens)} completion tokens")
+    logps = []
+    for j, (token, entry) in enumerate(zip(tokens, steps, strict=True)):
+        if token not in entry:
+            raise TeamplayError(f"vLLM's log-probs of step {j} do not hold the sampled token {token} "
+                                f"(keys {sorted(entry)[:5]})")
+        logps.append(float(entry[token].logprob))
+    return logps
 
 
 def _as_list(value: Any) -> list[int]:

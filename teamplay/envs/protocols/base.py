@@ -188,11 +188,20 @@ class Protocol(ABC):
         name: registry name.
         roles: the roles the protocol knows, in protocol order, with default prompts and counts.
         Options: pydantic model of the protocol's options (``extra="forbid"``).
+        skip_means: per stage, what a skipped (or removed) turn means.
+        answer_roles: roles whose answers can be the team's (None: all).
     """
 
     name: ClassVar[str] = ""
     roles: ClassVar[tuple[RoleSpec, ...]] = ()
     Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions
+    #: what a skipped turn (a removed agent under replay ``removal: skip``, or a controller's skip)
+    #: means, per stage; stages not listed: the turn did not happen, later turns and the
+    #: final-answer rule see only spoken messages.
+    skip_means: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: roles whose messages can become the team's answer (None: every role); credit methods that
+    #: treat agents as answer candidates (shape_max) refuse protocols where some role never answers.
+    answer_roles: ClassVar[tuple[str, ...] | None] = None
     #: stages whose turns judge the pending answer (RIGHT/WRONG) instead of answering; their
     #: requests carry ``expects="verdict"`` so any policy, scripted or learned, knows the task
     verdict_stages: ClassVar[frozenset[str]] = frozenset()

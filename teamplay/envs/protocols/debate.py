@@ -12,6 +12,7 @@ speak/skip controller; round 0 always speaks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from pydantic import Field
 
@@ -51,6 +52,9 @@ class Debate(Protocol):
     name = "debate"
     Options = DebateOptions
     roles = (RoleSpec("debater", DEBATER_PROMPT, count=3, min_count=2),)
+    skip_means = MappingProxyType({
+        "answer": "no first answer: the others read nothing from it and it does not vote",
+        "debate": "keep: the debater's latest earlier answer is what the others read and what votes"})
 
     def role_specs(self) -> tuple[RoleSpec, ...]:
         return (RoleSpec("debater", DEBATER_PROMPT, count=self.options.n_agents or 3, min_count=2),)

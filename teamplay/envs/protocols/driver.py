@@ -58,6 +58,38 @@ def render_chat(chat: Sequence[ChatMessage]) -> str:
     return "\n\n".join(f"[{m.role}]\n{m.content}" for m in chat)
 
 
+REMOVALS = ("skip", "null_message", "base_policy")
+NULL_MESSAGE = "(no message)"
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """Re-execute an episode from a recorded prefix, with some agents removed (counterfactual credit).
+
+    Fields:
+        prefix: messages of a recorded episode of the same problem and team, replayed verbatim (no
+            generation, no controller call) as the first ``len(prefix)`` turns, shape [P]; each
+            must match the schedule's turn (agent, stage, round).
+        removed: agents whose turns after the prefix do not come from their policy.
+        removal: what a removed agent's turn becomes: ``skip`` (recorded as a skipped turn: the
+            protocol proceeds as if it had not spoken, see ``Protocol.skip_means``), ``null_message``
+            (it says ``null_text``, costing no generation) or ``base_policy`` (its request goes to the
+            base model, adapter ``None``).
+        remove_next: also remove the first turn after the prefix, whoever's it is (leave-one-turn-out).
+        null_text: the neutral text of ``null_message``.
+    """
+
+    prefix: tuple[Message, ...] = ()
+    removed: frozenset[str] = frozenset()
+    removal: str = "skip"
+    remove_next: bool = False
+    null_text: str = NULL_MESSAGE
+
+    def __post_init__(self) -> None:
+        if self.removal not in REMOVALS:
+            raise ValueError(f"replay removal must be one of {REMOVALS}, got {self.removal!r}")
+
+
 @dataclass(frozen=True)
 class PlannedTurn:
     """A turn whose request is built; ``speak`` False means the controller skipped it.
@@ -71,11 +103,13 @@ class PlannedTurn:
     speak: bool = True
     counterfactual: bool = False
     log_index: int | None = None
+    forced: Message | None = None
 
     @property
     def acts(self) -> bool:
-        """Whether an agent must answer this turn (spoken or counterfactual)."""
-        return self.speak or self.counterfactual
+        """Whether an agent must answer this turn (spoken or counterfactual; a replayed or
+        removed turn is ``forced``: its message is known without asking anyone)."""
+        return (self.speak or self.counterfactual) and self.forced is None
 
     @functools.cached_property
     def observation(self) -> str:
@@ -114,6 +148,7 @@ class EpisodeDriver:
         self._truncated: list[int] = []
         self._decisions: list[ControllerDecision] = []
         self._rng = np.random.default_rng()
+        self._replay: ReplaySpec | None = None
         self._seed: int | None = None
 
     def _check_plan(self) -> None:
@@ -131,9 +166,15 @@ class EpisodeDriver:
 
     # ---- episode life -----------------------------------------------------------------------
 
-    def start(self, item: TaskItem, group_id: str, rng: np.random.Generator, seed: int | None = None) -> None:
+    def start(self, item: TaskItem, group_id: str, rng: np.random.Generator, seed: int | None = None,
+              replay: ReplaySpec | None = None) -> None:
         """Begin an episode on ``item``; ``rng`` is handed to controllers (seeded by the env) and
-        ``seed`` (the episode's seed) to every request, for policies that vary per episode."""
+        ``seed`` (the episode's seed) to every request, for policies that vary per episode;
+        ``replay`` re-executes a recorded prefix with agents removed (see ``ReplaySpec``)."""
+        if replay is not None and len(replay.prefix) > len(self.plan):
+            raise ValueError(f"replay prefix has {len(replay.prefix)} messages but the schedule has "
+                             f"{len(self.plan)} turns")
+        self._replay = replay
         self.state = self.protocol.new_state(item, self.team, self.task.answer_instruction)
         self.group_id = group_id
         self.result = None
@@ -188,7 +229,8 @@ class EpisodeDriver:
         assert self.state is not None
         while True:
             while self._queue and not self._queue[0].acts:
-                self._record(_skipped(self._queue.pop(0).turn))
+                planned = self._queue.pop(0)
+                self._record(planned.forced if planned.forced is not None else _skipped(planned.turn))
             if self._queue:
                 return
             if self._next >= len(self.plan):
@@ -209,13 +251,18 @@ class EpisodeDriver:
         if not self.protocol.simultaneous(self.team, turns):
             turns = turns[:1]
         self._next += len(turns)
-        self._queue = [self._planned(t) for t in turns]
+        first = len(self.state.messages)  # the queue is empty here: every earlier turn is recorded
+        self._queue = [self._planned(t, first + j) for j, t in enumerate(turns)]
 
-    def _planned(self, turn: TurnSpec) -> PlannedTurn:
+    def _planned(self, turn: TurnSpec, index: int) -> PlannedTurn:
+        """Plan ``turn``, the ``index``-th turn of the episode."""
         assert self.state is not None
         request = self.protocol.build_request(self.state, turn)
         if self._seed is not None:
             request = dataclasses.replace(request, seed=self._seed)
+        replayed = self._replayed(turn, request, index)
+        if replayed is not None:
+            return replayed
         controller = self.protocol.controller
         if controller is None or not self.protocol.may_skip(self.state, turn):
             return PlannedTurn(turn=turn, request=request)
@@ -229,6 +276,29 @@ class EpisodeDriver:
                 request, metadata=MappingProxyType({**request.metadata, "counterfactual": True}))
         return PlannedTurn(turn=turn, request=request, speak=choice.speak, counterfactual=counterfactual,
                            log_index=len(self._decisions) - 1)
+
+    def _replayed(self, turn: TurnSpec, request: TurnRequest, index: int) -> PlannedTurn | None:
+        """The planned turn a ``ReplaySpec`` dictates for turn ``index`` (None: an ordinary turn)."""
+        spec = self._replay
+        if spec is None:
+            return None
+        if index < len(spec.prefix):
+            m = spec.prefix[index]
+            if (m.agent, m.stage, m.round) != (turn.agent, turn.stage, turn.round):
+                raise ValueError(f"replay prefix message {index} is {m.agent}/{m.stage}/round {m.round} "
+                                 f"but the schedule's turn is {turn.agent}/{turn.stage}/round {turn.round}")
+            return PlannedTurn(turn=turn, request=request, forced=m)
+        removed = turn.agent in spec.removed or (spec.remove_next and index == len(spec.prefix))
+        if not removed:
+            return None
+        if spec.removal == "skip":
+            return PlannedTurn(turn=turn, request=request, forced=_skipped(turn))
+        if spec.removal == "null_message":
+            text = spec.null_text
+            return PlannedTurn(turn=turn, request=request, forced=Message(
+                agent=turn.agent, role=turn.role, round=turn.round, stage=turn.stage, text=text,
+                answer=self.task.extract(text)))
+        return PlannedTurn(turn=turn, request=dataclasses.replace(request, adapter=None))  # base_policy
 
     def _message(self, planned: PlannedTurn, action: Any) -> Message:
         turn, request = planned.turn, planned.request
@@ -285,6 +355,9 @@ class EpisodeDriver:
         metadata = {"protocol": self.protocol.name, "initial_answer": self.result.initial_answer,
                     "skipped": sum(not m.spoke for m in messages),
                     "truncated_turns": list(self._truncated)}
+        if self._replay is not None:
+            metadata["replay"] = {"prefix": len(self._replay.prefix), "removed": sorted(self._replay.removed),
+                                  "removal": self._replay.removal, "remove_next": self._replay.remove_next}
         metadata.update(self.protocol.episode_metadata(self.state))
         return Episode(
             problem_id=self.state.item.id, group_id=self.group_id, agents=self.agents,

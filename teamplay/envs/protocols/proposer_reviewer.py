@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import Field
@@ -97,6 +98,10 @@ class ProposerReviewer(Protocol):
     verdict_stages = frozenset({"review"})
     Options = ProposerReviewerOptions
     roles = (RoleSpec("proposer", PROPOSER_PROMPT), RoleSpec("reviewer", REVIEWER_PROMPT))
+    skip_means = MappingProxyType({
+        "propose": "keep: the pending answer stands (the first proposal skipped: no answer yet)",
+        "review": "silence: no verdict, so the next proposal is not asked to revise"})
+    answer_roles = ("proposer",)
 
     def role_specs(self) -> tuple[RoleSpec, ...]:
         n = self.options.n_agents or 1

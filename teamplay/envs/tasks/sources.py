@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.errors import ConfigError, DataError
+from teamplay.hub import hub_offline, probe_hub
 
 #: file suffixes ``read_rows`` understands
 LOCAL_FORMATS = (".jsonl", ".json", ".parquet", ".csv")
@@ -175,10 +176,16 @@ def read_hub(task: str, hub: HubSpec, split: str, limit: int | None = None) -> l
     split) becomes a ``DataError`` that names the dataset and suggests ``source=PATH``; the
     original exception is chained for the details.
     """
-    import datasets  # heavy import, only needed for hub loading
-
     hub_split = hub.hub_split(split)
     name = hub.path + (f" (config {hub.config})" if hub.config else "") + f" split {hub_split}"
+    # one quick probe first: load_dataset retries an unreachable hub for about a minute
+    reason = None if hub_offline() else probe_hub(hub.path, "dataset")
+    if reason is not None:
+        raise DataError(f"{task}: cannot load {name} from the Hugging Face hub: {reason}. Pass "
+                        f"source=PATH (--source, a local {', '.join(LOCAL_FORMATS)} file), or set "
+                        f"HF_HUB_OFFLINE=1 to read a copy already in the local cache")
+    import datasets  # heavy import, only needed for hub loading
+
     try:
         dataset = datasets.load_dataset(hub.path, hub.config, split=hub_split)
     except Exception as exc:  # datasets/huggingface_hub raise many unrelated types for "unreachable"

@@ -1,0 +1,122 @@
+"""Continuation values: prospective, expected-utility credit per utterance (SAVOIR, VinePPO).
+
+For message boundary ``t`` of an episode (the transcript ``messages[:t]``), ``V(t)`` is the mean
+verifier score of k continuations sampled from that prefix with the current policies (the replay
+engine runs them, all boundaries of all episodes of a step in one batch). ``V(T) = R``, the
+episode's own reward: the full transcript needs no continuation.
+
+A message is worth what it changed the team's expected outcome by:
+
+    A_t = V(b_next(t)) - V(t)     for a spoken message t,  0 for a skipped one,
+
+where ``b_next(t)`` is the next spoken message's index (or T). Boundaries sit at spoken messages
+only, so the advantages of an episode telescope exactly: ``sum_t A_t = R - V(0)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.replay import ReplayEngine, ReplayQuery, replay_values
+from teamplay.records import Episode
+
+
+def boundaries(ep: Episode) -> list[int]:
+    """Prefix lengths at which V is needed: 0 and each spoken message after the first, [m].
+
+    ``m`` = number of spoken messages (at least 1: an episode with no spoken message has [0]).
+    """
+    spoken = [t for t, m in enumerate(ep.messages) if m.spoke]
+    return [0, *spoken[1:]] if spoken else [0]
+
+
+def continuation_advantages(ep: Episode, values: Sequence[float]) -> np.ndarray:
+    """[T] advantages from ``values`` [m] = V at ``boundaries(ep)``, with ``V(T) = ep.reward``.
+
+    Spoken message j (the j-th spoken one) gets ``V(b_{j+1}) - V(b_j)`` (``b_m = T``); skipped
+    messages get 0. Invariant: ``sum = ep.reward - values[0]`` (exact telescoping).
+    """
+    b = boundaries(ep)
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (len(b),):
+        raise ValueError(f"continuation_advantages: {len(b)} boundaries but {v.shape} values")
+    spoken = [t for t, m in enumerate(ep.messages) if m.spoke]
+    out = np.zeros(len(ep.messages))
+    ahead = np.append(v[1:], ep.reward)  # [m]: the value after each spoken message
+    for j, t in enumerate(spoken):
+        out[t] = ahead[j] - v[j]
+    return out
+
+
+class ContinuationOptions(BaseModel):
+    """Options of the ``continuation`` method."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    samples: int = Field(4, ge=1, le=256, description="Continuations k per message boundary.")
+    budget: float | None = Field(
+        None, gt=0, description="Cap on the extra generated tokens of a training step, as a multiple of "
+                                "its rollout tokens; above it fewer samples are used (logged).")
+    baseline: Literal["group_mean", "continuation"] = Field(
+        "group_mean", description="V(0) of the first message: 'group_mean' (the group's mean reward, "
+                                  "the same question's value estimated by the group for free; the "
+                                  "episode totals are then group-centred exactly) or 'continuation' "
+                                  "(k fresh episodes from the question alone).")
+    mode: Literal["std", "mean_only"] = Field(
+        "std", description="'std' divides by the group's reward std (+ eps); 'mean_only' does not.")
+    eps: float = Field(1e-8, gt=0, description="Added to the std.")
+
+
+def episode_values(batch: CreditBatch, options: ContinuationOptions, engine: ReplayEngine
+                   ) -> list[np.ndarray]:
+    """V at ``boundaries(ep)`` for every episode of the group, one batched ``scores`` call.
+
+    ``V(0)`` is estimated only with ``baseline='continuation'``; otherwise it is the group's mean
+    reward.
+    """
+    if batch.item is None:
+        raise ValueError("credit method 'continuation' re-runs the problem: the CreditBatch needs its item")
+    queries, where = [], []
+    for g, ep in enumerate(batch.episodes):
+        team = frozenset(ep.agents)
+        for j, t in enumerate(boundaries(ep)):
+            if t == 0 and options.baseline == "group_mean":
+                continue
+            queries.append(ReplayQuery(ep, batch.item, team, start=t))
+            where.append((g, j))
+    means = replay_values(engine, queries, options.samples, options.budget) if queries else np.zeros(0)
+    r_mean = float(np.mean([ep.reward for ep in batch.episodes]))
+    out = [np.full(len(boundaries(ep)), r_mean) for ep in batch.episodes]
+    for (g, j), v in zip(where, means, strict=True):
+        out[g][j] = v
+    return out
+
+
+@register_credit("continuation", ContinuationOptions,
+                 "continuation values: each message gets V(after) - V(before), V = mean score of k "
+                 "sampled continuations",
+                 requires=lambda options: frozenset({"replay"}),
+                 cost="k continuations per message boundary (partial episodes)")
+def continuation_credit(batch: CreditBatch, options: ContinuationOptions) -> list[np.ndarray]:
+    """``continuation_advantages`` per episode, divided by the group's reward std (``mode='std'``).
+
+    Needs the ``replay`` resource, a :class:`~teamplay.credit.replay.ReplayEngine`.
+
+    Invariants: per episode ``sum_t A_t = (R - V(0)) / s`` (``s`` = std + eps, or 1); with
+    ``baseline='group_mean'``, ``V(0)`` is the group's mean reward, so the episode totals sum to 0
+    over the group; skipped messages get 0.
+    """
+    engine = batch.resources.need("replay", "method 'continuation'")
+    if not isinstance(engine, ReplayEngine):
+        raise ValueError("credit method 'continuation' needs a replay engine "
+                         "(teamplay.credit.replay.ReplayEngine) as the replay resource")
+    values = episode_values(batch, options, engine)
+    scale = 1.0
+    if options.mode == "std":
+        scale = float(np.std([ep.reward for ep in batch.episodes])) + options.eps
+    return [continuation_advantages(ep, v) / scale for ep, v in zip(batch.episodes, values, strict=True)]

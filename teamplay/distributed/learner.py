@@ -1,0 +1,189 @@
+"""The data-parallel learner: one Ray actor per torch.distributed rank.
+
+Choice: the ranks are launched by Ray (one actor per rank), not by torchrun, so one control plane
+places, watches and tears down every process of a run, a dead rank surfaces as a Ray error in the
+driver (which fails the run cleanly; ``--resume auto`` continues from the last checkpoint), and a
+multi-node run needs no second launcher. Rank 0 reports its node address and a free port; every
+rank then joins ``init_process_group`` over TCP (gloo on CPU, NCCL when the ranks have GPUs).
+
+Each rank holds the base model and the team's adapters, built with the trainer's LoRA seed, and an
+AdamW optimiser over the same parameters in the same order as the single-process trainer (so the
+optimiser state dict is interchangeable with a checkpoint's). ``PolicyUpdater`` does the update
+with this rank's share of every minibatch; gradients are summed with one all-reduce of the flat
+LoRA gradient per optimiser step. That is DDP's arithmetic without DDP's wrapper: the wrapper's
+per-bucket hooks assume one forward pass per step over the same parameters, while a team step
+runs one pass per adapter and leaves the other adapters' parameters unused. Bases that do not fit
+one device need FSDP2 sharding of the frozen base, which this learner does not do (see README).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from teamplay.agents.roles import Team
+from teamplay.config import TrainConfig
+from teamplay.distributed.cluster import import_ray
+from teamplay.distributed.weights import AdapterWeights
+from teamplay.errors import TeamplayError
+from teamplay.training.samples import PolicySample
+
+#: what gloo / NCCL report when a peer process is gone
+_LOST_PEER = re.compile(r"gloo|nccl|connection (closed|reset)|peer|broken pipe", re.IGNORECASE)
+
+
+class TorchGroup:
+    """The ``DataParallel`` hooks of ``PolicyUpdater`` over the default torch.distributed group."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+
+    def all_finite(self, finite: bool) -> bool:
+        import torch.distributed as dist
+
+        flag = torch.tensor([0.0 if finite else 1.0], device=self._device())
+        dist.all_reduce(flag, op=dist.ReduceOp.SUM)
+        return float(flag) == 0.0
+
+    def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
+        import torch.distributed as dist
+
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])  # [sum of numel]
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+
+    def _device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
+
+
+class LearnerRank:
+    """One rank of the learner (the body of a Ray actor)."""
+
+    def __init__(self, cfg: TrainConfig, team: Team, rank: int, world: int) -> None:
+        from teamplay.training.setup import build_team_model
+        from teamplay.training.update import PolicyUpdater
+
+        torch.set_num_threads(1)
+        torch.manual_seed(cfg.seed)
+        self.rank, self.world = rank, world
+        self.team_model = build_team_model(cfg.model, team, cfg.seed)
+        if torch.cuda.is_available():
+            for part in getattr(self.team_model, "parts", {"": self.team_model}).values():
+                part.model.to("cuda")
+        trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
+        self.trainable = trainable
+        params = {a: self.team_model.adapter_parameters(a) for a in trainable}
+        self.optimizer = torch.optim.AdamW([p for a in trainable for p in params[a]], lr=cfg.optim.lr,
+                                           weight_decay=cfg.optim.weight_decay)
+        self.group = TorchGroup(rank, world)
+        self.updater = PolicyUpdater(cfg, self.team_model, params, self.optimizer,
+                                     group=self.group if world > 1 else None)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def rendezvous(self) -> tuple[str, int]:
+        """This node's address and a free port (asked of rank 0)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return import_ray().util.get_node_ip_address(), port
+
+    def init_group(self, host: str, port: int) -> None:
+        import torch.distributed as dist
+
+        if self.world > 1:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank,
+                                    world_size=self.world)
+
+    def load_state(self, weights: AdapterWeights, optimizer_state: dict[str, Any] | None) -> None:
+        """Adapters (and, when resuming, the optimiser state) from the driver."""
+        weights.apply(self.team_model)
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+
+    def update(self, samples: Sequence[PolicySample], step: int, lr: float) -> dict[str, Any]:
+        """One step's update at learning rate ``lr`` (the driver's schedule)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return self.updater.update(samples, step)
+
+    def weights(self, version: int) -> AdapterWeights:
+        return AdapterWeights.of(self.team_model, version)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+
+class LearnerGroup:
+    """``world`` learner ranks as Ray actors, joined in one torch.distributed group."""
+
+    def __init__(self, cfg: TrainConfig, team: Team) -> None:
+        ray = self.ray = import_ray()
+        dist_cfg = cfg.distributed
+        assert dist_cfg is not None
+        res = dist_cfg.resources.learner
+        cls = ray.remote(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_restarts=0)(LearnerRank)
+        world = dist_cfg.learner_workers
+        self.ranks = [cls.remote(cfg, team, rank, world) for rank in range(world)]
+        self.pids = self._get([r.pid.remote() for r in self.ranks])
+        host, port = self._get(self.ranks[0].rendezvous.remote())
+        self._get([r.init_group.remote(host, port) for r in self.ranks])
+
+    def load_state(self, weights: AdapterWeights, optimizer_state: dict[str, Any] | None) -> None:
+        w, o = self.ray.put(weights), self.ray.put(optimizer_state)
+        self._get([r.load_state.remote(w, o) for r in self.ranks])
+
+    def update(self, samples: Sequence[PolicySample], step: int, lr: float) -> dict[str, Any]:
+        """Every rank updates on its shares; returns rank 0's metrics."""
+        ref = self.ray.put(list(samples))
+        results = self._get([r.update.remote(ref, step, lr) for r in self.ranks])
+        return results[0]
+
+    def weights(self, version: int) -> AdapterWeights:
+        return self._get(self.ranks[0].weights.remote(version))
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self._get(self.ranks[0].optimizer_state.remote())
+
+    def shutdown(self) -> None:
+        for r in self.ranks:
+            self.ray.kill(r, no_restart=True)
+        self.ranks = []
+
+    def _get(self, refs):
+        """``ray.get`` that turns a dead rank into one clear error as soon as any rank fails (the
+        surviving ranks may be blocked in a collective waiting for it; ``shutdown`` ends them)."""
+        single = not isinstance(refs, list)
+        refs = [refs] if single else refs
+        waiting = list(refs)
+        try:
+            while waiting:
+                ready, waiting = self.ray.wait(waiting, num_returns=1)
+                self.ray.get(ready)  # raises at once if this rank failed
+            values = self.ray.get(refs)
+        except self.ray.exceptions.RayActorError as exc:
+            raise LearnerDied(f"a learner rank died ({type(exc).__name__}); the run stopped at its last "
+                              f"checkpoint: rerun with --resume auto to continue") from None
+        except self.ray.exceptions.RayTaskError as exc:
+            if not _LOST_PEER.search(str(exc)):
+                raise  # a real error inside a rank: its traceback is the message
+            raise LearnerDied("a learner rank lost its peers in a collective (another rank died); the run "
+                              "stopped at its last checkpoint: rerun with --resume auto to continue") from None
+        return values[0] if single else values
+
+
+class LearnerDied(TeamplayError):
+    """A learner rank's process died; the run cannot continue this step."""

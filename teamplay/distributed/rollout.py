@@ -1,0 +1,241 @@
+"""Rollout workers as Ray actors, and the pool that shares a step's jobs among them.
+
+Each ``RolloutWorker`` owns a generation backend (its own copy of the base model with the team's
+LoRA adapters: HF on CPU or GPU, or vLLM multi-LoRA on GPU) and runs the lock-step
+``RolloutRunner`` on its share of the jobs. ``RolloutPool.run(jobs, seed)`` behaves like
+``RolloutRunner.run``:
+
+- jobs are cut into contiguous shards, one per worker; shard ``k`` starting at job ``o`` runs
+  with seed ``seed + o``, so every env is reset with the seed the single-process runner gives it
+  (job ``i`` -> ``seed + i``), and greedy episodes equal the single-process ones token for token;
+- episodes come back in job order, each tagged with the adapter version that generated it
+  (``metadata["weights_version"]``);
+- a worker that dies mid-step (killed, out of memory) is replaced by a fresh actor, which loads
+  the current adapters and re-runs that worker's whole shard. Nothing of the dead shard was kept,
+  so no episode is counted twice; each restart is recorded in ``last_events`` (and the trainer's
+  metrics). More than ``max_restarts`` restarts in one run call fail the step.
+
+Weight sync is adapter-only (``AdapterWeights``). The pool holds the latest published version;
+before a shard runs, a worker whose version lags by more than ``max_staleness`` loads it (Ray runs
+an actor's calls in submission order, so the load completes before the shard starts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from teamplay.agents.roles import Team
+from teamplay.config import BackendConfig, ModelConfig, WorkerResources
+from teamplay.distributed.cluster import import_ray
+from teamplay.distributed.weights import AdapterWeights
+from teamplay.records import Episode
+from teamplay.training.rollout import RolloutJob, RolloutRunner, RolloutStats
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a rollout worker needs to build itself (sent once, pickled by Ray).
+
+    Fields:
+        model, backend: the run's model and backend sections (the worker loads its own base).
+        team: the validated team (one LoRA adapter per adapter name).
+        seed: LoRA init seed (the same as the trainer's, so version 0 equals the trainer's adapters).
+        make_envs: named env factories (``"train"``, ``"eval"``), each ``() -> TeamEnv``.
+        max_batch: most requests per generate call.
+        max_new_tokens: the most any generate call of the run asks for (sizes a vllm engine).
+    """
+
+    model: ModelConfig
+    backend: BackendConfig
+    team: Team
+    seed: int
+    make_envs: dict[str, Callable[[], Any]]
+    max_batch: int | None = None
+    max_new_tokens: int = 256
+
+
+class RolloutWorker:
+    """One rollout worker (the body of a Ray actor): a backend and a lock-step runner."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        import torch
+
+        from teamplay.training.setup import build_backend, build_team_model
+
+        torch.set_num_threads(1)  # a worker per core: intra-op threads would fight over the cores
+        self.spec = spec
+        self.team_model = build_team_model(spec.model, spec.team, spec.seed)
+        if spec.backend.name == "hf" and torch.cuda.is_available():  # Ray gave this actor a GPU
+            for part in getattr(self.team_model, "parts", {"": self.team_model}).values():
+                part.model.to("cuda")
+        self.backend = build_backend(spec.model, spec.backend, spec.team, team_model=self.team_model,
+                                     max_new_tokens=spec.max_new_tokens)
+        self.version = 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def load_weights(self, weights: AdapterWeights) -> int:
+        """Load a published adapter version; returns it."""
+        weights.apply(self.team_model)
+        self.backend.sync_adapters()  # a vLLM backend re-registers the adapters it serves
+        self.version = weights.version
+        return self.version
+
+    def run(self, jobs: Sequence[RolloutJob], seed: int, sampling, env: str,
+            min_version: int) -> tuple[list[Episode], RolloutStats, int]:
+        """Run ``jobs`` to the end; returns the episodes, the runner's stats and the version used.
+
+        Refuses to generate with adapters older than ``min_version`` (the staleness contract)."""
+        if self.version < min_version:
+            raise RuntimeError(f"rollout worker has adapter version {self.version}, needs >= {min_version}")
+        runner = RolloutRunner(self.spec.make_envs[env], self.backend, sampling, max_batch=self.spec.max_batch)
+        episodes = runner.run(jobs, seed=seed)
+        return episodes, runner.last_stats, self.version
+
+
+@dataclass(frozen=True)
+class RestartEvent:
+    """A rollout worker died and was replaced.
+
+    Fields:
+        worker: index of the worker in the pool.
+        pid: process id of the dead worker.
+        jobs: jobs of its shard, all re-run by the new worker.
+        error: the Ray error type that reported the death.
+    """
+
+    worker: int
+    pid: int
+    jobs: int
+    error: str
+
+
+class RolloutPool:
+    """``n`` rollout workers sharing each run's jobs; a drop-in for ``RolloutRunner.run``.
+
+    Args:
+        spec: how each worker builds itself.
+        workers: number of workers (>= 1).
+        resources: Ray resources per worker.
+        sampling: decoding for ``run`` (the runner's ``sampling``).
+        max_staleness: versions a worker may lag behind the published adapters.
+        max_restarts: worker restarts allowed within one ``run`` call.
+    """
+
+    def __init__(self, spec: WorkerSpec, workers: int, resources: WorkerResources, sampling,
+                 max_staleness: int = 0, max_restarts: int = 3) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.ray = import_ray()
+        self.spec = spec
+        self.sampling = sampling
+        self.max_staleness = max_staleness
+        self.max_restarts = max_restarts
+        self._actor_cls = self.ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
+                                          max_restarts=0)(RolloutWorker)
+        self.workers = [self._actor_cls.remote(spec) for _ in range(workers)]
+        self.pids = self.ray.get([w.pid.remote() for w in self.workers])
+        self.versions = [0] * workers
+        self.latest: AdapterWeights | None = None
+        self._latest_ref = None
+        self.last_stats: RolloutStats | None = None
+        self.last_events: list[RestartEvent] = []
+        self.last_versions: list[int] = []  # adapter versions the last run's shards used
+        self.sync_bytes = 0  # adapter bytes sent to workers by the last run call
+
+    # --------------------------------------------------------------------------- weights
+    def publish(self, weights: AdapterWeights) -> None:
+        """Make ``weights`` the current version; workers load it lazily before their next shard."""
+        self.latest = weights
+        self._latest_ref = self.ray.put(weights)  # one copy in the object store, shared by all workers
+
+    @property
+    def version(self) -> int:
+        return self.latest.version if self.latest is not None else 0
+
+    def _sync(self, k: int, force: bool = False) -> int:
+        """Queue a weight load on worker ``k`` if it lags too far; returns the bytes sent."""
+        if self.latest is None:
+            return 0
+        if force or self.versions[k] < self.version - self.max_staleness:
+            self.workers[k].load_weights.remote(self._latest_ref)
+            self.versions[k] = self.version
+            return self.latest.nbytes
+        return 0
+
+    # --------------------------------------------------------------------------- running
+    def run(self, jobs: Sequence[RolloutJob], seed: int = 0,
+            on_episode: Callable[[Episode], None] | None = None, env: str = "train",
+            sampling=None) -> list[Episode]:
+        """Every job run by some worker; episodes in job order (see the module docstring).
+
+        ``on_episode`` is called for each episode once all shards are back (in job order);
+        ``env`` names the worker's env factory and ``sampling`` replaces the pool's decoding."""
+        start = time.perf_counter()
+        sampling = sampling or self.sampling
+        n = len(self.workers)
+        bounds = [round(k * len(jobs) / n) for k in range(n + 1)]
+        shards = {k: (bounds[k], bounds[k + 1]) for k in range(n) if bounds[k + 1] > bounds[k]}
+        min_version = max(0, self.version - self.max_staleness)
+        self.last_events = []
+        self.sync_bytes = 0
+        pending: dict[Any, int] = {}
+
+        def submit(k: int) -> None:
+            lo, hi = shards[k]
+            self.sync_bytes += self._sync(k)
+            ref = self.workers[k].run.remote(list(jobs[lo:hi]), seed + lo, sampling, env, min_version)
+            pending[ref] = k
+
+        for k in shards:
+            submit(k)
+        results: dict[int, tuple[list[Episode], RolloutStats, int]] = {}
+        while pending:
+            [ready], _ = self.ray.wait(list(pending), num_returns=1)
+            k = pending.pop(ready)
+            try:
+                results[k] = self.ray.get(ready)
+            except self.ray.exceptions.RayActorError as exc:
+                if len(self.last_events) >= self.max_restarts:
+                    raise RuntimeError(f"rollout worker {k} died and the step already restarted "
+                                       f"{len(self.last_events)} worker(s) (distributed.max_restarts="
+                                       f"{self.max_restarts}): {exc}") from None
+                self.last_events.append(RestartEvent(worker=k, pid=self.pids[k], jobs=shards[k][1] - shards[k][0],
+                                                     error=type(exc).__name__))
+                self._replace(k)
+                submit(k)
+        episodes: list[Episode] = []
+        for k in sorted(results):
+            eps, _, version = results[k]
+            episodes.extend(dataclasses.replace(ep, metadata={**ep.metadata, "weights_version": version})
+                            for ep in eps)
+        if on_episode is not None:
+            for ep in episodes:
+                on_episode(ep)
+        self.last_versions = sorted({results[k][2] for k in results})
+        stats = [results[k][1] for k in sorted(results)]
+        self.last_stats = RolloutStats(
+            episodes=len(episodes), generate_calls=sum(s.generate_calls for s in stats),
+            requests=sum(s.requests for s in stats), tokens=sum(s.tokens for s in stats),
+            seconds=time.perf_counter() - start,
+            generate_seconds=max((s.generate_seconds for s in stats), default=0.0))
+        return episodes
+
+    def _replace(self, k: int) -> None:
+        """A fresh actor in place of dead worker ``k``, loaded with the current adapters."""
+        self.ray.kill(self.workers[k], no_restart=True)
+        self.workers[k] = self._actor_cls.remote(self.spec)
+        self.pids[k] = self.ray.get(self.workers[k].pid.remote())
+        self.versions[k] = 0
+        self._sync(k, force=True)
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            self.ray.kill(w, no_restart=True)
+        self.workers = []

@@ -1,0 +1,148 @@
+"""The policy update of one training step: minibatches of samples -> GRPO/GSPO loss -> AdamW steps.
+
+``PolicyUpdater.update(samples, step)`` runs ``optim.epochs`` passes over seeded, shuffled
+minibatches of messages. Each minibatch is split by the adapter that wrote each message; each
+adapter's share is scored under that adapter (and, with a KL weight, under the base model), its
+loss is weighted by its share of the minibatch, and every ``grad_accum`` minibatches one clipped
+AdamW step is taken. A non-finite loss or gradient norm skips that optimiser step.
+
+Data parallelism: with a ``DataParallel`` group (``teamplay.distributed``), every rank sees the
+whole sample list, draws the same permutation, and works on ``minibatch[rank::world]``. Each
+adapter's loss is a mean over sequences (GRPO ``seq_mean_token_mean`` and ``seq_mean_token_sum_norm``,
+GSPO), so a rank's share,
+weighted by ``len(local share) / len(minibatch)``, contributes exactly its samples' part of the
+single-process gradient; summing the ranks' gradients (one all-reduce of the flat LoRA gradient
+per optimiser step) gives the single-process gradient up to float summation order. The ranks then
+clip and step identically, so their adapters stay equal. ``token_mean`` aggregation normalises
+by the token count of the whole share and is refused for more than one rank (see the config).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from teamplay.training.losses import objective_loss
+from teamplay.training.samples import PolicySample
+
+
+class DataParallel(Protocol):
+    """What the updater needs of a data-parallel group (``world == 1``: a no-op group)."""
+
+    rank: int
+    world: int
+
+    def all_finite(self, finite: bool) -> bool:
+        """True when every rank's minibatch loss was finite."""
+
+    def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Replace each parameter's gradient by the sum over ranks (a missing gradient counts as 0)."""
+
+
+class PolicyUpdater:
+    """Holds what an update needs: the config, the team model, the trainable parameters by adapter,
+    the optimizer, and an optional data-parallel group."""
+
+    def __init__(self, cfg, team_model, params: dict[str, list[torch.nn.Parameter]],
+                 optimizer: torch.optim.Optimizer, group: DataParallel | None = None) -> None:
+        self.cfg = cfg
+        self.team_model = team_model
+        self.params = params
+        self.optimizer = optimizer
+        self.group = group
+
+    def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
+        """Every epoch and minibatch of one step; returns the update's metrics (means over the
+        minibatches of this rank, ``optimizer_steps`` and ``skipped_nonfinite_steps``)."""
+        cfg = self.cfg.optim
+        rank, world = (self.group.rank, self.group.world) if self.group is not None else (0, 1)
+        stats: dict[str, list[float]] = defaultdict(list)
+        skipped = optimizer_steps = 0
+        temperature = self.cfg.sampling.temperature
+        params = [p for ps in self.params.values() for p in ps]
+        for epoch in range(cfg.epochs):
+            rng = np.random.default_rng([self.cfg.seed, step, epoch])
+            order = rng.permutation(len(samples))
+            minibatches = [order[i:i + cfg.minibatch_size] for i in range(0, len(order), cfg.minibatch_size)]
+            clip_epoch: list[float] = []
+            for mb_index, mb in enumerate(minibatches):
+                finite = True
+                by_adapter: dict[str, list[PolicySample]] = defaultdict(list)
+                for i in mb[rank::world]:
+                    by_adapter[samples[i].adapter].append(samples[i])
+                for adapter, part in sorted(by_adapter.items()):
+                    loss, s, entropy = self.loss(adapter, part, temperature)
+                    weight = len(part) / len(mb) / cfg.grad_accum  # len(mb): the whole minibatch
+                    if not torch.isfinite(loss):
+                        finite = False
+                        break
+                    (loss * weight).backward()
+                    stats["loss"].append(float(loss.detach()))
+                    if s.kl_mean is not None:
+                        stats["kl"].append(s.kl_mean)
+                    stats["ratio_mean"].append(s.ratio_mean)
+                    stats["entropy"].append(entropy)
+                    clip_epoch.append(s.clip_fraction)
+                if self.group is not None:
+                    finite = self.group.all_finite(finite)  # one rank's NaN skips the step everywhere
+                last_of_accum = (mb_index + 1) % cfg.grad_accum == 0 or mb_index == len(minibatches) - 1
+                if not finite:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    continue
+                if last_of_accum:
+                    if self.group is not None:
+                        self.group.all_reduce_gradients(params)
+                    norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or float("inf"))
+                    if not torch.isfinite(norm):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        skipped += 1
+                        continue
+                    stats["grad_norm"].append(float(norm))
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    optimizer_steps += 1
+            stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
+            stats["clip_fraction"].extend(clip_epoch)
+        out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out["optimizer_steps"] = optimizer_steps
+        out["skipped_nonfinite_steps"] = skipped
+        return out
+
+    def loss(self, adapter: str, part: Sequence[PolicySample], temperature: float):
+        """Loss of one adapter's share of a minibatch, its stats, and the sampled-token entropy.
+
+        The entropy is estimated as the mean of -log p of the sampled tokens (an unbiased estimate
+        of the policy's per-token entropy under its own samples; no full-vocabulary pass needed).
+        """
+        obj = self.cfg.objective
+        prompts = [list(s.prompt_ids) for s in part]
+        completions = [list(s.completion_ids) for s in part]
+        logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
+                                                         temperature=temperature)  # [b, C], [b, C]
+        old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
+        if any(s.token_advantages is not None for s in part):
+            # token-level credit: [b, C]; messages without token credit broadcast their scalar
+            adv = _pad([s.token_advantages if s.token_advantages is not None
+                        else (s.advantage,) * len(s.completion_ids) for s in part], logp.shape[1], logp.dtype)
+        else:
+            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
+        with torch.no_grad():
+            fmask = mask.to(logp.dtype)
+            entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
+        ref = None
+        if obj.kl_beta > 0:  # the reference policy of this adapter: its base model, adapters disabled
+            ref, _ = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature)
+        loss, stats = objective_loss(obj, logp, old, ref, adv, mask, norm_tokens=self.cfg.sampling.max_new_tokens)
+        return loss, stats, entropy
+
+
+def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:
+    out = torch.zeros(len(rows), width, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
+    return out

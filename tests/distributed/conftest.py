@@ -1,0 +1,45 @@
+"""One local Ray cluster for the whole test session (actors of every test run on it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.tiny import tiny_model_and_tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local cluster with 8 logical CPUs (2 rollout workers + 3 learner ranks, then a subprocess run; the
+    machine may have fewer cores: Ray's CPUs are scheduling slots). Yields its GCS address, which
+    subprocess drivers join with ``distributed.address``."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silences a FutureWarning
+    # workers unpickle test classes (tasks, env factories) by module path: they need the repo
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=8, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A saved tiny model (``from_pretrained`` folder) whose head is scaled x20 so a policy-gradient
+    signal shows within a step or two (see tests/training/fixtures.py)."""
+    return save_scaled_tiny(tmp_path_factory.mktemp("tiny-a"), seed=0)
+
+
+def save_scaled_tiny(folder: Path, seed: int, hidden: int = 32) -> Path:
+    model, tokenizer = tiny_model_and_tokenizer(seed=seed, hidden=hidden)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

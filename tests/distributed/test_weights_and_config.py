@@ -1,0 +1,48 @@
+"""Adapter-only weight sync and the `distributed:` config rules (no Ray cluster needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from teamplay.agents.roles import Role, Team
+from teamplay.config import TrainConfig, build_config
+from teamplay.distributed.weights import AdapterWeights, full_weight_bytes
+from teamplay.errors import ConfigError
+from tests.training.fixtures import tiny_team_model
+
+TEAM = Team(roles=(Role(name="proposer"), Role(name="reviewer")))
+
+
+def test_adapter_sync_bytes_by_hand_and_round_trip():
+    tm = tiny_team_model(TEAM, r=4, alpha=8)
+    weights = AdapterWeights.of(tm, version=3)
+    # tiny llama: hidden 32, MLP 64, 4 heads of 8, 2 KV heads (k, v project to 16). LoRA r=4 on a
+    # linear in->out has 4 * (in + out) parameters: q 4*(32+32)=256, k 4*(32+16)=192, v 192,
+    # o 256, gate 4*(32+64)=384, up 384, down 384 -> 2048 per layer, x 2 layers = 4096 per adapter;
+    # float32 -> 16,384 bytes per adapter, 32,768 for the two.
+    assert weights.version == 3 and set(weights.tensors) == {"proposer", "reviewer"}
+    assert weights.nbytes == 32_768
+    assert full_weight_bytes(tm.model) == 4 * sum(p.numel() for p in tm.model.parameters())
+    # the snapshot is a copy: changing the model does not change it, and applying it restores the model
+    before = [p.detach().clone() for p in tm.adapter_parameters("reviewer")]
+    with torch.no_grad():
+        for p in tm.adapter_parameters("reviewer"):
+            p.add_(1.0)
+    weights.apply(tm)
+    assert all(torch.equal(a, b) for a, b in zip(before, tm.adapter_parameters("reviewer"), strict=True))
+
+
+def test_distributed_section_rules():
+    cfg = build_config(TrainConfig, {"distributed": {}})
+    assert cfg.distributed.address == "local" and cfg.distributed.rollout_workers == 2
+    assert build_config(TrainConfig, {}).distributed is None  # absent: the single-process path
+    with pytest.raises(ConfigError, match="controllers.enabled"):
+        build_config(TrainConfig, {"controllers": {"enabled": True}, "distributed": {}})
+    with pytest.raises(ConfigError, match="objective.loss_agg"):
+        build_config(TrainConfig, {"objective": {"loss_agg": "token_mean"}, "distributed": {"learner_workers": 2}})
+    build_config(TrainConfig, {"objective": {"loss_agg": "token_mean"}, "distributed": {"learner_workers": 1}})
+    with pytest.raises(ConfigError, match="distributed.rollout_workers"):
+        build_config(TrainConfig, {"distributed": {"rollout_workers": 0}})
+    with pytest.raises(ConfigError, match="distributed.engine"):
+        build_config(TrainConfig, {"distributed": {"engine": "dask"}})

@@ -1,0 +1,75 @@
+"""Shared pieces of the reliability tests: the CLI, a tiny trained run, one-line error checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from teamplay.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def error_line(result) -> str:
+    """The single ``error:`` line of a refused command (exit 2, no traceback)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def train_config(folder: Path, model: Path, run: Path) -> Path:
+    """A two-step run of the tiny model on arith, one checkpoint per step (JSON is YAML)."""
+    path = folder / "train.yaml"
+    path.write_text(json.dumps({
+        "model": {"name": str(model), "lora": {"r": 2, "alpha": 4}},
+        "backend": {"max_prompt_tokens": 512},
+        "task": {"name": "arith", "split": "train", "limit": 8},
+        "protocol": {"name": "single"},
+        "rollout": {"problems_per_step": 2, "group_size": 2},
+        "sampling": {"max_new_tokens": 2, "temperature": 1.0},
+        "optim": {"lr": 0.05},
+        "steps": 2, "checkpoint_every": 1, "keep_checkpoints": 3, "tensorboard": False,
+        "output_dir": str(run),
+    }))
+    return path
+
+
+def copy_run(run: Path, to: Path) -> Path:
+    shutil.copytree(run, to)
+    (to / "train.lock").unlink(missing_ok=True)
+    return to
+
+
+def adapter_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for sub in sorted(p for p in (checkpoint / "adapters").iterdir() if p.is_dir()):
+        for key, value in load_file(sub / "adapter_model.safetensors").items():
+            out[f"{sub.name}/{key}"] = value
+    return out
+
+
+class Payload:
+    """Unpickling this object runs ``touch MARKER``: what a hostile checkpoint file would carry."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def hostile_pickle(path: Path, marker: Path) -> None:
+    path.write_bytes(pickle.dumps({"state": Payload(marker)}))
