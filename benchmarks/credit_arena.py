@@ -125,15 +125,19 @@ def separated(a: dict[str, Any], b: dict[str, Any]) -> int:
 
 
 def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "controlled",
-        folder: Path | None = None, sizes: tuple[int, int, int, int, int] | None = None) -> Result:
+        folder: Path | None = None, sizes: tuple[int, int, int, int, int] | None = None,
+        only: tuple[str, ...] | None = None) -> Result:
     """Train every applicable method x seed of ``setting`` and tabulate them (see the module doc).
-    ``sizes`` = (steps, problems per step, group size, held-out problems, seeds) replaces ``SIZES``."""
+    ``sizes`` = (steps, problems per step, group size, held-out problems, seeds) replaces ``SIZES``;
+    ``only`` keeps the methods with these labels (the smoke test runs two)."""
     from teamplay.training.sweep import plan, run_sweep, summarize
     from teamplay.training.trainer import Trainer
 
     sizes = sizes or SIZES[(setting, quick)]
     base = arena_config(setting, quick, model, sizes)
     methods, refused = applicable_methods(base)
+    if only is not None:
+        methods = {label: credit for label, credit in methods.items() if label in only}
     seeds = tuple(range(sizes[4]))
     # a sweep folder, so an interrupted arena run continues where it stopped when run again
     out = folder or Path("runs") / f"credit_arena-{setting}{'-quick' if quick else ''}"
