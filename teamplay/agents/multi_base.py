@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from teamplay.agents.team_model import MANIFEST, TeamModel
+from teamplay.agents.team_model import MANIFEST, TeamModel, swap_folder
 from teamplay.errors import ConfigError, ModelLoadError
 
 
@@ -106,13 +106,7 @@ class MultiBaseTeamModel:
             (tmp / MANIFEST).write_text(json.dumps(
                 {"adapters": list(self.adapter_names), "frozen": sorted(self.frozen),
                  "bases": {name: self._owner[name] for name in self.adapter_names}}, indent=2))
-            old = None
-            if folder.exists():
-                old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
-                os.replace(folder, old)
-            os.replace(tmp, folder)
-            if old is not None:
-                shutil.rmtree(old)
+            swap_folder(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return folder

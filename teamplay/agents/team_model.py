@@ -289,13 +289,7 @@ class TeamModel:
                 save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, sub / ADAPTER_WEIGHTS)
             (tmp / MANIFEST).write_text(json.dumps(
                 {"adapters": list(self._names), "frozen": sorted(self.frozen)}, indent=2))
-            old = None
-            if folder.exists():
-                old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
-                os.replace(folder, old)
-            os.replace(tmp, folder)
-            if old is not None:
-                shutil.rmtree(old)
+            swap_folder(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return folder
@@ -387,3 +381,16 @@ def _adapter_of(param_name: str) -> str | None:
         if part.startswith("lora_"):
             return parts[i + 1]
     return None
+
+
+def swap_folder(staged: Path, folder: Path) -> None:
+    """Put the fully written ``staged`` folder in place of ``folder`` (which may not exist): the old
+    folder is moved aside first and deleted only after the new one is in place, so a crash leaves
+    one whole folder, never a half-written one."""
+    old = None
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
+        os.replace(folder, old)
+    os.replace(staged, folder)
+    if old is not None:
+        shutil.rmtree(old)
