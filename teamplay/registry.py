@@ -68,6 +68,19 @@ def import_user_file(path: str | Path, field: str) -> Any:
     return module
 
 
+def decorated(kind: type[T], attribute: str, decorator: str) -> Callable[[Any, str], T]:
+    """A ``check`` for registries of functions registered by a decorator that keeps the record in
+    ``fn.<attribute>``: a user's file names the function, the registry takes its record."""
+
+    def check(entry: Any, where: str) -> T:
+        record = getattr(entry, attribute, entry)
+        if not isinstance(record, kind):
+            raise ConfigError(f"{where}: not a {kind.__name__}; decorate the function with {decorator}")
+        return record
+
+    return check
+
+
 class Registry(Generic[T]):
     """Names -> entries of one kind, plus user entries by file path.
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from teamplay.credit.replay import ReplayEngine
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
-from teamplay.registry import Registry
+from teamplay.registry import Registry, decorated
 
 
 @dataclass(frozen=True)
@@ -119,15 +119,9 @@ class CreditMethod:
     cost: str = "negligible"
 
 
-def _check_user_method(entry: Any, where: str) -> CreditMethod:
-    method = getattr(entry, "credit_method", entry)
-    if not isinstance(method, CreditMethod):
-        raise ConfigError(f"{where}: not a credit method; decorate the function with "
-                          f"@register_credit(name, Options, summary) from teamplay.credit")
-    return method
-
-
-CREDIT: Registry[CreditMethod] = Registry("credit method", "credit.method", _check_user_method)
+CREDIT: Registry[CreditMethod] = Registry(
+    "credit method", "credit.method",
+    decorated(CreditMethod, "credit_method", "@register_credit(name, Options, summary) from teamplay.credit"))
 
 
 def register_credit(name: str, options: type[BaseModel], summary: str, *,

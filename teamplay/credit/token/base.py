@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from teamplay.credit.registry import CreditBatch
 from teamplay.errors import ConfigError
-from teamplay.registry import Registry
+from teamplay.registry import Registry, decorated
 
 Need = Literal["entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs"]
 NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs")
@@ -118,15 +118,9 @@ class TokenMethod:
         return self.keeps_zero_variance is not None and self.keeps_zero_variance(options)
 
 
-def _check_user_method(entry: Any, where: str) -> TokenMethod:
-    method = getattr(entry, "token_method", entry)
-    if not isinstance(method, TokenMethod):
-        raise ConfigError(f"{where}: not a token credit method; decorate the function with "
-                          f"@register_token_credit(name, Options, summary) from teamplay.credit.token")
-    return method
-
-
-TOKEN_CREDIT: Registry[TokenMethod] = Registry("token credit method", "credit.token.method", _check_user_method)
+TOKEN_CREDIT: Registry[TokenMethod] = Registry(
+    "token credit method", "credit.token.method",
+    decorated(TokenMethod, "token_method", "@register_token_credit(name, Options, summary) from teamplay.credit.token"))
 
 
 def register_token_credit(name: str, options: type[BaseModel], summary: str, needs: Collection[str] = (),
