@@ -178,6 +178,16 @@ def group_token_stats(batch: CreditBatch) -> GroupTokenStats:
     return stats
 
 
+def per_message(batch: CreditBatch, message_adv: Sequence[np.ndarray],
+                row_of: Callable[[int, int, float, TokenStats], np.ndarray]) -> TokenAdvantages:
+    """Token advantages message by message: ``row_of(g, t, message advantage, stats)`` [C] for message
+    t of episode g when it has token statistics; a message without them keeps its scalar (None)."""
+    stats = group_token_stats(batch)
+    return [[None if (st := stats.get(g, t)) is None else row_of(g, t, float(adv[t]), st)
+             for t in range(len(ep.messages))]
+            for g, (ep, adv) in enumerate(zip(batch.episodes, message_adv, strict=True))]
+
+
 def assign_tokens(name: str, batch: CreditBatch, message_adv: Sequence[np.ndarray],
                   options: BaseModel | dict | None = None, roles: Collection[str] | None = None
                   ) -> TokenAdvantages:

@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, conserve, group_token_stats, register_token_credit
+from teamplay.credit.token.base import TokenAdvantages, conserve, per_message, register_token_credit
 
 
 class DGPOOptions(BaseModel):
@@ -60,17 +60,5 @@ def dgpo_weights(hellinger: np.ndarray, entropies: np.ndarray, mix: float,
                        "advantage over its tokens", needs=("entropies", "hellinger"), excludes_kl=True)
 def dgpo_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: DGPOOptions) -> TokenAdvantages:
     """Token advantages ``a_j = A * w_j`` (see the module docstring); conserves each message total."""
-    stats = group_token_stats(batch)
-    out: TokenAdvantages = []
-    for g, (ep, adv) in enumerate(zip(batch.episodes, message_adv, strict=True)):
-        rows: list[np.ndarray | None] = []
-        for t, _msg in enumerate(ep.messages):
-            st = stats.get(g, t)
-            if st is None:
-                rows.append(None)
-                continue
-            w = dgpo_weights(st.need("hellinger", "dgpo"), st.need("entropies", "dgpo"), options.mix,
-                             options.temperature)
-            rows.append(float(adv[t]) * w)
-        out.append(rows)
-    return out
+    return per_message(batch, message_adv, lambda g, t, a, st: a * dgpo_weights(
+        st.need("hellinger", "dgpo"), st.need("entropies", "dgpo"), options.mix, options.temperature))

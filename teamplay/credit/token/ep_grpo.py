@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, conserve, group_token_stats, register_token_credit
+from teamplay.credit.token.base import TokenAdvantages, conserve, per_message, register_token_credit
 
 
 class EPGRPOOptions(BaseModel):
@@ -76,21 +76,13 @@ def progress_tokens(reward: float, entropies: np.ndarray, scale: float) -> np.nd
                        "to the outcome; progress credit for equal-reward groups", needs=("entropies", "ref_logprobs"),
                        keeps_zero_variance=lambda options: options.zero_variance > 0)
 def ep_grpo_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: EPGRPOOptions) -> TokenAdvantages:
-    stats = group_token_stats(batch)
     rewards = [ep.reward for ep in batch.episodes]
     zero_variance = len(set(rewards)) == 1
-    out: TokenAdvantages = []
-    for g, (ep, adv) in enumerate(zip(batch.episodes, message_adv, strict=True)):
-        rows: list[np.ndarray | None] = []
-        for t in range(len(ep.messages)):
-            st = stats.get(g, t)
-            if st is None:
-                rows.append(None)
-            elif zero_variance:
-                rows.append(progress_tokens(ep.reward, st.need("entropies", "ep_grpo"), options.zero_variance))
-            else:
-                rows.append(ep_grpo_tokens(float(adv[t]), st.need("entropies", "ep_grpo"), st.logprobs,
-                                           st.need("ref_logprobs", "ep_grpo"), options.mix, options.process,
-                                           options.tau))
-        out.append(rows)
-    return out
+
+    def row(g: int, t: int, a: float, st) -> np.ndarray:
+        if zero_variance:
+            return progress_tokens(rewards[g], st.need("entropies", "ep_grpo"), options.zero_variance)
+        return ep_grpo_tokens(a, st.need("entropies", "ep_grpo"), st.logprobs, st.need("ref_logprobs", "ep_grpo"),
+                              options.mix, options.process, options.tau)
+
+    return per_message(batch, message_adv, row)

@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, conserve, group_token_stats, register_token_credit
+from teamplay.credit.token.base import TokenAdvantages, conserve, per_message, register_token_credit
 
 
 class GEAROptions(BaseModel):
@@ -64,13 +64,5 @@ def gear_weights(logprobs: np.ndarray, teacher_logprobs: np.ndarray, threshold: 
                        "answer-conditioned teacher; the departure's divergence modulates them",
                        needs=("teacher_logprobs",))
 def gear_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: GEAROptions) -> TokenAdvantages:
-    stats = group_token_stats(batch)
-    out: TokenAdvantages = []
-    for g, (ep, adv) in enumerate(zip(batch.episodes, message_adv, strict=True)):
-        rows: list[np.ndarray | None] = []
-        for t in range(len(ep.messages)):
-            st = stats.get(g, t)
-            rows.append(None if st is None else float(adv[t]) * gear_weights(
-                st.logprobs, st.need("teacher_logprobs", "gear"), options.threshold, options.strength))
-        out.append(rows)
-    return out
+    return per_message(batch, message_adv, lambda g, t, a, st: a * gear_weights(
+        st.logprobs, st.need("teacher_logprobs", "gear"), options.threshold, options.strength))

@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, group_token_stats, register_token_credit
+from teamplay.credit.token.base import TokenAdvantages, per_message, register_token_credit
 
 
 class STraceOptions(BaseModel):
@@ -70,18 +70,9 @@ def s_trace_weights(entropies: np.ndarray, log_rho: np.ndarray, select: float, l
 @register_token_credit("s_trace", STraceOptions, "S-trace: eligibility traces over high-entropy decision "
                        "tokens with clipped successor importance weights", needs=("entropies",))
 def s_trace_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: STraceOptions) -> TokenAdvantages:
-    stats = group_token_stats(batch)
-    out: TokenAdvantages = []
-    for g, (ep, adv) in enumerate(zip(batch.episodes, message_adv, strict=True)):
-        rows: list[np.ndarray | None] = []
-        for t in range(len(ep.messages)):
-            st = stats.get(g, t)
-            if st is None:
-                rows.append(None)
-                continue
-            current = st.current_logprobs if st.current_logprobs is not None else st.logprobs
-            w = s_trace_weights(st.need("entropies", "s_trace"), current - st.logprobs, options.select,
-                                options.lam, options.clip, options.mix)
-            rows.append(float(adv[t]) * w)
-        out.append(rows)
-    return out
+    def row(g: int, t: int, a: float, st) -> np.ndarray:
+        current = st.current_logprobs if st.current_logprobs is not None else st.logprobs
+        return a * s_trace_weights(st.need("entropies", "s_trace"), current - st.logprobs, options.select,
+                                   options.lam, options.clip, options.mix)
+
+    return per_message(batch, message_adv, row)

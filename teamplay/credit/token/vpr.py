@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, group_token_stats, register_token_credit
+from teamplay.credit.token.base import TokenAdvantages, group_token_stats, per_message, register_token_credit
 
 _NUM = r"-?\d+(?:\.\d+)?"
 _OP = r"[-+*/x×÷]"
@@ -126,22 +126,16 @@ def vpr_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: V
         rewards = [found[w][k][2] for w in where]
         for (g, t), a in zip(where, step_advantages(rewards, options.normalise, options.eps), strict=True):
             step_adv[(g, t, k)] = float(a)
-    out: TokenAdvantages = []
-    for g, (ep, adv) in enumerate(zip(batch.episodes, message_adv, strict=True)):
-        rows: list[np.ndarray | None] = []
-        for t in range(len(ep.messages)):
-            st = stats.get(g, t)
-            if st is None:
-                rows.append(None)
-                continue
-            row = np.full(len(st.logprobs), float(adv[t]))
-            starts = np.concatenate([[0], st.token_ends[:-1]])  # [C] text offset where each token starts
-            previous_end = 0
-            for k, (_start, end, _r) in enumerate(found[(g, t)]):
-                # a token belongs to the step of the claim during which it starts
-                inside = (starts >= previous_end) & (starts < end)
-                row[inside] += options.weight * step_adv[(g, t, k)]
-                previous_end = end
-            rows.append(row)
-        out.append(rows)
-    return out
+
+    def row_of(g: int, t: int, a: float, st) -> np.ndarray:
+        row = np.full(len(st.logprobs), a)
+        starts = np.concatenate([[0], st.token_ends[:-1]])  # [C] text offset where each token starts
+        previous_end = 0
+        for k, (_start, end, _r) in enumerate(found[(g, t)]):
+            # a token belongs to the step of the claim during which it starts
+            inside = (starts >= previous_end) & (starts < end)
+            row[inside] += options.weight * step_adv[(g, t, k)]
+            previous_end = end
+        return row
+
+    return per_message(batch, message_adv, row_of)
