@@ -119,6 +119,10 @@ class Registry(Generic[T]):
         """Registered names (built-in and lazy), sorted."""
         return sorted({*self._entries, *self._lazy})
 
+    def entries(self) -> dict[str, T]:
+        """Every registered entry by name, sorted (lazy ones imported)."""
+        return {name: self.get(name) for name in self.names()}
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self._entries or name in self._lazy or is_plugin_spec(name))
 

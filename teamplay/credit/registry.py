@@ -146,7 +146,7 @@ def register_credit(name: str, options: type[BaseModel], summary: str, *,
 
 def credit_methods() -> dict[str, CreditMethod]:
     """All registered methods by name (importing ``teamplay.credit`` registers the built-ins)."""
-    return {name: CREDIT.get(name) for name in CREDIT.names()}
+    return CREDIT.entries()
 
 
 def get_credit(name: str) -> CreditMethod:

@@ -67,14 +67,8 @@ def _accuracy(record: dict[str, Any]) -> float | None:
 
 def accuracy_plot(runs: list[FederatedRun], out_dir: Path) -> Plot:
     title = "Held-out accuracy of the global team per round"
-    fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
-    drawn = 0
-    for i, run in enumerate(runs):
-        points = [(r["round"], _accuracy(r)) for r in run.rounds if _accuracy(r) is not None]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", color=PALETTE[i % len(PALETTE)], label=mathtext_safe(run.label))
-            drawn += 1
+    fig, ax, drawn = _curves(runs, lambda run: [(r["round"], _accuracy(r)) for r in run.rounds
+                                                 if _accuracy(r) is not None])
     if not drawn:
         plt.close(fig)
         return Plot("fed_accuracy", title, None, "no held-out evaluation in these runs (no eval_task)")
@@ -83,20 +77,32 @@ def accuracy_plot(runs: list[FederatedRun], out_dir: Path) -> Plot:
     return Plot("fed_accuracy", title, _save(fig, out_dir / "fed_accuracy.png"), "Round 0: before training.")
 
 
-def bytes_plot(runs: list[FederatedRun], out_dir: Path) -> Plot:
-    title = "Held-out accuracy against bytes uploaded (cumulative)"
+def _curves(runs: list[FederatedRun], points_of):
+    """One line per run through ``points_of(run)`` [(x, y)]; returns the figure, axes and how many
+    runs had points."""
     fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
     drawn = 0
     for i, run in enumerate(runs):
-        total, points = 0, []
-        for r in run.rounds:
-            total += r.get("bytes_total", 0)
-            if _accuracy(r) is not None:
-                points.append((total / 1e6, _accuracy(r)))
+        points = points_of(run)
         if points:
             xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, marker="o", color=PALETTE[i % len(PALETTE)], label=mathtext_safe(run.label))
             drawn += 1
+    return fig, ax, drawn
+
+
+def bytes_plot(runs: list[FederatedRun], out_dir: Path) -> Plot:
+    title = "Held-out accuracy against bytes uploaded (cumulative)"
+
+    def points(run: FederatedRun) -> list[tuple[float, float]]:
+        total, out = 0, []
+        for r in run.rounds:
+            total += r.get("bytes_total", 0)
+            if _accuracy(r) is not None:
+                out.append((total / 1e6, _accuracy(r)))
+        return out
+
+    fig, ax, drawn = _curves(runs, points)
     if not drawn:
         plt.close(fig)
         return Plot("fed_bytes", title, None, "no held-out evaluation in these runs (no eval_task)")

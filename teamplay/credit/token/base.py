@@ -151,7 +151,7 @@ def register_token_credit(name: str, options: type[BaseModel], summary: str, nee
 
 def token_methods() -> dict[str, TokenMethod]:
     """The built-in token methods by name."""
-    return {name: TOKEN_CREDIT.get(name) for name in TOKEN_CREDIT.names()}
+    return TOKEN_CREDIT.entries()
 
 
 def get_token_credit(name: str) -> TokenMethod:
