@@ -63,6 +63,7 @@ SIZES = {
     ("full", False): (20, 4, 8, 200, 3),
 }
 
+VERDICT_PREFIX = "Verdict:"
 NOISY_PROPOSER = "scripted:noisy_proposer(p_right=0.5)"
 #: a short reviewer prompt: the prompt is most of the cost of a one-word verdict on a CPU
 REVIEWER_PROMPT = ("You check the proposed answer to an arithmetic problem. The first word of your reply "
@@ -84,7 +85,9 @@ def arena_config(setting: str, quick: bool, model: str,
         "model": {"name": model, "lora": {"r": 8, "alpha": 16}},
         "task": {"name": "arith", "split": "train", "options": {"level": level}},
         "eval_task": {"name": "arith", "split": "test", "limit": heldout, "options": {"level": level}},
-        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
+        # reviews start "Verdict:" (a prompt prefix): the untrained model then names a verdict in
+        # 4/20 reviews at T=1 instead of 0/20, so there is something for credit to reinforce
+        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3, "verdict_prefix": VERDICT_PREFIX}},
         "team": team,
         "rollout": {"problems_per_step": problems, "group_size": group},
         "backend": {"max_prompt_tokens": 512},

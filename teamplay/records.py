@@ -204,6 +204,10 @@ class TurnRequest:
             ``"verdict"`` (RIGHT/WRONG on the pending answer; the protocol's verdict stages).
         seed: the episode's seed (from ``reset(seed=...)``), so scripted policies can vary across
             the episodes of a group without hidden state; None when the env was not seeded.
+        reply_prefix: text the reply starts with (e.g. ``"Verdict:"``). Model backends append its
+            tokens to the prompt after the assistant generation prompt (prompt tokens, never
+            generated or trained) and return ``prefix + completion`` as the text; scripted
+            policies write their whole text themselves. ``""``: no prefix.
     """
 
     agent: str
@@ -217,6 +221,7 @@ class TurnRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     expects: str = "answer"
     seed: int | None = None
+    reply_prefix: str = ""
 
 
 @dataclass(frozen=True)

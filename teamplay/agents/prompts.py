@@ -87,6 +87,24 @@ def build_prompt_ids(tokenizer: PreTrainedTokenizerBase, chat: Sequence[ChatMess
     return list(fitted.ids), fitted.truncated
 
 
+def build_reply_ids(tokenizer: PreTrainedTokenizerBase, chat: Sequence[ChatMessage], max_prompt_tokens: int,
+                    reply_prefix: str = "") -> tuple[list[int], bool]:
+    """``(ids, truncated)``: ``chat`` cut to the budget left by ``reply_prefix``, then the prefix's tokens.
+
+    The prefix goes after the assistant generation prompt, so the model continues a reply that
+    already starts with it; ``len(ids) <= max_prompt_tokens`` still holds. The prefix is encoded
+    on its own (no special tokens), exactly as written.
+    """
+    if not reply_prefix:
+        return build_prompt_ids(tokenizer, chat, max_prompt_tokens)
+    prefix = _content_ids(tokenizer, reply_prefix)
+    if len(prefix) >= max_prompt_tokens:
+        raise PromptTooLongError(f"the reply prefix {reply_prefix!r} has {len(prefix)} tokens; it cannot fit "
+                                 f"max_prompt_tokens={max_prompt_tokens}")
+    ids, truncated = build_prompt_ids(tokenizer, chat, max_prompt_tokens - len(prefix))
+    return ids + prefix, truncated
+
+
 def fit_chat(tokenizer: PreTrainedTokenizerBase, chat: Sequence[ChatMessage],
              max_prompt_tokens: int) -> FittedPrompt:
     """Apply the truncation rule of the module docstring.

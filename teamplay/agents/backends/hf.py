@@ -27,7 +27,7 @@ import torch
 from transformers import GenerationConfig
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.agents.prompts import build_prompt_ids
+from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
 from teamplay.agents.team_model import TeamModel, left_pad
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, Generation, SamplingParams, TurnRequest
@@ -82,7 +82,7 @@ class HFBackend(GenerationBackend):
                 raise ConfigError(f"request of {r.agent} names adapter {r.adapter!r}; the model has "
                                   f"{list(self.team_model.adapter_names)}")
         self.stop_ids = self._stop_ids()  # the caller may have changed the generation config
-        prompts = [build_prompt_ids(self.tokenizer, r.chat, self.max_prompt_tokens) for r in requests]
+        prompts = [build_reply_ids(self.tokenizer, r.chat, self.max_prompt_tokens, r.reply_prefix) for r in requests]
         results: list[Generation | None] = [None] * len(requests)
         groups: dict[str | None, list[int]] = {}
         for i, r in enumerate(requests):
@@ -95,7 +95,7 @@ class HFBackend(GenerationBackend):
                 outs = self._generate_chunk([prompts[i][0] for i in chunk], adapter, sampling, seed)
                 for i, (ids, logps) in zip(chunk, outs, strict=True):
                     results[i] = Generation(
-                        text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                        text=requests[i].reply_prefix + self.tokenizer.decode(ids, skip_special_tokens=True),
                         prompt_ids=tuple(prompts[i][0]), completion_ids=tuple(ids), logprobs=tuple(logps),
                         adapter=adapter, truncated=prompts[i][1])
         return [g for g in results if g is not None]

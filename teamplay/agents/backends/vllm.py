@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.agents.prompts import build_prompt_ids
+from teamplay.agents.prompts import build_reply_ids
 from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
 from teamplay.records import Generation, SamplingParams, TurnRequest
 
@@ -229,7 +229,7 @@ class VLLMBackend(GenerationBackend):
             if r.adapter is not None and r.adapter not in self._requests:
                 raise ConfigError(f"request of {r.agent} names adapter {r.adapter!r}; served: "
                                   f"{sorted(self._requests)}")
-        prompts = [build_prompt_ids(self.tokenizer, r.chat, self.max_prompt_tokens) for r in requests]
+        prompts = [build_reply_ids(self.tokenizer, r.chat, self.max_prompt_tokens, r.reply_prefix) for r in requests]
         params = [self._sampling(sampling, i) for i in range(len(requests))]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=ids) for ids, _ in prompts], sampling_params=params,
@@ -245,7 +245,7 @@ class VLLMBackend(GenerationBackend):
                     f"{sampling.max_new_tokens} tokens (finish_reason 'length', prompt {len(ids)} tokens): "
                     f"the engine's max_model_len={self.engine_args['max_model_len']} was reached")
             results.append(Generation(
-                text=self.tokenizer.decode(tokens, skip_special_tokens=True), prompt_ids=tuple(ids),
+                text=r.reply_prefix + self.tokenizer.decode(tokens, skip_special_tokens=True), prompt_ids=tuple(ids),
                 completion_ids=tuple(tokens), logprobs=tuple(_sampled_logprobs(tokens, completion.logprobs)),
                 adapter=r.adapter, truncated=truncated))
         return results

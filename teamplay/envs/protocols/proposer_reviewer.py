@@ -14,6 +14,13 @@ WRONG review since the pending proposal was set) and the latest parsed verdict.
 * A review's verdict is its first non-empty line: RIGHT/CORRECT or WRONG/INCORRECT (case-insensitive,
   markdown such as ``**`` ignored); anything else is no verdict. Reviews never change the pending
   answer; the proposal instruction after a WRONG verdict asks the proposer to revise.
+* ``verdict_prefix`` (default ``""``: none): text every review reply starts with, e.g.
+  ``"Verdict:"``. Model backends put it after the assistant generation prompt, so the model
+  continues a reply that already reads "Verdict:" and its next word is the verdict; the message
+  text keeps the prefix (the parser accepts "Verdict: RIGHT"). A small untrained model rarely opens
+  a reply with RIGHT/WRONG on its own (SmolLM2-135M at T=1: 0 of 20 reviews), so nothing about the
+  verdict can be learned; with the prefix it names one in about a third of its reviews. The prefix
+  must not itself read as a verdict, and ``prefix + " RIGHT"`` / ``" WRONG"`` must parse as one.
 * Final answer: the pending answer after the last round. Initial answer: the first proposal's.
 * Skippable (speak/skip controller): a proposal turn once a pending answer exists (skip = keep), a
   review turn once a pending proposal exists (skip = stay silent). Round 0 always speaks.
@@ -21,13 +28,14 @@ WRONG review since the pending proposal was set) and the latest parsed verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
@@ -39,7 +47,7 @@ from teamplay.envs.protocols.base import (
     check_count_option,
 )
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.records import Message, TaskItem
+from teamplay.records import Message, TaskItem, TurnRequest
 
 PROPOSER_PROMPT = ("You are the proposer in a problem-solving team. Solve the problem step by step. "
                    "When a reviewer says your answer is wrong, find the mistake and fix it.")
@@ -73,6 +81,22 @@ class ProposerReviewerOptions(SkippableOptions):
                                  "each). None: the team decides (default team: 1 of each).")
     history: int = Field(4, ge=0, le=64, description="Latest messages shown in the chat (TRACER shows "
                          "4); the pending proposal is always shown.")
+    verdict_prefix: str = Field("", max_length=64, description=(
+        "Text every review reply starts with (e.g. 'Verdict:'): model backends put it after the "
+        "assistant generation prompt, so the model's next word is the verdict. '': none."))
+
+    @field_validator("verdict_prefix")
+    @classmethod
+    def _prefix_reads_as_verdict(cls, value: str) -> str:
+        if not value:
+            return value
+        if parse_verdict(value) is not None:
+            raise ValueError(f"{value!r} already reads as a verdict; use a prefix without RIGHT/WRONG, e.g. "
+                             f"'Verdict:'")
+        if "\n" in value or parse_verdict(value + " RIGHT") != "RIGHT" or parse_verdict(value + " WRONG") != "WRONG":
+            raise ValueError(f"{value!r} followed by RIGHT or WRONG does not parse as a verdict (the first line "
+                             f"must be: optional 'Verdict' and punctuation, then the verdict), e.g. 'Verdict:'")
+        return value
 
 
 @dataclass
@@ -150,6 +174,12 @@ class ProposerReviewer(Protocol):
             return (f"A reviewer judged the current answer ({answer}) RIGHT. Double-check it, then "
                     f"restate the final answer or correct it.")
         return f"Re-check the current answer ({answer}) step by step, then give the final answer."
+
+    def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
+        request = super().build_request(state, turn)
+        if turn.stage == "review" and self.options.verdict_prefix:
+            return dataclasses.replace(request, reply_prefix=self.options.verdict_prefix)
+        return request
 
     def turn_metadata(self, state: ProtocolState, turn: TurnSpec) -> Mapping[str, Any]:
         assert isinstance(state, ReviewState)
