@@ -19,7 +19,8 @@ an int array [B, k] (actions of agents 0..k-1, one row per query) and ``probs`` 
 [B, A] of agent k's action probabilities. Use :func:`per_prefix` to wrap a one-prefix-at-a-time
 function.
 
-The registered method ``cosac`` applies this to sequential-protocol episodes (see
+The registered method ``cosac`` applies this to episodes with a fixed turn order: the sequential
+protocol and proposer_reviewer (proposals labelled by their answers, reviews by their verdicts; see
 :func:`cosac_credit`).
 
 Invariants (tested): with exact expectations ``Σ_k Â_k = f̂(a) − E[f̂]`` (telescoping); adding a
@@ -340,11 +341,17 @@ class CosacOptions(BaseModel):
 
 
 def episode_labels(batch: CreditBatch) -> tuple[np.ndarray, list[str]]:
-    """Discrete labels of the group: ``Z`` int [G, T] and the label names (index -> answer string).
+    """Discrete labels of the group: ``Z`` int [G, T] and the label names (index -> label string).
 
-    Each message's extracted ``answer`` is a label; ``None`` becomes ``"none"``. Labels are indexed
-    in order of first appearance (episode by episode, message by message). All episodes must have
-    the same sequence of authors: COSAC is defined for agents acting once each in a fixed order.
+    A message's label is the action it took: for a turn that judged the pending answer (a record
+    in ``Episode.metadata["verdicts"]`` with its round and agent, written by proposer_reviewer) its
+    verdict, ``"verdict:RIGHT"``, ``"verdict:WRONG"`` or ``"verdict:none"``; for any other turn
+    its extracted ``answer`` (``None`` becomes ``"none"``). A review carries no answer, so labelling
+    it by its answer would make every review the same action and give it no credit. Labels are
+    indexed in order of first appearance (episode by episode, message by message). All episodes
+    must have the same sequence of authors: COSAC is defined for actions taken in a fixed order
+    (each turn of a fixed schedule is one position k, so an agent acting in several rounds is
+    several positions).
     """
     episodes = batch.episodes
     authors = [m.agent for m in episodes[0].messages]
@@ -356,21 +363,34 @@ def episode_labels(batch: CreditBatch) -> tuple[np.ndarray, list[str]]:
         seq = [m.agent for m in ep.messages]
         if seq != authors:
             raise ValueError(f"cosac: episode {g} has author order {seq} but episode 0 has {authors}; "
-                             f"COSAC needs one fixed order of agents (the sequential protocol)")
+                             f"COSAC needs one fixed turn order (sequential, proposer_reviewer)")
+        verdicts = {(v.get("round"), v.get("agent")): v.get("verdict")
+                    for v in ep.metadata.get("verdicts", ()) or ()}
         for k, msg in enumerate(ep.messages):
-            label = "none" if msg.answer is None else msg.answer
+            if (msg.round, msg.agent) in verdicts:
+                label = f"verdict:{verdicts[(msg.round, msg.agent)] or 'none'}"
+            else:
+                label = "none" if msg.answer is None else msg.answer
             Z[g, k] = names.setdefault(label, len(names))
     return Z, list(names)
 
 
 @register_credit("cosac", CosacOptions,
                  "COSAC: ridge additive surrogate of the team reward over answer labels + counterfactual "
-                 "continuations (sequential protocol)", protocols=("sequential",))
+                 "continuations (fixed turn order: sequential, proposer_reviewer)",
+                 protocols=("sequential", "proposer_reviewer"))
 def cosac_credit(batch: CreditBatch, options: CosacOptions) -> list[np.ndarray]:
-    """COSAC on a group of sequential-protocol episodes; one advantage per message.
+    """COSAC on a group of episodes with one fixed turn order; one advantage per message.
 
-    What it really computes: message t of every episode is "agent t's action"; its label is the
-    extracted answer (``None`` -> ``"none"``; labels shared across positions). The ridge surrogate
+    Protocols: ``sequential`` (K agents, once each) and ``proposer_reviewer`` (R rounds in a fixed
+    schedule; a controller's skip is still a message, so the order stays fixed). Other protocols
+    are refused: in debate and vote the messages of a round are simultaneous, so any order among
+    them is arbitrary and would change the credit; ``single`` has one action, whose COSAC credit
+    is R − mean R (GRPO).
+
+    What it really computes: message t of every episode is "the action at position t"; its label
+    is the extracted answer, or the verdict for a review (see :func:`episode_labels`; labels shared
+    across positions). The ridge surrogate
     is fitted to the G team rewards, and the continuation expectations use the group's empirical
     label frequencies (``options.continuation``) because the batch carries no LLM probabilities over
     labels — so the indirect term says how agent t's answer shifted the answers its successors gave

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -17,9 +18,11 @@ from teamplay.credit.cosac import (
     cosac_credit,
     cosac_direct_indirect,
     cosac_ridge,
+    episode_labels,
     per_prefix,
 )
-from teamplay.credit.registry import CreditBatch, assign
+from teamplay.credit.registry import CreditBatch, assign, check_credit
+from teamplay.errors import ConfigError
 from teamplay.records import Episode, Message
 
 # ---- E3.1: K=2, A=2, π_1 = [.5,.5], π_2(·|0) = [.8,.2], π_2(·|1) = [.3,.7]; R = φ_1 + φ_2 exactly ----
@@ -267,3 +270,48 @@ def test_empirical_policy_refuses_unsupported_prefix():
     assert policy(1, np.array([[0]]))[0] == pytest.approx([0.0, 1.0])
     with pytest.raises(ValueError, match="no episode supporting"):
         EmpiricalPolicy(np.array([[0, 1], [0, 1]]), 2, "markov")(1, np.array([[1]]))
+
+
+def review_episode(first: str, verdict: str | None, final: str, reward: float) -> Episode:
+    """A 3-round proposer_reviewer episode: proposal, review, proposal (reviews carry no answer)."""
+    messages = (Message(agent="proposer_0", role="proposer", round=0, stage="propose",
+                        text=f"The answer is {first}.", answer=first),
+                Message(agent="reviewer_0", role="reviewer", round=1, stage="review",
+                        text=f"Verdict: {verdict or 'maybe'}", answer=None),
+                Message(agent="proposer_0", role="proposer", round=2, stage="propose",
+                        text=f"The answer is {final}.", answer=final))
+    verdicts = ({"round": 1, "agent": "reviewer_0", "verdict": verdict, "spoke": True},)
+    return Episode(problem_id="p0", group_id="g0", agents=("proposer_0", "reviewer_0"), messages=messages,
+                   final_answer=final, reward=reward, metadata={"verdicts": verdicts})
+
+
+def test_registered_cosac_credits_the_review_that_decided_the_outcome():
+    # The controlled arena's team (3 + 4 = 7): a compliant proposer switches after WRONG.
+    eps = (review_episode("8", "WRONG", "7", 1.0),   # wrong answer caught
+           review_episode("8", "RIGHT", "8", 0.0),   # wrong answer missed
+           review_episode("7", "RIGHT", "7", 1.0),   # right answer confirmed
+           review_episode("7", "WRONG", "8", 0.0))   # right answer wrongly rejected
+    out = cosac_credit(CreditBatch(episodes=eps), CosacOptions(lam=1e-8))
+    # R = 1[final = 7] is additive (block of position 2 alone), so f̂ = R and, under the group's
+    # prefix policy, Â_k = mean R given a_≤k − mean R given a_<k. Group mean 0.5.
+    # proposal: each first answer has R {1, 0}: 0.5 − 0.5 = 0;
+    # review: the prefix (first, verdict) is unique: R − 0.5 = ±0.5;
+    # final proposal: fixed by (first, verdict): R − R = 0.
+    expected = [[0.0, 0.5, 0.0], [0.0, -0.5, 0.0], [0.0, 0.5, 0.0], [0.0, -0.5, 0.0]]
+    for adv, exp in zip(out, expected, strict=True):
+        assert adv == pytest.approx(exp, abs=1e-6)
+    # labelled by its (absent) answer, every review would be the same action: the credit would go
+    # to the final proposal instead (R − 0.5) and the reviewer would get none
+    blind = tuple(dataclasses.replace(ep, metadata={}) for ep in eps)
+    for adv, ep in zip(cosac_credit(CreditBatch(episodes=blind), CosacOptions(lam=1e-8)), eps, strict=True):
+        assert adv == pytest.approx([0.0, 0.0, ep.reward - 0.5], abs=1e-6)
+
+
+def test_cosac_labels_reviews_by_verdict_and_accepts_proposer_reviewer():
+    eps = (review_episode("8", None, "8", 0.0), review_episode("8", "WRONG", "7", 1.0))
+    Z, names = episode_labels(CreditBatch(episodes=eps))
+    assert names == ["8", "verdict:none", "verdict:WRONG", "7"]
+    assert Z.tolist() == [[0, 1, 0], [0, 2, 3]]
+    check_credit("cosac", {}, "proposer_reviewer", None)  # accepted
+    with pytest.raises(ConfigError, match="not 'debate'"):  # simultaneous rounds: no fixed order
+        check_credit("cosac", {}, "debate", None)
