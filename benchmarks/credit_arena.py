@@ -45,6 +45,9 @@ from typing import Any
 
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
 
+#: token credit methods that read a proposer/reviewer message like any other (teamplay list)
+TOKEN_METHODS = ("aem", "dgpo", "ep_grpo", "gear", "s_trace", "vpr")
+
 #: method label -> credit section; only registered methods run
 ARENA_METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"method": "grpo"},
@@ -53,6 +56,9 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "continuation": {"method": "continuation"},
     "tracer_roles": {"method": "tracer_roles"},
     "cosac": {"method": "cosac"},
+    "cal_grpo": {"method": "cal_grpo"},
+    # token level (credit.token): grpo's message advantage spread over the message's tokens
+    **{f"grpo + token {m}": {"method": "grpo", "token": {"method": m}} for m in TOKEN_METHODS},
 }
 
 #: (steps, problems per step, group size, held-out problems, seeds) per setting and size

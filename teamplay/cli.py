@@ -357,12 +357,23 @@ def sweep_command(
     output: str | None = typer.Option(None, "--output", "-o", help="Sweep folder (default: the config's "
                                                                    "output_dir)."),
     steps: int | None = typer.Option(None, help="Training steps of every run."),
+    parallel: int = typer.Option(1, "--parallel", "-j", help="Runs at once, each a Ray task in its own "
+                                                             "process (needs the ray extra); 1 = one after "
+                                                             "another in this process."),
+    address: str = typer.Option("local", help="With --parallel: 'local' (a Ray cluster in this process), "
+                                              "'auto' or HOST:PORT of a running cluster."),
+    threads: int = typer.Option(1, help="With --parallel: torch threads per run."),
 ) -> None:
     """Train every grid point x seed (resumable) and tabulate mean ± 95% CI over seeds."""
     from teamplay.config import TrainConfig, read_yaml
+    from teamplay.errors import ConfigError
     from teamplay.training.sweep import parse_grid, parse_seeds, plan, run_sweep, write_results
     from teamplay.training.trainer import Trainer
 
+    if parallel < 1:
+        raise ConfigError(f"--parallel: at least 1 run at a time, got {parallel}")
+    if parallel == 1 and (address != "local" or threads != 1):
+        raise ConfigError("--address and --threads apply to runs in parallel; add --parallel N (N >= 2)")
     base = read_yaml(config) if config else {}
     overrides = _shortcut_overrides(**{"steps": steps}) + list(set_)
     folder = Path(output) if output else Path(load_config(TrainConfig, config, overrides).output_dir)
@@ -380,7 +391,13 @@ def sweep_command(
         shown = {"skip": "done, skipped", "resume": "resuming from its checkpoint", "start": "starting"}[status]
         err_console.print(f"[{sweep.runs.index(run) + 1}/{len(sweep.runs)}] {run.name}: {shown}")
 
-    run_sweep(sweep, train, on_run=announce)
+    if parallel > 1:
+        from teamplay.distributed.sweep import run_sweep_parallel
+
+        run_sweep_parallel(sweep, parallel, address=address, threads=threads, on_run=announce,
+                           on_done=lambda run: err_console.print(f"{run.name}: done"))
+    else:
+        run_sweep(sweep, train, on_run=announce)
     results = write_results(sweep)
     table = Table(title=f"sweep {folder}: mean ± 95% CI over seeds")
     table.add_column("metric")

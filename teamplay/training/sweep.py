@@ -225,6 +225,26 @@ def is_done(sweep: Sweep, run: SweepRun) -> bool:
     return (sweep.run_dir(run) / DONE).is_file()
 
 
+def prepare_run(sweep: Sweep, run: SweepRun) -> str:
+    """Ready ``run`` to train and say how: "skip" (``done.json`` exists), "resume" (its folder has
+    a checkpoint) or "start" (a folder killed before its first checkpoint is deleted first)."""
+    run_dir = sweep.run_dir(run)
+    if is_done(sweep, run):
+        return "skip"
+    if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
+        return "resume"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing to resume
+    return "start"
+
+
+def finish_run(sweep: Sweep, run: SweepRun) -> None:
+    """Mark ``run`` done (``done.json``, atomically) and rewrite the results table."""
+    _write_atomic(sweep.run_dir(run) / DONE, json.dumps({"name": run.name, "label": run.label, "seed": run.seed,
+                                                         "point": dict(run.point)}, indent=2))
+    write_results(sweep)
+
+
 def run_sweep(sweep: Sweep, train: Callable[[TrainConfig, str | None], Any],
               on_run: Callable[[SweepRun, str], None] | None = None) -> list[SweepRun]:
     """Train every unfinished run of ``sweep``, one after another; returns the runs trained now.
@@ -232,26 +252,20 @@ def run_sweep(sweep: Sweep, train: Callable[[TrainConfig, str | None], Any],
     ``train(cfg, resume)`` trains one run (``resume`` is "auto" when the run folder has a
     checkpoint, else None after the folder was cleared). ``on_run(run, status)`` is called with
     status "skip" (already done), "resume" or "start" before each run. After each run its
-    ``done.json`` and the results table are written.
+    ``done.json`` and the results table are written. (``teamplay.distributed.sweep`` runs them
+    side by side on Ray, with the same steps.)
     """
     write_manifest(sweep)
     trained = []
     for run in sweep.runs:
-        run_dir = sweep.run_dir(run)
-        if is_done(sweep, run):
-            if on_run is not None:
-                on_run(run, "skip")
-            continue
-        resume = "auto" if run_dir.is_dir() and latest_checkpoint(run_dir) is not None else None
-        if resume is None and run_dir.exists():
-            shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing to resume
+        status = prepare_run(sweep, run)
         if on_run is not None:
-            on_run(run, "resume" if resume else "start")
-        train(sweep.config(run), resume)
-        _write_atomic(run_dir / DONE, json.dumps({"name": run.name, "label": run.label, "seed": run.seed,
-                                                  "point": dict(run.point)}, indent=2))
+            on_run(run, status)
+        if status == "skip":
+            continue
+        train(sweep.config(run), "auto" if status == "resume" else None)
+        finish_run(sweep, run)
         trained.append(run)
-        write_results(sweep)
     return trained
 
 
@@ -263,7 +277,9 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
       ``role_accuracy`` and ``extra.team`` become ``heldout/role_accuracy/proposer``);
     * ``heldout_gain/team_accuracy``: final minus before-training held-out accuracy (when both exist);
     * ``train/reward_last``: mean team reward of the last step;
-    * ``budget/<counter>``: generated tokens and other counters summed over the training steps.
+    * ``budget/<counter>``: generated tokens and other counters summed over the training steps;
+      ``budget/generated_tokens``: the sum of them all (rollout + counterfactual tokens), the budget
+      by which methods are compared.
     """
     rows = read_metrics(run_dir)
     out: dict[str, float] = {}
@@ -279,6 +295,8 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
         for key in BUDGET_KEYS:
             if any(key in r for r in steps):
                 out[f"budget/{key}"] = float(sum(float(r.get(key, 0) or 0) for r in steps))
+        # every token the run generated: its episodes' plus counterfactual ones (not in ``tokens``)
+        out["budget/generated_tokens"] = sum(out.get(f"budget/{key}", 0.0) for key in BUDGET_KEYS)
     for key in ("heldout/seconds", "heldout/tokens_per_second", "heldout/episodes"):
         out.pop(key, None)  # wall time and episode counts are not results
     return out

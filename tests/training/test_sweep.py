@@ -19,7 +19,16 @@ from teamplay.cli import app
 from teamplay.errors import ConfigError
 from teamplay.report import report_command
 from teamplay.training.checkpoint import latest_checkpoint
-from teamplay.training.sweep import Cell, load_sweep, parse_grid, parse_seeds, plan, summarize, t_quantile_975
+from teamplay.training.sweep import (
+    Cell,
+    load_sweep,
+    parse_grid,
+    parse_seeds,
+    plan,
+    run_metrics,
+    summarize,
+    t_quantile_975,
+)
 from tests.tiny import save_tiny
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,6 +69,20 @@ def test_grid_and_seed_parsing_and_errors(tmp_path):
             plan(tmp_path, {}, parse_grid(bad), (0,))
     with pytest.raises(ConfigError, match="repeated seed"):
         parse_seeds("0,0")
+
+
+def test_run_budget_sums_rollout_and_counterfactual_tokens(tmp_path):
+    rows = [{"step": 0, "heldout": {"team_accuracy": 0.25}},
+            {"step": 1, "reward_mean": 0.5, "tokens": 10, "replay_tokens": 5},
+            {"step": 2, "reward_mean": 0.75, "tokens": 12, "replay_tokens": 0, "counterfactual_tokens": 3},
+            {"step": 2, "heldout_final": {"team_accuracy": 0.5, "seconds": 9.0}}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = run_metrics(tmp_path)
+    # tokens 10 + 12 = 22; replay 5 + 0 = 5; counterfactual (speak/skip) 3; all generated: 30
+    assert (m["budget/tokens"], m["budget/replay_tokens"], m["budget/counterfactual_tokens"]) == (22, 5, 3)
+    assert m["budget/generated_tokens"] == 30
+    assert m["heldout_gain/team_accuracy"] == 0.25 and m["train/reward_last"] == 0.75
+    assert "heldout/seconds" not in m  # wall time is not a result
 
 
 def sweep_config(tmp_path: Path) -> Path:

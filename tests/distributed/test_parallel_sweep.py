@@ -1,0 +1,66 @@
+"""``teamplay sweep --parallel N``: the runs as Ray tasks side by side give the table of the same
+sweep run one after another, and resuming skips finished runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from teamplay.cli import app
+from teamplay.training.sweep import load_sweep
+from tests.training.test_sweep import sweep_config
+
+runner = CliRunner()
+GRID = ["--grid", "credit.method=grpo,tracer_roles", "--seeds", "0,1", "--steps", "1"]
+
+
+def values(folder: Path) -> dict[str, dict[str, list[float]]]:
+    """{point: {metric: per-seed values}} of a sweep's results.json."""
+    table = json.loads((folder / "results.json").read_text())
+    return {p["label"]: {m: c["values"] for m, c in p["metrics"].items()} for p in table["points"]}
+
+
+@pytest.mark.slow  # about 40 s on two shared cores: 4 tiny one-step runs twice, 2 of them in Ray workers
+def test_parallel_sweep_table_equals_the_sequential_one_and_resumes(ray_cluster, tmp_path):
+    config = sweep_config(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # what each Ray task uses (--threads 1): same kernels, same numbers
+    try:
+        sequential = runner.invoke(app, ["sweep", "-c", str(config), *GRID, "-o", str(tmp_path / "seq")],
+                                   catch_exceptions=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert sequential.exit_code == 0, sequential.output
+
+    out = tmp_path / "par"
+    parallel = runner.invoke(app, ["sweep", "-c", str(config), *GRID, "-o", str(out), "--parallel", "2"],
+                             catch_exceptions=False)
+    assert parallel.exit_code == 0, parallel.output
+    assert parallel.output.count(": done") == 4 and "credit.method=grpo__seed0: starting" in parallel.output
+    expected = values(tmp_path / "seq")
+    assert set(expected) == {"credit.method=grpo", "credit.method=tracer_roles"}
+    assert values(out) == expected  # every metric of every seed, bit for bit
+    assert (out / "results.md").read_text() == (tmp_path / "seq" / "results.md").read_text()
+
+    # a run whose done.json is gone (killed after its last checkpoint) resumes, the others are
+    # skipped, whichever command continues the sweep (the sequential one here: no process to start)
+    sweep = load_sweep(out)
+    (out / "runs" / sweep.runs[2].name / "done.json").unlink()
+    again = runner.invoke(app, ["sweep", "-c", str(config), *GRID, "-o", str(out)], catch_exceptions=False)
+    assert again.exit_code == 0, again.output
+    assert again.output.count("done, skipped") == 3
+    assert f"{sweep.runs[2].name}: resuming from its checkpoint" in again.output
+    assert values(out) == expected
+
+
+def test_parallel_options_are_checked_before_anything_runs(tmp_path):
+    config = sweep_config(tmp_path)
+    for extra, words in ((["--parallel", "0"], "--parallel: at least 1"),
+                         (["--address", "auto"], "add --parallel N")):
+        result = runner.invoke(app, ["sweep", "-c", str(config), *GRID, "-o", str(tmp_path / "s"), *extra])
+        assert result.exit_code == 2 and "error:" in result.output and words in result.output, result.output
+        assert not (tmp_path / "s").exists()
