@@ -17,17 +17,40 @@ Settings:
   ceiling), held out on 200 problems.
 
 Methods: ``grpo`` (team reward broadcast), ``shapley`` with the masking characteristic function
-(withhold an agent's messages, score the last visible answer), ``tracer_roles`` (TRACER's role
-rewards). ``cosac`` is registered for the sequential protocol only and is refused for
-proposer/reviewer, so it is not in this arena; the replay, continuation and token-level methods
-join the list when they are registered (``ARENA_METHODS`` keeps only registered ones).
+(withhold an agent's messages, score the last visible answer) and with replay (re-execute the
+episode without the agent, with the current policies), ``continuation`` (V(after) − V(before)
+from sampled continuations), ``tracer_roles`` (TRACER's role rewards), ``cosac`` (ridge surrogate
+over the turns' actions: proposals labelled by their answers, reviews by their verdicts),
+``cal_grpo`` (attempt-level credit for re-proposals), and ``grpo`` followed by each token-level
+method (``credit.token``: aem, dgpo, ep_grpo, gear, s_trace, vpr; each spreads the message's
+advantage over its tokens). ``ARENA_METHODS`` keeps only the ones the registry and the trainer
+accept for the setting; the others are listed as not run with the reason.
+
+Budget: every method trains the same steps x problems x episodes; the methods that re-execute
+(shapley with replay, continuation) also generate counterfactual tokens, which the table counts
+(``generated tokens`` = rollout + counterfactual tokens), so the budget per method is reported,
+not equalised: giving the cheaper methods more steps would change two things at once.
 
 Tuning: none for any method. Every method runs with the one shared setting below (chosen before
 any arena run, from the trainer's defaults and the sizes the CPU allows); the methods' own options
-are their defaults, except ``shapley``'s characteristic function (masking).
+are their defaults, except ``shapley``'s characteristic function (masking or replay).
+
+Sizes (``SIZES``), from timing single runs with one torch thread on the 2-core machine. Controlled,
+2 steps of 2 x 4 episodes, 12 held-out problems, load average ~2: 32 s for grpo (about 4 s of
+loading, 2 x 6 s of held-out evaluation, 2 x 8 s of steps); continuation 67 s and shapley with
+replay 43 s (their counterfactual generation); the others like grpo. So a run costs about
+4 s + 1 s per held-out problem + 1 s per training episode (continuation about twice that per
+episode), and the 13 methods x 3 seeds give: ``--quick`` (1 step of 1 x 4 episodes, 6 held-out
+problems) about 10 minutes, the default (6 steps of 2 x 4, 40 held-out problems) about 70
+minutes. Full, at load average ~6: 118 s to evaluate 24 held-out problems and 90 s for one step
+of 8 episodes (48-token proposals and reviews), so one run with 200 held-out problems evaluated
+before and after training costs about 40 minutes and the full setting's 39 runs about a day: it
+is sized for a bigger machine or a GPU (``configs/arena_gpu.yaml``), and ``--quick`` is only a
+smoke run of its pipeline.
 
     python -m benchmarks credit_arena            # controlled setting (the suite's run)
     python -m benchmarks credit_arena --quick    # smoke size: about 10 minutes on 2 cores
+    python -m benchmarks.credit_arena --parallel 2   # two runs at a time (Ray tasks): the same table
     python -m benchmarks.credit_arena --setting full --quick
 
 The runs live in a sweep folder (``runs/credit_arena-<setting>[-quick]`` under the working
@@ -63,10 +86,10 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
 
 #: (steps, problems per step, group size, held-out problems, seeds) per setting and size
 SIZES = {
-    ("controlled", True): (2, 2, 4, 12, 3),
-    ("controlled", False): (12, 4, 8, 100, 3),
-    ("full", True): (2, 2, 4, 200, 3),
-    ("full", False): (20, 4, 8, 200, 3),
+    ("controlled", True): (1, 1, 4, 6, 3),     # about 10 minutes on 2 cores (module doc)
+    ("controlled", False): (6, 2, 4, 40, 3),   # about 70 minutes
+    ("full", True): (1, 1, 4, 24, 3),          # a smoke run: not the 200 held-out problems
+    ("full", False): (4, 2, 4, 200, 3),        # does not fit a 2-core CPU: about a day (BENCHMARKS.md)
 }
 
 VERDICT_PREFIX = "Verdict:"
@@ -135,10 +158,11 @@ def separated(a: dict[str, Any], b: dict[str, Any]) -> int:
 
 def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "controlled",
         folder: Path | None = None, sizes: tuple[int, int, int, int, int] | None = None,
-        only: tuple[str, ...] | None = None) -> Result:
+        only: tuple[str, ...] | None = None, parallel: int = 1) -> Result:
     """Train every applicable method x seed of ``setting`` and tabulate them (see the module doc).
     ``sizes`` = (steps, problems per step, group size, held-out problems, seeds) replaces ``SIZES``;
-    ``only`` keeps the methods with these labels (the smoke test runs two)."""
+    ``only`` keeps the methods with these labels (the smoke test runs two); ``parallel`` > 1 trains
+    that many runs at once as Ray tasks (``teamplay sweep --parallel``; same table)."""
     from teamplay.training.sweep import plan, run_sweep, summarize
     from teamplay.training.trainer import Trainer
 
@@ -151,8 +175,15 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
     # a sweep folder, so an interrupted arena run continues where it stopped when run again
     out = folder or Path("runs") / f"credit_arena-{setting}{'-quick' if quick else ''}"
     sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds)
-    run_sweep(sweep, lambda cfg, resume: Trainer(cfg).train(resume=resume),
-              on_run=lambda r, status: print(f"  {r.name}: {status}", flush=True))
+    def announce(r: Any, status: str) -> None:
+        print(f"  {r.name}: {status}", flush=True)
+
+    if parallel > 1:
+        from teamplay.distributed.sweep import run_sweep_parallel
+
+        run_sweep_parallel(sweep, parallel, on_run=announce)
+    else:
+        run_sweep(sweep, lambda cfg, resume: Trainer(cfg).train(resume=resume), on_run=announce)
     results = summarize(sweep).to_json()
     labels = dict(zip([p["label"] for p in results["points"]], methods, strict=True))
     return _result(setting, quick, sizes, base, seeds, results, labels, refused)
@@ -160,7 +191,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
 
 METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
            ("heldout/team/verdict_accuracy", "verdict acc."), ("heldout/team/wrong_caught", "wrong caught"),
-           ("heldout/team/right_rejected", "right rejected"), ("budget/tokens", "train tokens"))
+           ("heldout/team/right_rejected", "right rejected"), ("heldout/team/verdict_rate", "verdict rate"),
+           ("budget/tokens", "rollout tokens"), ("budget/generated_tokens", "generated tokens"))
 
 
 def _cell(metric: dict[str, Any] | None, digits: int = 3) -> str:
@@ -193,9 +225,10 @@ def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, A
         f"Setting `{setting}`{' (--quick)' if quick else ''}: {len(seeds)} seeds per method; {steps} steps of "
         f"{problems} problems x {group} episodes; held-out: {heldout} arith level "
         f"{base['task']['options']['level']} test problems, greedy; lr {base['optim']['lr']}, LoRA r 8, "
-        f"{base['sampling']['max_new_tokens']} new tokens per message. Cells: mean ± 95% t interval over seeds; "
-        f"'train tokens' is the generated-token budget (counterfactual tokens included when a method "
-        f"generates any). No method was tuned: all share this one setting.",
+        f"{base['sampling']['max_new_tokens']} new tokens per message; reviews start with the prefix "
+        f"{VERDICT_PREFIX!r}. Cells: mean ± 95% t interval over seeds; 'rollout tokens' are the "
+        f"training episodes' tokens, 'generated tokens' add the counterfactual ones (replays, "
+        f"continuations): the budget each method spent. No method was tuned: all share this one setting.",
         "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
         "Beyond their intervals: " + ("; ".join(verdicts) if verdicts else "no comparison").rstrip(".") + ".",
     )
@@ -213,9 +246,11 @@ def main() -> None:
     parser.add_argument("--model", default=EMBEDDED_MODEL)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", type=Path, default=None, help="keep the sweep folder here")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
     args = parser.parse_args()
     set_threads(args.threads)
-    result = run(quick=args.quick, model=args.model, setting=args.setting, folder=args.output)
+    result = run(quick=args.quick, model=args.model, setting=args.setting, folder=args.output,
+                 parallel=args.parallel)
     print(result.table, *result.notes, result.headline, sep="\n\n")
     print(json.dumps(result.data["labels"]))
 

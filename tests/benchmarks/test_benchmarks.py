@@ -132,14 +132,24 @@ def test_token_credit_step_quick(tiny_model):
 def test_credit_arena_quick_path(tiny_model, tmp_path):
     from benchmarks import credit_arena
 
-    # two of the applicable methods (each run trains a tiny model: the smoke test keeps it to 4 runs)
+    # three of the applicable methods (each run trains a tiny model: the smoke test keeps it to 6 runs)
     result = credit_arena.run(model=tiny_model, folder=tmp_path / "arena", sizes=(1, 1, 2, 2, 2),
-                              only=("grpo", "shapley (replay)"))
+                              only=("grpo", "shapley (replay)", "cosac"))
     _check(result, "credit_arena")
-    assert list(result.data["labels"].values()) == ["grpo", "shapley (replay)"]
-    # refused before any model loaded, with the registry's reason
-    assert "sequential" in result.data["refused"]["cosac"]
+    assert list(result.data["labels"].values()) == ["grpo", "shapley (replay)", "cosac"]
+    # every listed method passes the trainer's checks for both settings (cosac included: reviews
+    # are labelled by their verdicts), so none is refused
+    assert result.data["refused"] == {}
+    for setting in ("controlled", "full"):
+        ok, refused = credit_arena.applicable_methods(credit_arena.arena_config(setting, True, tiny_model))
+        assert refused == {} and list(ok) == list(credit_arena.ARENA_METHODS)
     for point in result.data["results"]["points"]:
         assert point["seeds"] == [0, 1]
         assert point["metrics"]["heldout/team_accuracy"]["n"] == 2
-    assert [line.split(" |")[0] for line in result.table.splitlines()[2:]] == ["| grpo", "| shapley (replay)"]
+        m = point["metrics"]
+        replay = m.get("budget/replay_tokens", {"values": [0.0, 0.0]})["values"]
+        # the budget per seed: rollout tokens plus the counterfactual tokens replays generated
+        assert m["budget/generated_tokens"]["values"] == [
+            t + r for t, r in zip(m["budget/tokens"]["values"], replay, strict=True)]
+    assert [line.split(" |")[0] for line in result.table.splitlines()[2:]] == ["| grpo", "| shapley (replay)",
+                                                                               "| cosac"]
