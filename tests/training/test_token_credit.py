@@ -3,6 +3,7 @@ case, the token statistics pass, and `teamplay train` runs of every token method
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -41,14 +42,19 @@ def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(
     samples = captured["samples"]
     roles = {s.role for s in samples}
     assert roles == {"proposer", "reviewer"}
-    for s in samples:
-        if s.role == "proposer":
-            assert s.token_advantages is not None and len(s.token_advantages) == len(s.completion_ids)
-            # conservation: the mean token advantage is the message advantage
-            assert np.mean(s.token_advantages) == pytest.approx(s.advantage, abs=1e-9)
-        else:
-            assert s.token_advantages is None
-    assert metrics["token_credit_messages"] == sum(s.role == "proposer" for s in samples)
+    # dgpo is per message: the update applies it from its own forward pass (no statistics pass)
+    assert all((s.token_rule is not None) == (s.role == "proposer") and s.token_advantages is None for s in samples)
+    checked = 0
+    for (ep, adv), rows in zip(result.credited, result.token_advantages, strict=True):
+        for t, (msg, row) in enumerate(zip(ep.messages, rows, strict=True)):
+            if msg.role == "proposer" and msg.completion_ids:
+                assert row is not None and len(row) == len(msg.completion_ids)
+                # conservation: the mean token advantage is the message advantage
+                assert np.mean(row) == pytest.approx(adv[t], abs=1e-9)
+                checked += 1
+            else:
+                assert row is None
+    assert checked == metrics["token_credit_messages"] == sum(s.role == "proposer" for s in samples)
     assert metrics["optimizer_steps"] >= 1 and np.isfinite(metrics["loss"])
     # with mix 1 and a fresh LoRA (B = 0, policy == reference) there is no deviation: uniform tokens
     assert metrics["token_adv_relative_spread"] == pytest.approx(0.0, abs=1e-6)
@@ -89,6 +95,34 @@ def test_uniform_token_advantages_update_exactly_like_message_credit(tmp_path, o
     assert not all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(scalar, moved, strict=True))
 
 
+def _dgpo_step(tmp_path, resolve_in_update: bool):
+    trainer = make_trainer(tmp_path, {"steps": 1, "optim": {"minibatch_size": 64}, "log_episodes": 100,
+                                      "rollout": {"problems_per_step": 2, "group_size": 4},
+                                      "credit": {"token": {"method": "dgpo", "options": {"mix": 1.0}}}})
+    torch.manual_seed(5)
+    with torch.no_grad():  # move the adapter off the reference, so the Hellinger weights are not uniform
+        for p in trainer.team_model.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    if not resolve_in_update:
+        trainer._token_rule = None  # what the distributed trainer does: the statistics pass first
+    result = trainer.step()
+    return result, [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+
+
+def test_dgpo_from_the_update_pass_equals_the_statistics_pass(tmp_path):
+    # one epoch, one minibatch: the update's forward pass sees the behaviour policy, so the token
+    # advantages (and the adapters after the step) must equal those of a separate statistics pass
+    in_update, after_a = _dgpo_step(tmp_path / "a", True)
+    prepass, after_b = _dgpo_step(tmp_path / "b", False)
+    rows_a = [r for rows in in_update.token_advantages for r in rows if r is not None]
+    rows_b = [r for rows in prepass.token_advantages for r in rows if r is not None]
+    assert len(rows_a) == len(rows_b) > 0
+    for a, b in zip(rows_a, rows_b, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert in_update.metrics["token_adv_relative_spread"] > 1e-3  # not the uniform case
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(after_a, after_b, strict=True))
+
+
 def test_token_stats_pass_matches_the_scoring_path(tmp_path):
     trainer = make_trainer(tmp_path, {"steps": 1})
     episodes = trainer.runner.run([__import__("teamplay.training.rollout", fromlist=["RolloutJob"]).RolloutJob(
@@ -120,6 +154,49 @@ def test_token_stats_pass_matches_the_scoring_path(tmp_path):
         j = len(m.completion_ids) // 2
         assert s.text.startswith(tm.tokenizer.decode(list(m.completion_ids[:j + 1]), skip_special_tokens=True)[
             :s.token_ends[j]])
+
+
+class _CountingModel:
+    """Wraps a TeamModel and counts ``completion_logprobs`` calls by adapter (None = reference)."""
+
+    def __init__(self, team_model):
+        self.inner = team_model
+        self.calls: list[str | None] = []
+
+    def completion_logprobs(self, *args, adapter, **kwargs):
+        self.calls.append(adapter)
+        return self.inner.completion_logprobs(*args, adapter=adapter, **kwargs)
+
+    def reference_logprobs(self, *args, **kwargs):
+        self.calls.append(None)
+        return self.inner.reference_logprobs(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
+    trainer = make_trainer(tmp_path, {"steps": 1})
+    from teamplay.training.rollout import RolloutJob
+
+    episodes = trainer.runner.run([RolloutJob(item=trainer.items[0], group_id="g")], seed=0)
+    msgs = [m for m in episodes[0].messages if m.completion_ids]
+    assert msgs and all(len(m.entropies) == len(m.completion_ids) for m in msgs)  # the HF backend records them
+    bare = [dataclasses.replace(m, entropies=()) for m in msgs]  # as a backend without entropies sends them
+    counting = _CountingModel(trainer.team_model)
+    scored = compute_token_stats(counting, bare, {"entropies"}, 1.0)
+    assert counting.calls == [msgs[0].adapter]  # one policy pass for the bare messages
+    for m, s in zip(msgs, scored, strict=True):  # sampled at T=1, top-p 1: the same distribution
+        np.testing.assert_allclose(m.entropies, s.entropies, atol=1e-4)
+    counting.calls.clear()
+    recorded = compute_token_stats(counting, msgs, {"entropies"}, 1.0)
+    assert counting.calls == []  # s_trace / aem-style needs: no model pass at all
+    assert all(np.array_equal(s.entropies, m.entropies) for m, s in zip(msgs, recorded, strict=True))
+    compute_token_stats(counting, msgs, {"entropies", "ref_logprobs"}, 1.0)
+    assert counting.calls == [None]  # ep_grpo: only the reference pass
+    counting.calls.clear()
+    compute_token_stats(counting, msgs, {"entropies", "hellinger"}, 1.0)
+    assert sorted(counting.calls, key=str) == sorted([msgs[0].adapter, None], key=str)  # dgpo: policy + reference
 
 
 def test_config_refusals(tmp_path):
