@@ -204,4 +204,5 @@ def test_every_method_and_protocol_pair_trains_or_is_refused_at_start(tmp_path, 
     assert outcomes["grpo", "debate"] == "trained"
     assert outcomes["tracer_roles", "proposer_reviewer"] == "trained"
     assert outcomes["cosac", "vote"] == "refused" and outcomes["cosac", "sequential"] == "trained"
+    assert outcomes["cosac", "proposer_reviewer"] == "trained"  # one fixed turn order, reviews by verdict
     assert outcomes["shape_max", "proposer_reviewer"] == "refused"
