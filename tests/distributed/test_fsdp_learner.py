@@ -75,7 +75,8 @@ def test_two_fsdp_ranks_equal_one_process_and_share_its_checkpoint_format(ray_cl
     group = LearnerGroup(cfg, cfg.team)
     try:
         # each rank holds half the rows of a base weight (tiny MLP 32 -> 64: rows 64 -> 32 per rank)
-        assert ray.get([r.__ray_call__.remote(_local_rows) for r in group.ranks]) == [("DTensor", (32, 32), (64, 32))] * 2
+        shapes = ray.get([r.__ray_call__.remote(_local_rows) for r in group.ranks])
+        assert shapes == [("DTensor", (32, 32), (64, 32))] * 2
         group.load_state(before, fresh)
         assert [group.update(samples, step=s, lr=cfg.optim.lr)["optimizer_steps"] for s in (0, 1)] == [1, 1]
         got = group.weights(version=2)
