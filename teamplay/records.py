@@ -61,6 +61,9 @@ class Message:
         adapter: name of the LoRA adapter that generated it (``None`` = base model / scripted).
         answer: the answer the task's extractor found in ``text`` (``None`` if none).
         spoke: False when a speak/skip controller chose to skip (then text is "" and no tokens).
+        entropies: entropy (nats) of the distribution each completion token was sampled from,
+            shape [C], when the backend recorded it at generation (see ``Generation.entropies``);
+            empty otherwise. Token-level credit reads them instead of re-scoring the message.
     """
 
     agent: str
@@ -74,6 +77,7 @@ class Message:
     adapter: str | None = None
     answer: str | None = None
     spoke: bool = True
+    entropies: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.logprobs) and self.logprobs:
@@ -81,6 +85,9 @@ class Message:
                 f"message of {self.agent}: {len(self.completion_ids)} completion ids but "
                 f"{len(self.logprobs)} log-probs; there must be one log-prob per generated token"
             )
+        if self.entropies and len(self.entropies) != len(self.completion_ids):
+            raise ValueError(f"message of {self.agent}: {len(self.completion_ids)} completion ids but "
+                             f"{len(self.entropies)} entropies; there must be one per generated token")
 
     @property
     def n_tokens(self) -> int:
@@ -92,6 +99,7 @@ class Message:
             "text": self.text, "prompt_ids": list(self.prompt_ids),
             "completion_ids": list(self.completion_ids), "logprobs": list(self.logprobs),
             "adapter": self.adapter, "answer": self.answer, "spoke": self.spoke,
+            **({"entropies": list(self.entropies)} if self.entropies else {}),
         }
 
     @classmethod
@@ -102,6 +110,7 @@ class Message:
             completion_ids=tuple(data.get("completion_ids", ())),
             logprobs=tuple(float(x) for x in data.get("logprobs", ())),
             adapter=data.get("adapter"), answer=data.get("answer"), spoke=bool(data.get("spoke", True)),
+            entropies=tuple(float(x) for x in data.get("entropies", ())),
         )
 
 
@@ -258,6 +267,9 @@ class Generation:
             computed from the same (temperature-scaled) distribution that was sampled.
         adapter: adapter that generated it.
         truncated: the prompt was cut to fit the context (see ``teamplay.agents.prompts``).
+        entropies: entropy (nats) of that same sampled distribution at each completion token,
+            shape [C]; recorded by backends that hold the full distribution while generating (HF),
+            empty from those that do not (vLLM returns only sampled log-probs, scripted text).
     """
 
     text: str
@@ -266,6 +278,7 @@ class Generation:
     logprobs: tuple[float, ...] = ()
     adapter: str | None = None
     truncated: bool = False
+    entropies: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -94,3 +94,23 @@ def test_controller_decision_is_typed_and_round_trips():
                  decisions=(d, d))
     assert ep.counterfactual_tokens == 4
     assert Episode.from_dict(json.loads(json.dumps(ep.to_dict()))).decisions == (d, d)
+
+
+def test_recorded_entropies_reach_the_message_and_round_trip():
+    def with_entropies(request):
+        g = _generation(request)
+        return Generation(text=g.text, prompt_ids=g.prompt_ids, completion_ids=g.completion_ids,
+                          logprobs=g.logprobs, adapter=g.adapter,
+                          entropies=tuple(0.25 * (k + 1) for k in range(len(g.completion_ids))))
+
+    env = TeamEnv(FakeTask(), "proposer_reviewer", protocol_options={"rounds": 2})
+    ep = play(env, with_entropies, item=ITEM, group_id="g")
+    assert ep.messages[0].entropies == (0.25, 0.5)
+    again = Episode.from_dict(json.loads(json.dumps(ep.to_dict())))
+    assert again == ep
+    plain = play(TeamEnv(FakeTask(), "proposer_reviewer", protocol_options={"rounds": 2}), _generation,
+                 item=ITEM, group_id="g")
+    assert "entropies" not in plain.to_dict()["messages"][0]  # none recorded: nothing logged
+    with pytest.raises(ValueError, match="1 entropies"):
+        type(ep.messages[0])(agent="a", role="r", round=0, stage="s", text="x", completion_ids=(1, 2),
+                             logprobs=(-1.0, -1.0), entropies=(0.5,))

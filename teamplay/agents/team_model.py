@@ -258,12 +258,14 @@ class TeamModel:
         return logp * mask_f, mask_f
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                           adapter: str | None = None, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                           adapter: str | None = None, temperature: float = 1.0,
+                           return_distributions: bool = False):
         """``completion_logprobs`` of the reference policy of ``adapter`` (the base model with
         adapters disabled), without gradients. ``adapter`` only names whose reference is meant: with
         one base every adapter has the same one (a multi-base team routes it to the adapter's base)."""
         with torch.no_grad(), self.disabled_adapters():
-            return self.completion_logprobs(prompt_ids, completion_ids, adapter=None, temperature=temperature)
+            return self.completion_logprobs(prompt_ids, completion_ids, adapter=None, temperature=temperature,
+                                            return_distributions=return_distributions)
 
     # ------------------------------------------------------------------ save / load
     def save_adapters(self, folder: str | Path) -> Path:

@@ -1,16 +1,18 @@
-"""Token statistics for token-level credit, computed once per step in one batched no-grad pass.
+"""Token statistics for token-level credit: what generation recorded, plus at most the passes a method needs.
 
-The per-token log-probs of the behaviour policy come free with every message (recorded at
-generation). Entropies, reference log-probs and the Hellinger distance to the reference need the
-full next-token distributions; :func:`compute_token_stats` scores the step's messages in chunks
-(grouped by adapter, left-padded batches, the same scoring path as the update) with the adapter
-on, and again with adapters disabled when the reference is needed, and only for the statistics a
-configured token method declares. Before the first optimiser step of a step the adapter is the
-policy that generated the rollouts, so these describe the behaviour policy.
+The per-token log-probs and entropies of the behaviour policy come free with every message the
+HF backend generates (``Message.logprobs``, ``Message.entropies``, from the distribution it sampled).
+Reference log-probs and the Hellinger distance to the reference need the reference's full
+next-token distributions (and, for the Hellinger distance, the policy's); :func:`compute_token_stats`
+scores the step's messages in chunks (grouped by adapter, left-padded batches, the same scoring
+path as the update), no-grad, and only for the statistics a configured token method declares and
+the messages lack. Before the first optimiser step of a step the adapter is the policy that
+generated the rollouts, so a policy pass describes the behaviour policy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 
@@ -26,13 +28,19 @@ def compute_token_stats(team_model, messages: Sequence[Message], needs: Collecti
     """One :class:`TokenStats` per message (same order); each message needs completion tokens.
 
     ``needs`` is a subset of {"entropies", "ref_logprobs", "hellinger", "text_offsets",
-    "teacher_logprobs"}; with none of the model statistics no model pass is made ("text_offsets"
-    only decodes with the tokenizer). ``"teacher_logprobs"`` scores each completion after its
-    prompt followed by ``hints[i]`` (token ids of the reference-answer hint), with the adapter on.
-    Memory: one chunk's [chunk, C, V] distributions (twice with the reference).
+    "teacher_logprobs"}. Only what the recorded messages lack costs a model pass:
+
+    * entropies recorded at generation (``Message.entropies``, the HF backend) are used as they are;
+      the policy is scored again only for the Hellinger distance (it needs the full distribution)
+      or for messages without recorded entropies (the vLLM backend);
+    * ``ref_logprobs`` / ``hellinger``: one pass with adapters disabled;
+    * ``"teacher_logprobs"`` scores each completion after its prompt followed by ``hints[i]``
+      (token ids of the reference-answer hint), with the adapter on;
+    * ``"text_offsets"`` only decodes with the tokenizer.
+
+    Memory: one chunk's [chunk, C, V] distributions (twice with the Hellinger distance).
     """
     needs = set(needs)
-    out: list[TokenStats | None] = [None] * len(messages)
     texts = [text_offsets(team_model.tokenizer, m.completion_ids) for m in messages] \
         if "text_offsets" in needs else [(None, None)] * len(messages)
     teacher: list[np.ndarray | None] = [None] * len(messages)
@@ -40,50 +48,76 @@ def compute_token_stats(team_model, messages: Sequence[Message], needs: Collecti
         if hints is None or len(hints) != len(messages):
             raise ValueError("teacher_logprobs need one hint (token ids) per message")
         teacher = _teacher_logprobs(team_model, messages, hints, temperature, chunk)
-    if not needs & {"entropies", "ref_logprobs", "hellinger"}:
-        return [TokenStats(logprobs=np.asarray(m.logprobs, dtype=np.float64), text=t, token_ends=e,
-                           teacher_logprobs=teacher[i])
-                for i, (m, (t, e)) in enumerate(zip(messages, texts, strict=True))]
+    out = [TokenStats(logprobs=np.asarray(m.logprobs, dtype=np.float64), text=t, token_ends=e,
+                      teacher_logprobs=teacher[i],
+                      entropies=(np.asarray(m.entropies, dtype=np.float64)
+                                 if "entropies" in needs and m.entropies else None))
+           for i, (m, (t, e)) in enumerate(zip(messages, texts, strict=True))]
+    scored = [i for i, m in enumerate(messages)
+              if "hellinger" in needs or "ref_logprobs" in needs or ("entropies" in needs and not m.entropies)]
+    if not scored:
+        return out
     by_adapter: dict[str, list[int]] = defaultdict(list)
-    for i, m in enumerate(messages):
-        if not m.completion_ids:
+    for i in scored:
+        if not messages[i].completion_ids:
             raise ValueError(f"message {i} has no completion tokens; token statistics need some")
-        by_adapter[m.adapter].append(i)
-    want_ref = bool(needs & {"ref_logprobs", "hellinger"})
+        by_adapter[messages[i].adapter].append(i)
     with torch.no_grad():
         for adapter, idx in sorted(by_adapter.items()):
             for k in range(0, len(idx), chunk):
                 part = idx[k:k + chunk]
-                prompts = [list(messages[i].prompt_ids) for i in part]
-                completions = [list(messages[i].completion_ids) for i in part]
-                lp, targets, _ = team_model.completion_logprobs(prompts, completions, adapter=adapter,
-                                                                temperature=temperature,
-                                                                return_distributions=True)  # [b, C, V]
-                entropy = -(lp.exp() * lp).sum(-1) if "entropies" in needs else None  # [b, C]
-                current = lp.gather(-1, targets[..., None]).squeeze(-1)  # [b, C]
-                ref_tok = hell = None
-                if want_ref:
-                    with team_model.disabled_adapters():
-                        lq, _, _ = team_model.completion_logprobs(prompts, completions, adapter=None,
-                                                                  temperature=temperature,
-                                                                  return_distributions=True)  # [b, C, V]
-                    ref_tok = lq.gather(-1, targets[..., None]).squeeze(-1)  # [b, C]
-                    if "hellinger" in needs:
-                        # H^2 = 1 - sum sqrt(p q) = 1/2 sum (sqrt p - sqrt q)^2: the second form is
-                        # exactly 0 for equal distributions (the first leaves sqrt(rounding) ~ 3e-4)
-                        h2 = 0.5 * ((0.5 * lp).exp() - (0.5 * lq).exp()).pow(2).sum(-1)  # [b, C]
-                        hell = torch.sqrt(h2.clamp(min=0.0, max=1.0))
-                for row, i in enumerate(part):
-                    n = len(messages[i].completion_ids)
-                    out[i] = TokenStats(
-                        logprobs=np.asarray(messages[i].logprobs, dtype=np.float64),
-                        entropies=None if entropy is None else entropy[row, :n].double().cpu().numpy(),
-                        ref_logprobs=(ref_tok[row, :n].double().cpu().numpy()
-                                      if ref_tok is not None and "ref_logprobs" in needs else None),
-                        hellinger=None if hell is None else hell[row, :n].double().cpu().numpy(),
-                        text=texts[i][0], token_ends=texts[i][1], teacher_logprobs=teacher[i],
-                        current_logprobs=current[row, :n].double().cpu().numpy())
-    return out  # type: ignore[return-value]
+                for row, fields in zip(part, _score_chunk(team_model, [messages[i] for i in part], adapter,
+                                                          needs, temperature), strict=True):
+                    out[row] = dataclasses.replace(out[row], **fields)
+    return out
+
+
+def _score_chunk(team_model, part: Sequence[Message], adapter: str, needs: set[str],
+                 temperature: float) -> list[dict[str, np.ndarray]]:
+    """The model statistics of one chunk of messages of one adapter, as TokenStats fields per message:
+    a policy pass when the Hellinger distance or a missing entropy needs it, a reference pass
+    (adapters disabled) for ``ref_logprobs`` / ``hellinger``."""
+    prompts = [list(m.prompt_ids) for m in part]
+    completions = [list(m.completion_ids) for m in part]
+    lp = lq = targets = None
+    if "hellinger" in needs or ("entropies" in needs and not all(m.entropies for m in part)):
+        lp, targets, _ = team_model.completion_logprobs(prompts, completions, adapter=adapter,
+                                                        temperature=temperature, return_distributions=True)
+    if needs & {"ref_logprobs", "hellinger"}:
+        lq, targets, _ = team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
+                                                       return_distributions=True)
+    return stats_from_distributions(lp, lq, targets, part, needs)
+
+
+def stats_from_distributions(lp: torch.Tensor | None, lq: torch.Tensor | None, targets: torch.Tensor,
+                             part: Sequence[Message], needs: Collection[str]) -> list[dict[str, np.ndarray]]:
+    """TokenStats fields of each message of ``part`` from the next-token log-distributions of the
+    policy ``lp`` and of the reference ``lq`` (each [b, C, V] or ``None``, no grad) and the completion
+    tokens ``targets`` [b, C]: ``current_logprobs`` and the entropies a message did not record (from
+    ``lp``), ``ref_logprobs`` (from ``lq``), ``hellinger`` (both). Used by the statistics pass and by
+    the update, which computes the same numbers from its own forward pass."""
+    fields: list[dict[str, np.ndarray]] = [{} for _ in part]
+    lengths = [len(m.completion_ids) for m in part]
+
+    def put(name: str, values: torch.Tensor, rows: Sequence[int]) -> None:  # values [b, C]
+        for row in rows:
+            fields[row][name] = values[row, :lengths[row]].double().cpu().numpy()
+
+    everyone = range(len(part))
+    if lp is not None:
+        put("current_logprobs", lp.gather(-1, targets[..., None]).squeeze(-1), everyone)
+        if "entropies" in needs:
+            put("entropies", -(lp.exp() * lp).sum(-1), [r for r in everyone if not part[r].entropies])
+    if lq is not None and "ref_logprobs" in needs:
+        put("ref_logprobs", lq.gather(-1, targets[..., None]).squeeze(-1), everyone)
+    if "hellinger" in needs:
+        if lp is None or lq is None:
+            raise ValueError("the Hellinger distance needs the policy's and the reference's distributions")
+        # H^2 = 1 - sum sqrt(p q) = 1/2 sum (sqrt p - sqrt q)^2: the second form is exactly 0 for
+        # equal distributions (the first leaves sqrt(rounding) ~ 3e-4)
+        h2 = 0.5 * ((0.5 * lp).exp() - (0.5 * lq).exp()).pow(2).sum(-1)  # [b, C]
+        put("hellinger", torch.sqrt(h2.clamp(min=0.0, max=1.0)), everyone)
+    return fields
 
 
 def _teacher_logprobs(team_model, messages: Sequence[Message], hints: Sequence[Sequence[int]], temperature: float,

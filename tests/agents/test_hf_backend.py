@@ -1,5 +1,6 @@
 """HFBackend on the tiny model: batching is exact, seeds reproduce, log-probs match the trainer's."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,6 +110,31 @@ def test_top_p_logprobs_are_those_of_the_truncated_distribution():
     behaviour = torch.nn.utils.rnn.pad_sequence([torch.tensor(g.logprobs) for g in gens], batch_first=True)
     # Renormalising over the nucleus raises every kept token's probability: log p_top_p > log p.
     assert torch.all(behaviour[full != 0] > full[full != 0] + 1e-3)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_recorded_entropies_are_those_of_the_sampled_distribution(temperature):
+    backend = make_backend()
+    perturb(backend, "proposer", 1)
+    gens = backend.generate([request(i) for i in range(4)],
+                            SamplingParams(max_new_tokens=10, temperature=temperature, seed=3))
+    with torch.no_grad():
+        logp_all, _, _ = backend.team_model.completion_logprobs(
+            [g.prompt_ids for g in gens], [g.completion_ids for g in gens], adapter="proposer",
+            temperature=temperature or 1.0, return_distributions=True)  # [B, C, V]
+    entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, C]
+    for b, g in enumerate(gens):
+        assert len(g.entropies) == len(g.completion_ids)
+        torch.testing.assert_close(torch.tensor(g.entropies), entropy[b, :len(g.entropies)], atol=1e-4, rtol=0)
+
+
+def test_top_k_entropies_are_finite_and_bounded_by_the_kept_tokens():
+    backend = make_backend()
+    gens = backend.generate([request(i) for i in range(4)],
+                            SamplingParams(max_new_tokens=10, temperature=1.0, top_k=3, seed=3))
+    values = np.concatenate([np.asarray(g.entropies) for g in gens])
+    # removed tokens have p = 0 (log p = -inf) and add nothing: at most log 3 nats, never NaN
+    assert np.isfinite(values).all() and (values >= -1e-6).all() and (values <= np.log(3) + 1e-5).all()
 
 
 def test_each_adapter_generates_with_its_own_weights():

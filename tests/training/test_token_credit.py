@@ -3,6 +3,7 @@ case, the token statistics pass, and `teamplay train` runs of every token method
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -120,6 +121,49 @@ def test_token_stats_pass_matches_the_scoring_path(tmp_path):
         j = len(m.completion_ids) // 2
         assert s.text.startswith(tm.tokenizer.decode(list(m.completion_ids[:j + 1]), skip_special_tokens=True)[
             :s.token_ends[j]])
+
+
+class _CountingModel:
+    """Wraps a TeamModel and counts ``completion_logprobs`` calls by adapter (None = reference)."""
+
+    def __init__(self, team_model):
+        self.inner = team_model
+        self.calls: list[str | None] = []
+
+    def completion_logprobs(self, *args, adapter, **kwargs):
+        self.calls.append(adapter)
+        return self.inner.completion_logprobs(*args, adapter=adapter, **kwargs)
+
+    def reference_logprobs(self, *args, **kwargs):
+        self.calls.append(None)
+        return self.inner.reference_logprobs(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
+    trainer = make_trainer(tmp_path, {"steps": 1})
+    from teamplay.training.rollout import RolloutJob
+
+    episodes = trainer.runner.run([RolloutJob(item=trainer.items[0], group_id="g")], seed=0)
+    msgs = [m for m in episodes[0].messages if m.completion_ids]
+    assert msgs and all(len(m.entropies) == len(m.completion_ids) for m in msgs)  # the HF backend records them
+    bare = [dataclasses.replace(m, entropies=()) for m in msgs]  # as a backend without entropies sends them
+    counting = _CountingModel(trainer.team_model)
+    scored = compute_token_stats(counting, bare, {"entropies"}, 1.0)
+    assert counting.calls == [msgs[0].adapter]  # one policy pass for the bare messages
+    for m, s in zip(msgs, scored, strict=True):  # sampled at T=1, top-p 1: the same distribution
+        np.testing.assert_allclose(m.entropies, s.entropies, atol=1e-4)
+    counting.calls.clear()
+    recorded = compute_token_stats(counting, msgs, {"entropies"}, 1.0)
+    assert counting.calls == []  # s_trace / aem-style needs: no model pass at all
+    assert all(np.array_equal(s.entropies, m.entropies) for m, s in zip(msgs, recorded, strict=True))
+    compute_token_stats(counting, msgs, {"entropies", "ref_logprobs"}, 1.0)
+    assert counting.calls == [None]  # ep_grpo: only the reference pass
+    counting.calls.clear()
+    compute_token_stats(counting, msgs, {"entropies", "hellinger"}, 1.0)
+    assert sorted(counting.calls, key=str) == sorted([msgs[0].adapter, None], key=str)  # dgpo: policy + reference
 
 
 def test_config_refusals(tmp_path):

@@ -11,7 +11,8 @@ Behaviour log-probs: ``generate`` returns the scores after its logits processors
 distribution actually sampled (temperature, then top-k, then top-p applied); the log-prob of a
 token is ``log_softmax`` of those scores. For greedy decoding no processor runs: the log-probs are
 those of the T=1 model distribution (what ``TeamModel.completion_logprobs(..., temperature=1)``
-recomputes).
+recomputes). The entropy of that same distribution at each token is recorded as well
+(``Generation.entropies``): token-level credit reads it instead of scoring the message again.
 
 A completion ends after the first stop token (the tokenizer's eos and the model's generation-config
 eos ids), which it includes; the padding ``generate`` writes after it is never returned.
@@ -93,11 +94,11 @@ class HFBackend(GenerationBackend):
                 chunk = members[start:start + self.micro_batch_size]
                 seed = None if sampling.seed is None else _derive_seed(sampling.seed, adapter, start)
                 outs = self._generate_chunk([prompts[i][0] for i in chunk], adapter, sampling, seed)
-                for i, (ids, logps) in zip(chunk, outs, strict=True):
+                for i, (ids, logps, ents) in zip(chunk, outs, strict=True):
                     results[i] = Generation(
                         text=self.tokenizer.decode(ids, skip_special_tokens=True),
                         prompt_ids=tuple(prompts[i][0]), completion_ids=tuple(ids), logprobs=tuple(logps),
-                        adapter=adapter, truncated=prompts[i][1])
+                        adapter=adapter, truncated=prompts[i][1], entropies=tuple(ents))
         return [g for g in results if g is not None]
 
     def _generation_config(self, sampling: SamplingParams) -> GenerationConfig:
@@ -113,7 +114,7 @@ class HFBackend(GenerationBackend):
 
     @torch.no_grad()
     def _generate_chunk(self, prompts: list[list[int]], adapter: str | None, sampling: SamplingParams,
-                        seed: int | None) -> list[tuple[list[int], list[float]]]:
+                        seed: int | None) -> list[tuple[list[int], list[float], list[float]]]:
         device = self.team_model.device
         input_ids, attention = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
         config = self._generation_config(sampling)
@@ -125,13 +126,17 @@ class HFBackend(GenerationBackend):
                                                      generation_config=config)
         new = out.sequences[:, input_ids.shape[1]:]  # [B, N]
         scores = torch.stack(out.scores, dim=1).float()  # [B, N, V] processed logits
-        logps = torch.log_softmax(scores, dim=-1).gather(-1, new[..., None]).squeeze(-1)  # [B, N]
+        log_dist = torch.log_softmax(scores, dim=-1)  # [B, N, V]
+        logps = log_dist.gather(-1, new[..., None]).squeeze(-1)  # [B, N]
+        # entropy of the sampled distribution, free here (token-level credit would otherwise
+        # re-score every message); tokens that top-k / top-p removed have p = 0 and add nothing
+        entropies = -torch.where(log_dist.isfinite(), log_dist.exp() * log_dist, 0.0).sum(-1)  # [B, N]
         stops = torch.tensor(self.stop_ids, device=device)
         results = []
         for b in range(new.shape[0]):
             is_stop = torch.isin(new[b], stops)  # [N]
             length = int(is_stop.nonzero()[0, 0]) + 1 if bool(is_stop.any()) else new.shape[1]
-            results.append((new[b, :length].tolist(), logps[b, :length].tolist()))
+            results.append((new[b, :length].tolist(), logps[b, :length].tolist(), entropies[b, :length].tolist()))
         return results
 
     # ------------------------------------------------------------------ judge

@@ -305,6 +305,7 @@ class EpisodeDriver:
         prompt_ids: tuple[int, ...] = ()
         completion_ids: tuple[int, ...] = ()
         logprobs: tuple[float, ...] = ()
+        entropies: tuple[float, ...] = ()
         adapter = None
         if isinstance(action, Generation):
             if action.adapter is not None and action.adapter != request.adapter:
@@ -312,7 +313,7 @@ class EpisodeDriver:
                                  f"role {turn.role!r} writes with adapter {request.adapter!r}")
             text = clean_text(action.text)
             prompt_ids, completion_ids = tuple(action.prompt_ids), tuple(action.completion_ids)
-            logprobs, adapter = tuple(action.logprobs), action.adapter
+            logprobs, adapter, entropies = tuple(action.logprobs), action.adapter, tuple(action.entropies)
         elif isinstance(action, str):
             text = clean_text(action)
         elif action is None:
@@ -323,7 +324,7 @@ class EpisodeDriver:
                             f"got {type(action).__name__}")
         return Message(agent=turn.agent, role=turn.role, round=turn.round, stage=turn.stage,
                        text=text, prompt_ids=prompt_ids, completion_ids=completion_ids,
-                       logprobs=logprobs, adapter=adapter, answer=self.task.extract(text))
+                       logprobs=logprobs, adapter=adapter, answer=self.task.extract(text), entropies=entropies)
 
     def _record(self, message: Message) -> None:
         assert self.state is not None
