@@ -7,10 +7,14 @@ One DistributedTrainer for the module: 2 groups x 2 rollout workers + 1 learner 
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 import torch
 
 from teamplay.config import TrainConfig, build_config
+from teamplay.distributed.rollout import RestartEvent
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.setup import sampling_params
 from tests.distributed.conftest import save_scaled_tiny
@@ -91,6 +95,24 @@ def test_greedy_episodes_equal_single_process_heterogeneous_runner(hetero):
         agents |= {m.agent for m in b.messages}
     assert {a.split("_")[0] for a in agents} == {"proposer", "reviewer"}  # both bases generated
     assert sum(len(m.completion_ids) for ep in remote for m in ep.messages) > 0
+
+
+def test_dead_group_worker_is_replaced_and_its_requests_rerun(hetero):
+    base_b = hetero.bases[1]
+    group = hetero.pool.groups[base_b]
+    victim = group.pids[0]
+    os.kill(victim, signal.SIGKILL)  # the reviewer base's worker 0 dies between steps
+    greedy = sampling_params(hetero.cfg.eval_sampling)
+    jobs = [RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(hetero.items[3:5]) for _ in range(2)]
+    local = RolloutRunner(hetero.make_env, hetero.backend, greedy).run(jobs, seed=7)
+    remote = hetero.pool.run(jobs, seed=7, sampling=greedy)
+    # the first reviewer call has the 4 episodes' requests: worker 0's chunk is 2 of them, re-sent
+    # to its replacement; nothing else restarted
+    assert hetero.pool.last_events == [RestartEvent(worker=0, pid=victim, jobs=2, error="ActorDiedError",
+                                                    base=base_b)]
+    assert group.pids[0] != victim and len(group.workers) == 2
+    assert [[m.completion_ids for m in ep.messages] for ep in remote] == \
+        [[m.completion_ids for m in ep.messages] for ep in local]
 
 
 def test_two_steps_move_each_adapter_and_no_base(hetero):
