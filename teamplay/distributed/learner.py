@@ -84,8 +84,8 @@ class ShardedGroup(TorchGroup):
     lockstep = True
 
     def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
-        """Each rank holds the mean gradient of its shard: times ``world``, the sum (exact for a
-        power-of-two world; gloo cannot reduce with FSDP's pre-scaled sum instead)."""
+        """Each rank holds the mean gradient of its shard: times ``world``, the sum up to float
+        rounding (a divide factor of 1 would need a pre-scaled sum, which gloo does not have)."""
         for p in params:
             if p.grad is not None:
                 p.grad.mul_(self.world)
