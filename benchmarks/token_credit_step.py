@@ -1,13 +1,20 @@
 """A training step with token-level credit against the same step with message-level GRPO credit.
 
-Three ``Trainer``s built the same way (same model, fresh LoRA r=8 each, same seed, same problems,
-same batch, completions of exactly ``max_new_tokens`` tokens, see ``trainer_vs_trl``): credit
-``grpo`` alone (one advantage per message), ``grpo`` + token method ``dgpo`` (the most expensive
-token method: entropies and the Hellinger distance to the reference need the full next-token
-distributions, with the adapter and with adapters disabled, in one extra batched no-grad pass),
-and ``grpo`` + ``aem`` (behaviour log-probs only, no extra pass). Steps run interleaved, one of
-each in turn, in one process, so machine load hits all three alike; the figure is the ratio of
-mean step times, token / message. Target: at most 1.15x.
+``Trainer``s built the same way (same model, fresh LoRA r=8 each, same seed, same problems, same
+batch, completions of exactly ``max_new_tokens`` tokens, see ``trainer_vs_trl``), one per variant:
+
+* message-level ``grpo`` (no KL): the baseline;
+* message-level ``grpo`` with ``kl_beta`` 0.04: the same step plus the reference pass a KL term makes;
+* ``grpo`` + token ``s_trace`` and ``aem``: they read the behaviour log-probs and the entropies the HF
+  backend records while generating, so no model pass of their own;
+* ``grpo`` + token ``dgpo``: its entropies and Hellinger distances come from the update's own forward
+  pass (a per-message method), plus one pass of the reference (adapters disabled);
+* ``grpo`` + token ``ep_grpo``: recorded entropies plus a reference pass before the update.
+
+Steps run interleaved, one of each variant per round, in one process, so machine load hits all of
+them alike; each round's step time is divided by the baseline's in the same round and the figure
+is the median over the timed rounds (a load spike in one round moves one ratio, not the figure).
+Target: at most 1.15x the message-level step.
 
     python -m benchmarks token_credit_step
     python -m benchmarks.token_credit_step --quick
@@ -15,6 +22,7 @@ mean step times, token / message. Target: at most 1.15x.
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -22,11 +30,17 @@ from pathlib import Path
 from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, script_main
 from benchmarks.trainer_vs_trl import LORA_ALPHA, LORA_R, LR, closeness_task, mask_stop_tokens, stop_ids_of
 
-VARIANTS = (("message-level `grpo`", None), ("`grpo` + token `dgpo`", "dgpo"), ("`grpo` + token `aem`", "aem"))
+#: (label, token method or None, objective kl_beta)
+VARIANTS = (("message-level `grpo`", None, 0.0), ("message-level `grpo`, KL 0.04", None, 0.04),
+            ("`grpo` + token `s_trace`", "s_trace", 0.0), ("`grpo` + token `aem`", "aem", 0.0),
+            ("`grpo` + token `dgpo`", "dgpo", 0.0), ("`grpo` + token `ep_grpo`", "ep_grpo", 0.0))
 TARGET = 1.15
+#: token methods that read the reference model (a pass a KL term makes as well)
+NEEDS_REFERENCE = ("dgpo", "ep_grpo")
 
 
-def make_trainer(model: str, token: str | None, problems: int, group: int, max_new: int, steps: int, out: Path):
+def make_trainer(model: str, token: str | None, kl_beta: float, problems: int, group: int, max_new: int,
+                 steps: int, out: Path):
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.config import TrainConfig, build_config
     from teamplay.training.setup import build_team_model, env_factory
@@ -39,8 +53,9 @@ def make_trainer(model: str, token: str | None, problems: int, group: int, max_n
         "credit": credit,
         "rollout": {"problems_per_step": problems, "group_size": group},
         "sampling": {"max_new_tokens": max_new, "temperature": 1.0},
+        "objective": {"kl_beta": kl_beta},
         "optim": {"lr": LR, "epochs": 1, "minibatch_size": problems * group},
-        "steps": steps + 1, "output_dir": str(out / (token or "message")), "tensorboard": False,
+        "steps": steps + 1, "output_dir": str(out / f"{token or 'message'}-{kl_beta}"), "tensorboard": False,
     })
     task = closeness_task()
     _, team = env_factory(task, cfg.protocol, cfg.team)
@@ -51,37 +66,49 @@ def make_trainer(model: str, token: str | None, problems: int, group: int, max_n
 
 
 def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
-    """``quick``: 2 problems x 2 completions of 4 tokens, 1 timed step; otherwise 4 x 4 of 32
-    tokens, 3 timed steps (each variant after one warm-up step)."""
-    problems, group, max_new, steps = (2, 2, 4, 1) if quick else (4, 4, 32, 3)
-    times: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
-    token_messages: dict[str, list[int]] = {name: [] for name, _ in VARIANTS}
+    """``quick``: 2 problems x 2 completions of 4 tokens, 1 timed round; otherwise 4 x 4 of 32
+    tokens, 4 timed rounds (each variant after one warm-up step)."""
+    problems, group, max_new, steps = (2, 2, 4, 1) if quick else (4, 4, 32, 4)
+    times: dict[str, list[float]] = {name: [] for name, _, _ in VARIANTS}
+    token_messages: dict[str, list[int]] = {name: [] for name, _, _ in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
-        trainers = {name: make_trainer(model, token, problems, group, max_new, steps, Path(tmp))
-                    for name, token in VARIANTS}
+        trainers = {name: make_trainer(model, token, kl, problems, group, max_new, steps, Path(tmp))
+                    for name, token, kl in VARIANTS}
         for _ in range(steps + 1):
-            for name, _token in VARIANTS:
+            for name, _token, _kl in VARIANTS:
                 start = time.perf_counter()
                 metrics = trainers[name].step().metrics
                 times[name].append(time.perf_counter() - start)
                 token_messages[name].append(int(metrics.get("token_credit_messages", 0)))
-    means = {name: sum(t[1:]) / steps for name, t in times.items()}
-    base = means[VARIANTS[0][0]]
-    ratios = {name: means[name] / base for name in means}
-    rows = [[name, f"{t[0]:.2f}", ", ".join(f"{x:.2f}" for x in t[1:]), f"{means[name]:.2f}",
-             f"**{fmt_ratio(ratios[name])}**"] for name, t in times.items()]
-    table = markdown_table(["credit", "warm-up step s", "timed steps s", "mean s", "/ message-level"], rows)
-    worst = max(ratios[name] for name, token in VARIANTS if token)
-    met = worst <= TARGET
-    headline = (f"a step with token-level credit costs {fmt_ratio(ratios[VARIANTS[1][0]])} (dgpo, with its "
-                f"statistics pass) and {fmt_ratio(ratios[VARIANTS[2][0]])} (aem) the message-level GRPO step; "
-                f"target ≤ {TARGET}× {'met' if met else 'NOT met'}.")
+    base_name = VARIANTS[0][0]
+    paired = {name: [t / b for t, b in zip(times[name][1:], times[base_name][1:], strict=True)] for name in times}
+    ratios = {name: statistics.median(r) for name, r in paired.items()}
+    kl_name = VARIANTS[1][0]
+    vs_kl = {name: statistics.median(t / b for t, b in zip(times[name][1:], times[kl_name][1:], strict=True))
+             for name in times}
+    rows = [[name, f"{t[0]:.2f}", ", ".join(f"{x:.2f}" for x in t[1:]),
+             ", ".join(f"{x:.2f}" for x in paired[name]), f"**{fmt_ratio(ratios[name])}**",
+             fmt_ratio(vs_kl[name])] for name, t in times.items()]
+    table = markdown_table(["credit", "warm-up step s", "timed steps s", "per-round ratio", "median / message-level",
+                            "median / message-level with KL"], rows)
+    token_rows = [(name, token) for name, token, _ in VARIANTS if token]
+    free = [name for name, token in token_rows if token not in NEEDS_REFERENCE]
+    with_ref = [name for name, token in token_rows if token in NEEDS_REFERENCE]
+    met = all(ratios[name] <= TARGET for name in free) and all(vs_kl[name] <= TARGET for name in with_ref)
+    headline = ("a step with token-level credit costs " + ", ".join(f"{fmt_ratio(ratios[n])} ({n})" for n in free)
+                + " the message-level GRPO step; the methods that read the reference model cost "
+                + ", ".join(f"{fmt_ratio(ratios[n])} ({n})" for n in with_ref) + " of it and "
+                + ", ".join(f"{fmt_ratio(vs_kl[n])}" for n in with_ref)
+                + " of the GRPO step with a KL term (the same reference pass); target ≤ "
+                + f"{TARGET}× {'met' if met else 'NOT met'}.")
     notes = (f"Model {model}, single protocol, arith level 1 scored by closeness, {problems} problems × {group} "
              f"completions of exactly {max_new} tokens per step, LoRA r={LORA_R}, one epoch, one optimiser step "
-             f"per batch; steps interleaved across the three trainers. Messages with token advantages per "
-             f"step: " + "; ".join(f"{name}: {', '.join(map(str, n))}" for name, n in token_messages.items()) + ".",)
+             f"per batch; steps interleaved across the trainers, ratios paired within a round. Messages with "
+             f"token advantages per step: " + "; ".join(f"{name}: {', '.join(map(str, n))}"
+                                                         for name, n in token_messages.items()) + ".",)
     data = {"model": model, "problems": problems, "group": group, "max_new_tokens": max_new,
-            "step_seconds": times, "ratios": ratios, "token_credit_messages": token_messages}
+            "step_seconds": times, "paired_ratios": paired, "ratios": ratios, "ratios_vs_kl": vs_kl,
+            "token_credit_messages": token_messages}
     return Result("token_credit_step", table, headline, met, notes, data)
 
 

@@ -45,6 +45,10 @@ from teamplay.training.trainer import StepResult, Trainer, TrainResult
 class DistributedTrainer(Trainer):
     """``Trainer`` on a Ray cluster; ``cfg.distributed`` must be set (see ``DistributedConfig``)."""
 
+    # each learner rank scores only its share of a minibatch: token statistics are computed in the
+    # driver before the update (the statistics pass), not resolved inside it
+    resolves_token_rules = False
+
     def __init__(self, cfg: TrainConfig, task: Task | None = None, items: Sequence[TaskItem] | None = None,
                  eval_items: Sequence[TaskItem] | None = None,
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,

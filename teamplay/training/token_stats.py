@@ -86,28 +86,31 @@ def _score_chunk(team_model, part: Sequence[Message], adapter: str, needs: set[s
     if needs & {"ref_logprobs", "hellinger"}:
         lq, targets, _ = team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
                                                        return_distributions=True)
-    return stats_from_distributions(lp, lq, targets, part, needs)
+    return stats_from_distributions(lp, lq, targets, [len(m.completion_ids) for m in part], needs,
+                                    recorded=[bool(m.entropies) for m in part])
 
 
 def stats_from_distributions(lp: torch.Tensor | None, lq: torch.Tensor | None, targets: torch.Tensor,
-                             part: Sequence[Message], needs: Collection[str]) -> list[dict[str, np.ndarray]]:
-    """TokenStats fields of each message of ``part`` from the next-token log-distributions of the
-    policy ``lp`` and of the reference ``lq`` (each [b, C, V] or ``None``, no grad) and the completion
-    tokens ``targets`` [b, C]: ``current_logprobs`` and the entropies a message did not record (from
-    ``lp``), ``ref_logprobs`` (from ``lq``), ``hellinger`` (both). Used by the statistics pass and by
-    the update, which computes the same numbers from its own forward pass."""
-    fields: list[dict[str, np.ndarray]] = [{} for _ in part]
-    lengths = [len(m.completion_ids) for m in part]
+                             lengths: Sequence[int], needs: Collection[str],
+                             recorded: Sequence[bool] | None = None) -> list[dict[str, np.ndarray]]:
+    """TokenStats fields of each of b completions (``lengths`` tokens each) from the next-token
+    log-distributions of the policy ``lp`` and of the reference ``lq`` (each [b, C, V] or ``None``, no
+    grad) and the completion tokens ``targets`` [b, C]: ``current_logprobs`` and the entropies of the
+    rows that did not record theirs (``recorded[row]`` False; all when ``None``) from ``lp``,
+    ``ref_logprobs`` from ``lq``, ``hellinger`` from both. Used by the statistics pass and by the
+    update, which computes the same numbers from its own forward pass."""
+    fields: list[dict[str, np.ndarray]] = [{} for _ in lengths]
+    recorded = recorded if recorded is not None else [False] * len(lengths)
 
     def put(name: str, values: torch.Tensor, rows: Sequence[int]) -> None:  # values [b, C]
         for row in rows:
             fields[row][name] = values[row, :lengths[row]].double().cpu().numpy()
 
-    everyone = range(len(part))
+    everyone = range(len(lengths))
     if lp is not None:
         put("current_logprobs", lp.gather(-1, targets[..., None]).squeeze(-1), everyone)
         if "entropies" in needs:
-            put("entropies", -(lp.exp() * lp).sum(-1), [r for r in everyone if not part[r].entropies])
+            put("entropies", -(lp.exp() * lp).sum(-1), [r for r in everyone if not recorded[r]])
     if lq is not None and "ref_logprobs" in needs:
         put("ref_logprobs", lq.gather(-1, targets[..., None]).squeeze(-1), everyone)
     if "hellinger" in needs:

@@ -78,7 +78,7 @@ from teamplay.training.metrics import MetricsLogger
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.run_folder import claim_run_folder
-from teamplay.training.samples import PolicySample, build_samples
+from teamplay.training.samples import PolicySample, TokenRule, build_samples, sample_positions
 from teamplay.training.setup import (
     build_run,
     sampling_params,
@@ -127,6 +127,10 @@ class Trainer:
     sections, for a task defined in Python. ``on_step(step, metrics)`` is called after each step.
     """
 
+    #: per-message token methods (``row``) are applied inside the update, from its own forward pass;
+    #: a trainer whose update runs elsewhere (learner ranks) computes token statistics up front
+    resolves_token_rules = True
+
     def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
                  items: Sequence[TaskItem] | None = None, eval_items: Sequence[TaskItem] | None = None,
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,
@@ -144,10 +148,14 @@ class Trainer:
         self.make_env, self.make_eval_env = parts.make_env, parts.make_eval_env
         self.backend, self.runner = parts.backend, parts.runner
         self._token_keeps_zero_variance = False
+        self._token_rule: TokenRule | None = None
         if cfg.credit.token is not None:
             method = get_token_credit(cfg.credit.token.method)
-            self._token_keeps_zero_variance = method.wants_zero_variance_groups(
-                parse_token_options(method, cfg.credit.token.options))
+            token_options = parse_token_options(method, cfg.credit.token.options)
+            self._token_keeps_zero_variance = method.wants_zero_variance_groups(token_options)
+            if method.row is not None and self.resolves_token_rules:
+                # a per-message method: the update applies it from its own forward pass, no extra pass
+                self._token_rule = TokenRule(method.name, token_options)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, None, None)  # parsed
@@ -273,15 +281,19 @@ class Trainer:
             if scale != 1.0:
                 advantages = [a * scale for a in advantages]
             batches.append((batch, advantages))
-        if cfg.credit.token is not None and batches:
+        if cfg.credit.token is not None and batches and self._token_rule is None:
             token_rows = self._token_credit(batches, active)
+        rule_roles = set(cfg.credit.token.roles) if cfg.credit.token and cfg.credit.token.roles is not None else None
         for k, (batch, advantages) in enumerate(batches):
             credited.extend(zip(batch.episodes, advantages, strict=True))
             samples.extend(build_samples(batch.episodes, advantages, active,
-                                         token_rows[k] if token_rows else None))
+                                         token_rows[k] if token_rows else None,
+                                         token_rule=self._token_rule, rule_roles=rule_roles))
         t_credit = time.perf_counter() - t0 - t_rollout
 
         update = self._update(samples, step) if samples else {"optimizer_steps": 0}
+        if self._token_rule is not None and batches:
+            samples, token_rows = self._resolved_token_rows(samples, batches, active)
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
         with warnings.catch_warnings():
@@ -312,6 +324,22 @@ class Trainer:
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
         })
+
+    def _resolved_token_rows(self, samples: list[PolicySample], batches: list[tuple[CreditBatch, list[np.ndarray]]],
+                             active: set[str]) -> tuple[list[PolicySample], list[list[list[np.ndarray | None]]]]:
+        """The samples and ``rows[k][g][t]`` with the token advantages the update computed from its
+        own forward pass (a sample it never scored, e.g. after a non-finite loss, keeps its scalar)."""
+        resolved = self.updater.resolved_tokens
+        rows = [[[None] * len(ep.messages) for ep in batch.episodes] for batch, _ in batches]
+        out, i = [], 0
+        for k, (batch, _) in enumerate(batches):
+            for g, t in sample_positions(batch.episodes, active):
+                tokens = resolved.get(i)
+                if tokens is not None:
+                    rows[k][g][t] = np.asarray(tokens)
+                out.append(dataclasses.replace(samples[i], token_advantages=tokens))
+                i += 1
+        return out, rows
 
     def _token_credit(self, batches: list[tuple[CreditBatch, list[np.ndarray]]], active: set[str]
                       ) -> list[list[list[np.ndarray | None]]]:

@@ -63,11 +63,18 @@ class PolicyUpdater:
         self.params = params
         self.optimizer = optimizer
         self.group = group
+        #: token advantages the last update computed for samples with a ``token_rule``, by index
+        self.resolved_tokens: dict[int, tuple[float, ...]] = {}
 
     def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
         """Every epoch and minibatch of one step; returns the update's metrics (means over the
-        minibatches of this rank, ``optimizer_steps`` and ``skipped_nonfinite_steps``)."""
+        minibatches of this rank, ``optimizer_steps`` and ``skipped_nonfinite_steps``).
+
+        A sample with a ``token_rule`` gets its token advantages the first time the update scores
+        it (epoch 1, its minibatch), from that forward pass's distributions; they are kept for the
+        later epochs and left in ``resolved_tokens`` for the trainer's logs."""
         cfg = self.cfg.optim
+        self.resolved_tokens = {}
         rank, world = (self.group.rank, self.group.world) if self.group is not None else (0, 1)
         stats: dict[str, list[float]] = defaultdict(list)
         skipped = optimizer_steps = 0
@@ -81,16 +88,17 @@ class PolicyUpdater:
             clip_epoch: list[float] = []
             for mb_index, mb in enumerate(minibatches):
                 finite = True
-                by_adapter: dict[str, list[PolicySample]] = defaultdict(list)
+                by_adapter: dict[str, list[int]] = defaultdict(list)
                 for i in mb[rank::world]:
-                    by_adapter[samples[i].adapter].append(samples[i])
-                placeholders: dict[str, list[PolicySample]] = {}
+                    by_adapter[samples[i].adapter].append(int(i))
+                placeholders: dict[str, list[int]] = {}
                 if lockstep:  # a pass per adapter of the whole minibatch on every rank
                     for i in mb:
                         if samples[i].adapter not in by_adapter:
-                            placeholders.setdefault(samples[i].adapter, [samples[i]])
-                for adapter, part in sorted({**by_adapter, **placeholders}.items()):
-                    loss, s, entropy = self.loss(adapter, part, temperature)
+                            placeholders.setdefault(samples[i].adapter, [int(i)])
+                for adapter, indices in sorted({**by_adapter, **placeholders}.items()):
+                    part = [samples[i] for i in indices]
+                    loss, s, entropy = self.loss(adapter, part, temperature, indices)
                     # len(mb): the whole minibatch; a placeholder pass only keeps the ranks in step
                     weight = 0.0 if adapter in placeholders else len(part) / len(mb) / cfg.grad_accum
                     if not torch.isfinite(loss):
@@ -132,32 +140,76 @@ class PolicyUpdater:
         out["skipped_nonfinite_steps"] = skipped
         return out
 
-    def loss(self, adapter: str, part: Sequence[PolicySample], temperature: float):
+    def loss(self, adapter: str, part: Sequence[PolicySample], temperature: float,
+             indices: Sequence[int] | None = None):
         """Loss of one adapter's share of a minibatch, its stats, and the sampled-token entropy.
 
         The entropy is estimated as the mean of -log p of the sampled tokens (an unbiased estimate
         of the policy's per-token entropy under its own samples; no full-vocabulary pass needed).
+        ``indices`` (the samples' positions in the update's list) key ``resolved_tokens``.
         """
         obj = self.cfg.objective
+        indices = list(indices) if indices is not None else list(range(len(part)))
         prompts = [list(s.prompt_ids) for s in part]
         completions = [list(s.completion_ids) for s in part]
-        logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
-                                                         temperature=temperature)  # [b, C], [b, C]
+        pending = [k for k, s in enumerate(part) if s.token_rule is not None and indices[k] not in self.resolved_tokens]
+        ref = None
+        if pending:  # token rules read this pass's full distributions (and the reference's)
+            logp_all, targets, mask = self.team_model.completion_logprobs(
+                prompts, completions, adapter=adapter, temperature=temperature, return_distributions=True)  # [b, C, V]
+            logp = logp_all.gather(-1, targets[..., None]).squeeze(-1) * mask  # [b, C]
+            ref = self._resolve_tokens(adapter, part, indices, pending, logp_all.detach(), targets, temperature)
+        else:
+            logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
+                                                             temperature=temperature)  # [b, C], [b, C]
         old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
-        if any(s.token_advantages is not None for s in part):
+        if any(s.token_advantages is not None or s.token_rule is not None for s in part):
             # token-level credit: [b, C]; messages without token credit broadcast their scalar
-            adv = _pad([s.token_advantages if s.token_advantages is not None
-                        else (s.advantage,) * len(s.completion_ids) for s in part], logp.shape[1], logp.dtype)
+            adv = _pad([self._tokens_of(s, i) for s, i in zip(part, indices, strict=True)], logp.shape[1], logp.dtype)
         else:
             adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
-        ref = None
-        if obj.kl_beta > 0:  # the reference policy of this adapter: its base model, adapters disabled
+        if obj.kl_beta > 0 and ref is None:  # the reference policy of this adapter: its base, adapters disabled
             ref, _ = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature)
-        loss, stats = objective_loss(obj, logp, old, ref, adv, mask, norm_tokens=self.cfg.sampling.max_new_tokens)
+        loss, stats = objective_loss(obj, logp, old, ref if obj.kl_beta > 0 else None, adv, mask,
+                                     norm_tokens=self.cfg.sampling.max_new_tokens)
         return loss, stats, entropy
+
+    def _tokens_of(self, sample: PolicySample, index: int) -> Sequence[float]:
+        if sample.token_advantages is not None:
+            return sample.token_advantages
+        if sample.token_rule is not None and index in self.resolved_tokens:
+            return self.resolved_tokens[index]
+        return (sample.advantage,) * len(sample.completion_ids)
+
+    def _resolve_tokens(self, adapter: str, part: Sequence[PolicySample], indices: Sequence[int],
+                        pending: Sequence[int], logp_all: torch.Tensor, targets: torch.Tensor,
+                        temperature: float) -> torch.Tensor | None:
+        """Token advantages of the ``pending`` samples of ``part`` from this pass's distributions
+        ``logp_all`` [b, C, V] (detached) and, when a rule needs the reference, one reference pass,
+        whose token log-probs [b, C] are returned (masked) for the KL term; ``None`` without one."""
+        from teamplay.credit.token import get_token_credit
+        from teamplay.credit.token.base import TokenStats, message_tokens
+        from teamplay.training.token_stats import stats_from_distributions
+
+        methods = {part[k].token_rule.method: get_token_credit(part[k].token_rule.method) for k in pending}
+        needs = set().union(*(m.needs for m in methods.values()))
+        lq = ref = None
+        if needs & {"ref_logprobs", "hellinger"} or self.cfg.objective.kl_beta > 0:
+            prompts = [list(s.prompt_ids) for s in part]
+            completions = [list(s.completion_ids) for s in part]
+            lq, _, mask = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
+                                                             return_distributions=True)  # [b, C, V]
+            ref = lq.gather(-1, targets[..., None]).squeeze(-1) * mask  # [b, C]
+        fields = stats_from_distributions(logp_all, lq, targets, [len(s.completion_ids) for s in part], needs)
+        for k in pending:
+            rule = part[k].token_rule
+            stats = TokenStats(logprobs=np.asarray(part[k].old_logprobs, dtype=np.float64), **fields[k])
+            row = message_tokens(methods[rule.method], part[k].advantage, stats, rule.options)
+            self.resolved_tokens[indices[k]] = tuple(float(x) for x in row)
+        return ref
 
 
 def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:

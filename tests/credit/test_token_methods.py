@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from teamplay.credit.registry import CreditBatch, CreditResources
 from teamplay.credit.token import GroupTokenStats, TokenStats, assign_tokens, token_methods
 from teamplay.credit.token.aem import aem_scales
-from teamplay.credit.token.dgpo import dgpo_weights
+from teamplay.credit.token.base import message_tokens
+from teamplay.credit.token.dgpo import DGPOOptions, dgpo_weights
 from teamplay.credit.token.ep_grpo import ep_grpo_tokens, progress_tokens
 from teamplay.credit.token.gear import gear_weights
 from teamplay.credit.token.s_trace import s_trace_weights
@@ -83,6 +85,34 @@ def test_dgpo_conserves_each_message_total(lengths, adv, mix, temperature, seed)
         # bounds: w in [1 - mix, 1 - mix + mix * C], same sign as A
         w = row / adv if adv != 0 else np.ones(n)
         assert (w >= 1 - mix - 1e-9).all() and (w <= 1 - mix + mix * n + 1e-9).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12), st.floats(-3, 3), st.floats(0, 1), st.integers(0, 2**31 - 1))
+def test_dgpo_per_message_rule_equals_the_group_method(n, adv, mix, seed):
+    # the rule the update applies from its own forward pass gives the group method's tokens
+    rng = np.random.default_rng(seed)
+    stats = TokenStats(-rng.random(n), entropies=rng.random(n) * 3, hellinger=rng.random(n))
+    method, options = token_methods()["dgpo"], DGPOOptions(mix=mix)
+    row = message_tokens(method, adv, stats, options)
+    group = assign_tokens("dgpo", group_batch([episode([n])], [[stats]]), [np.array([adv])], options)
+    np.testing.assert_allclose(row, group[0][0], atol=1e-12)
+
+
+def test_message_tokens_checks_the_rule():
+    stats = TokenStats(np.zeros(3), entropies=np.ones(3), hellinger=np.ones(3))
+    base = token_methods()["dgpo"]
+    with pytest.raises(ValueError, match="no per-message rule"):
+        message_tokens(token_methods()["vpr"], 1.0, stats, None)
+    bad_shape = dataclasses.replace(base, row=lambda a, st_, o: np.ones(2))
+    with pytest.raises(RuntimeError, match="shape"):
+        message_tokens(bad_shape, 1.0, stats, DGPOOptions())
+    leaks = dataclasses.replace(base, row=lambda a, st_, o: np.array([a, a, 2 * a]))  # sums to 4A, not 3A
+    with pytest.raises(RuntimeError, match="conservation"):
+        message_tokens(leaks, 1.0, stats, DGPOOptions())
+    nan = dataclasses.replace(base, row=lambda a, st_, o: np.array([a, np.nan, a]))
+    with pytest.raises(RuntimeError, match="non-finite"):
+        message_tokens(nan, 1.0, stats, DGPOOptions())
 
 
 def test_dgpo_refuses_missing_statistics():

@@ -42,14 +42,19 @@ def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(
     samples = captured["samples"]
     roles = {s.role for s in samples}
     assert roles == {"proposer", "reviewer"}
-    for s in samples:
-        if s.role == "proposer":
-            assert s.token_advantages is not None and len(s.token_advantages) == len(s.completion_ids)
-            # conservation: the mean token advantage is the message advantage
-            assert np.mean(s.token_advantages) == pytest.approx(s.advantage, abs=1e-9)
-        else:
-            assert s.token_advantages is None
-    assert metrics["token_credit_messages"] == sum(s.role == "proposer" for s in samples)
+    # dgpo is per message: the update applies it from its own forward pass (no statistics pass)
+    assert all((s.token_rule is not None) == (s.role == "proposer") and s.token_advantages is None for s in samples)
+    checked = 0
+    for (ep, adv), rows in zip(result.credited, result.token_advantages, strict=True):
+        for t, (msg, row) in enumerate(zip(ep.messages, rows, strict=True)):
+            if msg.role == "proposer" and msg.completion_ids:
+                assert row is not None and len(row) == len(msg.completion_ids)
+                # conservation: the mean token advantage is the message advantage
+                assert np.mean(row) == pytest.approx(adv[t], abs=1e-9)
+                checked += 1
+            else:
+                assert row is None
+    assert checked == metrics["token_credit_messages"] == sum(s.role == "proposer" for s in samples)
     assert metrics["optimizer_steps"] >= 1 and np.isfinite(metrics["loss"])
     # with mix 1 and a fresh LoRA (B = 0, policy == reference) there is no deviation: uniform tokens
     assert metrics["token_adv_relative_spread"] == pytest.approx(0.0, abs=1e-6)
@@ -88,6 +93,34 @@ def test_uniform_token_advantages_update_exactly_like_message_credit(tmp_path, o
                             objective)
     assert all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(scalar, token, strict=True))
     assert not all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(scalar, moved, strict=True))
+
+
+def _dgpo_step(tmp_path, resolve_in_update: bool):
+    trainer = make_trainer(tmp_path, {"steps": 1, "optim": {"minibatch_size": 64}, "log_episodes": 100,
+                                      "rollout": {"problems_per_step": 2, "group_size": 4},
+                                      "credit": {"token": {"method": "dgpo", "options": {"mix": 1.0}}}})
+    torch.manual_seed(5)
+    with torch.no_grad():  # move the adapter off the reference, so the Hellinger weights are not uniform
+        for p in trainer.team_model.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    if not resolve_in_update:
+        trainer._token_rule = None  # what the distributed trainer does: the statistics pass first
+    result = trainer.step()
+    return result, [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+
+
+def test_dgpo_from_the_update_pass_equals_the_statistics_pass(tmp_path):
+    # one epoch, one minibatch: the update's forward pass sees the behaviour policy, so the token
+    # advantages (and the adapters after the step) must equal those of a separate statistics pass
+    in_update, after_a = _dgpo_step(tmp_path / "a", True)
+    prepass, after_b = _dgpo_step(tmp_path / "b", False)
+    rows_a = [r for rows in in_update.token_advantages for r in rows if r is not None]
+    rows_b = [r for rows in prepass.token_advantages for r in rows if r is not None]
+    assert len(rows_a) == len(rows_b) > 0
+    for a, b in zip(rows_a, rows_b, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert in_update.metrics["token_adv_relative_spread"] > 1e-3  # not the uniform case
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(after_a, after_b, strict=True))
 
 
 def test_token_stats_pass_matches_the_scoring_path(tmp_path):

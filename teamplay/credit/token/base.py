@@ -99,6 +99,8 @@ class GroupTokenStats:
 
 TokenAdvantages = list[list[np.ndarray | None]]
 TokenFn = Callable[[CreditBatch, Sequence[np.ndarray], BaseModel], TokenAdvantages]
+#: one message's token advantages [C] from its advantage and statistics alone (no group context)
+RowFn = Callable[[float, TokenStats, BaseModel], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class TokenMethod:
     conserves: bool
     excludes_kl: bool = False
     keeps_zero_variance: Callable[[BaseModel], bool] | None = None
+    row: RowFn | None = None
 
     def wants_zero_variance_groups(self, options: BaseModel) -> bool:
         """Whether, with these options, groups whose rewards are all equal still get token credit
@@ -125,15 +128,19 @@ TOKEN_CREDIT: Registry[TokenMethod] = Registry(
 
 def register_token_credit(name: str, options: type[BaseModel], summary: str, needs: Collection[str] = (),
                           conserves: bool = True, excludes_kl: bool = False,
-                          keeps_zero_variance: Callable[[BaseModel], bool] | None = None
-                          ) -> Callable[[TokenFn], TokenFn]:
+                          keeps_zero_variance: Callable[[BaseModel], bool] | None = None,
+                          row: RowFn | None = None) -> Callable[[TokenFn], TokenFn]:
     """Decorator registering a token method.
 
     ``needs``: token statistics beyond the behaviour log-probs; ``conserves``: each message's token
     advantages sum to C * A (checked by :func:`assign_tokens`); ``excludes_kl``: the method replaces
     the KL penalty, so a config with ``objective.kl_beta > 0`` is refused at load;
     ``keeps_zero_variance(options)``: the method gives groups with all-equal rewards a signal of
-    its own (conservation is then not checked for those groups: their message totals are 0).
+    its own (conservation is then not checked for those groups: their message totals are 0);
+    ``row(advantage, stats, options)``: the method is message by message (a message's tokens depend
+    on its own advantage and statistics only), and this is its rule for one message. The trainer
+    then applies it inside the update, from the statistics of the update's own forward pass
+    (:func:`message_tokens`), instead of scoring the messages in a pass of their own.
     """
     unknown = set(needs) - set(NEEDS)
     if unknown:
@@ -141,7 +148,7 @@ def register_token_credit(name: str, options: type[BaseModel], summary: str, nee
 
     def wrap(fn: TokenFn) -> TokenFn:
         method = TokenMethod(name, fn, options, summary, frozenset(needs), conserves, excludes_kl,
-                             keeps_zero_variance)
+                             keeps_zero_variance, row)
         TOKEN_CREDIT.add(name, method)
         fn.token_method = method  # type: ignore[attr-defined]  (how a user's file is found)
         return fn
@@ -227,6 +234,22 @@ def assign_tokens(name: str, batch: CreditBatch, message_adv: Sequence[np.ndarra
             kept.append(row)
         result.append(kept)
     return result
+
+
+def message_tokens(method: TokenMethod, advantage: float, stats: TokenStats, options: BaseModel) -> np.ndarray:
+    """``method.row`` on one message, with :func:`assign_tokens`' checks: shape [C], finite values
+    and, for a conserving method, ``sum_j a_j = C * A`` (to 1e-6 relative)."""
+    if method.row is None:
+        raise ValueError(f"token method {method.name!r} works on whole groups; it has no per-message rule")
+    row = np.asarray(method.row(advantage, stats, options), dtype=np.float64)
+    n = len(stats.logprobs)
+    if row.shape != (n,):
+        raise RuntimeError(f"token method {method.name!r}: a message of {n} tokens got shape {row.shape}")
+    if not np.all(np.isfinite(row)):
+        raise RuntimeError(f"token method {method.name!r} produced non-finite token advantages")
+    if method.conserves and abs(row.sum() - n * advantage) > 1e-6 * max(1.0, abs(n * advantage)):
+        raise RuntimeError(f"token method {method.name!r} broke conservation: sum {row.sum()} != {n * advantage}")
+    return row
 
 
 def conserve(weights: np.ndarray) -> np.ndarray:

@@ -13,6 +13,12 @@ every token keeps at least ``(1 - mix)`` of the message's advantage, with its si
 whose scores are all zero (no deviation from the reference yet, e.g. the first step of a fresh
 adapter) keeps its scalar on every token.
 
+A message's tokens depend on its own statistics only, so the method registers its per-message
+rule (``dgpo_row``) and the single-process trainer applies it inside the update: ``d`` and ``e``
+come from the update's own forward pass (the policy as it is when the message's minibatch is
+first scored: the behaviour policy for the first minibatch of a step) and one reference pass; no
+statistics pass of their own.
+
 What the public abstract fixes: Hellinger distance (bounded) to the reference, an entropy gate,
 redistribution of the sequence advantage to tokens, no token-level KL penalty (so a run with
 DGPO and ``objective.kl_beta > 0`` is refused at load). What it does not, and is chosen here: the
@@ -30,7 +36,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, conserve, per_message, register_token_credit
+from teamplay.credit.token.base import TokenAdvantages, TokenStats, conserve, per_message, register_token_credit
 
 
 class DGPOOptions(BaseModel):
@@ -56,9 +62,15 @@ def dgpo_weights(hellinger: np.ndarray, entropies: np.ndarray, mix: float,
     return (1.0 - mix) + mix * shaped
 
 
+def dgpo_row(advantage: float, stats: TokenStats, options: DGPOOptions) -> np.ndarray:
+    """One message's token advantages ``a_j = A * w_j`` [C] (see the module docstring)."""
+    return advantage * dgpo_weights(stats.need("hellinger", "dgpo"), stats.need("entropies", "dgpo"),
+                                    options.mix, options.temperature)
+
+
 @register_token_credit("dgpo", DGPOOptions, "DGPO: entropy-gated Hellinger deviation spreads the message "
-                       "advantage over its tokens", needs=("entropies", "hellinger"), excludes_kl=True)
+                       "advantage over its tokens", needs=("entropies", "hellinger"), excludes_kl=True,
+                       row=dgpo_row)
 def dgpo_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: DGPOOptions) -> TokenAdvantages:
     """Token advantages ``a_j = A * w_j`` (see the module docstring); conserves each message total."""
-    return per_message(batch, message_adv, lambda g, t, a, st: a * dgpo_weights(
-        st.need("hellinger", "dgpo"), st.need("entropies", "dgpo"), options.mix, options.temperature))
+    return per_message(batch, message_adv, lambda g, t, a, st: dgpo_row(a, st, options))
