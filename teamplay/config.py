@@ -471,10 +471,6 @@ class TrainConfig(_Section):
         if dist.learner_strategy == "fsdp" and self.team is not None and len(self.team.bases(self.model.name)) > 1:
             raise ValueError("distributed.learner_strategy: fsdp shards one base model; a team whose roles use "
                              "several bases (team.roles[].model) needs learner_strategy: ddp")
-        if dist.learner_strategy == "fsdp" and dist.learner_workers > 1 and self.credit.token is not None:
-            raise ValueError("distributed.learner_strategy: fsdp runs the ranks' passes in lock step, but token "
-                             "credit (credit.token) resolves advantages with passes that differ per rank; "
-                             "use learner_strategy: ddp")
         if dist.learner_workers > 1 and self.objective.name == "grpo" and self.objective.loss_agg == "token_mean":
             raise ValueError("objective.loss_agg: token_mean normalises by the token count of a whole minibatch "
                              "and does not split over learner ranks; use seq_mean_token_mean or "

@@ -81,6 +81,11 @@ class PolicyUpdater:
         temperature = self.cfg.sampling.temperature
         params = [p for ps in self.params.values() for p in ps]
         lockstep = bool(getattr(self.group, "lockstep", False))
+        if lockstep and any(s.token_rule is not None for s in samples):
+            # a rule's extra reference pass would run on the ranks whose share holds such a sample
+            # only; the distributed trainer computes token advantages in the driver instead
+            raise ValueError("token rules are resolved in the driver for a lock-step (FSDP) learner; "
+                             "send samples with token_advantages")
         for epoch in range(cfg.epochs):
             rng = np.random.default_rng([self.cfg.seed, step, epoch])
             order = rng.permutation(len(samples))
