@@ -393,6 +393,10 @@ class DistributedConfig(_Section):
                                                       "lock-step runner on its share of a step's jobs.")
     learner_workers: int = Field(1, ge=1, description="Data-parallel learner ranks (gloo on CPU, "
                                                       "NCCL on GPU).")
+    learner_strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="ddp: every learner rank holds the whole base; fsdp: FSDP2 shards the base and "
+                           "the LoRA parameters over the ranks, per decoder layer (for a base that does not "
+                           "fit one device; same adapters within float rounding).")
     max_staleness: int = Field(0, ge=0, description="Optimiser steps a rollout worker's adapters may lag "
                                                     "behind the learner's (0 = always the latest).")
     max_restarts: int = Field(3, ge=0, description="Rollout-worker restarts allowed per step before "
@@ -464,6 +468,9 @@ class TrainConfig(_Section):
         if self.controllers.enabled:
             raise ValueError("controllers.enabled: learned speak/skip controllers are not supported with "
                              "`distributed:` yet; set controllers.enabled=false or drop the distributed section")
+        if dist.learner_strategy == "fsdp" and self.team is not None and len(self.team.bases(self.model.name)) > 1:
+            raise ValueError("distributed.learner_strategy: fsdp shards one base model; a team whose roles use "
+                             "several bases (team.roles[].model) needs learner_strategy: ddp")
         if dist.learner_workers > 1 and self.objective.name == "grpo" and self.objective.loss_agg == "token_mean":
             raise ValueError("objective.loss_agg: token_mean normalises by the token count of a whole minibatch "
                              "and does not split over learner ranks; use seq_mean_token_mean or "

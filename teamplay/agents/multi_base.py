@@ -78,14 +78,16 @@ class MultiBaseTeamModel:
 
     # ------------------------------------------------------------------ log-probs
     def completion_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                            adapter: str | None, temperature: float = 1.0, return_distributions: bool = False):
+                            adapter: str | None, temperature: float = 1.0, return_distributions: bool = False,
+                            share_prompts: bool = False):
         """``TeamModel.completion_logprobs`` on the base that owns ``adapter`` (which is required:
         with several bases, "the base model" is ambiguous; use ``reference_logprobs``)."""
         if adapter is None:
             raise ValueError("a multi-base team scores with a named adapter; the reference policy of an "
                              "adapter is reference_logprobs(..., adapter)")
         return self.part(adapter).completion_logprobs(prompt_ids, completion_ids, adapter, temperature,
-                                                      return_distributions=return_distributions)
+                                                      return_distributions=return_distributions,
+                                                      share_prompts=share_prompts)
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                            adapter: str, temperature: float = 1.0, return_distributions: bool = False):

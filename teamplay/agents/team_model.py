@@ -195,7 +195,8 @@ class TeamModel:
     # ------------------------------------------------------------------ log-probs
     def completion_logprobs(self, prompt_ids: Sequence[Sequence[int]],
                             completion_ids: Sequence[Sequence[int]], adapter: str | None,
-                            temperature: float = 1.0, return_distributions: bool = False):
+                            temperature: float = 1.0, return_distributions: bool = False,
+                            share_prompts: bool = False):
         """Log-probs of each completion token given its prompt, under ``adapter`` (``None``: base model).
 
         Each row is ``prompt + completion``, left-padded to the longest row, with position ids
@@ -217,6 +218,10 @@ class TeamModel:
             mask)`` instead, the full next-token log-distributions [B, C, V] (rows of padding hold
             values of no meaning) and the completion token ids [B, C] (for token statistics such as
             entropies; callers keep B small, the tensor is B*C*V floats).
+            share_prompts: run each distinct prompt once and continue its key/value cache for every
+                completion that follows it (a group's G samples of one question share it); the
+                values equal the plain path's up to float summation order. For no-grad scoring
+                (the reference pass, token statistics); the update keeps the plain path.
         """
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
@@ -234,28 +239,56 @@ class TeamModel:
                 raise ValueError("token distributions need at least one non-empty completion")
             empty = torch.zeros(batch, c_max, device=device)
             return empty, empty.clone()
-        rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
-        input_ids, attention = left_pad(rows, self.tokenizer.pad_token_id, device)  # [B, L]
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, L]
-        with self.using(adapter):
-            logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                logits_to_keep=c_max + 1).logits  # [B, C+1, V]
-        # Token j of completion b sits at L - C_b + j and is predicted at L - C_b + j - 1, i.e. at
-        # column C - C_b + j of the kept logits.
         c_len = torch.tensor(lengths, device=device)  # [B]
         j = torch.arange(c_max, device=device)  # [C]
         mask = (j[None, :] < c_len[:, None])  # [B, C]
-        column = (c_max - c_len[:, None] + j[None, :]).clamp(max=c_max)  # [B, C]
         targets = torch.zeros(batch, c_max, dtype=torch.long, device=device)  # [B, C]
         for b, c in enumerate(completion_ids):
             targets[b, : len(c)] = torch.tensor(list(c), dtype=torch.long, device=device)
-        picked = logits.gather(1, column[..., None].expand(-1, -1, logits.shape[-1]))  # [B, C, V]
+        owner, unique = _prompt_owners(prompt_ids)
+        with self.using(adapter):
+            if share_prompts and len(unique) < batch:
+                picked = self._shared_prompt_logits(unique, owner, targets, mask)  # [B, C, V]
+            else:
+                rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
+                input_ids, attention = left_pad(rows, self.tokenizer.pad_token_id, device)  # [B, L]
+                positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, L]
+                logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                                    logits_to_keep=c_max + 1).logits  # [B, C+1, V]
+                # Token j of completion b sits at L - C_b + j and is predicted at L - C_b + j - 1,
+                # i.e. at column C - C_b + j of the kept logits.
+                column = (c_max - c_len[:, None] + j[None, :]).clamp(max=c_max)  # [B, C]
+                picked = logits.gather(1, column[..., None].expand(-1, -1, logits.shape[-1]))  # [B, C, V]
         logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)  # [B, C, V]
         mask_f = mask.to(logp_all.dtype)
         if return_distributions:
             return logp_all, targets, mask_f
         logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, C]
         return logp * mask_f, mask_f
+
+    def _shared_prompt_logits(self, unique: Sequence[tuple[int, ...]], owner: torch.Tensor, targets: torch.Tensor,
+                              mask: torch.Tensor) -> torch.Tensor:
+        """Next-token logits [B, C, V] at every completion position, each of the U ``unique`` prompts
+        run once: its last position predicts token 0, its key/value cache (copied to the B rows that
+        ``owner`` [B] maps to it) carries tokens 0..C-2 (right-padded, ``mask`` [B, C]) to predict 1..C-1."""
+        device = targets.device
+        owner = owner.to(device)
+        p_ids, p_mask = left_pad(unique, self.tokenizer.pad_token_id, device)  # [U, P]
+        out = self.model(input_ids=p_ids, attention_mask=p_mask, position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
+                         use_cache=True, logits_to_keep=1)
+        first = out.logits[:, -1][owner]  # [B, V]: predicts completion token 0
+        c_max = targets.shape[1]
+        if c_max == 1:
+            return first[:, None]
+        cache = out.past_key_values
+        cache.reorder_cache(owner)  # [U, ...] -> [B, ...]: row b continues its prompt
+        fed = targets[:, :-1]  # [B, C-1] tokens 0..C-2 (padding past each completion's end)
+        fed_mask = mask[:, :-1].long()  # [B, C-1]
+        attention = torch.cat([p_mask[owner], fed_mask], dim=1)  # [B, P + C-1]
+        positions = p_mask[owner].sum(-1, keepdim=True) + torch.arange(c_max - 1, device=device)[None, :]  # [B, C-1]
+        rest = self.model(input_ids=fed, attention_mask=attention, position_ids=positions,
+                          past_key_values=cache).logits  # [B, C-1, V]
+        return torch.cat([first[:, None], rest], dim=1)
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                            adapter: str | None = None, temperature: float = 1.0,
@@ -265,7 +298,7 @@ class TeamModel:
         one base every adapter has the same one (a multi-base team routes it to the adapter's base)."""
         with torch.no_grad(), self.disabled_adapters():
             return self.completion_logprobs(prompt_ids, completion_ids, adapter=None, temperature=temperature,
-                                            return_distributions=return_distributions)
+                                            return_distributions=return_distributions, share_prompts=True)
 
     # ------------------------------------------------------------------ save / load
     def save_adapters(self, folder: str | Path) -> Path:
@@ -361,6 +394,13 @@ def _read_adapter_weights(path: Path, device: str) -> dict[str, torch.Tensor]:
         return load_file(path, device=device)
     except (SafetensorError, OSError, ValueError) as exc:
         raise ModelLoadError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def _prompt_owners(prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
+    """``(owner [B], unique prompts)``: ``unique[owner[b]]`` is prompt b; first-seen order."""
+    index: dict[tuple[int, ...], int] = {}
+    owner = [index.setdefault(tuple(p), len(index)) for p in prompt_ids]
+    return torch.tensor(owner, dtype=torch.long), list(index)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int,

@@ -12,8 +12,18 @@ optimiser state dict is interchangeable with a checkpoint's). ``PolicyUpdater`` 
 with this rank's share of every minibatch; gradients are summed with one all-reduce of the flat
 LoRA gradient per optimiser step. That is DDP's arithmetic without DDP's wrapper: the wrapper's
 per-bucket hooks assume one forward pass per step over the same parameters, while a team step
-runs one pass per adapter and leaves the other adapters' parameters unused. Bases that do not fit
-one device need FSDP2 sharding of the frozen base, which this learner does not do (see README).
+runs one pass per adapter and leaves the other adapters' parameters unused.
+
+``distributed.learner_strategy: fsdp`` is for a base that does not fit one device: each rank then
+shards the frozen base and the LoRA parameters with torch's FSDP2 ``fully_shard`` (every decoder
+layer, then the root), so a rank holds 1/world of the weights, optimiser moments included.
+FSDP2's reduce-scatter averages the ranks' gradients in backward (times the world size, the sum the
+all-reduce above gives) and the updater runs the ranks' passes in lock step (see
+``teamplay.training.update``). The checkpoint format does not change: adapters and AdamW moments
+are gathered to full tensors for the driver (every rank joins the gather; rank 0's copy is used),
+and a full optimiser state from a checkpoint is sharded again on load, so a run resumes with
+either strategy, or single-process. With one learner rank there is nothing to shard over and
+``fsdp`` is the ``ddp`` path.
 """
 
 from __future__ import annotations
@@ -67,28 +77,49 @@ class TorchGroup:
             else torch.device("cpu")
 
 
+class ShardedGroup(TorchGroup):
+    """The hooks for FSDP2-sharded ranks: every rank must run the same passes (``lockstep``), and
+    FSDP's reduce-scatter already reduced the gradients in backward, as a mean over ranks."""
+
+    lockstep = True
+
+    def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Each rank holds the mean gradient of its shard: times ``world``, the sum up to float
+        rounding (a divide factor of 1 would need a pre-scaled sum, which gloo does not have)."""
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(self.world)
+
+
 class LearnerRank:
     """One rank of the learner (the body of a Ray actor)."""
 
     def __init__(self, cfg: TrainConfig, team: Team, rank: int, world: int) -> None:
         from teamplay.training.setup import build_team_model
-        from teamplay.training.update import PolicyUpdater
 
         torch.set_num_threads(1)
         torch.manual_seed(cfg.seed)
+        self.cfg = cfg
         self.rank, self.world = rank, world
+        assert cfg.distributed is not None
+        self.sharded = cfg.distributed.learner_strategy == "fsdp" and world > 1
         self.team_model = build_team_model(cfg.model, team, cfg.seed)
         if torch.cuda.is_available():
             for part in getattr(self.team_model, "parts", {"": self.team_model}).values():
                 part.model.to("cuda")
-        trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.trainable = trainable
+        self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
+        # the optimiser and updater are built in init_group, after FSDP2 (if any) replaced the parameters
+
+    def _build_optimizer(self) -> None:
+        from teamplay.training.update import PolicyUpdater
+
+        cfg, trainable = self.cfg, self.trainable
         params = {a: self.team_model.adapter_parameters(a) for a in trainable}
-        self.optimizer = torch.optim.AdamW([p for a in trainable for p in params[a]], lr=cfg.optim.lr,
-                                           weight_decay=cfg.optim.weight_decay)
-        self.group = TorchGroup(rank, world)
+        self.params = [p for a in trainable for p in params[a]]  # the single-process trainer's order
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        self.group = ShardedGroup(self.rank, self.world) if self.sharded else TorchGroup(self.rank, self.world)
         self.updater = PolicyUpdater(cfg, self.team_model, params, self.optimizer,
-                                     group=self.group if world > 1 else None)
+                                     group=self.group if self.world > 1 else None)
 
     def pid(self) -> int:
         return os.getpid()
@@ -107,9 +138,22 @@ class LearnerRank:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank,
                                     world_size=self.world)
+        if self.sharded:
+            from teamplay.distributed.sharding import shard_team_model
+
+            shard_team_model(self.team_model)
+        self._build_optimizer()
 
     def load_state(self, weights: AdapterWeights, optimizer_state: dict[str, Any] | None) -> None:
         """Adapters (and, when resuming, the optimiser state) from the driver."""
+        if self.sharded:
+            from teamplay.distributed.sharding import load_full_adapters, shard_optimizer_state
+
+            load_full_adapters(self.team_model, weights)
+            if optimizer_state is not None:
+                self.optimizer.load_state_dict(optimizer_state)
+                shard_optimizer_state(self.optimizer, self.params)
+            return
         weights.apply(self.team_model)
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
@@ -121,9 +165,19 @@ class LearnerRank:
         return self.updater.update(samples, step)
 
     def weights(self, version: int) -> AdapterWeights:
+        """The full adapters (sharded: a collective, every rank must call it)."""
+        if self.sharded:
+            from teamplay.distributed.sharding import full_adapters
+
+            return full_adapters(self.team_model, version)
         return AdapterWeights.of(self.team_model, version)
 
     def optimizer_state(self) -> dict[str, Any]:
+        """The full optimiser state (sharded: a collective, every rank must call it)."""
+        if self.sharded:
+            from teamplay.distributed.sharding import full_optimizer_state
+
+            return full_optimizer_state(self.optimizer)
         return self.optimizer.state_dict()
 
 
@@ -137,6 +191,7 @@ class LearnerGroup:
         res = dist_cfg.resources.learner
         cls = ray.remote(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_restarts=0)(LearnerRank)
         world = dist_cfg.learner_workers
+        self.sharded = dist_cfg.learner_strategy == "fsdp" and world > 1
         self.ranks = [cls.remote(cfg, team, rank, world) for rank in range(world)]
         self.pids = self._get([r.pid.remote() for r in self.ranks])
         host, port = self._get(self.ranks[0].rendezvous.remote())
@@ -153,10 +208,19 @@ class LearnerGroup:
         return results[0]
 
     def weights(self, version: int) -> AdapterWeights:
-        return self._get(self.ranks[0].weights.remote(version))
+        return self._first(self._get(self._gather("weights", version)))
 
     def optimizer_state(self) -> dict[str, Any]:
-        return self._get(self.ranks[0].optimizer_state.remote())
+        return self._first(self._get(self._gather("optimizer_state")))
+
+    def _first(self, values):
+        return values[0] if self.sharded else values
+
+    def _gather(self, method: str, *args):
+        """Rank 0's answer; with sharded ranks every rank joins the gather and the rest is dropped."""
+        if not self.sharded:
+            return getattr(self.ranks[0], method).remote(*args)
+        return [getattr(r, method).remote(*args) for r in self.ranks]
 
     def shutdown(self) -> None:
         for r in self.ranks:

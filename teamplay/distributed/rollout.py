@@ -33,7 +33,7 @@ from teamplay.agents.roles import Team
 from teamplay.config import BackendConfig, ModelConfig, WorkerResources
 from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
-from teamplay.records import Episode
+from teamplay.records import Episode, Generation, TurnRequest
 from teamplay.training.rollout import RolloutJob, RolloutRunner, RolloutStats
 
 
@@ -98,22 +98,35 @@ class RolloutWorker:
         episodes = runner.run(jobs, seed=seed)
         return episodes, runner.last_stats, self.version
 
+    def generate(self, requests: Sequence[TurnRequest], sampling,
+                 min_version: int) -> tuple[list[Generation], int]:
+        """One generate call of a runner that lives elsewhere (a worker of one base's group, see
+        ``teamplay.distributed.groups``); returns the generations and the adapter version used.
+
+        Refuses adapters older than ``min_version``, as ``run`` does."""
+        if self.version < min_version:
+            raise RuntimeError(f"rollout worker has adapter version {self.version}, needs >= {min_version}")
+        return self.backend.generate(requests, sampling), self.version
+
 
 @dataclass(frozen=True)
 class RestartEvent:
     """A rollout worker died and was replaced.
 
     Fields:
-        worker: index of the worker in the pool.
+        worker: index of the worker in the pool (in its base's group when ``base`` is set).
         pid: process id of the dead worker.
-        jobs: jobs of its shard, all re-run by the new worker.
+        jobs: jobs of its shard, all re-run by the new worker; for a worker of a base's group, the
+            generation requests of the call it died in, all re-sent to the new worker.
         error: the Ray error type that reported the death.
+        base: the base model of the worker's group ("" for the one group of a single-base team).
     """
 
     worker: int
     pid: int
     jobs: int
     error: str
+    base: str = ""
 
 
 class RolloutPool:

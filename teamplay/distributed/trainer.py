@@ -5,8 +5,10 @@ The driver (this process) keeps what makes a run a run: the data order, the sche
 metrics, evaluation bookkeeping and checkpoints, all exactly as ``Trainer`` does them. Two parts
 of a step move out:
 
-- rollouts: ``RolloutPool`` (``distributed.rollout_workers`` actors, each with its own backend);
-  the episodes land in the driver, where credit runs on them before the learner sees a sample;
+- rollouts: ``RolloutPool`` (``distributed.rollout_workers`` actors, each with its own backend),
+  or for a heterogeneous team ``BaseGroupsPool`` (that many actors per base model, each loading
+  only its base; the lock-step runner runs here and routes each generate call by adapter); the
+  episodes land in the driver, where credit runs on them before the learner sees a sample;
 - the update: ``LearnerGroup`` (``distributed.learner_workers`` torch.distributed ranks).
 
 After an update the driver takes rank 0's adapters (adapter-only, versioned ``AdapterWeights``),
@@ -27,6 +29,7 @@ from typing import Any
 
 from teamplay.config import TrainConfig
 from teamplay.distributed.cluster import check_capacity, connect, import_ray
+from teamplay.distributed.groups import BaseGroupsPool
 from teamplay.distributed.learner import LearnerGroup
 from teamplay.distributed.rollout import RolloutPool, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
@@ -54,7 +57,7 @@ class DistributedTrainer(Trainer):
         if dist is None:
             raise ConfigError("distributed: DistributedTrainer needs a `distributed:` config section")
         self._owns_cluster = False
-        self.pool: RolloutPool | None = None
+        self.pool: RolloutPool | BaseGroupsPool | None = None
         self.learner: LearnerGroup | None = None
         # the driver's own backend only serves credit methods that re-generate: hf, whatever the
         # workers use (a vLLM engine in the driver would take a GPU the workers need). Built first:
@@ -65,14 +68,22 @@ class DistributedTrainer(Trainer):
         self.cfg = cfg
         try:
             self._owns_cluster = connect(dist)
-            check_capacity(dist, groups=1)
+            # a heterogeneous team: one worker group per base that owns an adapter
+            owner = {a: self.team_model.base_of(a) for a in self.team_model.adapter_names} \
+                if hasattr(self.team_model, "base_of") else None
+            check_capacity(dist, groups=len(set(owner.values())) if owner else 1)
             spec = WorkerSpec(model=cfg.model, backend=cfg.backend, team=self.team, seed=cfg.seed,
                               make_envs={"train": self.make_env, "eval": self.make_eval_env},
                               max_batch=cfg.backend.max_batch,
                               max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
-            self.pool = RolloutPool(spec, dist.rollout_workers, dist.resources.rollout,
-                                    sampling_params(cfg.sampling), max_staleness=dist.max_staleness,
-                                    max_restarts=dist.max_restarts)
+            if owner:
+                self.pool = BaseGroupsPool(spec, owner, dist.rollout_workers, dist.resources.rollout,
+                                           sampling_params(cfg.sampling), max_staleness=dist.max_staleness,
+                                           max_restarts=dist.max_restarts)
+            else:
+                self.pool = RolloutPool(spec, dist.rollout_workers, dist.resources.rollout,
+                                        sampling_params(cfg.sampling), max_staleness=dist.max_staleness,
+                                        max_restarts=dist.max_restarts)
             self.runner = self.pool  # Trainer.step calls self.runner.run(jobs, seed=...)
             self.learner = LearnerGroup(cfg, self.team)
         except BaseException:

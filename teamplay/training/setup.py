@@ -121,14 +121,10 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
                        max_prompt_tokens=backend_cfg.max_prompt_tokens)
 
 
-def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
-    """The shared base model with one LoRA adapter per adapter name of the team.
-
-    With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
-    alpha, target modules) is taken from the saved adapters, not from ``model.lora``.
-    """
-    from teamplay.agents.models import load_model
-    from teamplay.agents.team_model import TeamModel, read_adapter_config
+def lora_settings(model_cfg: ModelConfig) -> tuple[dict[str, Any], Path | None]:
+    """The LoRA keyword arguments a team model is built with, and the adapters folder of
+    ``model.checkpoint`` (None without one): a checkpoint's saved LoRA shape wins over ``model.lora``."""
+    from teamplay.agents.team_model import read_adapter_config
     from teamplay.training.checkpoint import resolve_adapters_dir
 
     lora = dict(r=model_cfg.lora.r, alpha=model_cfg.lora.alpha, dropout=model_cfg.lora.dropout,
@@ -139,6 +135,19 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
         targets = saved.target_modules
         lora = dict(r=saved.r, alpha=saved.lora_alpha, dropout=saved.lora_dropout,
                     target_modules=targets if isinstance(targets, str) else sorted(targets))
+    return lora, adapters_dir
+
+
+def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
+    """The shared base model with one LoRA adapter per adapter name of the team.
+
+    With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
+    alpha, target modules) is taken from the saved adapters, not from ``model.lora``.
+    """
+    from teamplay.agents.models import load_model
+    from teamplay.agents.team_model import TeamModel
+
+    lora, adapters_dir = lora_settings(model_cfg)
     try:
         bases = team.bases(model_cfg.name)
     except ValueError as exc:

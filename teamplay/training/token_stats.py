@@ -136,7 +136,8 @@ def _teacher_logprobs(team_model, messages: Sequence[Message], hints: Sequence[S
                 part = idx[k:k + chunk]
                 logp, _ = team_model.completion_logprobs(
                     [list(messages[i].prompt_ids) + list(hints[i]) for i in part],
-                    [list(messages[i].completion_ids) for i in part], adapter=adapter, temperature=temperature)
+                    [list(messages[i].completion_ids) for i in part], adapter=adapter, temperature=temperature,
+                    share_prompts=True)
                 for row, i in enumerate(part):
                     out[i] = logp[row, :len(messages[i].completion_ids)].double().cpu().numpy()
     return out  # type: ignore[return-value]

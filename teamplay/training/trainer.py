@@ -552,7 +552,7 @@ class CheckpointWarning(TeamplayWarning):
 #: config fields a resumed run may change: how long it runs and what it logs, never what it learns
 RESUMABLE_CHANGES = ("steps", "output_dir", "eval_task", "eval_sampling", "eval_every", "checkpoint_every",
                      "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project", "backend.max_batch",
-                     "model.checkpoint")
+                     "model.checkpoint", "distributed")  # the checkpoint format is the same with or without Ray
 
 
 def check_resumable(current: dict[str, Any], saved: dict[str, Any], path: Path) -> None:

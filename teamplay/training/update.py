@@ -15,6 +15,13 @@ single-process gradient; summing the ranks' gradients (one all-reduce of the fla
 per optimiser step) gives the single-process gradient up to float summation order. The ranks then
 clip and step identically, so their adapters stay equal. ``token_mean`` aggregation normalises
 by the token count of the whole share and is refused for more than one rank (see the config).
+
+A group with ``lockstep`` set (an FSDP-sharded learner) needs every rank to run the same forward
+and backward passes in the same order, since each pass gathers and reduces the sharded parameters
+collectively. There each rank runs one pass per adapter of the whole minibatch; an adapter with
+no sample in the rank's share runs one of the minibatch's samples of that adapter with weight 0
+(it adds nothing to the gradient and nothing to the metrics), and a non-finite loss does not
+stop the passes (the step is then skipped on every rank).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ class DataParallel(Protocol):
 
     rank: int
     world: int
+    #: optional attribute: True when every rank must run the same passes (see the module docstring)
+    # lockstep: bool
 
     def all_finite(self, finite: bool) -> bool:
         """True when every rank's minibatch loss was finite."""
@@ -71,6 +80,12 @@ class PolicyUpdater:
         skipped = optimizer_steps = 0
         temperature = self.cfg.sampling.temperature
         params = [p for ps in self.params.values() for p in ps]
+        lockstep = bool(getattr(self.group, "lockstep", False))
+        if lockstep and any(s.token_rule is not None for s in samples):
+            # a rule's extra reference pass would run on the ranks whose share holds such a sample
+            # only; the distributed trainer computes token advantages in the driver instead
+            raise ValueError("token rules are resolved in the driver for a lock-step (FSDP) learner; "
+                             "send samples with token_advantages")
         for epoch in range(cfg.epochs):
             rng = np.random.default_rng([self.cfg.seed, step, epoch])
             order = rng.permutation(len(samples))
@@ -81,14 +96,23 @@ class PolicyUpdater:
                 by_adapter: dict[str, list[int]] = defaultdict(list)
                 for i in mb[rank::world]:
                     by_adapter[samples[i].adapter].append(int(i))
-                for adapter, indices in sorted(by_adapter.items()):
+                placeholders: dict[str, list[int]] = {}
+                if lockstep:  # a pass per adapter of the whole minibatch on every rank
+                    for i in mb:
+                        if samples[i].adapter not in by_adapter:
+                            placeholders.setdefault(samples[i].adapter, [int(i)])
+                for adapter, indices in sorted({**by_adapter, **placeholders}.items()):
                     part = [samples[i] for i in indices]
                     loss, s, entropy = self.loss(adapter, part, temperature, indices)
-                    weight = len(part) / len(mb) / cfg.grad_accum  # len(mb): the whole minibatch
+                    # len(mb): the whole minibatch; a placeholder pass only keeps the ranks in step
+                    weight = 0.0 if adapter in placeholders else len(part) / len(mb) / cfg.grad_accum
                     if not torch.isfinite(loss):
                         finite = False
-                        break
+                        if not lockstep:
+                            break
                     (loss * weight).backward()
+                    if adapter in placeholders or not finite:
+                        continue
                     stats["loss"].append(float(loss.detach()))
                     if s.kl_mean is not None:
                         stats["kl"].append(s.kl_mean)

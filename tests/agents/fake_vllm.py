@@ -178,7 +178,7 @@ def install_hf_engine(monkeypatch: Any, version: str = "0.11.0", unscaled_logpro
                     raise RuntimeError("the stand-in engine serves a base-model request only after a LoRA one")
                 k = p.kwargs
                 sampling = TeamSampling(max_new_tokens=k["max_tokens"], temperature=k.get("temperature", 1.0))
-                ((tokens, logps),) = self.backend._generate_chunk([prompt], adapter, sampling, k.get("seed"))
+                ((tokens, logps, _),) = self.backend._generate_chunk([prompt], adapter, sampling, k.get("seed"))
                 if unscaled_logprobs and tokens:
                     with torch.no_grad():
                         t1, _ = self.backend.team_model.completion_logprobs([prompt], [tokens], adapter)

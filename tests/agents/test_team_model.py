@@ -56,6 +56,42 @@ def test_logprobs_are_independent_of_padding_and_masked():
         torch.testing.assert_close(logp[b, : len(c)], expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("adapter", [None, "proposer"])
+def test_shared_prompts_give_the_plain_paths_values(adapter):
+    # a group's samples repeat their prompt: each distinct prompt runs once and its cache continues
+    # every completion (different lengths, one of a single token, one empty)
+    tm = team()
+    perturb(tm, "proposer", 1)
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[2], PROMPTS[1], PROMPTS[0]]
+    completions = [[20, 21, 22], [23], [30, 31, 32, 33, 34, 35], [24, 25, 26, 27, 28], [40, 41], []]
+    with torch.no_grad():
+        plain, mask = tm.completion_logprobs(prompts, completions, adapter=adapter, temperature=0.7)
+        shared, shared_mask = tm.completion_logprobs(prompts, completions, adapter=adapter, temperature=0.7,
+                                                     share_prompts=True)
+        dist_plain, targets, _ = tm.completion_logprobs(prompts, completions, adapter=adapter,
+                                                        return_distributions=True)
+        dist_shared, shared_targets, _ = tm.completion_logprobs(prompts, completions, adapter=adapter,
+                                                                return_distributions=True, share_prompts=True)
+    assert torch.equal(mask, shared_mask) and torch.equal(targets, shared_targets)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    real = mask.bool()  # rows of padding hold values of no meaning
+    torch.testing.assert_close(dist_shared[real], dist_plain[real], atol=1e-5, rtol=0)
+    at_t1 = dist_shared.gather(-1, shared_targets[..., None]).squeeze(-1)  # [B, C], temperature 1
+    for b, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        if c:  # and both equal an unpadded forward pass of the row alone
+            torch.testing.assert_close(at_t1[b, :len(c)], direct_logprobs(tm, p, c, adapter), atol=1e-5, rtol=0)
+
+
+def test_reference_logprobs_share_prompts_and_match_the_base_model():
+    tm = team()
+    perturb(tm, "proposer", 2)
+    prompts = [PROMPTS[2]] * 3 + [PROMPTS[1]]
+    completions = [[24, 25], [26, 27, 28], [29], [23, 24]]
+    ref, mask = tm.reference_logprobs(prompts, completions, "proposer")
+    for b, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        torch.testing.assert_close(ref[b, :len(c)], direct_logprobs(tm, p, c, None), atol=1e-5, rtol=0)
+
+
 def test_temperature_divides_the_logits():
     tm = team()
     ids = torch.tensor([PROMPTS[0] + COMPLETIONS[0]])

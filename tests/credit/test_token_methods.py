@@ -55,8 +55,16 @@ def test_dgpo_hand_worked():
     ep = episode([3])
     stats = TokenStats(np.full(3, -1.0), entropies=np.array([1.0, 2.0, 0.5]),
                        hellinger=np.array([0.5, 0.0, 0.2]))
-    rows = assign_tokens("dgpo", group_batch([ep], [[stats]]), [np.array([2.0])], {"mix": 0.5})
+    rows = assign_tokens("dgpo", group_batch([ep], [[stats]]), [np.array([2.0])], {"mix": 0.5, "floor": 0.0})
     np.testing.assert_allclose(rows[0][0], [3.5, 1.0, 1.5], atol=1e-12)
+    # the noise floor 0.1: d = [0.4, 0, 0.1], s = [0.4, 0, 0.05], mean 0.15 -> s/mean = [8/3, 0, 1/3]
+    # w = 0.5 + 0.5 * s/mean = [11/6, 1/2, 2/3] (sum 3); A = 2 -> [11/3, 1, 4/3]
+    rows = assign_tokens("dgpo", group_batch([ep], [[stats]]), [np.array([2.0])], {"mix": 0.5, "floor": 0.1})
+    np.testing.assert_allclose(rows[0][0], [11 / 3, 1.0, 4 / 3], atol=1e-12)
+    # rounding-size distances (two forward passes of identical weights) are no deviation: uniform
+    noise = TokenStats(np.full(3, -1.0), entropies=np.array([1.0, 2.0, 0.5]), hellinger=np.array([3e-7, 1e-6, 5e-7]))
+    rows = assign_tokens("dgpo", group_batch([ep], [[noise]]), [np.array([2.0])], {"mix": 1.0})
+    np.testing.assert_allclose(rows[0][0], [2.0, 2.0, 2.0], atol=1e-12)
     # mix 0 is GRPO (uniform); no deviation anywhere keeps the scalar on every token
     np.testing.assert_allclose(dgpo_weights(np.array([0.5, 0.0, 0.2]), np.ones(3), mix=0.0), np.ones(3))
     np.testing.assert_allclose(dgpo_weights(np.zeros(3), np.ones(3), mix=1.0), np.ones(3))

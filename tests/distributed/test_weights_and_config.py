@@ -46,3 +46,17 @@ def test_distributed_section_rules():
         build_config(TrainConfig, {"distributed": {"rollout_workers": 0}})
     with pytest.raises(ConfigError, match="distributed.engine"):
         build_config(TrainConfig, {"distributed": {"engine": "dask"}})
+
+
+def test_a_checkpoint_resumes_with_or_without_ray_and_under_either_learner_strategy(tmp_path):
+    from teamplay.training.trainer import check_resumable
+
+    single = build_config(TrainConfig, {"seed": 3}).model_dump(mode="json")
+    fsdp = build_config(TrainConfig, {"seed": 3, "distributed": {"learner_workers": 2, "learner_strategy": "fsdp"}})
+    ddp = fsdp.model_copy(update={"distributed": fsdp.distributed.model_copy(update={"learner_strategy": "ddp"})})
+    for current, saved in [(single, fsdp.model_dump(mode="json")), (fsdp.model_dump(mode="json"), single),
+                           (ddp.model_dump(mode="json"), fsdp.model_dump(mode="json"))]:
+        check_resumable(current, saved, tmp_path)  # same checkpoint format: allowed
+    with pytest.raises(ConfigError, match="--resume: seed is 4"):  # what it learns still may not change
+        check_resumable(build_config(TrainConfig, {"seed": 4}).model_dump(mode="json"), fsdp.model_dump(mode="json"),
+                        tmp_path)

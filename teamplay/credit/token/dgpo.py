@@ -3,7 +3,8 @@ message's advantage over its tokens, conserving the total.
 
 For message t with advantage A and tokens j = 1..C:
 
-    d_j = H(pi_theta(.|y_<j), pi_ref(.|y_<j)) = sqrt(1 - sum_v sqrt(p_v q_v))   in [0, 1]
+    H_j = H(pi_theta(.|y_<j), pi_ref(.|y_<j)) = sqrt(1 - sum_v sqrt(p_v q_v))   in [0, 1]
+    d_j = max(H_j - floor, 0)           (floor: float noise of two forward passes, 1e-4)
     s_j = d_j * e_j                     (e_j: the policy's entropy at j, the gate)
     w_j = (1 - mix) + mix * s_j / mean(s)                                       (mean 1)
     a_j = A * w_j
@@ -11,7 +12,10 @@ For message t with advantage A and tokens j = 1..C:
 so ``sum_j a_j = C * A`` (conservation) and ``w_j`` lies in ``[1 - mix, 1 - mix + mix * C]``:
 every token keeps at least ``(1 - mix)`` of the message's advantage, with its sign. A message
 whose scores are all zero (no deviation from the reference yet, e.g. the first step of a fresh
-adapter) keeps its scalar on every token.
+adapter) keeps its scalar on every token. The floor makes that hold in floats: the policy and the
+reference are two forward passes (the reference one shares each prompt's cache across its
+samples), whose distributions for identical weights differ by rounding, a Hellinger distance of
+about 1e-6 that would otherwise set the weights at random.
 
 A message's tokens depend on its own statistics only, so the method registers its per-message
 rule (``dgpo_row``) and the single-process trainer applies it inside the update: ``d`` and ``e``
@@ -48,12 +52,15 @@ class DGPOOptions(BaseModel):
                                                         "gated deviation (0 = GRPO's uniform tokens).")
     temperature: float | None = Field(None, gt=0.0, description="None: linear weights s / mean(s); "
                                                                 "a value: C * softmax(s / temperature).")
+    floor: float = Field(1e-4, ge=0.0, lt=1.0, description="Hellinger distances are reduced by this and "
+                                                           "clipped at 0: below it they are rounding noise.")
 
 
 def dgpo_weights(hellinger: np.ndarray, entropies: np.ndarray, mix: float,
-                 temperature: float | None = None) -> np.ndarray:
+                 temperature: float | None = None, floor: float = 0.0) -> np.ndarray:
     """Token weights [C] with mean 1 from the Hellinger deviations and entropies [C]."""
-    s = np.asarray(hellinger, dtype=np.float64) * np.asarray(entropies, dtype=np.float64)  # [C]
+    d = np.maximum(np.asarray(hellinger, dtype=np.float64) - floor, 0.0)  # [C]
+    s = d * np.asarray(entropies, dtype=np.float64)  # [C]
     if temperature is None:
         shaped = conserve(s)
     else:
@@ -65,7 +72,7 @@ def dgpo_weights(hellinger: np.ndarray, entropies: np.ndarray, mix: float,
 def dgpo_row(advantage: float, stats: TokenStats, options: DGPOOptions) -> np.ndarray:
     """One message's token advantages ``a_j = A * w_j`` [C] (see the module docstring)."""
     return advantage * dgpo_weights(stats.need("hellinger", "dgpo"), stats.need("entropies", "dgpo"),
-                                    options.mix, options.temperature)
+                                    options.mix, options.temperature, options.floor)
 
 
 @register_token_credit("dgpo", DGPOOptions, "DGPO: entropy-gated Hellinger deviation spreads the message "
