@@ -24,7 +24,7 @@ def values(folder: Path) -> dict[str, dict[str, list[float]]]:
     return {p["label"]: {m: c["values"] for m, c in p["metrics"].items()} for p in table["points"]}
 
 
-@pytest.mark.slow  # about 40 s on two shared cores: 4 tiny one-step runs twice, 2 of them in Ray workers
+@pytest.mark.slow  # about 90 s on two shared cores (load 3): 4 tiny one-step runs here, then in 4 Ray workers
 def test_parallel_sweep_table_equals_the_sequential_one_and_resumes(ray_cluster, tmp_path):
     config = sweep_config(tmp_path)
     threads = torch.get_num_threads()
