@@ -12,6 +12,7 @@ and call one optimizer on ``trainable_parameters()``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -280,14 +281,16 @@ class TeamModel:
         c_max = targets.shape[1]
         if c_max == 1:
             return first[:, None]
-        cache = out.past_key_values
+        # transformers 5 names the cache `cache` (in and out); 4.x `past_key_values`
+        cache_name = "cache" if "cache" in inspect.signature(self.base_model.forward).parameters else "past_key_values"
+        cache = getattr(out, cache_name)
         cache.reorder_cache(owner)  # [U, ...] -> [B, ...]: row b continues its prompt
         fed = targets[:, :-1]  # [B, C-1] tokens 0..C-2 (padding past each completion's end)
         fed_mask = mask[:, :-1].long()  # [B, C-1]
         attention = torch.cat([p_mask[owner], fed_mask], dim=1)  # [B, P + C-1]
         positions = p_mask[owner].sum(-1, keepdim=True) + torch.arange(c_max - 1, device=device)[None, :]  # [B, C-1]
         rest = self.model(input_ids=fed, attention_mask=attention, position_ids=positions,
-                          past_key_values=cache).logits  # [B, C-1, V]
+                          **{cache_name: cache}).logits  # [B, C-1, V]
         return torch.cat([first[:, None], rest], dim=1)
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
