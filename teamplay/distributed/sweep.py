@@ -29,7 +29,7 @@ from typing import Any
 from teamplay.config import DistributedConfig, TrainConfig, build_config
 from teamplay.distributed.cluster import connect, import_ray
 from teamplay.errors import ConfigError, TeamplayError
-from teamplay.training.sweep import Sweep, SweepRun, finish_run, prepare_run, write_manifest
+from teamplay.training.sweep import Sweep, SweepRun, finish_run, pending_runs
 
 
 def _train_one(config: dict[str, Any], resume: str | None, threads: int) -> str:
@@ -57,14 +57,7 @@ def run_sweep_parallel(sweep: Sweep, parallel: int, address: str = "local", thre
     ray = import_ray()
     owned = connect(DistributedConfig(address=address, local_cpus=parallel if address == "local" else None))
     try:
-        write_manifest(sweep)
-        todo = []
-        for run in sweep.runs:
-            status = prepare_run(sweep, run)
-            if on_run is not None:
-                on_run(run, status)
-            if status != "skip":
-                todo.append((run, "auto" if status == "resume" else None))
+        todo = list(pending_runs(sweep, on_run))
         task = ray.remote(num_cpus=1, max_calls=1, max_retries=0)(_train_one)
         in_flight: dict[Any, SweepRun] = {}
         trained: list[SweepRun] = []

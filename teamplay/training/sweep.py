@@ -39,7 +39,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,20 @@ def finish_run(sweep: Sweep, run: SweepRun) -> None:
     write_results(sweep)
 
 
+def pending_runs(sweep: Sweep, on_run: Callable[[SweepRun, str], None] | None = None
+                 ) -> Iterator[tuple[SweepRun, str | None]]:
+    """The runs still to train, as ``(run, resume)`` (``"auto"`` for a run with a checkpoint, else
+    ``None``), each prepared (``prepare_run``) only when the iteration reaches it; ``on_run(run,
+    status)`` sees every run, skipped ones too. Writes the sweep's manifest first."""
+    write_manifest(sweep)
+    for run in sweep.runs:
+        status = prepare_run(sweep, run)
+        if on_run is not None:
+            on_run(run, status)
+        if status != "skip":
+            yield run, "auto" if status == "resume" else None
+
+
 def run_sweep(sweep: Sweep, train: Callable[[TrainConfig, str | None], Any],
               on_run: Callable[[SweepRun, str], None] | None = None) -> list[SweepRun]:
     """Train every unfinished run of ``sweep``, one after another; returns the runs trained now.
@@ -255,15 +269,9 @@ def run_sweep(sweep: Sweep, train: Callable[[TrainConfig, str | None], Any],
     ``done.json`` and the results table are written. (``teamplay.distributed.sweep`` runs them
     side by side on Ray, with the same steps.)
     """
-    write_manifest(sweep)
     trained = []
-    for run in sweep.runs:
-        status = prepare_run(sweep, run)
-        if on_run is not None:
-            on_run(run, status)
-        if status == "skip":
-            continue
-        train(sweep.config(run), "auto" if status == "resume" else None)
+    for run, resume in pending_runs(sweep, on_run):
+        train(sweep.config(run), resume)
         finish_run(sweep, run)
         trained.append(run)
     return trained

@@ -19,6 +19,7 @@ from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.setup import sampling_params
 from tests.distributed.conftest import save_scaled_tiny
 from tests.training.fixtures import FirstTokenTask
+from tests.training.test_heterogeneous import hetero_settings
 
 pytest.importorskip("ray")
 
@@ -27,13 +28,7 @@ PRINTABLE = "".join(chr(c) for c in range(32, 127))
 
 def hetero_config(base_a, base_b, run_dir, address: str, **distributed) -> TrainConfig:
     return build_config(TrainConfig, {
-        "steps": 2, "protocol": {"name": "proposer_reviewer", "options": {"rounds": 2}},
-        "model": {"name": str(base_a), "lora": {"r": 4, "alpha": 8}},
-        "team": {"roles": [{"name": "proposer"}, {"name": "reviewer", "model": str(base_b)}]},
-        "rollout": {"problems_per_step": 2, "group_size": 4},
-        "sampling": {"max_new_tokens": 2, "temperature": 1.0},
-        "optim": {"lr": 0.01, "minibatch_size": 64},
-        "output_dir": str(run_dir), "tensorboard": False, "checkpoint_every": 2,
+        **hetero_settings(base_a, base_b, run_dir),
         "distributed": {"address": address, "rollout_workers": 2, "learner_workers": 1, **distributed}})
 
 

@@ -14,18 +14,23 @@ from tests.training.fixtures import FirstTokenTask
 PRINTABLE = "".join(chr(c) for c in range(32, 127))
 
 
-def test_two_bases_each_adapter_trains_each_base_stays(tmp_path):
-    # two different tiny bases: other seeds and other widths (hidden 32 vs 48)
-    base_a = save_tiny(tmp_path / "base-a", seed=1, hidden=32)
-    base_b = save_tiny(tmp_path / "base-b", seed=2, hidden=48)
-    cfg = build_config(TrainConfig, {
+def hetero_settings(base_a, base_b, run_dir) -> dict:
+    """A 2-step proposer/reviewer run whose reviewer uses ``base_b`` and proposer ``base_a``."""
+    return {
         "steps": 2, "protocol": {"name": "proposer_reviewer", "options": {"rounds": 2}},
         "model": {"name": str(base_a), "lora": {"r": 4, "alpha": 8}},
         "team": {"roles": [{"name": "proposer"}, {"name": "reviewer", "model": str(base_b)}]},
         "rollout": {"problems_per_step": 2, "group_size": 4},
         "sampling": {"max_new_tokens": 2, "temperature": 1.0},
         "optim": {"lr": 0.01, "minibatch_size": 64},
-        "output_dir": str(tmp_path / "run"), "tensorboard": False, "checkpoint_every": 2})
+        "output_dir": str(run_dir), "tensorboard": False, "checkpoint_every": 2}
+
+
+def test_two_bases_each_adapter_trains_each_base_stays(tmp_path):
+    # two different tiny bases: other seeds and other widths (hidden 32 vs 48)
+    base_a = save_tiny(tmp_path / "base-a", seed=1, hidden=32)
+    base_b = save_tiny(tmp_path / "base-b", seed=2, hidden=48)
+    cfg = build_config(TrainConfig, hetero_settings(base_a, base_b, tmp_path / "run"))
     task = FirstTokenTask(PRINTABLE)
     trainer = Trainer(cfg, task=task, items=task.load("train", limit=4))
     tm = trainer.team_model
