@@ -92,9 +92,9 @@ class DistributedTrainer(Trainer):
         self._pushed = False
 
     # ------------------------------------------------------------------------------ loop
-    def train(self, resume: str | None = None) -> TrainResult:
+    def train(self, resume: str | None = None, overwrite: bool = False) -> TrainResult:
         try:
-            return super().train(resume)
+            return super().train(resume, overwrite)
         finally:
             self.shutdown()
 

@@ -243,3 +243,30 @@ def test_worker_killed_mid_step_then_whole_run_killed_and_resumed(trainer, ray_c
     assert max(float((a[k] - _adapters(run, 1)[k]).abs().max()) for k in a) > 1e-4  # training moved them
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+def test_teamplay_train_runs_a_distributed_config_and_overwrites(ray_cluster, tiny_model_dir, tmp_path):
+    # the README's `teamplay train --config configs/demo_ray.yaml`, at tiny size, through the CLI
+    # (which hands --overwrite / --resume to the distributed trainer as to the single-process one)
+    import yaml
+    from typer.testing import CliRunner
+
+    from teamplay.cli import app
+
+    run_dir = tmp_path / "run"
+    cfg = train_config(tiny_model_dir, run_dir, ray_cluster, steps=1,
+                       task={"name": "arith", "split": "train", "limit": 8})
+    path = tmp_path / "ray.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
+    runner = CliRunner()
+    first = runner.invoke(app, ["train", "-c", str(path)])
+    assert first.exit_code == 0, first.output
+    assert (run_dir / "checkpoints").is_dir()
+    logged = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert logged
+    refused = runner.invoke(app, ["train", "-c", str(path)])  # the folder holds a finished run
+    assert refused.exit_code == 2 and "error:" in refused.output
+    again = runner.invoke(app, ["train", "-c", str(path), "--overwrite"])
+    assert again.exit_code == 0, again.output
+    # a fresh run's log replaced the first one (not appended to it)
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == len(logged)
