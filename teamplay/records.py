@@ -238,7 +238,9 @@ class SamplingParams:
     """Decoding settings shared by all backends.
 
     ``temperature == 0`` means greedy decoding. ``seed`` makes sampled generation reproducible for
-    the same batch on the same backend.
+    the same batch on the same backend. ``entropies`` asks for each token's sampling entropy
+    (``Generation.entropies``; a full-vocabulary pass per token, so only when token-level credit
+    reads them); a backend that cannot record them returns none.
     """
 
     max_new_tokens: int = 256
@@ -246,6 +248,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    entropies: bool = False
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

@@ -12,6 +12,7 @@ and call one optimizer on ``trainable_parameters()``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -267,6 +268,12 @@ class TeamModel:
         logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, C]
         return logp * mask_f, mask_f
 
+    @functools.cached_property
+    def _cache_name(self) -> str:
+        """The key/value cache's keyword and output field: ``cache`` in transformers 5,
+        ``past_key_values`` in 4.x."""
+        return "cache" if "cache" in inspect.signature(self.base_model.forward).parameters else "past_key_values"
+
     def _shared_prompt_logits(self, unique: Sequence[tuple[int, ...]], owner: torch.Tensor, targets: torch.Tensor,
                               mask: torch.Tensor) -> torch.Tensor:
         """Next-token logits [B, C, V] at every completion position, each of the U ``unique`` prompts
@@ -281,8 +288,7 @@ class TeamModel:
         c_max = targets.shape[1]
         if c_max == 1:
             return first[:, None]
-        # transformers 5 names the cache `cache` (in and out); 4.x `past_key_values`
-        cache_name = "cache" if "cache" in inspect.signature(self.base_model.forward).parameters else "past_key_values"
+        cache_name = self._cache_name
         cache = getattr(out, cache_name)
         cache.reorder_cache(owner)  # [U, ...] -> [B, ...]: row b continues its prompt
         fed = targets[:, :-1]  # [B, C-1] tokens 0..C-2 (padding past each completion's end)

@@ -38,7 +38,7 @@ from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
 from teamplay.training.evaluation import EvalMetrics, evaluate
 from teamplay.training.samples import PolicySample
-from teamplay.training.setup import sampling_params
+from teamplay.training.setup import rollout_sampling, sampling_params
 from teamplay.training.trainer import StepResult, Trainer, TrainResult
 
 
@@ -78,11 +78,11 @@ class DistributedTrainer(Trainer):
                               max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
             if owner:
                 self.pool = BaseGroupsPool(spec, owner, dist.rollout_workers, dist.resources.rollout,
-                                           sampling_params(cfg.sampling), max_staleness=dist.max_staleness,
+                                           rollout_sampling(cfg), max_staleness=dist.max_staleness,
                                            max_restarts=dist.max_restarts)
             else:
                 self.pool = RolloutPool(spec, dist.rollout_workers, dist.resources.rollout,
-                                        sampling_params(cfg.sampling), max_staleness=dist.max_staleness,
+                                        rollout_sampling(cfg), max_staleness=dist.max_staleness,
                                         max_restarts=dist.max_restarts)
             self.runner = self.pool  # Trainer.step calls self.runner.run(jobs, seed=...)
             self.learner = LearnerGroup(cfg, self.team)

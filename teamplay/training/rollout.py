@@ -15,6 +15,7 @@ episodes costs about as many model calls as one episode has turns, not 32 times 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -159,5 +160,4 @@ def _advance_to_turn(env: TeamEnv) -> TurnRequest | None:
 def _with_seed(sampling: SamplingParams, seed: int) -> SamplingParams:
     if sampling.greedy:
         return sampling
-    return SamplingParams(max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                          top_p=sampling.top_p, top_k=sampling.top_k, seed=seed % (2**31 - 1))
+    return dataclasses.replace(sampling, seed=seed % (2**31 - 1))

@@ -26,6 +26,7 @@ from teamplay.config import (
     TrainConfig,
 )
 from teamplay.credit import check_credit
+from teamplay.credit.token import get_token_credit
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.protocols.base import Controller
 from teamplay.envs.tasks import TASKS, get_task
@@ -71,9 +72,17 @@ def env_factory(task: Task, protocol_cfg: ProtocolConfig, team: Team | None,
     return partial(TeamEnv, task, protocol, probe.team), probe.team
 
 
-def sampling_params(cfg: SamplingConfig, seed: int | None = None) -> SamplingParams:
+def sampling_params(cfg: SamplingConfig, seed: int | None = None, entropies: bool = False) -> SamplingParams:
     return SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                          top_p=cfg.top_p, top_k=cfg.top_k, seed=seed)
+                          top_p=cfg.top_p, top_k=cfg.top_k, seed=seed, entropies=entropies)
+
+
+def rollout_sampling(cfg: TrainConfig) -> SamplingParams:
+    """The training rollouts' sampling: ``cfg.sampling``, recording token entropies when the
+    token-level credit method reads them."""
+    token = cfg.credit.token
+    wants = token is not None and "entropies" in get_token_credit(token.method).needs
+    return sampling_params(cfg.sampling, entropies=wants)
 
 
 def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team,
@@ -290,7 +299,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
                                 max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
     else:
         backend = mixed_backend(backend, team)  # a given model backend still plays only the LLM roles
-    runner = RolloutRunner(make_env, backend, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)
+    runner = RolloutRunner(make_env, backend, rollout_sampling(cfg), max_batch=cfg.backend.max_batch)
     return RunParts(task=train_task, items=train_items, eval_task=eval_task, eval_items=held_out,
                     controllers=controllers, team=team, make_env=make_env, make_eval_env=make_eval_env,
                     team_model=team_model, backend=backend, runner=runner)

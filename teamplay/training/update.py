@@ -33,8 +33,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from teamplay.credit.token import TokenStats, get_token_credit
+from teamplay.credit.token.base import message_tokens
 from teamplay.training.losses import objective_loss
 from teamplay.training.samples import PolicySample
+from teamplay.training.token_stats import stats_from_distributions
 
 
 class DataParallel(Protocol):
@@ -195,10 +198,6 @@ class PolicyUpdater:
         """Token advantages of the ``pending`` samples of ``part`` from this pass's distributions
         ``logp_all`` [b, C, V] (detached) and, when a rule needs the reference, one reference pass,
         whose token log-probs [b, C] are returned (masked) for the KL term; ``None`` without one."""
-        from teamplay.credit.token import get_token_credit
-        from teamplay.credit.token.base import TokenStats, message_tokens
-        from teamplay.training.token_stats import stats_from_distributions
-
         methods = {part[k].token_rule.method: get_token_credit(part[k].token_rule.method) for k in pending}
         needs = set().union(*(m.needs for m in methods.values()))
         lq = ref = None

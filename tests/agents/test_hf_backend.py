@@ -117,7 +117,11 @@ def test_recorded_entropies_are_those_of_the_sampled_distribution(temperature):
     backend = make_backend()
     perturb(backend, "proposer", 1)
     gens = backend.generate([request(i) for i in range(4)],
-                            SamplingParams(max_new_tokens=10, temperature=temperature, seed=3))
+                            SamplingParams(max_new_tokens=10, temperature=temperature, seed=3, entropies=True))
+    unasked = backend.generate([request(i) for i in range(4)],
+                               SamplingParams(max_new_tokens=10, temperature=temperature, seed=3))
+    assert [g.completion_ids for g in unasked] == [g.completion_ids for g in gens]
+    assert all(g.entropies == () for g in unasked)  # not asked for: no full-vocabulary pass
     with torch.no_grad():
         logp_all, _, _ = backend.team_model.completion_logprobs(
             [g.prompt_ids for g in gens], [g.completion_ids for g in gens], adapter="proposer",
@@ -131,7 +135,7 @@ def test_recorded_entropies_are_those_of_the_sampled_distribution(temperature):
 def test_top_k_entropies_are_finite_and_bounded_by_the_kept_tokens():
     backend = make_backend()
     gens = backend.generate([request(i) for i in range(4)],
-                            SamplingParams(max_new_tokens=10, temperature=1.0, top_k=3, seed=3))
+                            SamplingParams(max_new_tokens=10, temperature=1.0, top_k=3, seed=3, entropies=True))
     values = np.concatenate([np.asarray(g.entropies) for g in gens])
     # removed tokens have p = 0 (log p = -inf) and add nothing: at most log 3 nats, never NaN
     assert np.isfinite(values).all() and (values >= -1e-6).all() and (values <= np.log(3) + 1e-5).all()

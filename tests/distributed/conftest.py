@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from teamplay.training.samples import PolicySample
 from tests.tiny import tiny_model_and_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,3 +45,19 @@ def save_scaled_tiny(folder: Path, seed: int, hidden: int = 32) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def random_samples(tm, seed: int, n: int = 8) -> list[PolicySample]:
+    """``n`` messages alternating between the two adapters, scored under the current adapters."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        adapter = ("proposer", "reviewer")[i % 2]
+        prompt = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(3, 8))))
+        completion = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(1, 4))))
+        with torch.no_grad():
+            logp, _ = tm.completion_logprobs([prompt], [completion], adapter=adapter, temperature=1.0)
+        out.append(PolicySample(adapter=adapter, role=adapter, prompt_ids=prompt, completion_ids=completion,
+                                old_logprobs=tuple(float(x) for x in logp[0, :len(completion)]),
+                                advantage=float(rng.normal()), group_id="g"))
+    return out

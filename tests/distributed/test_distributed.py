@@ -16,7 +16,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -27,6 +26,7 @@ from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.samples import PolicySample
 from teamplay.training.setup import build_team_model, sampling_params
 from teamplay.training.update import PolicyUpdater
+from tests.distributed.conftest import random_samples
 from tests.training.fixtures import FirstTokenTask
 
 pytest.importorskip("ray")
@@ -113,17 +113,7 @@ def test_two_workers_greedy_equal_single_process(trainer):
 def test_two_gloo_ranks_equal_one_process(trainer, learner_pair):
     cfg = trainer.cfg
     tm = build_team_model(cfg.model, trainer.team, cfg.seed)
-    rng = np.random.default_rng(0)
-    samples = []
-    for i in range(8):  # 2 minibatches of 4 -> 2 optimiser steps; both adapters in each
-        adapter = ("proposer", "reviewer")[i % 2]
-        prompt = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(3, 8))))
-        completion = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(1, 4))))
-        with torch.no_grad():
-            logp, _ = tm.completion_logprobs([prompt], [completion], adapter=adapter, temperature=1.0)
-        samples.append(PolicySample(adapter=adapter, role=adapter, prompt_ids=prompt, completion_ids=completion,
-                                    old_logprobs=tuple(float(x) for x in logp[0, :len(completion)]),
-                                    advantage=float(rng.normal()), group_id="g"))
+    samples = random_samples(tm, seed=0, n=8)  # 2 minibatches of 4 -> 2 optimiser steps; both adapters in each
     trainable = [a for a in tm.adapter_names if a not in tm.frozen]
     params = {a: tm.adapter_parameters(a) for a in trainable}
     optimizer = torch.optim.AdamW([p for a in trainable for p in params[a]], lr=cfg.optim.lr)

@@ -3,16 +3,15 @@ the LoRA parameters give the adapters and AdamW moments of 1 process, in the che
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from teamplay.config import TrainConfig, build_config
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import ConfigError
-from teamplay.training.samples import PolicySample
 from teamplay.training.setup import build_team_model
 from teamplay.training.update import PolicyUpdater
+from tests.distributed.conftest import random_samples
 
 pytest.importorskip("ray")
 
@@ -26,22 +25,6 @@ def fsdp_config(model_dir, run_dir, address: str) -> TrainConfig:
         "optim": {"lr": 0.01, "minibatch_size": 8},
         "output_dir": str(run_dir), "tensorboard": False,
         "distributed": {"address": address, "learner_workers": 2, "learner_strategy": "fsdp"}})
-
-
-def random_samples(tm, seed: int, n: int = 8) -> list[PolicySample]:
-    """``n`` messages alternating between the two adapters, scored under the current adapters."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        adapter = ("proposer", "reviewer")[i % 2]
-        prompt = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(3, 8))))
-        completion = tuple(int(t) for t in rng.integers(4, 260, size=int(rng.integers(1, 4))))
-        with torch.no_grad():
-            logp, _ = tm.completion_logprobs([prompt], [completion], adapter=adapter, temperature=1.0)
-        out.append(PolicySample(adapter=adapter, role=adapter, prompt_ids=prompt, completion_ids=completion,
-                                old_logprobs=tuple(float(x) for x in logp[0, :len(completion)]),
-                                advantage=float(rng.normal()), group_id="g"))
-    return out
 
 
 def _worst(a: AdapterWeights, b: AdapterWeights) -> float:

@@ -176,7 +176,8 @@ class _CountingModel:
 
 
 def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
-    trainer = make_trainer(tmp_path, {"steps": 1})
+    # s_trace reads entropies, so the training rollouts ask the backend to record them
+    trainer = make_trainer(tmp_path, {"steps": 1, "credit": {"token": {"method": "s_trace"}}})
     from teamplay.training.rollout import RolloutJob
 
     episodes = trainer.runner.run([RolloutJob(item=trainer.items[0], group_id="g")], seed=0)
@@ -208,24 +209,29 @@ def test_config_refusals(tmp_path):
         make_trainer(tmp_path, {"credit": {"token": {"method": "dgpo"}}, "objective": {"kl_beta": 0.1}})
 
 
-@pytest.mark.parametrize("method", sorted(token_methods()))
-def test_teamplay_train_runs_every_token_method(tmp_path, method):
+def _train_via_cli(tmp_path, protocol: dict, credit: dict, group_size: int, steps: int) -> list[dict]:
+    """``teamplay train`` of a tiny model on arith; returns the lines of its metrics.jsonl."""
     model = save_tiny(tmp_path / "tiny")
     config = tmp_path / "train.yaml"
     config.write_text(json.dumps({
         "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
         "backend": {"max_prompt_tokens": 1024},
         "task": {"name": "arith", "split": "train", "limit": 8},
-        "protocol": {"name": "single"},
-        "credit": {"method": "grpo", "token": {"method": method}},
-        "rollout": {"problems_per_step": 2, "group_size": 4},
+        "protocol": protocol, "credit": credit,
+        "rollout": {"problems_per_step": 2, "group_size": group_size},
         "sampling": {"max_new_tokens": 4, "temperature": 1.0},
-        "steps": 2, "checkpoint_every": 5, "tensorboard": False,
+        "steps": steps, "checkpoint_every": 5, "tensorboard": False,
         "output_dir": str(tmp_path / "run"),
     }))
     result = CliRunner().invoke(app, ["train", "--config", str(config)])
     assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("method", sorted(token_methods()))
+def test_teamplay_train_runs_every_token_method(tmp_path, method):
+    lines = _train_via_cli(tmp_path, {"name": "single"}, {"method": "grpo", "token": {"method": method}},
+                           group_size=4, steps=2)
     assert [x["step"] for x in lines] == [1, 2]
 
 
@@ -249,19 +255,7 @@ def test_ep_grpo_progress_signal_trains_on_equal_reward_groups_only_when_asked(t
 
 
 def test_teamplay_train_runs_cal_grpo_on_proposer_reviewer(tmp_path):
-    model = save_tiny(tmp_path / "tiny")
-    config = tmp_path / "train.yaml"
-    config.write_text(json.dumps({
-        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
-        "backend": {"max_prompt_tokens": 1024},
-        "task": {"name": "arith", "split": "train", "limit": 8},
-        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 2}},
-        "credit": {"method": "cal_grpo", "token": {"method": "aem", "roles": ["proposer"]}},
-        "rollout": {"problems_per_step": 2, "group_size": 3},
-        "sampling": {"max_new_tokens": 4, "temperature": 1.0},
-        "steps": 1, "checkpoint_every": 5, "tensorboard": False,
-        "output_dir": str(tmp_path / "run"),
-    }))
-    result = CliRunner().invoke(app, ["train", "--config", str(config)])
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1
+    lines = _train_via_cli(tmp_path, {"name": "proposer_reviewer", "options": {"rounds": 2}},
+                           {"method": "cal_grpo", "token": {"method": "aem", "roles": ["proposer"]}},
+                           group_size=3, steps=1)
+    assert len(lines) == 1

@@ -11,8 +11,9 @@ Behaviour log-probs: ``generate`` returns the scores after its logits processors
 distribution actually sampled (temperature, then top-k, then top-p applied); the log-prob of a
 token is ``log_softmax`` of those scores. For greedy decoding no processor runs: the log-probs are
 those of the T=1 model distribution (what ``TeamModel.completion_logprobs(..., temperature=1)``
-recomputes). The entropy of that same distribution at each token is recorded as well
-(``Generation.entropies``): token-level credit reads it instead of scoring the message again.
+recomputes). Asked for (``SamplingParams.entropies``), the entropy of that same distribution at each
+token is recorded as well (``Generation.entropies``): token-level credit reads it instead of
+scoring the message again.
 
 A completion ends after the first stop token (the tokenizer's eos and the model's generation-config
 eos ids), which it includes; the padding ``generate`` writes after it is never returned.
@@ -128,15 +129,18 @@ class HFBackend(GenerationBackend):
         scores = torch.stack(out.scores, dim=1).float()  # [B, N, V] processed logits
         log_dist = torch.log_softmax(scores, dim=-1)  # [B, N, V]
         logps = log_dist.gather(-1, new[..., None]).squeeze(-1)  # [B, N]
-        # entropy of the sampled distribution, free here (token-level credit would otherwise
-        # re-score every message); tokens that top-k / top-p removed have p = 0 and add nothing
-        entropies = -torch.where(log_dist.isfinite(), log_dist.exp() * log_dist, 0.0).sum(-1)  # [B, N]
+        entropies = torch.zeros_like(logps)  # [B, N], returned only when asked for
+        if sampling.entropies:
+            # entropy of the sampled distribution, cheap here (token-level credit would otherwise
+            # re-score every message); tokens that top-k / top-p removed have p = 0 and add nothing
+            entropies = -torch.where(log_dist.isfinite(), log_dist.exp() * log_dist, 0.0).sum(-1)
         stops = torch.tensor(self.stop_ids, device=device)
         results = []
         for b in range(new.shape[0]):
             is_stop = torch.isin(new[b], stops)  # [N]
             length = int(is_stop.nonzero()[0, 0]) + 1 if bool(is_stop.any()) else new.shape[1]
-            results.append((new[b, :length].tolist(), logps[b, :length].tolist(), entropies[b, :length].tolist()))
+            results.append((new[b, :length].tolist(), logps[b, :length].tolist(),
+                            entropies[b, :length].tolist() if sampling.entropies else []))
         return results
 
     # ------------------------------------------------------------------ judge
