@@ -166,7 +166,8 @@ class PolicyUpdater:
             logp_all, targets, mask = self.team_model.completion_logprobs(
                 prompts, completions, adapter=adapter, temperature=temperature, return_distributions=True)  # [b, C, V]
             logp = logp_all.gather(-1, targets[..., None]).squeeze(-1) * mask  # [b, C]
-            ref = self._resolve_tokens(adapter, part, indices, pending, logp_all.detach(), targets, temperature)
+            ref = self._resolve_tokens(adapter, part, indices, pending, prompts, completions, logp_all.detach(),
+                                       targets, temperature)
         else:
             logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
                                                              temperature=temperature)  # [b, C], [b, C]
@@ -193,8 +194,8 @@ class PolicyUpdater:
         return (sample.advantage,) * len(sample.completion_ids)
 
     def _resolve_tokens(self, adapter: str, part: Sequence[PolicySample], indices: Sequence[int],
-                        pending: Sequence[int], logp_all: torch.Tensor, targets: torch.Tensor,
-                        temperature: float) -> torch.Tensor | None:
+                        pending: Sequence[int], prompts: list[list[int]], completions: list[list[int]],
+                        logp_all: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor | None:
         """Token advantages of the ``pending`` samples of ``part`` from this pass's distributions
         ``logp_all`` [b, C, V] (detached) and, when a rule needs the reference, one reference pass,
         whose token log-probs [b, C] are returned (masked) for the KL term; ``None`` without one."""
@@ -202,8 +203,6 @@ class PolicyUpdater:
         needs = set().union(*(m.needs for m in methods.values()))
         lq = ref = None
         if needs & {"ref_logprobs", "hellinger"} or self.cfg.objective.kl_beta > 0:
-            prompts = [list(s.prompt_ids) for s in part]
-            completions = [list(s.completion_ids) for s in part]
             lq, _, mask = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
                                                              return_distributions=True)  # [b, C, V]
             ref = lq.gather(-1, targets[..., None]).squeeze(-1) * mask  # [b, C]
