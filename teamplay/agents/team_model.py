@@ -249,7 +249,7 @@ class TeamModel:
             targets[b, : len(c)] = torch.tensor(list(c), dtype=torch.long, device=device)
         owner, unique = _prompt_owners(prompt_ids)
         with self.using(adapter):
-            if share_prompts and len(unique) < batch:
+            if share_prompts and (len(unique) < batch or _common_prefix(unique) > 0):
                 picked = self._shared_prompt_logits(unique, owner, targets, mask)  # [B, C, V]
             else:
                 rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
@@ -278,17 +278,31 @@ class TeamModel:
                               mask: torch.Tensor) -> torch.Tensor:
         """Next-token logits [B, C, V] at every completion position, each of the U ``unique`` prompts
         run once: its last position predicts token 0, its key/value cache (copied to the B rows that
-        ``owner`` [B] maps to it) carries tokens 0..C-2 (right-padded, ``mask`` [B, C]) to predict 1..C-1."""
+        ``owner`` [B] maps to it) carries tokens 0..C-2 (right-padded, ``mask`` [B, C]) to predict 1..C-1.
+
+        The prompts' common prefix (a team's system prompt and instructions, often most of a prompt)
+        runs once for all U: its cache is copied to the U rows, which continue with their own
+        remainders, left-padded after the prefix (padding in the middle is masked out, positions
+        count real tokens only)."""
         device = targets.device
         owner = owner.to(device)
-        p_ids, p_mask = left_pad(unique, self.tokenizer.pad_token_id, device)  # [U, P]
-        out = self.model(input_ids=p_ids, attention_mask=p_mask, position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
-                         use_cache=True, logits_to_keep=1)
+        cache_name = self._cache_name
+        shared = _common_prefix(unique)
+        prefix_kwargs: dict = {}
+        if shared:
+            head = torch.tensor([unique[0][:shared]], dtype=torch.long, device=device)  # [1, K]
+            cache = getattr(self.model(input_ids=head, use_cache=True, logits_to_keep=1), cache_name)
+            cache.reorder_cache(torch.zeros(len(unique), dtype=torch.long, device=device))  # [1, ...] -> [U, ...]
+            prefix_kwargs = {cache_name: cache}
+        r_ids, r_mask = left_pad([u[shared:] for u in unique], self.tokenizer.pad_token_id, device)  # [U, R]
+        p_mask = torch.cat([torch.ones(len(unique), shared, dtype=r_mask.dtype, device=device), r_mask], 1)  # [U, K+R]
+        positions = (p_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]  # [U, R]
+        out = self.model(input_ids=r_ids, attention_mask=p_mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **prefix_kwargs)
         first = out.logits[:, -1][owner]  # [B, V]: predicts completion token 0
         c_max = targets.shape[1]
         if c_max == 1:
             return first[:, None]
-        cache_name = self._cache_name
         cache = getattr(out, cache_name)
         cache.reorder_cache(owner)  # [U, ...] -> [B, ...]: row b continues its prompt
         fed = targets[:, :-1]  # [B, C-1] tokens 0..C-2 (padding past each completion's end)
@@ -410,6 +424,19 @@ def _prompt_owners(prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, l
     index: dict[tuple[int, ...], int] = {}
     owner = [index.setdefault(tuple(p), len(index)) for p in prompt_ids]
     return torch.tensor(owner, dtype=torch.long), list(index)
+
+
+def _common_prefix(unique: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix shared by every prompt of ``unique``, leaving each at least
+    one token of its own (its last position predicts the completion's first token); 0 for one prompt."""
+    if len(unique) < 2:
+        return 0
+    shortest = min(len(u) for u in unique)
+    first = unique[0]
+    for k in range(shortest - 1):
+        if any(u[k] != first[k] for u in unique):
+            return k
+    return max(shortest - 1, 0)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int,

@@ -141,7 +141,7 @@ class Trainer:
         validate_run(cfg)
         seed_everything(cfg.seed)
         parts = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items,
-                          eval_items=eval_items)
+                          eval_items=eval_items, rules_in_update=self.resolves_token_rules)
         self.task, self.items = parts.task, parts.items
         self.eval_task, self.eval_items = parts.eval_task, parts.eval_items
         self.controllers, self.team, self.team_model = parts.controllers, parts.team, parts.team_model

@@ -82,6 +82,38 @@ def test_shared_prompts_give_the_plain_paths_values(adapter):
             torch.testing.assert_close(at_t1[b, :len(c)], direct_logprobs(tm, p, c, adapter), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("adapter", [None, "proposer"])
+def test_a_common_prompt_prefix_runs_once_and_gives_the_plain_paths_values(adapter):
+    # a team's prompts share their system prompt: the prefix runs once, each prompt continues with
+    # its own remainder (different lengths; one prompt is the prefix plus one token; one is a prefix
+    # of another, which caps the shared part so each keeps a token of its own); all prompts distinct
+    head = [5, 6, 7, 8, 9, 10]
+    prompts = [head + [11, 12, 13], head + [14], head + [11, 12, 13, 15, 16], head + [17, 18], head + [11, 12]]
+    completions = [[20, 21, 22], [23, 24], [25], [26, 27, 28, 29], [30, 31]]
+    tm = team()
+    perturb(tm, "proposer", 3)
+    with torch.no_grad():
+        plain, _ = tm.completion_logprobs(prompts, completions, adapter=adapter)
+        shared, _ = tm.completion_logprobs(prompts, completions, adapter=adapter, share_prompts=True)
+        repeated, _ = tm.completion_logprobs(prompts + prompts[:2], completions + completions[:2], adapter=adapter,
+                                             share_prompts=True)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(repeated[:5], plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(repeated[5:], plain[:2], atol=1e-5, rtol=0)
+    for b, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        torch.testing.assert_close(shared[b, :len(c)], direct_logprobs(tm, p, c, adapter), atol=1e-5, rtol=0)
+
+
+def test_common_prefix_leaves_each_prompt_a_token_of_its_own():
+    from teamplay.agents.team_model import _common_prefix
+    assert _common_prefix([(1, 2, 3)]) == 0
+    assert _common_prefix([(1, 2, 3), (4, 2, 3)]) == 0
+    assert _common_prefix([(1, 2, 3, 4), (1, 2, 5)]) == 2
+    assert _common_prefix([(1, 2), (1, 2, 3)]) == 1
+    assert _common_prefix([(1,), (1, 2)]) == 0
+    assert _common_prefix([(1, 2, 3), (1, 2, 3)]) == 2
+
+
 def test_reference_logprobs_share_prompts_and_match_the_base_model():
     tm = team()
     perturb(tm, "proposer", 2)

@@ -200,6 +200,17 @@ def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
     assert sorted(counting.calls, key=str) == sorted([msgs[0].adapter, None], key=str)  # dgpo: policy + reference
 
 
+def test_rollouts_record_entropies_only_for_a_method_that_reads_them_from_the_messages(tmp_path):
+    from teamplay.training.setup import rollout_sampling
+
+    s_trace = make_trainer(tmp_path / "s", {"steps": 1, "credit": {"token": {"method": "s_trace"}}})
+    dgpo = make_trainer(tmp_path / "d", {"steps": 1, "credit": {"token": {"method": "dgpo"}}})
+    assert s_trace.runner.sampling.entropies  # read from the messages
+    assert not dgpo.runner.sampling.entropies  # computed from the update's own forward pass
+    assert rollout_sampling(dgpo.cfg).entropies  # a trainer whose update runs elsewhere records them
+    assert not rollout_sampling(make_trainer(tmp_path / "g", {"steps": 1}).cfg).entropies
+
+
 def test_config_refusals(tmp_path):
     with pytest.raises(ConfigError, match="unknown token credit method"):
         make_trainer(tmp_path, {"credit": {"token": {"method": "nope"}}})
