@@ -427,6 +427,11 @@ class TrainConfig(_Section):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout sizes.")
     steps: int = Field(10, ge=1, description="Training steps.")
+    token_budget: int | None = Field(
+        None, ge=1, description="Stop after the step at which the run has generated this many tokens: its "
+                                "episodes' plus the counterfactual ones of replays, continuations and "
+                                "controllers (so methods can be compared at equal cost). `steps` stays "
+                                "the upper bound and the LR schedule's length. None = `steps` only.")
     alternate_roles_every: int | None = Field(
         None, ge=1, description="Train one adapter at a time, switching every k steps (None = all).")
     eval_every: int | None = Field(None, ge=1, description="Held-out eval every N steps (and at the "
@@ -554,6 +559,9 @@ class FederatedConfig(TrainConfig):
         if ("steps" in self.model_fields_set and self.steps != derived) or self.eval_every is not None:
             raise ValueError("steps/eval_every: not used by a federated run (set federated.rounds and "
                              "federated.local_steps; the global team is evaluated after every round)")
+        if self.token_budget is not None:
+            raise ValueError("token_budget: a federated run's length is federated.rounds x "
+                             "federated.local_steps; a token budget would stop sites at different rounds")
         if self.controllers.enabled:
             # the regret tables would have to be federated and kept per site: not built yet
             raise ValueError("controllers.enabled: learned speak/skip controllers are not supported in "

@@ -69,12 +69,16 @@ class TrainerState:
         data_order: the permutation of training items of the current data epoch.
         data_cursor: position in ``data_order`` of the next problem.
         data_epoch: how many times the training items were exhausted.
+        generated_tokens: tokens the run has generated so far, its episodes' and the
+            counterfactual ones (``generated_tokens`` in ``teamplay.training.metrics``): what
+            ``token_budget`` is spent against.
     """
 
     step: int
     data_order: tuple[int, ...]
     data_cursor: int
     data_epoch: int
+    generated_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,8 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
     try:
         raw = meta["state"]
         state = TrainerState(step=int(raw["step"]), data_order=tuple(int(i) for i in raw["data_order"]),
-                             data_cursor=int(raw["data_cursor"]), data_epoch=int(raw["data_epoch"]))
+                             data_cursor=int(raw["data_cursor"]), data_epoch=int(raw["data_epoch"]),
+                             generated_tokens=int(raw.get("generated_tokens", 0)))  # absent before budgets
         opt_state = {int(pid): {key: tensors[entry["tensor"]] if "tensor" in entry else entry["value"]
                                 for key, entry in entries.items()}
                      for pid, entries in meta["optimizer"]["state"].items()}

@@ -13,6 +13,17 @@ from typing import Any
 
 from teamplay.training.atomic import write_atomically
 
+#: per-step counters of generated tokens: the episodes' own (``tokens``) and the counterfactual ones
+#: that are not in them (controllers valuing an unchosen speak; the replay engine's re-executions,
+#: which serve shapley's replay characteristic function and continuation credit)
+BUDGET_KEYS = ("tokens", "counterfactual_tokens", "replay_tokens")
+
+
+def generated_tokens(metrics: dict[str, Any]) -> int:
+    """Every token one step generated (the sum of its ``BUDGET_KEYS`` counters): the unit of
+    ``token_budget`` and of the sweep table's ``budget/generated_tokens``."""
+    return int(sum(int(metrics.get(key, 0) or 0) for key in BUDGET_KEYS))
+
 
 class MetricsLogger:
     """Appends ``{"step": s, **metrics}`` lines; scalar metrics also go to TensorBoard/wandb."""

@@ -47,14 +47,12 @@ from typing import Any
 from teamplay.config import TrainConfig, build_config, parse_overrides
 from teamplay.errors import ConfigError, DataError
 from teamplay.training.checkpoint import latest_checkpoint
-from teamplay.training.metrics import read_metrics
+from teamplay.training.metrics import BUDGET_KEYS, read_metrics
 from teamplay.training.setup import validate_run
 
 MANIFEST = "sweep.json"
 DONE = "done.json"
 RUNS = "runs"
-#: training-log counters summed over steps into the run's budget
-BUDGET_KEYS = ("tokens", "counterfactual_tokens", "replay_tokens", "continuation_tokens")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
 
 

@@ -74,7 +74,7 @@ from teamplay.training.checkpoint import (
 )
 from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, evaluate
-from teamplay.training.metrics import MetricsLogger
+from teamplay.training.metrics import MetricsLogger, generated_tokens
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.run_folder import claim_run_folder
@@ -214,16 +214,16 @@ class Trainer:
             logger.log(0, {"heldout": eval_before.to_dict()})
         history = []
         try:
-            while self.state.step < self.cfg.steps:
+            while not self.finished:
                 result = self.step()
                 metrics, step = result.metrics, result.step
-                if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 \
-                        and step < self.cfg.steps:
+                last = self.finished
+                if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 and not last:
                     metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
                 logger.log(step, metrics)
                 logger.log_episodes(step, self.episode_log(result))
                 history.append({"step": step, **metrics})
-                if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+                if step % self.cfg.checkpoint_every == 0 or last:
                     self._checkpoint()
                 if self.on_step is not None:
                     self.on_step(step, metrics)
@@ -235,6 +235,12 @@ class Trainer:
             logger.close()
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
                            time.perf_counter() - start, history)
+
+    @property
+    def finished(self) -> bool:
+        """True once ``steps`` steps ran or the generated tokens reached ``token_budget``."""
+        budget = self.cfg.token_budget
+        return self.state.step >= self.cfg.steps or (budget is not None and self.state.generated_tokens >= budget)
 
     def step(self) -> StepResult:
         """One training step (rollouts, credit, update): its metrics and credited episodes."""
@@ -301,11 +307,9 @@ class Trainer:
             # (all groups without signal): torch warns about that order, which is intended here.
             warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
             self.scheduler.step()
-        self.state = TrainerState(step=step + 1, data_order=self.state.data_order,
-                                  data_cursor=self.state.data_cursor, data_epoch=self.state.data_epoch)
         rewards = [ep.reward for ep in episodes]
         flat_tokens = tuple(tuple(row) for rows in token_rows for row in rows) if token_rows else None
-        return StepResult(step=step + 1, credited=tuple(credited), token_advantages=flat_tokens, metrics={
+        result = StepResult(step=step + 1, credited=tuple(credited), token_advantages=flat_tokens, metrics={
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
@@ -324,6 +328,10 @@ class Trainer:
             "rollout_seconds": t_rollout,
             "credit_seconds": t_credit,
         })
+        spent = self.state.generated_tokens + generated_tokens(result.metrics)
+        result.metrics["generated_tokens_total"] = spent
+        self.state = dataclasses.replace(self.state, step=step + 1, generated_tokens=spent)
+        return result
 
     def _resolved_token_rows(self, samples: list[PolicySample], batches: list[tuple[CreditBatch, list[np.ndarray]]],
                              active: set[str]) -> tuple[list[PolicySample], list[list[list[np.ndarray | None]]]]:
@@ -450,7 +458,7 @@ class Trainer:
                 order, cursor = self._data_order(epoch), 0
             picked.append(self.items[order[cursor]])
             cursor += 1
-        self.state = TrainerState(step=self.state.step, data_order=order, data_cursor=cursor, data_epoch=epoch)
+        self.state = dataclasses.replace(self.state, data_order=order, data_cursor=cursor, data_epoch=epoch)
         return picked
 
     def _evaluate(self, label: str) -> EvalMetrics:
@@ -550,9 +558,10 @@ class CheckpointWarning(TeamplayWarning):
 
 
 #: config fields a resumed run may change: how long it runs and what it logs, never what it learns
-RESUMABLE_CHANGES = ("steps", "output_dir", "eval_task", "eval_sampling", "eval_every", "checkpoint_every",
-                     "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project", "backend.max_batch",
-                     "model.checkpoint", "distributed")  # the checkpoint format is the same with or without Ray
+RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_task", "eval_sampling", "eval_every",
+                     "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
+                     # the checkpoint format is the same with or without Ray
+                     "backend.max_batch", "model.checkpoint", "distributed")
 
 
 def check_resumable(current: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
