@@ -84,7 +84,14 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     **{f"grpo + token {m}": {"method": "grpo", "token": {"method": m}} for m in TOKEN_METHODS},
 }
 
-#: (steps, problems per step, group size, held-out problems, seeds) per setting and size
+#: generated tokens per training episode that set the budget: steps x problems x group x this.
+#: Controlled: the scripted proposer generates nothing, a review is at most 4 tokens (3.6 per
+#: episode in a 2-step grpo run); full: a 48-token proposal and review, plus re-proposals.
+TOKENS_PER_EPISODE = {"controlled": 4, "full": 120}
+#: a run stops at its token budget; this many times the nominal steps is the hard bound
+STEP_CAP = 3
+
+#: (nominal steps, problems per step, group size, held-out problems, seeds) per setting and size
 SIZES = {
     ("controlled", True): (1, 1, 4, 6, 3),     # about 10 minutes on 2 cores (module doc)
     ("controlled", False): (6, 2, 4, 40, 3),   # about 70 minutes
@@ -99,10 +106,18 @@ REVIEWER_PROMPT = ("You check the proposed answer to an arithmetic problem. The 
                    "must be RIGHT if the proposed answer is correct, WRONG if it is not.")
 
 
+def token_budget(setting: str, sizes: tuple[int, int, int, int, int]) -> int:
+    """Generated tokens every method of ``setting`` may spend (its episodes' and counterfactual ones)."""
+    steps, problems, group, _, _ = sizes
+    return steps * problems * group * TOKENS_PER_EPISODE[setting]
+
+
 def arena_config(setting: str, quick: bool, model: str,
                  sizes: tuple[int, int, int, int, int] | None = None) -> dict[str, Any]:
-    """The base config shared by every method of ``setting`` (``sizes`` replaces ``SIZES``)."""
-    steps, problems, group, heldout, _ = sizes or SIZES[(setting, quick)]
+    """The base config shared by every method of ``setting`` (``sizes`` replaces ``SIZES``): every
+    run stops at the same ``token_budget``, at most ``STEP_CAP`` x the nominal steps."""
+    sizes = sizes or SIZES[(setting, quick)]
+    steps, problems, group, heldout, _ = sizes
     if setting == "controlled":
         team = {"roles": [{"name": "proposer", "policy": NOISY_PROPOSER},
                           {"name": "reviewer", "prompt": REVIEWER_PROMPT}]}
@@ -123,7 +138,8 @@ def arena_config(setting: str, quick: bool, model: str,
         "sampling": {"max_new_tokens": new_tokens, "temperature": 1.0},
         "eval_sampling": {"max_new_tokens": new_tokens},
         "optim": {"lr": 5e-4, "minibatch_size": 32},
-        "steps": steps, "checkpoint_every": steps, "keep_checkpoints": 1,
+        "steps": STEP_CAP * steps, "token_budget": token_budget(setting, sizes),
+        "checkpoint_every": STEP_CAP * steps, "keep_checkpoints": 1,
         "tensorboard": False, "log_episodes": 2,
     }
 
@@ -192,7 +208,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
 METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
            ("heldout/team/verdict_accuracy", "verdict acc."), ("heldout/team/wrong_caught", "wrong caught"),
            ("heldout/team/right_rejected", "right rejected"), ("heldout/team/verdict_rate", "verdict rate"),
-           ("budget/tokens", "rollout tokens"), ("budget/generated_tokens", "generated tokens"))
+           ("budget/steps", "steps"), ("budget/tokens", "rollout tokens"),
+           ("budget/generated_tokens", "generated tokens"))
 
 
 def _cell(metric: dict[str, Any] | None, digits: int = 3) -> str:
@@ -222,24 +239,36 @@ def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, A
                 verdicts.append(f"{label} {word} grpo on {name}")
     steps, problems, group, heldout, _ = sizes
     notes = (
-        f"Setting `{setting}`{' (--quick)' if quick else ''}: {len(seeds)} seeds per method; {steps} steps of "
-        f"{problems} problems x {group} episodes; held-out: {heldout} arith level "
+        f"Setting `{setting}`{' (--quick)' if quick else ''}: {len(seeds)} seeds per method; every run stops "
+        f"once it has generated {base['token_budget']} tokens (about {steps} steps of {problems} problems x "
+        f"{group} episodes for grpo; at most {base['steps']} steps); held-out: {heldout} arith level "
         f"{base['task']['options']['level']} test problems, greedy; lr {base['optim']['lr']}, LoRA r 8, "
         f"{base['sampling']['max_new_tokens']} new tokens per message; reviews start with the prefix "
         f"{VERDICT_PREFIX!r}. Cells: mean ± 95% t interval over seeds; 'rollout tokens' are the "
         f"training episodes' tokens, 'generated tokens' add the counterfactual ones (replays, "
-        f"continuations): the budget each method spent. No method was tuned: all share this one setting.",
+        f"continuations): the budget each method spent, equal up to the last step's overshoot. No method "
+        f"was tuned: all share this one setting.",
         "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
         "Beyond their intervals: " + ("; ".join(verdicts) if verdicts else "no comparison").rstrip(".") + ".",
     )
     separated_any = [v for v in verdicts if " beats " in v]
     headline = (f"{setting}: " + (", ".join(separated_any) if separated_any else
                                   "no method beats grpo beyond the 95% intervals") + f" ({len(seeds)} seeds).")
-    return Result("credit_arena", table, headline, None, tuple(n for n in notes if n),
+    return Result(region_name(setting), table, headline, None, tuple(n for n in notes if n),
                   {"results": results, "labels": labels, "refused": refused, "config": base})
 
 
-def main() -> None:
+def region_name(setting: str) -> str:
+    """The BENCHMARKS.md region of a setting's table: ``credit_arena`` (controlled) or ``credit_arena_full``."""
+    return "credit_arena" if setting == "controlled" else f"credit_arena_{setting}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.credit_arena [--setting full] [--parallel N] [--quick]``: run one setting
+    and, unless ``--quick`` (or with ``--write``), rewrite its region of BENCHMARKS.md."""
+    from benchmarks.__main__ import DEFAULT_OUTPUT
+    from benchmarks.common import machine_info, machine_line, write_regions
+
     parser = argparse.ArgumentParser(description="the credit arena (one setting)")
     parser.add_argument("--quick", action="store_true", help="smoke sizes")
     parser.add_argument("--setting", choices=("controlled", "full"), default="controlled")
@@ -247,12 +276,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", type=Path, default=None, help="keep the sweep folder here")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
-    args = parser.parse_args()
+    parser.add_argument("--write", type=Path, default=None,
+                        help="markdown file whose region to rewrite (default BENCHMARKS.md, not with --quick)")
+    args = parser.parse_args(argv)
     set_threads(args.threads)
+    line = machine_line(machine_info())
     result = run(quick=args.quick, model=args.model, setting=args.setting, folder=args.output,
                  parallel=args.parallel)
     print(result.table, *result.notes, result.headline, sep="\n\n")
     print(json.dumps(result.data["labels"]))
+    target = args.write if args.write is not None else (None if args.quick else DEFAULT_OUTPUT)
+    if target is not None:
+        flags = [f"--setting {args.setting}"] if args.setting != "controlled" else []
+        flags += ["--quick"] if args.quick else []
+        flags += [f"--parallel {args.parallel}"] if args.parallel > 1 else []
+        flags += [f"--model {args.model}"] if args.model != EMBEDDED_MODEL else []
+        command = " ".join(["python -m benchmarks.credit_arena", *flags])
+        write_regions(target, {result.name: result.markdown(command, line)})
+        print(f"updated {target.name}: {result.name}")
 
 
 if __name__ == "__main__":

@@ -436,6 +436,11 @@ class TrainConfig(_Section):
         None, ge=1, description="Train one adapter at a time, switching every k steps (None = all).")
     eval_every: int | None = Field(None, ge=1, description="Held-out eval every N steps (and at the "
                                                            "start and end); None = start and end only.")
+    eval_cache: str | None = Field(
+        None, description="Folder that keeps the held-out evaluation of the untrained team for reuse by "
+                          "every run it equals (same model, team, protocol, controllers, tasks, eval "
+                          "decoding, backend and seed: credit, loss and optimiser cannot change it). "
+                          "`teamplay sweep` sets it for its runs. None = each run evaluates.")
     checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Keep the last k checkpoints.")
     output_dir: str = Field("runs/train", description="Run folder.")

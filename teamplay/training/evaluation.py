@@ -26,8 +26,10 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,7 +38,9 @@ from typing import Any
 
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.lm_eval_compat import lm_eval_metrics
+from teamplay.errors import TeamplayWarning
 from teamplay.records import Episode, TaskItem
+from teamplay.training.atomic import write_atomically
 from teamplay.training.controllers import speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.team_metrics import team_metrics
@@ -171,3 +175,34 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
         if sink is not None:
             sink.close()
     return episodes, summarize(episodes, by_id, task, seconds=time.perf_counter() - start)
+
+
+#: the config sections the held-out evaluation of an untrained team depends on: a fresh LoRA
+#: adapter adds exactly 0 (lora_B starts at zero), so credit, loss, optimiser, rollout sizes and
+#: training sampling cannot change it
+UNTRAINED_EVAL_SECTIONS = ("model", "team", "protocol", "controllers", "task", "eval_task", "eval_sampling",
+                           "backend", "seed")
+
+
+def untrained_eval_key(config: dict[str, Any]) -> str:
+    """A hash of what the untrained team's held-out evaluation depends on (``config``: a
+    ``TrainConfig.model_dump(mode="json")``); runs with equal keys get equal evaluations."""
+    part = {name: config.get(name) for name in UNTRAINED_EVAL_SECTIONS}
+    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def cached_untrained_eval(folder: Path, config: dict[str, Any], compute: Callable[[], EvalMetrics]) -> EvalMetrics:
+    """The untrained team's evaluation from ``folder`` when a run with the same
+    ``untrained_eval_key`` stored it, else ``compute()``, stored there (atomically: runs side by side
+    may both compute it, never read half of it). An unreadable entry is computed again, with a warning."""
+    path = Path(folder) / f"untrained-{untrained_eval_key(config)}.json"
+    if path.is_file():
+        try:
+            return EvalMetrics(**json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError, OSError) as exc:
+            warnings.warn(f"{path}: unreadable cached evaluation ({exc}); evaluating again", TeamplayWarning,
+                          stacklevel=2)
+    metrics = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(metrics.to_dict(), indent=1))
+    return metrics

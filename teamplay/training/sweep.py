@@ -9,6 +9,8 @@ Layout of a sweep folder::
     SWEEP/runs/<point>__seed<s>/        one normal run folder per grid point and seed
     SWEEP/runs/<point>__seed<s>/done.json   written (atomically) when that run finished
     SWEEP/results.{csv,md,json}         the table, rewritten after every finished run
+    SWEEP/eval_cache/                   the untrained team's held-out evaluation, once per distinct
+                                        setting (usually per seed), reused by every run it equals
 
 Grid keys are dotted config paths (``credit.method``, ``optim.lr``, ``credit.options.mode``); the
 values after ``=`` are comma-separated YAML values (a value may be a flow mapping, so one grid
@@ -53,6 +55,7 @@ from teamplay.training.setup import validate_run
 MANIFEST = "sweep.json"
 DONE = "done.json"
 RUNS = "runs"
+EVAL_CACHE = "eval_cache"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
 
 
@@ -90,10 +93,13 @@ class Sweep:
         return self.folder / RUNS / run.name
 
     def config(self, run: SweepRun) -> TrainConfig:
-        """The validated config of ``run`` (its output folder is its run folder)."""
+        """The validated config of ``run``: its output folder is its run folder, and the untrained
+        team's held-out evaluation is shared through ``SWEEP/eval_cache`` (the grid points of one
+        seed usually share it) unless the base config sets ``eval_cache`` itself."""
         # JSON strings are YAML strings: a folder name with ': ' stays a string
         folder = json.dumps(str(self.run_dir(run)))
-        return build_config(TrainConfig, self.base, [*run.overrides, f"output_dir={folder}"])
+        cache = [] if "eval_cache" in self.base else [f"eval_cache={json.dumps(str(self.folder / EVAL_CACHE))}"]
+        return build_config(TrainConfig, self.base, [*run.overrides, f"output_dir={folder}", *cache])
 
     def manifest(self) -> dict[str, Any]:
         return {"base_config": dict(self.base), "grid": {k: list(v) for k, v in self.grid.items()},
@@ -283,6 +289,7 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
       ``role_accuracy`` and ``extra.team`` become ``heldout/role_accuracy/proposer``);
     * ``heldout_gain/team_accuracy``: final minus before-training held-out accuracy (when both exist);
     * ``train/reward_last``: mean team reward of the last step;
+    * ``budget/steps``: training steps run (fewer than ``steps`` when ``token_budget`` stopped the run);
     * ``budget/<counter>``: generated tokens and other counters summed over the training steps;
       ``budget/generated_tokens``: the sum of them all (rollout + counterfactual tokens), the budget
       by which methods are compared.
@@ -298,6 +305,7 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     steps = [r for r in rows if "reward_mean" in r]
     if steps:
         out["train/reward_last"] = float(steps[-1]["reward_mean"])
+        out["budget/steps"] = float(len(steps))
         for key in BUDGET_KEYS:
             if any(key in r for r in steps):
                 out[f"budget/{key}"] = float(sum(float(r.get(key, 0) or 0) for r in steps))

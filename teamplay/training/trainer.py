@@ -73,7 +73,7 @@ from teamplay.training.checkpoint import (
     set_rng_state,
 )
 from teamplay.training.controllers import speak_rates
-from teamplay.training.evaluation import EvalMetrics, evaluate
+from teamplay.training.evaluation import EvalMetrics, cached_untrained_eval, evaluate
 from teamplay.training.metrics import MetricsLogger, generated_tokens
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
@@ -210,7 +210,7 @@ class Trainer:
         logger.truncate_after(self.state.step if resumed_from is not None else -1)
         eval_before = None
         if resumed_from is None and self.eval_items:
-            eval_before = self._evaluate("before")
+            eval_before = self._evaluate_untrained()
             logger.log(0, {"heldout": eval_before.to_dict()})
         history = []
         try:
@@ -461,6 +461,14 @@ class Trainer:
         self.state = dataclasses.replace(self.state, data_order=order, data_cursor=cursor, data_epoch=epoch)
         return picked
 
+    def _evaluate_untrained(self) -> EvalMetrics:
+        """The held-out evaluation before training, read from ``eval_cache`` when a run with the same
+        untrained team stored it (not with ``model.checkpoint``: its adapters are not fresh)."""
+        if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
+            return self._evaluate("before")
+        return cached_untrained_eval(Path(self.cfg.eval_cache), self.cfg.model_dump(mode="json"),
+                                     lambda: self._evaluate("before"))
+
     def _evaluate(self, label: str) -> EvalMetrics:
         if self.on_eval is not None:
             self.on_eval(label)
@@ -558,7 +566,7 @@ class CheckpointWarning(TeamplayWarning):
 
 
 #: config fields a resumed run may change: how long it runs and what it logs, never what it learns
-RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_task", "eval_sampling", "eval_every",
+RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_task", "eval_sampling", "eval_every",
                      "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
                      # the checkpoint format is the same with or without Ray
                      "backend.max_batch", "model.checkpoint", "distributed")

@@ -151,5 +151,9 @@ def test_credit_arena_quick_path(tiny_model, tmp_path):
         # the budget per seed: rollout tokens plus the counterfactual tokens replays generated
         assert m["budget/generated_tokens"]["values"] == [
             t + r for t, r in zip(m["budget/tokens"]["values"], replay, strict=True)]
+        # every run stopped at the shared token budget (or at the step cap, if it came first)
+        base = result.data["config"]
+        for spent, steps in zip(m["budget/generated_tokens"]["values"], m["budget/steps"]["values"], strict=True):
+            assert spent >= base["token_budget"] or steps == base["steps"]
     assert [line.split(" |")[0] for line in result.table.splitlines()[2:]] == ["| grpo", "| shapley (replay)",
                                                                                "| cosac"]

@@ -80,7 +80,7 @@ def test_run_budget_sums_rollout_and_counterfactual_tokens(tmp_path):
     m = run_metrics(tmp_path)
     # tokens 10 + 12 = 22; replay 5 + 0 = 5; counterfactual (speak/skip) 3; all generated: 30
     assert (m["budget/tokens"], m["budget/replay_tokens"], m["budget/counterfactual_tokens"]) == (22, 5, 3)
-    assert m["budget/generated_tokens"] == 30
+    assert m["budget/generated_tokens"] == 30 and m["budget/steps"] == 2
     assert m["heldout_gain/team_accuracy"] == 0.25 and m["train/reward_last"] == 0.75
     assert "heldout/seconds" not in m  # wall time is not a result
 
