@@ -26,10 +26,12 @@ method (``credit.token``: aem, dgpo, ep_grpo, gear, s_trace, vpr; each spreads t
 advantage over its tokens). ``ARENA_METHODS`` keeps only the ones the registry and the trainer
 accept for the setting; the others are listed as not run with the reason.
 
-Budget: every method trains the same steps x problems x episodes; the methods that re-execute
-(shapley with replay, continuation) also generate counterfactual tokens, which the table counts
-(``generated tokens`` = rollout + counterfactual tokens), so the budget per method is reported,
-not equalised: giving the cheaper methods more steps would change two things at once.
+Budget: every method spends the same number of generated tokens (``token_budget``: its training
+episodes' tokens plus the counterfactual ones of replays and continuations), so a method that
+re-executes trains fewer steps; each run stops at the step that reaches the budget (at most
+``STEP_CAP`` x the nominal steps). The budget is ``TOKENS_PER_EPISODE`` x the nominal steps x
+problems x episodes, about what ``grpo`` spends in the nominal steps; the table reports each
+method's steps, rollout tokens and generated tokens.
 
 Tuning: none for any method. Every method runs with the one shared setting below (chosen before
 any arena run, from the trainer's defaults and the sizes the CPU allows); the methods' own options
@@ -42,16 +44,20 @@ replay 43 s (their counterfactual generation); the others like grpo. So a run co
 4 s + 1 s per held-out problem + 1 s per training episode (continuation about twice that per
 episode), and the 13 methods x 3 seeds give: ``--quick`` (1 step of 1 x 4 episodes, 6 held-out
 problems) about 10 minutes, the default (6 steps of 2 x 4, 40 held-out problems) about 70
-minutes. Full, at load average ~6: 118 s to evaluate 24 held-out problems and 90 s for one step
-of 8 episodes (48-token proposals and reviews), so one run with 200 held-out problems evaluated
-before and after training costs about 40 minutes and the full setting's 39 runs about a day: it
-is sized for a bigger machine or a GPU (``configs/arena_gpu.yaml``), and ``--quick`` is only a
-smoke run of its pipeline.
+minutes. The untrained team's held-out evaluation runs once per
+seed, not once per run (the sweep's ``eval_cache``). Full, on an idle core: 380 s to evaluate 200
+held-out problems even with 24-token messages (3 model calls per problem) and 19 s per step of 8
+episodes, so its 39 runs need about 4-5 hours of one core for the evaluations alone: it is sized
+for a bigger machine or a GPU (``configs/arena_gpu.yaml``), and ``--quick`` is only a smoke run
+of its pipeline.
 
     python -m benchmarks credit_arena            # controlled setting (the suite's run)
     python -m benchmarks credit_arena --quick    # smoke size: about 10 minutes on 2 cores
     python -m benchmarks.credit_arena --parallel 2   # two runs at a time (Ray tasks): the same table
     python -m benchmarks.credit_arena --setting full --quick
+
+``python -m benchmarks.credit_arena`` rewrites its setting's region of BENCHMARKS.md
+(``credit_arena`` or ``credit_arena_full``) unless ``--quick``.
 
 The runs live in a sweep folder (``runs/credit_arena-<setting>[-quick]`` under the working
 directory, or ``--output``): running the same command again skips finished runs and resumes an

@@ -95,10 +95,11 @@ class Sweep:
     def config(self, run: SweepRun) -> TrainConfig:
         """The validated config of ``run``: its output folder is its run folder, and the untrained
         team's held-out evaluation is shared through ``SWEEP/eval_cache`` (the grid points of one
-        seed usually share it) unless the base config sets ``eval_cache`` itself."""
+        seed usually share it) unless the base config names a folder of its own in ``eval_cache``."""
         # JSON strings are YAML strings: a folder name with ': ' stays a string
         folder = json.dumps(str(self.run_dir(run)))
-        cache = [] if "eval_cache" in self.base else [f"eval_cache={json.dumps(str(self.folder / EVAL_CACHE))}"]
+        own = self.base.get("eval_cache") is not None
+        cache = [] if own else [f"eval_cache={json.dumps(str(self.folder / EVAL_CACHE))}"]
         return build_config(TrainConfig, self.base, [*run.overrides, f"output_dir={folder}", *cache])
 
     def manifest(self) -> dict[str, Any]:

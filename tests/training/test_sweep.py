@@ -121,6 +121,13 @@ def test_tiny_sweep_end_to_end_table_and_compare_report(tmp_path):
         lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
         assert [line["step"] for line in lines if "reward_mean" in line] == [1, 2]
         assert any("heldout_final" in line for line in lines)
+    # the untrained team was evaluated once per seed, and both methods of a seed start from it
+    assert len(list((out / "eval_cache").iterdir())) == 2
+    for seed in (0, 1):
+        befores = [next(json.loads(line)["heldout"] for line in
+                        (out / "runs" / f"credit.method={m}__seed{seed}" / "metrics.jsonl").read_text().splitlines()
+                        if json.loads(line)["step"] == 0) for m in ("grpo", "tracer_roles")]
+        assert befores[0] == befores[1]
 
     # the table holds, per method, the mean and the t interval of the two seeds' own numbers
     table = json.loads((out / "results.json").read_text())
