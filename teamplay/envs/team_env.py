@@ -308,6 +308,13 @@ class TeamEnv(AECEnv):
             self.agent_selection = self.agents[0]
         self._accumulate_rewards()
 
+    def last(self, observe: bool = True):
+        """PettingZoo's ``last()``: (observation, reward, termination, truncation, info) of the
+        selected agent. Before the first ``reset()`` no agent is selected: an error that says so."""
+        if self.driver.state is None:
+            raise RuntimeError("TeamEnv.last() called before reset(): call reset() to start an episode")
+        return super().last(observe)
+
     def observe(self, agent: str) -> str:
         """The rendered chat of ``agent``'s pending turn; "" when it has none."""
         pending = self.driver.pending

@@ -39,6 +39,15 @@ def test_step_before_reset_is_a_clear_error():
         env.step("3")
 
 
+def test_last_before_reset_is_a_clear_error_and_works_after():
+    env = TeamEnv(FakeTask(), "single", items=ITEMS)
+    with pytest.raises(RuntimeError, match=r"last\(\) called before reset\(\)"):
+        env.last()
+    env.reset(seed=0)
+    observation, reward, terminated, truncated, info = env.last()
+    assert observation and reward == 0.0 and not terminated and not truncated and "turn" in info
+
+
 def test_steps_after_the_end_are_dead_steps_as_in_pettingzoo():
     env = _finished_env()
     agent = env.agent_selection
