@@ -5,8 +5,8 @@
 Needs no network and no downloaded model: it builds a tiny random Llama (hidden 256, 2 layers,
 the byte-level tokenizer of ``tests/tiny.py``) in bfloat16 in a temporary folder, serves two LoRA
 adapters (``proposer`` and ``reviewer``, randomised so that they differ from the base model) with
-``enforce_eager``, and keeps the learner (the ``TeamModel``) on the CPU in bfloat16, as the trainer
-does today. It checks:
+``enforce_eager``, and keeps that learner (a ``TeamModel`` built by hand) on the CPU in bfloat16.
+It checks:
 
 - engine: vLLM >= 0.10.2; a float32 model with adapters is refused in one line; the engine starts.
 - greedy: identical requests give identical tokens; one log-prob per token, keyed by the sampled
@@ -17,6 +17,8 @@ does today. It checks:
 - reloads: after the proposer's weights change and a sync, its output changes and the reviewer's
   does not; more syncs than vLLM keeps adapters raise nothing and leave one version folder.
 - training: one trainer step of the proposer/reviewer team; the mean ratio is within 1e-2 of 1.
+- learner on the GPU: a trainer built from a config alone (``model.device: auto``, hf backend)
+  holds its model on cuda and takes a step there, mean ratio within 1e-2 of 1.
 
 Tolerance of log-prob agreement: mean |delta| <= 2e-2 over all tokens (bfloat16 on both sides,
 different kernels); the maximum is printed too.
@@ -147,6 +149,7 @@ class GPUCheck:
             r.run("mixed-adapters", self.check_mixed_adapters)
             r.run("reloads", self.check_reloads)
             r.run("training-step", self.check_training_step)
+            r.run("learner-on-gpu", self.check_learner_on_gpu)
         finally:
             self.backend.close()
 
@@ -330,6 +333,30 @@ class GPUCheck:
         r.check("training-step-ratio", abs(ratio - 1) <= RATIO_TOL,
                 f"first minibatch mean ratio {ratio:.5f} (|r-1| <= {RATIO_TOL}), {metrics['samples']} samples, "
                 f"{metrics['optimizer_steps']} optimizer step")
+
+
+    def check_learner_on_gpu(self) -> None:
+        from teamplay.config import TrainConfig, build_config
+        from teamplay.training.trainer import Trainer
+        from tests.training.fixtures import FirstTokenTask
+
+        r = self.report
+        task = FirstTokenTask("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        cfg = build_config(TrainConfig, {
+            "protocol": {"name": "proposer_reviewer"},
+            "model": {"name": str(self.workdir / "tiny-bf16"), "dtype": "float32", "device": "auto"},
+            "backend": {"name": "hf", "max_prompt_tokens": PROMPT_TOKENS},
+            "sampling": {"temperature": 1.0, "max_new_tokens": min(8, self.args.max_new_tokens)},
+            "rollout": {"problems_per_step": TRAIN_PROBLEMS, "group_size": TRAIN_GROUP},
+            "optim": {"lr": 1e-3, "minibatch_size": 4096, "epochs": 1},
+            "steps": 1, "output_dir": str(self.workdir / "run-hf"), "tensorboard": False})
+        trainer = Trainer(cfg, task=task, items=task.load("train", limit=TRAIN_PROBLEMS))
+        device = next(trainer.team_model.model.parameters()).device
+        r.check("learner-on-gpu", device.type == "cuda", f"model.device auto placed the learner on {device}")
+        metrics = trainer.step().metrics
+        ratio = metrics.get("ratio_mean", 1.0)  # no sample (no reward variance): nothing to compare
+        r.check("learner-on-gpu-step", abs(ratio - 1) <= RATIO_TOL,
+                f"mean ratio {ratio:.5f} on {device}, {metrics['samples']} samples")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,10 @@ class ModelConfig(_Section):
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter settings.")
     checkpoint: str | None = Field(None, description="Run folder or checkpoint folder whose "
                                                      "adapters to load (teamplay eval --checkpoint).")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+                        description="Where the model trains and the hf backend generates: auto (cuda when "
+                                    "torch sees a GPU, else cpu), cpu, cuda or cuda:N. Under `distributed:` "
+                                    "each Ray actor places its own copy and the driver's stays on the CPU.")
 
 
 class BackendConfig(_Section):

@@ -116,7 +116,7 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
     if backend_cfg.name == "scripted":
         return get_backend("scripted", policy=backend_cfg.policy)
     if team_model is None:
-        team_model = build_team_model(model_cfg, team)
+        team_model = build_team_model(model_cfg, team, place=True)
     parts = getattr(team_model, "parts", None)
     if parts is not None:  # a heterogeneous team: one backend per base, requests routed by adapter
         from teamplay.agents.backends.routing import RoutingBackend
@@ -151,11 +151,29 @@ def lora_settings(model_cfg: ModelConfig) -> tuple[dict[str, Any], Path | None]:
     return lora, adapters_dir
 
 
-def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
+def resolve_device(spec: str):
+    """The ``torch.device`` of a ``model.device`` value; ``ConfigError`` for a GPU torch cannot see."""
+    import torch
+
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"model.device: {spec} asked for, but this torch ({torch.__version__}) sees no "
+                              f"GPU; use model.device=auto or cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"model.device: {spec} asked for, but torch sees {torch.cuda.device_count()} GPU(s)")
+    return device
+
+
+def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, place: bool = False):
     """The shared base model with one LoRA adapter per adapter name of the team.
 
     With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
-    alpha, target modules) is taken from the saved adapters, not from ``model.lora``.
+    alpha, target modules) is taken from the saved adapters, not from ``model.lora``. ``place``:
+    move it to ``model.device`` (a single-process run or ``teamplay eval``; Ray actors and the
+    federated server place their own copies), else it stays on the CPU.
     """
     from teamplay.agents.models import load_model
     from teamplay.agents.team_model import TeamModel
@@ -177,6 +195,11 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0):
     else:
         model, tokenizer = load_model(next(iter(bases)), dtype=model_cfg.dtype)
         team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
+    if place:
+        device = resolve_device(model_cfg.device)
+        if device.type != "cpu":  # adapters included: peft put them beside their base layers
+            for part in getattr(team_model, "parts", {"": team_model}).values():
+                part.model.to(device)
     if adapters_dir is not None:
         team_model.load_adapters(adapters_dir)
     return team_model
@@ -298,7 +321,8 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
             raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
                               f"roles: {', '.join(sorted(names))}")
     if team_model is None:
-        team_model = build_team_model(cfg.model, team, cfg.seed)
+        # the driver of a distributed run keeps its copy (credit, checkpoints) on the CPU
+        team_model = build_team_model(cfg.model, team, cfg.seed, place=cfg.distributed is None)
     if backend is None:
         backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model,
                                 max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))

@@ -171,12 +171,14 @@ class PolicyUpdater:
         else:
             logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
                                                              temperature=temperature)  # [b, C], [b, C]
-        old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype)  # [b, C]
+        # built where the log-probs live (the learner's GPU when there is one)
+        old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype, logp.device)  # [b, C]
         if any(s.token_advantages is not None or s.token_rule is not None for s in part):
             # token-level credit: [b, C]; messages without token credit broadcast their scalar
-            adv = _pad([self._tokens_of(s, i) for s, i in zip(part, indices, strict=True)], logp.shape[1], logp.dtype)
+            adv = _pad([self._tokens_of(s, i) for s, i in zip(part, indices, strict=True)], logp.shape[1], logp.dtype,
+                       logp.device)
         else:
-            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype)  # [b]
+            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype, device=logp.device)  # [b]
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
@@ -215,8 +217,10 @@ class PolicyUpdater:
         return ref
 
 
-def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> torch.Tensor:
+def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype,
+         device: torch.device | str = "cpu") -> torch.Tensor:
+    """``rows`` right-padded with 0 to [len(rows), width], on ``device``."""
     out = torch.zeros(len(rows), width, dtype=dtype)
     for i, row in enumerate(rows):
         out[i, :len(row)] = torch.tensor(row, dtype=dtype)
-    return out
+    return out.to(device)

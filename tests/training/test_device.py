@@ -1,0 +1,40 @@
+"""``model.device``: where a single-process run trains; a GPU torch cannot see is a clear error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from teamplay.config import TrainConfig, build_config
+from teamplay.errors import ConfigError
+from teamplay.training.setup import resolve_device
+from teamplay.training.update import _pad
+
+
+def test_auto_is_the_gpu_when_torch_sees_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu") and resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(ConfigError, match="sees 2 GPU"):
+        resolve_device("cuda:2")
+
+
+def test_a_gpu_torch_cannot_see_is_refused_with_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="sees no GPU; use model.device=auto or cpu"):
+        resolve_device("cuda")
+
+
+def test_bad_device_names_are_refused_at_load():
+    with pytest.raises(ConfigError, match="model.device"):
+        build_config(TrainConfig, {"model": {"device": "gpu"}})
+    assert build_config(TrainConfig, {"model": {"device": "cuda:0"}}).model.device == "cuda:0"
+
+
+def test_the_update_builds_its_tensors_where_the_log_probs_are():
+    out = _pad([[1.0, 2.0], [3.0]], 3, torch.float32, "meta")
+    assert out.device.type == "meta" and out.shape == (2, 3)
+    assert _pad([[1.0, 2.0], [3.0]], 3, torch.float32).tolist() == [[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]]
