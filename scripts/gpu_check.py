@@ -40,6 +40,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LOGP_TOL = 2e-2  # mean |vLLM - trainer| log-prob per token, bfloat16
 RATIO_TOL = 1e-2
+#: where ``model.device: auto`` must put a trainer's model on the machine this check is for
+LEARNER_DEVICE = "cuda"
 # the byte-level tokenizer spends one token per byte: a proposer/reviewer prompt takes ~300
 PROMPT_TOKENS = 512
 # the training step: problems x episodes per problem (a CPU dry run of this script lowers them)
@@ -352,7 +354,7 @@ class GPUCheck:
             "steps": 1, "output_dir": str(self.workdir / "run-hf"), "tensorboard": False})
         trainer = Trainer(cfg, task=task, items=task.load("train", limit=TRAIN_PROBLEMS))
         device = next(trainer.team_model.model.parameters()).device
-        r.check("learner-on-gpu", device.type == "cuda", f"model.device auto placed the learner on {device}")
+        r.check("learner-on-gpu", device.type == LEARNER_DEVICE, f"model.device auto placed the learner on {device}")
         metrics = trainer.step().metrics
         ratio = metrics.get("ratio_mean", 1.0)  # no sample (no reward variance): nothing to compare
         r.check("learner-on-gpu-step", abs(ratio - 1) <= RATIO_TOL,

@@ -3,7 +3,13 @@ sweep run one after another, and resuming skips finished runs."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +19,8 @@ from typer.testing import CliRunner
 from teamplay.cli import app
 from teamplay.training.sweep import load_sweep
 from tests.training.test_sweep import sweep_config
+
+REPO = Path(__file__).resolve().parents[2]
 
 runner = CliRunner()
 GRID = ["--grid", "credit.method=grpo,tracer_roles", "--seeds", "0,1", "--steps", "1"]
@@ -55,6 +63,61 @@ def test_parallel_sweep_table_equals_the_sequential_one_and_resumes(ray_cluster,
     assert again.output.count("done, skipped") == 3
     assert f"{sweep.runs[2].name}: resuming from its checkpoint" in again.output
     assert values(out) == expected
+
+
+def _lock_is_free(run_dir: Path) -> bool:
+    """True when no live process holds the run folder's trainer lock (a dead one's lock is released)."""
+    lock = run_dir / "train.lock"
+    if not lock.exists():
+        return True
+    with lock.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return True
+
+
+@pytest.mark.slow  # about 60-90 s: a parallel sweep's driver killed with SIGKILL mid-sweep, then run again
+def test_parallel_sweep_killed_with_sigkill_then_rerun_finishes_the_missing_runs_only(ray_cluster, tmp_path):
+    config = sweep_config(tmp_path)
+    out = tmp_path / "sweep"
+    args = ["sweep", "-c", str(config), "--grid", "credit.method=grpo,tracer_roles", "--seeds", "0,1",
+            "--steps", "3", "-o", str(out), "--parallel", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "teamplay.cli", *args, "--address", ray_cluster],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob("runs/*/done.json")):  # the first run finished, others are in flight
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no run finished within 300 s"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("runs/*/done.json")}
+    assert 1 <= len(done) < 4
+    # Ray ends the dead driver's tasks: every unfinished run folder's lock is released soon after
+    deadline = time.monotonic() + 60
+    while not all(_lock_is_free(d) for d in (out / "runs").iterdir()):
+        assert time.monotonic() < deadline, "a killed sweep's task still holds a run folder after 60 s"
+        time.sleep(0.2)
+
+    again = runner.invoke(app, args, catch_exceptions=False)  # the test session's connection
+    assert again.exit_code == 0, again.output
+    assert again.output.count("done, skipped") == len(done)
+    for name, stamp in done.items():  # the finished runs were not touched
+        assert (out / "runs" / name / "done.json").stat().st_mtime_ns == stamp
+    sweep = load_sweep(out)
+    assert all((out / "runs" / r.name / "done.json").is_file() for r in sweep.runs)
+    for run in sweep.runs:  # each run's steps logged once, in order, resumed or not
+        lines = (out / "runs" / run.name / "metrics.jsonl").read_text().splitlines()
+        steps = [json.loads(line)["step"] for line in lines if "reward_mean" in json.loads(line)]
+        assert steps == [1, 2, 3], (run.name, steps)
 
 
 def test_parallel_options_are_checked_before_anything_runs(tmp_path):

@@ -19,6 +19,7 @@ CHECKS = [
     "sampled-logprobs-match-trainer-T0.7", "sampled-logprobs-are-processed", "sampled-seed-reproducible",
     "sampled-group-diverse", "mixed-adapters-equal-single", "mixed-adapters-differ",
     "reload-changes-only-the-changed-adapter", "reload-many-syncs", "training-step-ratio",
+    "learner-on-gpu", "learner-on-gpu-step",
 ]
 
 
@@ -64,6 +65,7 @@ def test_dry_run_with_a_stand_in_engine_passes_every_check(monkeypatch, capsys, 
     # hidden 32: the stand-in has no head-size limit, and the CPU cost is the prefill's linear layers
     monkeypatch.setattr(gpu_check, "HIDDEN", 32)
     monkeypatch.setattr(gpu_check, "LOGIT_SCALE", 20.0)  # the std-0.02 head of hidden 32 spans about +-0.6
+    monkeypatch.setattr(gpu_check, "LEARNER_DEVICE", "cpu")  # model.device auto without a GPU
     status = gpu_check.main(["--max-new-tokens", "2", "--workdir", str(tmp_path)])
     out = capsys.readouterr().out
     assert results(out) == dict.fromkeys(CHECKS, "PASS"), out
