@@ -538,7 +538,7 @@ class Trainer:
             if not path.is_dir():
                 raise ConfigError(f"--resume {resume}: no such checkpoint folder")
         data = load_checkpoint(path)
-        check_resumable(self.cfg.model_dump(mode="json"), data.config, path)
+        check_resumable(self.cfg.model_dump(mode="json"), with_defaults(type(self.cfg), data.config), path)
         self._restore(data)
         return path
 
@@ -569,7 +569,17 @@ class CheckpointWarning(TeamplayWarning):
 RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_task", "eval_sampling", "eval_every",
                      "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
                      # the checkpoint format is the same with or without Ray
-                     "backend.max_batch", "model.checkpoint", "distributed")
+                     "backend.max_batch", "model.checkpoint", "model.device", "distributed")
+
+
+def with_defaults(config_class: type[TrainConfig], saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config with the fields added since it was written at their defaults (a new
+    field's default keeps the old behaviour), so a newer version resumes an older run; a config that
+    no longer validates is returned as it is, and ``check_resumable`` names what differs."""
+    try:
+        return config_class.model_validate(saved).model_dump(mode="json")
+    except (ValueError, TypeError):
+        return saved
 
 
 def check_resumable(current: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
