@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,9 +15,7 @@ from typer.testing import CliRunner
 
 from teamplay.cli import app
 from teamplay.training.sweep import load_sweep
-from tests.training.test_sweep import sweep_config
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.training.test_sweep import sigkill_when, sweep_config
 
 runner = CliRunner()
 GRID = ["--grid", "credit.method=grpo,tracer_roles", "--seeds", "0,1", "--steps", "1"]
@@ -85,20 +80,9 @@ def test_parallel_sweep_killed_with_sigkill_then_rerun_finishes_the_missing_runs
     out = tmp_path / "sweep"
     args = ["sweep", "-c", str(config), "--grid", "credit.method=grpo,tracer_roles", "--seeds", "0,1",
             "--steps", "3", "-o", str(out), "--parallel", "2"]
-    proc = subprocess.Popen([sys.executable, "-m", "teamplay.cli", *args, "--address", ray_cluster],
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 300
-        while not list(out.glob("runs/*/done.json")):  # the first run finished, others are in flight
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no run finished within 300 s"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # killed once the first run finished, while others are in flight
+    sigkill_when([sys.executable, "-m", "teamplay.cli", *args, "--address", ray_cluster],
+                 lambda: bool(list(out.glob("runs/*/done.json"))))
     done = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("runs/*/done.json")}
     assert 1 <= len(done) < 4
     # Ray ends the dead driver's tasks: every unfinished run folder's lock is released soon after

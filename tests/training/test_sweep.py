@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,24 @@ def test_run_budget_sums_rollout_and_counterfactual_tokens(tmp_path):
     assert m["budget/generated_tokens"] == 30 and m["budget/steps"] == 2
     assert m["heldout_gain/team_accuracy"] == 0.25 and m["train/reward_last"] == 0.75
     assert "heldout/seconds" not in m  # wall time is not a result
+
+
+def sigkill_when(cmd: list[str], ready: Callable[[], bool], timeout: float = 300.0) -> None:
+    """Start ``cmd`` (a teamplay command, this checkout on its path) and kill it with SIGKILL as soon
+    as ``ready()``; fails when it exits first or ``ready()`` stays false for ``timeout`` seconds."""
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, f"not ready within {timeout:.0f} s"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def sweep_config(tmp_path: Path) -> Path:
@@ -177,16 +196,8 @@ def test_kill_9_then_rerun_finishes_the_missing_runs_only(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first_done = out / "runs" / "credit.method=grpo__seed0" / "done.json"
     second = out / "runs" / "credit.method=tracer_roles__seed0"
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        while latest_checkpoint(second) is None:  # the second run has a finished checkpoint
-            assert proc.poll() is None, proc.stderr.read().decode()
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # killed once the second run has a finished checkpoint
+    sigkill_when(cmd, lambda: latest_checkpoint(second) is not None)
     assert first_done.is_file() and not (second / "done.json").is_file()
     first_metrics = (first_done.parent / "metrics.jsonl").read_bytes()
     stamp = first_done.stat().st_mtime_ns
