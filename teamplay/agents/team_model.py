@@ -248,9 +248,10 @@ class TeamModel:
         for b, c in enumerate(completion_ids):
             targets[b, : len(c)] = torch.tensor(list(c), dtype=torch.long, device=device)
         owner, unique = _prompt_owners(prompt_ids)
+        shared = _common_prefix(unique) if share_prompts else 0
         with self.using(adapter):
-            if share_prompts and (len(unique) < batch or _common_prefix(unique) > 0):
-                picked = self._shared_prompt_logits(unique, owner, targets, mask)  # [B, C, V]
+            if share_prompts and (len(unique) < batch or shared > 0):
+                picked = self._shared_prompt_logits(unique, shared, owner, targets, mask)  # [B, C, V]
             else:
                 rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
                 input_ids, attention = left_pad(rows, self.tokenizer.pad_token_id, device)  # [B, L]
@@ -274,20 +275,19 @@ class TeamModel:
         ``past_key_values`` in 4.x."""
         return "cache" if "cache" in inspect.signature(self.base_model.forward).parameters else "past_key_values"
 
-    def _shared_prompt_logits(self, unique: Sequence[tuple[int, ...]], owner: torch.Tensor, targets: torch.Tensor,
-                              mask: torch.Tensor) -> torch.Tensor:
+    def _shared_prompt_logits(self, unique: Sequence[tuple[int, ...]], shared: int, owner: torch.Tensor,
+                              targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Next-token logits [B, C, V] at every completion position, each of the U ``unique`` prompts
         run once: its last position predicts token 0, its key/value cache (copied to the B rows that
         ``owner`` [B] maps to it) carries tokens 0..C-2 (right-padded, ``mask`` [B, C]) to predict 1..C-1.
 
-        The prompts' common prefix (a team's system prompt and instructions, often most of a prompt)
-        runs once for all U: its cache is copied to the U rows, which continue with their own
-        remainders, left-padded after the prefix (padding in the middle is masked out, positions
-        count real tokens only)."""
+        The prompts' common prefix of ``shared`` tokens (``_common_prefix``: a team's system prompt
+        and instructions, often most of a prompt) runs once for all U: its cache is copied to the U
+        rows, which continue with their own remainders, left-padded after the prefix (padding in the
+        middle is masked out, positions count real tokens only)."""
         device = targets.device
         owner = owner.to(device)
         cache_name = self._cache_name
-        shared = _common_prefix(unique)
         prefix_kwargs: dict = {}
         if shared:
             head = torch.tensor([unique[0][:shared]], dtype=torch.long, device=device)  # [1, K]

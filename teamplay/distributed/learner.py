@@ -103,10 +103,8 @@ class LearnerRank:
         self.rank, self.world = rank, world
         assert cfg.distributed is not None
         self.sharded = cfg.distributed.learner_strategy == "fsdp" and world > 1
-        self.team_model = build_team_model(cfg.model, team, cfg.seed)
-        if torch.cuda.is_available():
-            for part in getattr(self.team_model, "parts", {"": self.team_model}).values():
-                part.model.to("cuda")
+        self.team_model = build_team_model(cfg.model, team, cfg.seed,
+                                           device="cuda" if torch.cuda.is_available() else None)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         # the optimiser and updater are built in init_group, after FSDP2 (if any) replaced the parameters
 

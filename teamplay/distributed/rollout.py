@@ -69,10 +69,8 @@ class RolloutWorker:
 
         torch.set_num_threads(1)  # a worker per core: intra-op threads would fight over the cores
         self.spec = spec
-        self.team_model = build_team_model(spec.model, spec.team, spec.seed)
-        if spec.backend.name == "hf" and torch.cuda.is_available():  # Ray gave this actor a GPU
-            for part in getattr(self.team_model, "parts", {"": self.team_model}).values():
-                part.model.to("cuda")
+        gpu = spec.backend.name == "hf" and torch.cuda.is_available()  # Ray gave this actor a GPU
+        self.team_model = build_team_model(spec.model, spec.team, spec.seed, device="cuda" if gpu else None)
         self.backend = build_backend(spec.model, spec.backend, spec.team, team_model=self.team_model,
                                      max_new_tokens=spec.max_new_tokens)
         self.version = 0

@@ -116,7 +116,7 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
     if backend_cfg.name == "scripted":
         return get_backend("scripted", policy=backend_cfg.policy)
     if team_model is None:
-        team_model = build_team_model(model_cfg, team, place=True)
+        team_model = build_team_model(model_cfg, team, device=resolve_device(model_cfg.device))
     parts = getattr(team_model, "parts", None)
     if parts is not None:  # a heterogeneous team: one backend per base, requests routed by adapter
         from teamplay.agents.backends.routing import RoutingBackend
@@ -167,13 +167,13 @@ def resolve_device(spec: str):
     return device
 
 
-def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, place: bool = False):
+def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, device=None):
     """The shared base model with one LoRA adapter per adapter name of the team.
 
     With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
-    alpha, target modules) is taken from the saved adapters, not from ``model.lora``. ``place``:
-    move it to ``model.device`` (a single-process run or ``teamplay eval``; Ray actors and the
-    federated server place their own copies), else it stays on the CPU.
+    alpha, target modules) is taken from the saved adapters, not from ``model.lora``. ``device``:
+    where every base (with its adapters) goes; None keeps it on the CPU. A single-process run and
+    ``teamplay eval`` pass ``resolve_device(model.device)``, a Ray actor the GPU Ray gave it.
     """
     from teamplay.agents.models import load_model
     from teamplay.agents.team_model import TeamModel
@@ -195,11 +195,9 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, place: b
     else:
         model, tokenizer = load_model(next(iter(bases)), dtype=model_cfg.dtype)
         team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
-    if place:
-        device = resolve_device(model_cfg.device)
-        if device.type != "cpu":  # adapters included: peft put them beside their base layers
-            for part in getattr(team_model, "parts", {"": team_model}).values():
-                part.model.to(device)
+    if device is not None and str(device) != "cpu":  # adapters included: peft put them beside their bases
+        for part in getattr(team_model, "parts", {"": team_model}).values():
+            part.model.to(device)
     if adapters_dir is not None:
         team_model.load_adapters(adapters_dir)
     return team_model
@@ -322,7 +320,8 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
                               f"roles: {', '.join(sorted(names))}")
     if team_model is None:
         # the driver of a distributed run keeps its copy (credit, checkpoints) on the CPU
-        team_model = build_team_model(cfg.model, team, cfg.seed, place=cfg.distributed is None)
+        team_model = build_team_model(cfg.model, team, cfg.seed,
+                                      device=resolve_device(cfg.model.device) if cfg.distributed is None else None)
     if backend is None:
         backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model,
                                 max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))

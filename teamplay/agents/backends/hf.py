@@ -129,10 +129,9 @@ class HFBackend(GenerationBackend):
         scores = torch.stack(out.scores, dim=1).float()  # [B, N, V] processed logits
         log_dist = torch.log_softmax(scores, dim=-1)  # [B, N, V]
         logps = log_dist.gather(-1, new[..., None]).squeeze(-1)  # [B, N]
-        entropies = torch.zeros_like(logps)  # [B, N], returned only when asked for
-        if sampling.entropies:
-            # entropy of the sampled distribution, cheap here (token-level credit would otherwise
-            # re-score every message); tokens that top-k / top-p removed have p = 0 and add nothing
+        entropies = None  # [B, N] when asked for: the entropy of the sampled distribution, cheap here
+        if sampling.entropies:  # (token credit would otherwise re-score every message); tokens that
+            # top-k / top-p removed have p = 0 and add nothing
             entropies = -torch.where(log_dist.isfinite(), log_dist.exp() * log_dist, 0.0).sum(-1)
         stops = torch.tensor(self.stop_ids, device=device)
         results = []
@@ -140,7 +139,7 @@ class HFBackend(GenerationBackend):
             is_stop = torch.isin(new[b], stops)  # [N]
             length = int(is_stop.nonzero()[0, 0]) + 1 if bool(is_stop.any()) else new.shape[1]
             results.append((new[b, :length].tolist(), logps[b, :length].tolist(),
-                            entropies[b, :length].tolist() if sampling.entropies else []))
+                            entropies[b, :length].tolist() if entropies is not None else []))
         return results
 
     # ------------------------------------------------------------------ judge
