@@ -12,9 +12,13 @@ Settings:
   the only trained role. The team is right exactly when the review is right, so the right credit is
   known: a review earns credit when it catches a wrong answer or wrongly rejects a right one.
   Measures: held-out reviewer verdict accuracy (wrong caught, right rejected) and team accuracy.
-* ``full``: proposer and reviewer both played (and trained) by the model on level-2 arith (three
-  1-2 digit numbers added and subtracted, where the untrained embedded model is far below
-  ceiling), held out on 200 problems.
+* ``full``: proposer and reviewer both played (and trained) by the model, on sums of two numbers up
+  to 50 (arith level 1, ``FULL_TASK``), where the untrained team is right on about a sixth of the
+  held-out problems (greedy): well below ceiling, with room to learn. Held out on 200 distinct
+  problems. Sized for a CPU: short role prompts and turn instructions, proposals that start "The
+  answer is" and reviews that start "Verdict:" (``FULL_PROTOCOL``), 8 new tokens per message, LoRA
+  on the attention's q and v projections. Measures: team accuracy, the proposer's first-answer
+  accuracy, the reviewer's verdicts.
 
 Methods: ``grpo`` (team reward broadcast), ``shapley`` with the masking characteristic function
 (withhold an agent's messages, score the last visible answer) and with replay (re-execute the
@@ -90,10 +94,17 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     **{f"grpo + token {m}": {"method": "grpo", "token": {"method": m}} for m in TOKEN_METHODS},
 }
 
+#: labels each setting runs by default (``--methods`` replaces them). The full setting leaves out the
+#: token-level methods: its messages are answers of 2-4 generated tokens (" 57.") and verdicts of about
+#: 5, where spreading a message's advantage over its tokens changes little, and its runs cost about 5x
+#: the controlled ones (module doc); the controlled setting compares them.
+MESSAGE_METHODS = tuple(label for label in ARENA_METHODS if not label.startswith("grpo + token"))
+SETTING_METHODS = {"controlled": tuple(ARENA_METHODS), "full": MESSAGE_METHODS}
+
 #: generated tokens per training episode that set the budget: steps x problems x group x this.
 #: Controlled: the scripted proposer generates nothing, a review is at most 4 tokens (3.6 per
 #: episode in a 2-step grpo run); full: a 48-token proposal and review, plus re-proposals.
-TOKENS_PER_EPISODE = {"controlled": 4, "full": 120}
+TOKENS_PER_EPISODE = {"controlled": 4, "full": 20}
 #: a run stops at its token budget; this many times the nominal steps is the hard bound
 STEP_CAP = 3
 
@@ -102,7 +113,7 @@ SIZES = {
     ("controlled", True): (1, 1, 4, 6, 3),     # about 10 minutes on 2 cores (module doc)
     ("controlled", False): (6, 2, 4, 40, 3),   # about 70 minutes
     ("full", True): (1, 1, 4, 24, 3),          # a smoke run: not the 200 held-out problems
-    ("full", False): (4, 2, 4, 200, 3),        # does not fit a 2-core CPU: about a day (BENCHMARKS.md)
+    ("full", False): (6, 2, 4, 200, 3),        # about 45 minutes on 2 cores with --parallel 2
 }
 
 VERDICT_PREFIX = "Verdict:"
@@ -110,6 +121,19 @@ NOISY_PROPOSER = "scripted:noisy_proposer(p_right=0.5)"
 #: a short reviewer prompt: the prompt is most of the cost of a one-word verdict on a CPU
 REVIEWER_PROMPT = ("You check the proposed answer to an arithmetic problem. The first word of your reply "
                    "must be RIGHT if the proposed answer is correct, WRONG if it is not.")
+#: full setting: sums of two numbers up to 50, where the untrained team is right about a third of
+#: the time (greedy); the test split has more than 200 distinct ones
+FULL_TASK = {"level": 1, "max_operand": 50}
+#: full setting: short prompts and turn instructions (prompt tokens are most of a turn's cost on a
+#: CPU), and replies that start "The answer is" / "Verdict:" (the model's next words are its answer
+#: or its verdict): a whole episode is about 20 generated tokens
+FULL_ROLES = ({"name": "proposer", "prompt": "You solve arithmetic problems."},
+              {"name": "reviewer", "prompt": "You check answers to arithmetic problems."})
+FULL_PROTOCOL = {"rounds": 3, "verdict_prefix": VERDICT_PREFIX, "proposal_prefix": "The answer is",
+                 "instructions": {"solve": "Give the answer.", "review": "Is the answer {answer} RIGHT or WRONG?",
+                                  "revise_wrong": "A reviewer says {answer} is WRONG. Give the correct answer.",
+                                  "revise_right": "A reviewer says {answer} is RIGHT. Give the final answer.",
+                                  "recheck": "Give the final answer."}}
 
 
 def token_budget(setting: str, sizes: tuple[int, int, int, int, int]) -> int:
@@ -124,20 +148,26 @@ def arena_config(setting: str, quick: bool, model: str,
     run stops at the same ``token_budget``, at most ``STEP_CAP`` x the nominal steps."""
     sizes = sizes or SIZES[(setting, quick)]
     steps, problems, group, heldout, _ = sizes
+    model_section: dict[str, Any] = {"name": model, "lora": {"r": 8, "alpha": 16}}
     if setting == "controlled":
         team = {"roles": [{"name": "proposer", "policy": NOISY_PROPOSER},
                           {"name": "reviewer", "prompt": REVIEWER_PROMPT}]}
-        level, new_tokens = 1, 4  # a verdict is its first line: RIGHT or WRONG
-    else:
-        team = {"roles": [{"name": "proposer"}, {"name": "reviewer"}]}
-        level, new_tokens = 2, 48
-    return {
-        "model": {"name": model, "lora": {"r": 8, "alpha": 16}},
-        "task": {"name": "arith", "split": "train", "options": {"level": level}},
-        "eval_task": {"name": "arith", "split": "test", "limit": heldout, "options": {"level": level}},
+        new_tokens = 4  # a verdict is its first line: RIGHT or WRONG
+        options: dict[str, Any] = {"level": 1}
         # reviews start "Verdict:" (a prompt prefix): the untrained model then names a verdict in
         # 4/20 reviews at T=1 instead of 0/20, so there is something for credit to reinforce
-        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3, "verdict_prefix": VERDICT_PREFIX}},
+        protocol = {"rounds": 3, "verdict_prefix": VERDICT_PREFIX}
+    else:
+        team = {"roles": list(FULL_ROLES)}
+        new_tokens = 8  # "The answer is" + " 57." / "Verdict:" + " WRONG." and a few words
+        options = FULL_TASK
+        protocol = FULL_PROTOCOL
+        model_section["lora"]["target_modules"] = ["q_proj", "v_proj"]  # less adapter work per token
+    return {
+        "model": model_section,
+        "task": {"name": "arith", "split": "train", "options": options},
+        "eval_task": {"name": "arith", "split": "test", "limit": heldout, "distinct": True, "options": options},
+        "protocol": {"name": "proposer_reviewer", "options": protocol},
         "team": team,
         "rollout": {"problems_per_step": problems, "group_size": group},
         "backend": {"max_prompt_tokens": 512},
@@ -191,8 +221,12 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
     sizes = sizes or SIZES[(setting, quick)]
     base = arena_config(setting, quick, model, sizes)
     methods, refused = applicable_methods(base)
-    if only is not None:
-        methods = {label: credit for label, credit in methods.items() if label in only}
+    chosen = SETTING_METHODS[setting] if only is None else only
+    unknown = sorted(set(chosen) - set(ARENA_METHODS))
+    if unknown:
+        raise ValueError(f"unknown arena method(s) {', '.join(unknown)}; methods: {', '.join(ARENA_METHODS)}")
+    left_out = [label for label in ARENA_METHODS if label not in chosen]
+    methods = {label: credit for label, credit in methods.items() if label in chosen}
     seeds = tuple(range(sizes[4]))
     # a sweep folder, so an interrupted arena run continues where it stopped when run again
     out = folder or Path("runs") / f"credit_arena-{setting}{'-quick' if quick else ''}"
@@ -208,7 +242,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
         run_sweep(sweep, lambda cfg, resume: Trainer(cfg).train(resume=resume), on_run=announce)
     results = summarize(sweep).to_json()
     labels = dict(zip([p["label"] for p in results["points"]], methods, strict=True))
-    return _result(setting, quick, sizes, base, seeds, results, labels, refused)
+    return _result(setting, quick, sizes, base, seeds, results, labels, refused, left_out)
 
 
 METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
@@ -226,7 +260,8 @@ def _cell(metric: dict[str, Any] | None, digits: int = 3) -> str:
 
 
 def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, Any], seeds: tuple[int, ...],
-            results: dict[str, Any], labels: dict[str, str], refused: dict[str, str]) -> Result:
+            results: dict[str, Any], labels: dict[str, str], refused: dict[str, str],
+            left_out: list[str]) -> Result:
     points = {labels[p["label"]]: p["metrics"] for p in results["points"]}
     header = ["method", *(name for _, name in METRICS)]
     rows = [[label, *(_cell(m.get(key), 0 if key.startswith("budget") else 3) for key, _ in METRICS)]
@@ -244,17 +279,25 @@ def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, A
                 word = {1: "beats", -1: "is below", 0: "does not separate from"}[side]
                 verdicts.append(f"{label} {word} grpo on {name}")
     steps, problems, group, heldout, _ = sizes
+    task, protocol, lora = base["task"]["options"], base["protocol"]["options"], base["model"]["lora"]
+    bound = f", operands up to {task['max_operand']}" if "max_operand" in task else ""
+    targets = f" on {', '.join(lora['target_modules'])}" if "target_modules" in lora else ""
+    prefixes = f"reviews start with {VERDICT_PREFIX!r}" + (
+        f", proposals with {protocol['proposal_prefix']!r}, short turn instructions (`FULL_PROTOCOL`)"
+        if "proposal_prefix" in protocol else "")
     notes = (
         f"Setting `{setting}`{' (--quick)' if quick else ''}: {len(seeds)} seeds per method; every run stops "
         f"once it has generated {base['token_budget']} tokens (about {steps} steps of {problems} problems x "
-        f"{group} episodes for grpo; at most {base['steps']} steps); held-out: {heldout} arith level "
-        f"{base['task']['options']['level']} test problems, greedy; lr {base['optim']['lr']}, LoRA r 8, "
-        f"{base['sampling']['max_new_tokens']} new tokens per message; reviews start with the prefix "
-        f"{VERDICT_PREFIX!r}. Cells: mean ± 95% t interval over seeds; 'rollout tokens' are the "
+        f"{group} episodes for grpo; at most {base['steps']} steps); held-out: {heldout} distinct arith level "
+        f"{task['level']}{bound} test problems, greedy; lr {base['optim']['lr']}, LoRA r {lora['r']}{targets}, "
+        f"{base['sampling']['max_new_tokens']} new tokens per message; {prefixes}. "
+        f"Cells: mean ± 95% t interval over seeds; 'rollout tokens' are the "
         f"training episodes' tokens, 'generated tokens' add the counterfactual ones (replays, "
         f"continuations): the budget each method spent, equal up to the last step's overshoot. No method "
         f"was tuned: all share this one setting.",
         "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
+        ("Not in this setting (`SETTING_METHODS`; `--methods` adds them): " + ", ".join(left_out) + "."
+         if left_out else ""),
         "Beyond their intervals: " + ("; ".join(verdicts) if verdicts else "no comparison").rstrip(".") + ".",
     )
     separated_any = [v for v in verdicts if " beats " in v]
@@ -282,13 +325,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", type=Path, default=None, help="keep the sweep folder here")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated method labels, or 'all' (default: the setting's SETTING_METHODS)")
     parser.add_argument("--write", type=Path, default=None,
                         help="markdown file whose region to rewrite (default BENCHMARKS.md, not with --quick)")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     line = machine_line(machine_info())
-    result = run(quick=args.quick, model=args.model, setting=args.setting, folder=args.output,
-                 parallel=args.parallel)
+    only = None
+    if args.methods is not None:
+        only = tuple(ARENA_METHODS) if args.methods == "all" else tuple(m.strip() for m in args.methods.split(","))
+    try:
+        result = run(quick=args.quick, model=args.model, setting=args.setting, folder=args.output,
+                     parallel=args.parallel, only=only)
+    except ValueError as exc:
+        parser.error(str(exc))
     print(result.table, *result.notes, result.headline, sep="\n\n")
     print(json.dumps(result.data["labels"]))
     target = args.write if args.write is not None else (None if args.quick else DEFAULT_OUTPUT)
@@ -297,6 +348,7 @@ def main(argv: list[str] | None = None) -> None:
         flags += ["--quick"] if args.quick else []
         flags += [f"--parallel {args.parallel}"] if args.parallel > 1 else []
         flags += [f"--model {args.model}"] if args.model != EMBEDDED_MODEL else []
+        flags += [f"--methods '{args.methods}'"] if args.methods is not None else []
         command = " ".join(["python -m benchmarks.credit_arena", *flags])
         write_regions(target, {result.name: result.markdown(command, line)})
         print(f"updated {target.name}: {result.name}")

@@ -39,9 +39,23 @@ from teamplay.training.rollout import RolloutRunner
 
 
 def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:
-    """The task object and its items as the config selects them."""
+    """The task object and its items as the config selects them (``distinct``: the first ``limit``
+    distinct problems of the whole split, in order; a ConfigError when the split has fewer)."""
     task = get_task(cfg.name, **cfg.options)
-    items = task.load(cfg.split, source=cfg.source, limit=cfg.limit, seed=cfg.seed)
+    if not cfg.distinct:
+        return task, task.load(cfg.split, source=cfg.source, limit=cfg.limit, seed=cfg.seed)
+    seen: set[str] = set()
+    items = []
+    for item in task.load(cfg.split, source=cfg.source, limit=None, seed=cfg.seed):
+        if item.prompt not in seen:
+            seen.add(item.prompt)
+            items.append(item)
+    if cfg.limit is not None:
+        if len(items) < cfg.limit:
+            raise ConfigError(f"task {cfg.name} ({cfg.split}): limit {cfg.limit} with distinct: true, but the "
+                              f"split has only {len(items)} distinct problems; lower the limit or use a larger "
+                              f"problem space")
+        items = items[:cfg.limit]
     return task, items
 
 

@@ -1,5 +1,6 @@
 """``TurnRequest.reply_prefix`` and proposer_reviewer's ``verdict_prefix``: the prefix is prompt, not
-completion; the reply text starts with it; the prompt budget still holds; reviews only."""
+completion; the reply text starts with it; the prompt budget still holds; reviews only;
+``proposal_prefix`` and ``instructions`` (shorter prompts) likewise for proposals and turn instructions."""
 
 from __future__ import annotations
 
@@ -108,3 +109,44 @@ def test_accepted_prefixes_parse_both_verdicts(prefix):
 def test_prefixes_that_would_break_the_parser_are_refused(prefix, why):
     with pytest.raises(ConfigError, match=f"verdict_prefix.*{why}"):
         ProposerReviewer(verdict_prefix=prefix)
+
+
+def test_proposal_prefix_and_instructions_shape_each_turn():
+    short = {"solve": "Give the answer.", "review": "Is {author}'s answer {answer} right?",
+             "revise_wrong": "{answer} is WRONG. Correct it.", "revise_right": "{answer} is RIGHT. Restate it."}
+    env = TeamEnv(FakeTask(), "proposer_reviewer",
+                  protocol_options={"rounds": 5, "verdict_prefix": PREFIX, "proposal_prefix": "The answer is",
+                                    "instructions": short})
+    seen = []
+    # the policy writes the whole text, prefix included, as a model backend returns it
+    texts = {("proposer_0", 0): "The answer is 8.", ("reviewer_0", 1): f"{PREFIX} WRONG",
+             ("proposer_0", 2): "The answer is 7.", ("reviewer_0", 3): f"{PREFIX} RIGHT",
+             ("proposer_0", 4): "The answer is 7."}
+
+    def policy(request):
+        seen.append(request)
+        return scripted(texts)(request)
+
+    ep = play(env, policy, item=ITEMS[3])  # "What is 3 + 4?"
+    assert [r.reply_prefix for r in seen] == ["The answer is", PREFIX, "The answer is", PREFIX, "The answer is"]
+    assert [r.chat[-1].content for r in seen] == [
+        "Give the answer.", "Is proposer_0's answer 8 right?", "8 is WRONG. Correct it.",
+        "Is proposer_0's answer 7 right?", "7 is RIGHT. Restate it."]
+    assert ep.reward == 1.0 and [p["answer"] for p in ep.metadata["proposals"]] == ["8", "7", "7"]
+    # a key left out keeps its default text
+    env = TeamEnv(FakeTask(), "proposer_reviewer", protocol_options={"rounds": 3, "instructions": {"solve": "Go."}})
+    seen.clear()
+    play(env, policy, item=ITEMS[3])
+    assert seen[0].chat[-1].content == "Go." and seen[1].chat[-1].content.startswith("Review the current proposal")
+
+
+@pytest.mark.parametrize(("options", "why"), [
+    ({"instructions": {"critique": "x"}}, "unknown instruction key.*critique"),
+    ({"instructions": {"review": "Is {answr} right?"}}, r"unknown field.*\{answr\}"),
+    ({"instructions": {"review": "Is {answer right?"}}, "instructions.review"),
+    ({"instructions": {"solve": "  "}}, "instructions.solve is empty"),
+    ({"proposal_prefix": "The answer\nis"}, "spans lines"),
+])
+def test_bad_instructions_and_prefixes_are_refused_at_load(options, why):
+    with pytest.raises(ConfigError, match=why):
+        ProposerReviewer(**options)

@@ -157,3 +157,24 @@ def test_credit_arena_quick_path(tiny_model, tmp_path):
             assert spent >= base["token_budget"] or steps == base["steps"]
     assert [line.split(" |")[0] for line in result.table.splitlines()[2:]] == ["| grpo", "| shapley (replay)",
                                                                                "| cosac"]
+
+
+@pytest.mark.slow  # one tiny run of the full setting: about 10-20 s
+def test_credit_arena_full_setting_runs_its_message_level_methods(tiny_model, tmp_path):
+    from benchmarks import credit_arena
+
+    assert credit_arena.SETTING_METHODS["full"] == credit_arena.MESSAGE_METHODS
+    assert not any("token" in label for label in credit_arena.MESSAGE_METHODS)
+    assert {"grpo", "shapley (masking)", "shapley (replay)", "continuation", "tracer_roles",
+            "cosac"} <= set(credit_arena.MESSAGE_METHODS)
+    base = credit_arena.arena_config("full", False, tiny_model)
+    assert base["eval_task"]["limit"] >= 200 and base["eval_task"]["distinct"]
+    result = credit_arena.run(model=tiny_model, setting="full", folder=tmp_path / "full", sizes=(1, 1, 2, 3, 1),
+                              only=("grpo",))
+    _check(result, "credit_arena_full")
+    (point,) = result.data["results"]["points"]
+    assert point["metrics"]["heldout/team_accuracy"]["n"] == 1
+    left_out = next(n for n in result.notes if n.startswith("Not in this setting"))
+    assert "shapley (replay)" in left_out and "grpo + token aem" in left_out
+    with pytest.raises(ValueError, match="unknown arena method.*shapely"):
+        credit_arena.run(model=tiny_model, setting="full", folder=tmp_path / "x", only=("shapely",))

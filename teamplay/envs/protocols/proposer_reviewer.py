@@ -21,6 +21,13 @@ WRONG review since the pending proposal was set) and the latest parsed verdict.
   a reply with RIGHT/WRONG on its own (SmolLM2-135M at T=1: 0 of 20 reviews), so nothing about the
   verdict can be learned; with the prefix it names one in about a third of its reviews. The prefix
   must not itself read as a verdict, and ``prefix + " RIGHT"`` / ``" WRONG"`` must parse as one.
+* ``proposal_prefix`` (default ``""``): the same for proposal replies, e.g. ``"The answer is"``: the
+  model's next words are its answer (a short, direct proposal; the answer parser reads the text
+  with the prefix).
+* ``instructions`` (default: none replaced): the turn instructions, by key (``INSTRUCTIONS``: solve,
+  review, revise_wrong, revise_right, recheck), e.g. shorter ones for a small model or a CPU, where
+  prompt tokens are most of a turn's cost. ``{answer}`` (the pending answer) and ``{author}`` (its
+  proposer) are filled in; any other field, or an unknown key, is refused at config load.
 * Final answer: the pending answer after the last round. Initial answer: the first proposal's.
 * Skippable (speak/skip controller): a proposal turn once a pending answer exists (skip = keep), a
   review turn once a pending proposal exists (skip = stay silent). Round 0 always speaks.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -53,6 +61,19 @@ PROPOSER_PROMPT = ("You are the proposer in a problem-solving team. Solve the pr
                    "When a reviewer says your answer is wrong, find the mistake and fix it.")
 REVIEWER_PROMPT = ("You are the reviewer in a problem-solving team. Check the proposed solution step "
                    "by step. The first line of your reply must be exactly RIGHT or WRONG.")
+
+#: the turn instructions (``instructions`` replaces any of them): key -> template with {answer} / {author}
+INSTRUCTIONS = MappingProxyType({
+    "solve": "Solve the problem. Reason step by step, then give the final answer.",
+    "review": ("Review the current proposal by {author} (its answer: {answer}). Check every step. "
+               "First line: RIGHT or WRONG. Then explain briefly; if WRONG, give the correct answer."),
+    "revise_wrong": ("A reviewer judged the current answer ({answer}) WRONG. Find the mistake and "
+                     "write a corrected solution with the final answer."),
+    "revise_right": ("A reviewer judged the current answer ({answer}) RIGHT. Double-check it, then "
+                     "restate the final answer or correct it."),
+    "recheck": "Re-check the current answer ({answer}) step by step, then give the final answer.",
+})
+_FIELDS = frozenset({"answer", "author"})
 
 _VERDICT = re.compile(r"^\W*(?:verdict\W*)?(INCORRECT|CORRECT|WRONG|RIGHT)\b", re.IGNORECASE)
 
@@ -96,6 +117,40 @@ class ProposerReviewerOptions(SkippableOptions):
         if "\n" in value or parse_verdict(value + " RIGHT") != "RIGHT" or parse_verdict(value + " WRONG") != "WRONG":
             raise ValueError(f"{value!r} followed by RIGHT or WRONG does not parse as a verdict (the first line "
                              f"must be: optional 'Verdict' and punctuation, then the verdict), e.g. 'Verdict:'")
+        return value
+
+    proposal_prefix: str = Field("", max_length=64, description=(
+        "Text every proposal reply starts with (e.g. 'The answer is'), put after the assistant "
+        "generation prompt like verdict_prefix. '': none."))
+    instructions: dict[str, str] = Field(default_factory=dict, description=(
+        "Turn instructions replacing the defaults, by key: solve, review, revise_wrong, revise_right, "
+        "recheck; {answer} and {author} are filled in."))
+
+    @field_validator("proposal_prefix")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\n" in value:
+            raise ValueError(f"{value!r} spans lines; a reply prefix is the start of one line")
+        return value
+
+    @field_validator("instructions")
+    @classmethod
+    def _known_templates(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(INSTRUCTIONS))
+        if unknown:
+            raise ValueError(f"unknown instruction key(s) {', '.join(unknown)}; keys: {', '.join(INSTRUCTIONS)}")
+        for key, template in value.items():
+            try:
+                fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+            except ValueError as exc:
+                raise ValueError(f"instructions.{key}: {exc} in {template!r} "
+                                 f"(write {{{{ and }}}} for literal braces)") from None
+            bad = sorted(fields - _FIELDS)
+            if bad:
+                raise ValueError(f"instructions.{key}: unknown field(s) {', '.join('{' + b + '}' for b in bad)} "
+                                 f"in {template!r}; fields: {{answer}}, {{author}}")
+            if not template.strip():
+                raise ValueError(f"instructions.{key} is empty")
         return value
 
 
@@ -160,26 +215,20 @@ class ProposerReviewer(Protocol):
 
     def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
         assert isinstance(state, ReviewState)
-        answer = _shown(state.pending_answer)
         if turn.stage == "review":
-            author = state.pending.agent if state.pending is not None else "nobody"
-            return (f"Review the current proposal by {author} (its answer: {answer}). Check every step. "
-                    f"First line: RIGHT or WRONG. Then explain briefly; if WRONG, give the correct answer.")
-        if state.pending is None:
-            return "Solve the problem. Reason step by step, then give the final answer."
-        if state.last_verdict == "WRONG":
-            return (f"A reviewer judged the current answer ({answer}) WRONG. Find the mistake and "
-                    f"write a corrected solution with the final answer.")
-        if state.last_verdict == "RIGHT":
-            return (f"A reviewer judged the current answer ({answer}) RIGHT. Double-check it, then "
-                    f"restate the final answer or correct it.")
-        return f"Re-check the current answer ({answer}) step by step, then give the final answer."
+            key = "review"
+        elif state.pending is None:
+            key = "solve"
+        else:
+            key = {"WRONG": "revise_wrong", "RIGHT": "revise_right"}.get(state.last_verdict or "", "recheck")
+        template = self.options.instructions.get(key, INSTRUCTIONS[key])
+        author = state.pending.agent if state.pending is not None else "nobody"
+        return template.format(answer=_shown(state.pending_answer), author=author)
 
     def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
         request = super().build_request(state, turn)
-        if turn.stage == "review" and self.options.verdict_prefix:
-            return dataclasses.replace(request, reply_prefix=self.options.verdict_prefix)
-        return request
+        prefix = {"review": self.options.verdict_prefix, "propose": self.options.proposal_prefix}.get(turn.stage, "")
+        return dataclasses.replace(request, reply_prefix=prefix) if prefix else request
 
     def turn_metadata(self, state: ProtocolState, turn: TurnSpec) -> Mapping[str, Any]:
         assert isinstance(state, ReviewState)
