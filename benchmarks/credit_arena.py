@@ -28,7 +28,9 @@ over the turns' actions: proposals labelled by their answers, reviews by their v
 ``cal_grpo`` (attempt-level credit for re-proposals), and ``grpo`` followed by each token-level
 method (``credit.token``: aem, dgpo, ep_grpo, gear, s_trace, vpr; each spreads the message's
 advantage over its tokens). ``ARENA_METHODS`` keeps only the ones the registry and the trainer
-accept for the setting; the others are listed as not run with the reason.
+accept for the setting; the others are listed as not run with the reason. The controlled setting
+runs all 13; the full one the 7 message-level methods (``SETTING_METHODS``: its answers are 2-4
+generated tokens, and its runs cost about 4x the controlled ones); ``--methods all`` runs every one.
 
 Budget: every method spends the same number of generated tokens (``token_budget``: its training
 episodes' tokens plus the counterfactual ones of replays and continuations), so a method that
@@ -49,15 +51,18 @@ replay 43 s (their counterfactual generation); the others like grpo. So a run co
 episode), and the 13 methods x 3 seeds give: ``--quick`` (1 step of 1 x 4 episodes, 6 held-out
 problems) about 10 minutes, the default (6 steps of 2 x 4, 40 held-out problems) about 70
 minutes. The untrained team's held-out evaluation runs once per
-seed, not once per run (the sweep's ``eval_cache``). Full, on an idle core: 380 s to evaluate 200
-held-out problems even with 24-token messages (3 model calls per problem) and 19 s per step of 8
-episodes, so its 39 runs need about 4-5 hours of one core for the evaluations alone: it is sized
-for a bigger machine or a GPU (``configs/arena_gpu.yaml``), and ``--quick`` is only a smoke run
-of its pipeline.
+seed, not once per run (the sweep's ``eval_cache``). Full, one thread, 64 held-out problems: 50 s
+to evaluate (0.8 s per problem: 3 model calls, prefill of 50-90-token prompts dominates; the
+default prompts, with 24-token messages, took 1.9 s), and 8 s per step of 8 episodes (16 s with an
+update); continuation spends about 22 s more per step on its continuations. So a full run costs
+about 5 s + 0.8 s per held-out problem + 1-2 s per training episode, and the default (about 6 steps
+of 2 x 4, 200 held-out problems, 7 methods x 3 seeds) is about 45 minutes with ``--parallel 2``;
+``--quick`` is a smoke run of its pipeline (24 held-out problems).
 
     python -m benchmarks credit_arena            # controlled setting (the suite's run)
     python -m benchmarks credit_arena --quick    # smoke size: about 10 minutes on 2 cores
     python -m benchmarks.credit_arena --parallel 2   # two runs at a time (Ray tasks): the same table
+    python -m benchmarks.credit_arena --setting full --parallel 2   # the full setting: about 45 minutes
     python -m benchmarks.credit_arena --setting full --quick
 
 ``python -m benchmarks.credit_arena`` rewrites its setting's region of BENCHMARKS.md
@@ -248,6 +253,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
 METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
            ("heldout/team/verdict_accuracy", "verdict acc."), ("heldout/team/wrong_caught", "wrong caught"),
            ("heldout/team/right_rejected", "right rejected"), ("heldout/team/verdict_rate", "verdict rate"),
+           ("train/varied_groups", "varied groups"), ("train/updates", "updates"),
            ("budget/steps", "steps"), ("budget/tokens", "rollout tokens"),
            ("budget/generated_tokens", "generated tokens"))
 
@@ -264,7 +270,8 @@ def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, A
             left_out: list[str]) -> Result:
     points = {labels[p["label"]]: p["metrics"] for p in results["points"]}
     header = ["method", *(name for _, name in METRICS)]
-    rows = [[label, *(_cell(m.get(key), 0 if key.startswith("budget") else 3) for key, _ in METRICS)]
+    rows = [[label, *(_cell(m.get(key), 0 if key.startswith(("budget", "train/updates")) else 3)
+                      for key, _ in METRICS)]
             for label, m in points.items()]
     table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                       + ["| " + " | ".join(r) + " |" for r in rows])
@@ -293,7 +300,9 @@ def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, A
         f"{base['sampling']['max_new_tokens']} new tokens per message; {prefixes}. "
         f"Cells: mean ± 95% t interval over seeds; 'rollout tokens' are the "
         f"training episodes' tokens, 'generated tokens' add the counterfactual ones (replays, "
-        f"continuations): the budget each method spent, equal up to the last step's overshoot. No method "
+        f"continuations): the budget each method spent, equal up to the last step's overshoot; 'varied "
+        f"groups' is the share of training groups whose team rewards were not all equal, 'updates' the "
+        f"optimiser steps taken. No method "
         f"was tuned: all share this one setting.",
         "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
         ("Not in this setting (`SETTING_METHODS`; `--methods` adds them): " + ", ".join(left_out) + "."

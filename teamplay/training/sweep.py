@@ -290,6 +290,10 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
       ``role_accuracy`` and ``extra.team`` become ``heldout/role_accuracy/proposer``);
     * ``heldout_gain/team_accuracy``: final minus before-training held-out accuracy (when both exist);
     * ``train/reward_last``: mean team reward of the last step;
+    * ``train/updates``: optimiser steps taken over the run (a step whose groups all had equal rewards
+      may take none);
+    * ``train/varied_groups``: the share of training groups whose team rewards were not all equal
+      (the groups where a broadcast reward gives any signal);
     * ``budget/steps``: training steps run (fewer than ``steps`` when ``token_budget`` stopped the run);
     * ``budget/<counter>``: generated tokens and other counters summed over the training steps;
       ``budget/generated_tokens``: the sum of them all (rollout + counterfactual tokens), the budget
@@ -306,6 +310,10 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     steps = [r for r in rows if "reward_mean" in r]
     if steps:
         out["train/reward_last"] = float(steps[-1]["reward_mean"])
+        out["train/updates"] = float(sum(float(r.get("optimizer_steps", 0) or 0) for r in steps))
+        groups = sum(float(r.get("groups", 0) or 0) for r in steps)
+        if groups:
+            out["train/varied_groups"] = 1.0 - sum(float(r.get("zero_variance_groups", 0) or 0) for r in steps) / groups
         out["budget/steps"] = float(len(steps))
         for key in BUDGET_KEYS:
             if any(key in r for r in steps):

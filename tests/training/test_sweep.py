@@ -74,8 +74,10 @@ def test_grid_and_seed_parsing_and_errors(tmp_path):
 
 def test_run_budget_sums_rollout_and_counterfactual_tokens(tmp_path):
     rows = [{"step": 0, "heldout": {"team_accuracy": 0.25}},
-            {"step": 1, "reward_mean": 0.5, "tokens": 10, "replay_tokens": 5},
-            {"step": 2, "reward_mean": 0.75, "tokens": 12, "replay_tokens": 0, "counterfactual_tokens": 3},
+            {"step": 1, "reward_mean": 0.5, "tokens": 10, "replay_tokens": 5, "groups": 2, "zero_variance_groups": 2,
+             "optimizer_steps": 0},
+            {"step": 2, "reward_mean": 0.75, "tokens": 12, "replay_tokens": 0, "counterfactual_tokens": 3,
+             "groups": 2, "zero_variance_groups": 1, "optimizer_steps": 3},
             {"step": 2, "heldout_final": {"team_accuracy": 0.5, "seconds": 9.0}}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     m = run_metrics(tmp_path)
@@ -84,6 +86,8 @@ def test_run_budget_sums_rollout_and_counterfactual_tokens(tmp_path):
     assert m["budget/generated_tokens"] == 30 and m["budget/steps"] == 2
     assert m["heldout_gain/team_accuracy"] == 0.25 and m["train/reward_last"] == 0.75
     assert "heldout/seconds" not in m  # wall time is not a result
+    # one group of four had rewards that differed; three optimiser steps, all in step 2
+    assert m["train/varied_groups"] == 0.25 and m["train/updates"] == 3
 
 
 def sigkill_when(cmd: list[str], ready: Callable[[], bool], timeout: float = 300.0) -> None:
