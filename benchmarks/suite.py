@@ -14,6 +14,7 @@ from benchmarks import (
     credit_fraction,
     federated,
     lora_memory,
+    prompt_prefix,
     ray_scaleout,
     replay_cost,
     rollout_batching,
@@ -40,6 +41,7 @@ def cosac_result(quick: bool = False, model: str | None = None) -> Result:
 #: name -> run(quick, model); the order in which ``python -m benchmarks`` runs them
 BENCHMARKS: dict[str, Callable[..., Result]] = {
     "rollout_batching": rollout_batching.run,
+    "prompt_prefix": prompt_prefix.run,
     "rollout_overhead": rollout_overhead.run,
     "credit_fraction": credit_fraction.run,
     "trainer_vs_trl": trainer_vs_trl.run,

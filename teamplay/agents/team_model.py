@@ -248,7 +248,7 @@ class TeamModel:
         for b, c in enumerate(completion_ids):
             targets[b, : len(c)] = torch.tensor(list(c), dtype=torch.long, device=device)
         owner, unique = _prompt_owners(prompt_ids)
-        shared = _common_prefix(unique) if share_prompts else 0
+        shared = common_prefix(unique) if share_prompts else 0
         with self.using(adapter):
             if share_prompts and (len(unique) < batch or shared > 0):
                 picked = self._shared_prompt_logits(unique, shared, owner, targets, mask)  # [B, C, V]
@@ -281,7 +281,7 @@ class TeamModel:
         run once: its last position predicts token 0, its key/value cache (copied to the B rows that
         ``owner`` [B] maps to it) carries tokens 0..C-2 (right-padded, ``mask`` [B, C]) to predict 1..C-1.
 
-        The prompts' common prefix of ``shared`` tokens (``_common_prefix``: a team's system prompt
+        The prompts' common prefix of ``shared`` tokens (``common_prefix``: a team's system prompt
         and instructions, often most of a prompt) runs once for all U: its cache is copied to the U
         rows, which continue with their own remainders, left-padded after the prefix (padding in the
         middle is masked out, positions count real tokens only)."""
@@ -426,7 +426,7 @@ def _prompt_owners(prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, l
     return torch.tensor(owner, dtype=torch.long), list(index)
 
 
-def _common_prefix(unique: Sequence[Sequence[int]]) -> int:
+def common_prefix(unique: Sequence[Sequence[int]]) -> int:
     """Length of the longest prefix shared by every prompt of ``unique``, leaving each at least
     one token of its own (its last position predicts the completion's first token); 0 for one prompt."""
     if len(unique) < 2:

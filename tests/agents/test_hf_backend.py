@@ -50,6 +50,37 @@ def test_batched_greedy_equals_one_at_a_time():
     assert [g.completion_ids for g in micro] == [g.completion_ids for g in batched]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_shared_prompt_prefix_runs_once_and_changes_nothing(temperature, monkeypatch):
+    shared, plain = make_backend(), make_backend(share_prompt_prefix=False)
+    perturb(shared, "proposer", 1)
+    perturb(plain, "proposer", 1)
+    # remainders of different lengths, one of a single token past the common prefix
+    requests = [request(i, problem_len=n) for i, n in ((1, 0), (2, 3), (3, 1), (4, 6))]
+    params = SamplingParams(max_new_tokens=8, temperature=temperature, seed=5)
+    calls = []
+    generate = shared.team_model.model.generate
+
+    def spy(**kwargs):
+        calls.append((kwargs, kwargs[shared.team_model._cache_name].get_seq_length()))
+        return generate(**kwargs)  # (generate then grows the cache)
+
+    monkeypatch.setattr(shared.team_model.model, "generate", spy)
+    got, want = shared.generate(requests, params), plain.generate(requests, params)
+    ((call, cached),) = calls
+    assert cached >= 8  # the prefix ran once, its cache handed to generate
+    assert call["attention_mask"][:, :cached].eq(1).all() and call["attention_mask"][:, cached:].eq(0).any()
+    for a, b in zip(got, want, strict=True):
+        assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    # the behaviour log-probs are still the trainer's recomputation
+    with torch.no_grad():
+        logp, _ = shared.team_model.completion_logprobs([g.prompt_ids for g in got], [g.completion_ids for g in got],
+                                                        adapter="proposer", temperature=max(temperature, 1.0))
+    for b, g in enumerate(got):
+        torch.testing.assert_close(logp[b, :len(g.logprobs)], torch.tensor(g.logprobs), atol=1e-5, rtol=0)
+
+
 def test_generation_fields():
     backend = make_backend()
     out = backend.generate([request(2)], GREEDY)[0]

@@ -104,14 +104,14 @@ def test_a_common_prompt_prefix_runs_once_and_gives_the_plain_paths_values(adapt
         torch.testing.assert_close(shared[b, :len(c)], direct_logprobs(tm, p, c, adapter), atol=1e-5, rtol=0)
 
 
-def test_common_prefix_leaves_each_prompt_a_token_of_its_own():
-    from teamplay.agents.team_model import _common_prefix
-    assert _common_prefix([(1, 2, 3)]) == 0
-    assert _common_prefix([(1, 2, 3), (4, 2, 3)]) == 0
-    assert _common_prefix([(1, 2, 3, 4), (1, 2, 5)]) == 2
-    assert _common_prefix([(1, 2), (1, 2, 3)]) == 1
-    assert _common_prefix([(1,), (1, 2)]) == 0
-    assert _common_prefix([(1, 2, 3), (1, 2, 3)]) == 2
+def testcommon_prefix_leaves_each_prompt_a_token_of_its_own():
+    from teamplay.agents.team_model import common_prefix
+    assert common_prefix([(1, 2, 3)]) == 0
+    assert common_prefix([(1, 2, 3), (4, 2, 3)]) == 0
+    assert common_prefix([(1, 2, 3, 4), (1, 2, 5)]) == 2
+    assert common_prefix([(1, 2), (1, 2, 3)]) == 1
+    assert common_prefix([(1,), (1, 2)]) == 0
+    assert common_prefix([(1, 2, 3), (1, 2, 3)]) == 2
 
 
 def test_reference_logprobs_share_prompts_and_match_the_base_model():

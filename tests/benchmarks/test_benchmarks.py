@@ -41,6 +41,16 @@ def test_rollout_batching_quick(tiny_model):
     assert comparison["generate_calls_batched"] == 1 and comparison["generate_calls_sequential"] == 4
 
 
+def test_prompt_prefix_quick(tiny_model):
+    from benchmarks import prompt_prefix
+
+    result = prompt_prefix.run(quick=True, model=tiny_model)
+    _check(result, "prompt_prefix")
+    (team,) = result.data["teams"].values()
+    # greedy: sharing the prefix must not change a token of the 4 held-out episodes
+    assert team["problems"] == 4 and team["identical"] == 4 and team["calls"] == 12
+
+
 def test_rollout_overhead_quick(tiny_model):
     result = rollout_overhead.run(quick=True, model=tiny_model)  # raises if the variants' tokens differ
     _check(result, "rollout_overhead")

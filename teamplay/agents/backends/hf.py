@@ -7,6 +7,15 @@ micro-batch is one ``model.generate`` call with an attention mask; position ids 
 a left-padded prompt gets the same positions as the prompt alone (tested: batched greedy output
 equals one-at-a-time output).
 
+Shared prompt prefix: the prompts of a micro-batch usually start alike (the role's system prompt,
+the task's answer instruction, often most of a short prompt), and on a CPU the prompt's forward pass
+is most of a turn's cost. When every prompt of the micro-batch shares at least ``MIN_SHARED_PREFIX``
+leading tokens, that prefix runs once: its key/value cache is copied to every row, and ``generate``
+continues from it with each row's own remainder, left-padded after the prefix (the padding in the
+middle is masked; positions follow the mask, so each row sees the positions of its prompt alone).
+Outputs equal the unshared path's up to float rounding (tested). ``share_prompt_prefix=False`` turns
+it off.
+
 Behaviour log-probs: ``generate`` returns the scores after its logits processors, i.e. of the
 distribution actually sampled (temperature, then top-k, then top-p applied); the log-prob of a
 token is ``log_softmax`` of those scores. For greedy decoding no processor runs: the log-probs are
@@ -30,13 +39,15 @@ from transformers import GenerationConfig
 
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
-from teamplay.agents.team_model import TeamModel, left_pad
+from teamplay.agents.team_model import TeamModel, common_prefix, left_pad
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, Generation, SamplingParams, TurnRequest
 
 #: words whose first token counts as "yes" / "no" in ``yes_probability``
 YES_WORDS = ("yes", "Yes")
 NO_WORDS = ("no", "No")
+#: fewest common leading tokens worth a separate prefix pass (the pass has a fixed cost per layer)
+MIN_SHARED_PREFIX = 8
 
 
 class HFBackend(GenerationBackend):
@@ -46,12 +57,13 @@ class HFBackend(GenerationBackend):
         team_model: base model + adapters; requests name adapters of it (or ``None``).
         max_prompt_tokens: prompt budget; longer chats are cut (``Generation.truncated``).
         micro_batch_size: most sequences in one forward / generate call (bounds memory).
+        share_prompt_prefix: run a micro-batch's common prompt prefix once (module docstring).
     """
 
     name = "hf"
 
     def __init__(self, team_model: TeamModel, max_prompt_tokens: int = 2048,
-                 micro_batch_size: int = 16) -> None:
+                 micro_batch_size: int = 16, share_prompt_prefix: bool = True) -> None:
         if max_prompt_tokens < 1:
             raise ConfigError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
         if micro_batch_size < 1:
@@ -60,6 +72,7 @@ class HFBackend(GenerationBackend):
         self.tokenizer = team_model.tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         self.micro_batch_size = micro_batch_size
+        self.share_prompt_prefix = share_prompt_prefix
         self.stop_ids = self._stop_ids()
 
     def adapters(self) -> tuple[str, ...]:
@@ -117,14 +130,28 @@ class HFBackend(GenerationBackend):
     def _generate_chunk(self, prompts: list[list[int]], adapter: str | None, sampling: SamplingParams,
                         seed: int | None) -> list[tuple[list[int], list[float], list[float]]]:
         device = self.team_model.device
-        input_ids, attention = left_pad(prompts, self.tokenizer.pad_token_id, device)  # [B, P]
+        shared = common_prefix(prompts) if self.share_prompt_prefix else 0
+        if shared < MIN_SHARED_PREFIX:
+            shared = 0
+        # [B, K + R]: the shared prefix (K tokens, 0 when not shared), then each row's remainder left-padded
+        rest, rest_mask = left_pad([p[shared:] for p in prompts], self.tokenizer.pad_token_id, device)
+        head = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)  # [1, K]
+        input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)
+        attention = torch.cat([torch.ones(len(prompts), shared, dtype=rest_mask.dtype, device=device), rest_mask], 1)
         config = self._generation_config(sampling)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             if seed is not None:
                 torch.manual_seed(seed)
             with self.team_model.using(adapter):
+                prefix = {}
+                if shared:
+                    cache_name = self.team_model._cache_name
+                    cache = getattr(self.team_model.model(input_ids=head, use_cache=True, logits_to_keep=1), cache_name)
+                    cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))  # [1] -> [B]
+                    prefix = {cache_name: cache}
+                # with a cache, generate runs only the uncached part of input_ids
                 out = self.team_model.model.generate(input_ids=input_ids, attention_mask=attention,
-                                                     generation_config=config)
+                                                     generation_config=config, **prefix)
         new = out.sequences[:, input_ids.shape[1]:]  # [B, N]
         scores = torch.stack(out.scores, dim=1).float()  # [B, N, V] processed logits
         log_dist = torch.log_softmax(scores, dim=-1)  # [B, N, V]
