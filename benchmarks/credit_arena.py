@@ -253,6 +253,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
 METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
            ("heldout/team/verdict_accuracy", "verdict acc."), ("heldout/team/wrong_caught", "wrong caught"),
            ("heldout/team/right_rejected", "right rejected"), ("heldout/team/verdict_rate", "verdict rate"),
+           ("heldout/team/first_answer_accuracy/proposer", "first answer acc."),
+           ("heldout/team/correction_rate", "correction rate"),
            ("train/varied_groups", "varied groups"), ("train/updates", "updates"),
            ("budget/steps", "steps"), ("budget/tokens", "rollout tokens"),
            ("budget/generated_tokens", "generated tokens"))
@@ -307,13 +309,27 @@ def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, A
         "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
         ("Not in this setting (`SETTING_METHODS`; `--methods` adds them): " + ", ".join(left_out) + "."
          if left_out else ""),
-        "Beyond their intervals: " + ("; ".join(verdicts) if verdicts else "no comparison").rstrip(".") + ".",
+        _separations(verdicts),
     )
     separated_any = [v for v in verdicts if " beats " in v]
     headline = (f"{setting}: " + (", ".join(separated_any) if separated_any else
                                   "no method beats grpo beyond the 95% intervals") + f" ({len(seeds)} seeds).")
     return Result(region_name(setting), table, headline, None, tuple(n for n in notes if n),
                   {"results": results, "labels": labels, "refused": refused, "config": base})
+
+
+def _separations(verdicts: list[str]) -> str:
+    """One sentence: the comparisons with grpo whose intervals do not overlap, and how many do."""
+    apart = [v for v in verdicts if " does not separate " not in v]
+    overlapping = len(verdicts) - len(apart)
+    if not verdicts:
+        return "Beyond their intervals: no comparison (grpo alone)."
+    measures = ", ".join(name for _, name in METRICS[:3])
+    if not apart:
+        return (f"Beyond their intervals: none. All {overlapping} comparisons with grpo (each method on "
+                f"{measures}) overlap.")
+    return (f"Beyond their intervals: {'; '.join(v.rstrip('.') for v in apart)}. The other {overlapping} "
+            f"comparisons with grpo (each method on {measures}) overlap.")
 
 
 def region_name(setting: str) -> str:
