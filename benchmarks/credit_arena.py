@@ -13,7 +13,7 @@ Settings:
   known: a review earns credit when it catches a wrong answer or wrongly rejects a right one.
   Measures: held-out reviewer verdict accuracy (wrong caught, right rejected) and team accuracy.
 * ``full``: proposer and reviewer both played (and trained) by the model, on sums of two numbers up
-  to 50 (arith level 1, ``FULL_TASK``), where the untrained team is right on about a sixth of the
+  to 50 (arith level 1, ``FULL_TASK``), where the untrained team is right on about an eighth of the
   held-out problems (greedy): well below ceiling, with room to learn. Held out on 200 distinct
   problems. Sized for a CPU: short role prompts and turn instructions, proposals that start "The
   answer is" and reviews that start "Verdict:" (``FULL_PROTOCOL``), 8 new tokens per message, LoRA
@@ -56,13 +56,13 @@ to evaluate (0.8 s per problem: 3 model calls, prefill of 50-90-token prompts do
 default prompts, with 24-token messages, took 1.9 s), and 8 s per step of 8 episodes (16 s with an
 update); continuation spends about 22 s more per step on its continuations. So a full run costs
 about 5 s + 0.8 s per held-out problem + 1-2 s per training episode, and the default (about 6 steps
-of 2 x 4, 200 held-out problems, 7 methods x 3 seeds) is about 45 minutes with ``--parallel 2``;
+of 2 x 4, 200 held-out problems, 7 methods x 3 seeds) took 50 minutes with ``--parallel 2``;
 ``--quick`` is a smoke run of its pipeline (24 held-out problems).
 
     python -m benchmarks credit_arena            # controlled setting (the suite's run)
     python -m benchmarks credit_arena --quick    # smoke size: about 10 minutes on 2 cores
     python -m benchmarks.credit_arena --parallel 2   # two runs at a time (Ray tasks): the same table
-    python -m benchmarks.credit_arena --setting full --parallel 2   # the full setting: about 45 minutes
+    python -m benchmarks.credit_arena --setting full --parallel 2   # the full setting: about 50 minutes
     python -m benchmarks.credit_arena --setting full --quick
 
 ``python -m benchmarks.credit_arena`` rewrites its setting's region of BENCHMARKS.md
@@ -101,7 +101,7 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
 
 #: labels each setting runs by default (``--methods`` replaces them). The full setting leaves out the
 #: token-level methods: its messages are answers of 2-4 generated tokens (" 57.") and verdicts of about
-#: 5, where spreading a message's advantage over its tokens changes little, and its runs cost about 5x
+#: 5, where spreading a message's advantage over its tokens changes little, and its runs cost about 4x
 #: the controlled ones (module doc); the controlled setting compares them.
 MESSAGE_METHODS = tuple(label for label in ARENA_METHODS if not label.startswith("grpo + token"))
 SETTING_METHODS = {"controlled": tuple(ARENA_METHODS), "full": MESSAGE_METHODS}
@@ -118,7 +118,7 @@ SIZES = {
     ("controlled", True): (1, 1, 4, 6, 3),     # about 10 minutes on 2 cores (module doc)
     ("controlled", False): (6, 2, 4, 40, 3),   # about 70 minutes
     ("full", True): (1, 1, 4, 24, 3),          # a smoke run: not the 200 held-out problems
-    ("full", False): (6, 2, 4, 200, 3),        # about 45 minutes on 2 cores with --parallel 2
+    ("full", False): (6, 2, 4, 200, 3),        # 50 minutes on 2 cores with --parallel 2
 }
 
 VERDICT_PREFIX = "Verdict:"
@@ -126,8 +126,8 @@ NOISY_PROPOSER = "scripted:noisy_proposer(p_right=0.5)"
 #: a short reviewer prompt: the prompt is most of the cost of a one-word verdict on a CPU
 REVIEWER_PROMPT = ("You check the proposed answer to an arithmetic problem. The first word of your reply "
                    "must be RIGHT if the proposed answer is correct, WRONG if it is not.")
-#: full setting: sums of two numbers up to 50, where the untrained team is right about a third of
-#: the time (greedy); the test split has more than 200 distinct ones
+#: full setting: sums of two numbers up to 50, where the untrained team is right on about 0.12-0.16
+#: of the held-out problems (greedy); the test split has more than 200 distinct ones
 FULL_TASK = {"level": 1, "max_operand": 50}
 #: full setting: short prompts and turn instructions (prompt tokens are most of a turn's cost on a
 #: CPU), and replies that start "The answer is" / "Verdict:" (the model's next words are its answer

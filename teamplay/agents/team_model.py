@@ -288,14 +288,8 @@ class TeamModel:
         device = targets.device
         owner = owner.to(device)
         cache_name = self._cache_name
-        prefix_kwargs: dict = {}
-        if shared:
-            head = torch.tensor([unique[0][:shared]], dtype=torch.long, device=device)  # [1, K]
-            cache = getattr(self.model(input_ids=head, use_cache=True, logits_to_keep=1), cache_name)
-            cache.reorder_cache(torch.zeros(len(unique), dtype=torch.long, device=device))  # [1, ...] -> [U, ...]
-            prefix_kwargs = {cache_name: cache}
-        r_ids, r_mask = left_pad([u[shared:] for u in unique], self.tokenizer.pad_token_id, device)  # [U, R]
-        p_mask = torch.cat([torch.ones(len(unique), shared, dtype=r_mask.dtype, device=device), r_mask], 1)  # [U, K+R]
+        prefix_kwargs = self.prefix_cache(unique[0][:shared], len(unique)) if shared else {}
+        r_ids, p_mask = pad_after_prefix(unique, shared, self.tokenizer.pad_token_id, device)  # [U, R], [U, K+R]
         positions = (p_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]  # [U, R]
         out = self.model(input_ids=r_ids, attention_mask=p_mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1, **prefix_kwargs)
@@ -312,6 +306,15 @@ class TeamModel:
         rest = self.model(input_ids=fed, attention_mask=attention, position_ids=positions,
                           **{cache_name: cache}).logits  # [B, C-1, V]
         return torch.cat([first[:, None], rest], dim=1)
+
+    def prefix_cache(self, prefix: Sequence[int], rows: int) -> dict[str, Any]:
+        """``{cache keyword: cache}``: the key/value cache of ``prefix`` (K tokens), run once with the
+        active adapter and copied to ``rows`` rows ([1, ...] -> [rows, ...]), for a forward pass or
+        ``generate`` that continues every row from it (``pad_after_prefix`` builds its inputs)."""
+        head = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)  # [1, K]
+        cache = getattr(self.model(input_ids=head, use_cache=True, logits_to_keep=1), self._cache_name)
+        cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=self.device))
+        return {self._cache_name: cache}
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                            adapter: str | None = None, temperature: float = 1.0,
@@ -437,6 +440,16 @@ def common_prefix(unique: Sequence[Sequence[int]]) -> int:
         if any(u[k] != first[k] for u in unique):
             return k
     return max(shortest - 1, 0)
+
+
+def pad_after_prefix(rows: Sequence[Sequence[int]], shared: int, pad_id: int,
+                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rest_ids [B, R], mask [B, K + R])`` for rows that share their first ``shared`` = K tokens:
+    each row's remainder left-padded (padding between prefix and remainder, masked), and the mask
+    over prefix and remainder, so positions from ``mask.cumsum`` count real tokens only."""
+    rest, rest_mask = left_pad([r[shared:] for r in rows], pad_id, device)
+    ones = torch.ones(len(rows), shared, dtype=rest_mask.dtype, device=device)
+    return rest, torch.cat([ones, rest_mask], dim=1)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int,

@@ -310,14 +310,16 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     steps = [r for r in rows if "reward_mean" in r]
     if steps:
         out["train/reward_last"] = float(steps[-1]["reward_mean"])
-        out["train/updates"] = float(sum(float(r.get("optimizer_steps", 0) or 0) for r in steps))
-        groups = sum(float(r.get("groups", 0) or 0) for r in steps)
-        if groups:
-            out["train/varied_groups"] = 1.0 - sum(float(r.get("zero_variance_groups", 0) or 0) for r in steps) / groups
+        def total(key: str) -> float:
+            return float(sum(float(r.get(key, 0) or 0) for r in steps))
+
+        out["train/updates"] = total("optimizer_steps")
+        if groups := total("groups"):
+            out["train/varied_groups"] = 1.0 - total("zero_variance_groups") / groups
         out["budget/steps"] = float(len(steps))
         for key in BUDGET_KEYS:
             if any(key in r for r in steps):
-                out[f"budget/{key}"] = float(sum(float(r.get(key, 0) or 0) for r in steps))
+                out[f"budget/{key}"] = total(key)
         # every token the run generated: its episodes' plus counterfactual ones (not in ``tokens``)
         out["budget/generated_tokens"] = sum(out.get(f"budget/{key}", 0.0) for key in BUDGET_KEYS)
     for key in ("heldout/seconds", "heldout/tokens_per_second", "heldout/episodes"):

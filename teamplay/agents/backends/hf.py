@@ -39,7 +39,7 @@ from transformers import GenerationConfig
 
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
-from teamplay.agents.team_model import TeamModel, common_prefix, left_pad
+from teamplay.agents.team_model import TeamModel, common_prefix, left_pad, pad_after_prefix
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, Generation, SamplingParams, TurnRequest
 
@@ -134,21 +134,15 @@ class HFBackend(GenerationBackend):
         if shared < MIN_SHARED_PREFIX:
             shared = 0
         # [B, K + R]: the shared prefix (K tokens, 0 when not shared), then each row's remainder left-padded
-        rest, rest_mask = left_pad([p[shared:] for p in prompts], self.tokenizer.pad_token_id, device)
+        rest, attention = pad_after_prefix(prompts, shared, self.tokenizer.pad_token_id, device)
         head = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)  # [1, K]
         input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)
-        attention = torch.cat([torch.ones(len(prompts), shared, dtype=rest_mask.dtype, device=device), rest_mask], 1)
         config = self._generation_config(sampling)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             if seed is not None:
                 torch.manual_seed(seed)
             with self.team_model.using(adapter):
-                prefix = {}
-                if shared:
-                    cache_name = self.team_model._cache_name
-                    cache = getattr(self.team_model.model(input_ids=head, use_cache=True, logits_to_keep=1), cache_name)
-                    cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))  # [1] -> [B]
-                    prefix = {cache_name: cache}
+                prefix = self.team_model.prefix_cache(prompts[0][:shared], len(prompts)) if shared else {}
                 # with a cache, generate runs only the uncached part of input_ids
                 out = self.team_model.model.generate(input_ids=input_ids, attention_mask=attention,
                                                      generation_config=config, **prefix)
