@@ -461,14 +461,26 @@ def report_command(
 @app.command("credit")
 @user_errors
 def credit_command(
-    folder: Path = typer.Argument(..., help="An eval folder (teamplay eval -o) or a run folder."),
-    method: str = typer.Option(..., "--method", "-m", help="Credit method (teamplay list) or "
-                                                           "path/to/file.py:function."),
+    folder: Path | None = typer.Argument(None, help="An eval folder (teamplay eval -o) or a run folder."),
+    method: str | None = typer.Option(None, "--method", "-m", help="Credit method (teamplay list) or "
+                                                                   "path/to/file.py:function."),
     set_: list[str] = typer.Option([], "--set", help="A method option: --set value=masking"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the rows as JSON lines."),
     limit: int = typer.Option(40, help="Rows to print (all are written with --output)."),
+    card: str | None = typer.Option(None, "--card", help="Print a method's card instead (what it estimates, "
+                                                         "its assumptions, cost and test): a name or all."),
 ) -> None:
-    """Try a credit method on saved episodes: the advantage of every utterance, without training."""
+    """Try a credit method on saved episodes: the advantage of every utterance, without training.
+    With --card METHOD (or all): what the method estimates, under which assumptions, at what cost."""
+    if card is not None:
+        if folder is not None or method is not None:
+            raise TeamplayError("credit --card prints a method's card; it takes no FOLDER or --method")
+        from teamplay.credit.cards import render_cards
+
+        typer.echo(render_cards(card))
+        return
+    if folder is None or method is None:
+        raise TeamplayError("credit: give FOLDER and --method to credit saved episodes, or --card METHOD|all")
     from teamplay.config import parse_overrides
     from teamplay.training.saved_credit import credit_saved
 
