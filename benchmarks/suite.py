@@ -11,6 +11,7 @@ from collections.abc import Callable
 from benchmarks import (
     cosac_bandit,
     credit_arena,
+    credit_fidelity,
     credit_fraction,
     federated,
     lora_memory,
@@ -51,5 +52,6 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "ray_scaleout": ray_scaleout.run,
     "token_credit_step": token_credit_step.run,
     "federated": federated.run,
+    "credit_fidelity": credit_fidelity.run,
     "credit_arena": credit_arena.run,
 }

@@ -188,3 +188,26 @@ def test_credit_arena_full_setting_runs_its_message_level_methods(tiny_model, tm
     assert "shapley (replay)" in left_out and "grpo + token aem" in left_out
     with pytest.raises(ValueError, match="unknown arena method.*shapely"):
         credit_arena.run(model=tiny_model, setting="full", folder=tmp_path / "x", only=("shapely",))
+
+
+def test_credit_fidelity_quick_path(tiny_model, tmp_path):
+    from benchmarks import credit_fidelity
+
+    settings = ["noisy teammate q=0.5", "free-riding reviewer"]
+    result = credit_fidelity.run(quick=True, model=tiny_model, settings=settings,
+                                 methods=["grpo", "continuation", "tracer_roles"], output=tmp_path / "cf")
+    assert result.name == "credit_fidelity" and result.headline.startswith("Pearson r")
+    by_name = {r["setting"]: r for r in result.data["results"]}
+    assert list(by_name) == settings
+    noisy, free = by_name["noisy teammate q=0.5"], by_name["free-riding reviewer"]
+    assert noisy["oracle"].startswith("closed form") and free["oracle"].startswith("Monte Carlo")
+    assert noisy["keep_mismatches"] == 0  # a kept answer scores as the solver's answer did
+    # tracer_roles is for proposer/reviewer only: skipped with its reason in the chain
+    assert "proposer_reviewer" in noisy["methods"]["tracer_roles"]["skipped"]
+    assert "skipped" not in free["methods"]["tracer_roles"]
+    for row in (noisy["methods"]["grpo"], free["methods"]["continuation"]):
+        assert row["n"] > 0 and row["tokens_per_episode"] >= 0
+    # a second run reuses the stored settings (resumable) and gives the same table
+    again = credit_fidelity.run(quick=True, model=tiny_model, settings=settings,
+                                methods=["grpo", "continuation", "tracer_roles"], output=tmp_path / "cf")
+    assert again.table == result.table

@@ -20,6 +20,16 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
   request ``i`` of a ``generate`` call is drawn from (backend seed, sampling seed, ``i``, item,
   agent, round), so greedy evaluations see the same proposals before and after training. On a
   review turn it behaves as ``oracle``.
+- ``noisy_teammate(q=0.5)``: a teammate that acts after an answer was given (a chain's later link):
+  with probability ``q`` it replaces the running answer (``metadata["pending_answer"]``) with a
+  wrong one, otherwise it restates the running answer (no answer when there was none). Its coin is
+  independent of everything before it, so after the running answer ``a`` the team is right with
+  probability exactly ``(1 - q) * correct(a)`` (the credit-fidelity benchmark's closed form).
+- ``noisy_reviewer(p_right=0.8)``: on a review turn the right verdict with probability ``p_right``
+  and the wrong one otherwise (a helpful reviewer for ``p_right`` above 0.5, a harmful one below);
+  on any other turn it behaves as ``oracle``.
+- ``approver``: a free-riding reviewer: every review says RIGHT whatever it reviews; on any other
+  turn it restates the running answer (no answer when there was none).
 
 A policy with options is written ``name(key=value, ...)`` (``noisy_proposer(p_right=0.3)``), values
 as YAML scalars; ``parse_policy`` reads that form and ``POLICY_OPTIONS`` lists what each accepts.
@@ -214,14 +224,36 @@ class ScriptedBackend(GenerationBackend):
             return self._oracle(request, sampling)
         pending = request.metadata.get("pending_answer")
         if pending is None:  # first proposal: right with probability p_right
-            key = f"{self.seed}/{sampling.seed}/{self._position}/{item.id}/{request.agent}/{request.round}"
-            rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
-            right = rng.random() < float(self.options.get("p_right", 0.5))
+            right = self._coin(request, sampling, item) < float(self.options.get("p_right", 0.5))
             return format_answer(item.reference if right else wrong_answer(item.reference))
         if request.metadata.get("last_verdict") == "WRONG":  # comply: switch
             correct = self._pending_correct(request, item)
             return format_answer(wrong_answer(item.reference) if correct else item.reference)
         return format_answer(str(pending))
+
+    def _noisy_teammate(self, request: TurnRequest, sampling: SamplingParams) -> str:
+        item = _item(request, "noisy_teammate")
+        if _is_review(request):
+            return self._oracle(request, sampling)
+        if self._coin(request, sampling, item) < float(self.options.get("q", 0.5)):
+            return format_answer(wrong_answer(item.reference))
+        return _restate(request)
+
+    def _noisy_reviewer(self, request: TurnRequest, sampling: SamplingParams) -> str:
+        item = _item(request, "noisy_reviewer")
+        if not _is_review(request):
+            return self._oracle(request, sampling)
+        right = self._coin(request, sampling, item) < float(self.options.get("p_right", 0.8))
+        return "RIGHT" if self._pending_correct(request, item) == right else "WRONG"
+
+    def _approver(self, request: TurnRequest, _sampling: SamplingParams) -> str:
+        return "RIGHT" if _is_review(request) else _restate(request)
+
+    def _coin(self, request: TurnRequest, sampling: SamplingParams, item: TaskItem) -> float:
+        """A uniform draw in [0, 1) for this request, from (backend seed, sampling seed, position
+        in the call, item, agent, round): independent of the transcript, repeatable."""
+        key = f"{self.seed}/{sampling.seed}/{self._position}/{item.id}/{request.agent}/{request.round}"
+        return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")).random()
 
     def _pending_correct(self, request: TurnRequest, item: TaskItem) -> bool:
         pending = request.metadata.get("pending_answer")
@@ -230,6 +262,12 @@ class ScriptedBackend(GenerationBackend):
 
 def _is_review(request: TurnRequest) -> bool:
     return request.expects == "verdict"
+
+
+def _restate(request: TurnRequest) -> str:
+    """The running answer restated, or a sentence without an answer when there is none."""
+    pending = request.metadata.get("pending_answer")
+    return format_answer(str(pending)) if pending is not None else "I have no answer."
 
 
 def _item(request: TurnRequest, policy: str) -> TaskItem:
@@ -247,10 +285,18 @@ POLICIES: dict[str, Callable[[ScriptedBackend, TurnRequest, SamplingParams], str
     "echo": ScriptedBackend._echo,
     "random": ScriptedBackend._random,
     "noisy_proposer": ScriptedBackend._noisy_proposer,
+    "noisy_teammate": ScriptedBackend._noisy_teammate,
+    "noisy_reviewer": ScriptedBackend._noisy_reviewer,
+    "approver": ScriptedBackend._approver,
 }
 
 #: options each policy accepts, with a check of the value
+def _probability(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+
 POLICY_OPTIONS: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "noisy_proposer": {"p_right": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                       and 0.0 <= v <= 1.0},
+    "noisy_proposer": {"p_right": _probability},
+    "noisy_teammate": {"q": _probability},
+    "noisy_reviewer": {"p_right": _probability},
 }

@@ -1,0 +1,459 @@
+"""Credit fidelity: does each method's credit agree with the true causal advantage? (no training)
+
+For every utterance ``u_t`` of an episode the true advantage is ``A*(u_t) = E[R | h, u_t] - E[R | h]``
+(``teamplay.credit.fidelity``). This benchmark collects episodes with the untrained policies,
+estimates ``A*`` with an oracle, runs every registered message-level credit method on the same
+episodes (groups of G episodes per problem, as in training), and reports per method and setting:
+Pearson and Spearman correlation with ``A*``, sign agreement on utterances with ``|A*| > 0.1``, the
+variance of the advantages, the Pearson correlation of per-agent totals, the generated tokens per
+episode (rollout plus the method's counterfactual re-executions) and the method's wall time.
+Intervals are 95% cluster-bootstrap intervals over problems.
+
+As in training, a group whose episodes all got the same reward gives no signal: every method's
+advantages are 0 there (the trainer skips such groups), while ``A*`` need not be. That is part of
+what the table measures: a teammate's noise can hide an agent's good answer from the team reward.
+
+Settings (arith sums, answer-first replies "The answer is ...", temperature 1):
+
+* ``noisy teammate q``: an LLM solver answers, then a scripted teammate replaces the team's answer
+  with a wrong one with probability q (``scripted:noisy_teammate``), independently of what came
+  before. ``A*`` is exact up to ``p = E[correct | problem]``, estimated from many fresh answers:
+  ``A*(solver) = (1 - q)(c - p)``, ``A*(teammate) = R - (1 - q)c``.
+* ``chain K``: a sequential chain of K LLM agents (one shared adapter), each seeing the earlier
+  answers; ``vote 3``: three LLM voters and a majority. ``A*`` by Monte Carlo re-execution from
+  every prefix (``teamplay.training.oracle.PrefixOracle``).
+* ``helpful`` / ``harmful`` / ``free-riding reviewer``: scripted proposer/reviewer dialogues (a
+  proposer right half the time that complies with the review; a reviewer right with probability
+  0.8, right with probability 0.2, or approving everything), ``A*`` by re-execution.
+
+    python -m benchmarks credit_fidelity            # every setting (under 15 minutes on 2 cores)
+    python -m benchmarks credit_fidelity --quick    # a smoke run of the pipeline
+    python -m benchmarks.credit_fidelity --settings "noisy teammate q=0.5" --output runs/cf
+
+Each setting's result is stored in ``runs/credit_fidelity[-quick]/`` as it finishes; running the
+command again reuses the stored settings (delete the folder for a fresh run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
+
+SOLVER_PROMPT = "You solve arithmetic problems."
+REPLY_PREFIX = "The answer is"
+#: sums of two numbers up to 10: the untrained model's first answer is right on about a quarter of
+#: them at temperature 1 (0.27 on 24 problems x 8 samples; 0.20 with numbers up to 20)
+TASK_OPTIONS = {"level": 1, "max_operand": 10}
+NEW_TOKENS = 6
+THRESHOLD = 0.1
+
+#: label -> (credit method, options); gspo is left out: its advantages are grpo's (same function)
+METHODS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo": ("grpo", {}),
+    "shapley (masking)": ("shapley", {"value": "masking"}),
+    "shapley (replay)": ("shapley", {"value": "replay"}),
+    "shapley_prm": ("shapley_prm", {}),
+    "shape_max": ("shape_max", {}),
+    "coverage": ("coverage", {}),
+    "cosac": ("cosac", {}),
+    "tracer_roles": ("tracer_roles", {}),
+    "loto (masking)": ("loto", {"value": "masking"}),
+    "loto (replay)": ("loto", {"value": "replay"}),
+    "a2tgpo": ("a2tgpo", {}),
+    "gigpo": ("gigpo", {}),
+    "cal_grpo": ("cal_grpo", {}),
+    "continuation": ("continuation", {}),
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One team to measure: its protocol, roles and how its oracle works.
+
+    ``noisy_q``: the noisy-teammate closed form with this q (None: Monte Carlo oracle).
+    ``sizes``: (problems, group size, oracle samples) at full size; ``quick`` sizes in ``quick_sizes``.
+    """
+
+    name: str
+    protocol: dict[str, Any]
+    roles: tuple[dict[str, Any], ...]
+    sizes: tuple[int, int, int]
+    quick_sizes: tuple[int, int, int]
+    noisy_q: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def uses_model(self) -> bool:
+        return any("policy" not in r for r in self.roles)
+
+
+def _chain_protocol(k: int) -> dict[str, Any]:
+    return {"name": "sequential", "options": {
+        "n_agents": k, "reply_prefix": REPLY_PREFIX, "first_instruction": "Give the answer.",
+        "next_instruction": "Teammates answered above. Give the final answer."}}
+
+
+def _noisy(q: float) -> Setting:
+    return Setting(f"noisy teammate q={q:g}", _chain_protocol(2),
+                   ({"name": "solver", "prompt": SOLVER_PROMPT},
+                    {"name": "teammate", "policy": f"scripted:noisy_teammate(q={q:g})"}),
+                   sizes=(16, 4, 32), quick_sizes=(2, 4, 8), noisy_q=q)
+
+
+def _review(name: str, reviewer: str) -> Setting:
+    return Setting(name, {"name": "proposer_reviewer", "options": {"rounds": 3}},
+                   ({"name": "proposer", "policy": "scripted:noisy_proposer(p_right=0.5)"},
+                    {"name": "reviewer", "policy": f"scripted:{reviewer}"}),
+                   sizes=(16, 4, 64), quick_sizes=(2, 4, 8))
+
+
+SETTINGS: tuple[Setting, ...] = (
+    *(_noisy(q) for q in (0.0, 0.25, 0.5, 0.75)),
+    Setting("chain K=2", _chain_protocol(2), ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 2},),
+            sizes=(8, 4, 16), quick_sizes=(2, 4, 4)),
+    Setting("chain K=4", _chain_protocol(4), ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 4},),
+            sizes=(6, 4, 12), quick_sizes=(1, 4, 2)),
+    Setting("vote 3", {"name": "vote", "options": {"n_agents": 3, "reply_prefix": REPLY_PREFIX,
+                                                   "instruction": "Give the answer."}},
+            ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 3},), sizes=(8, 4, 16), quick_sizes=(2, 4, 4)),
+    _review("helpful reviewer", "noisy_reviewer(p_right=0.8)"),
+    _review("harmful reviewer", "noisy_reviewer(p_right=0.2)"),
+    _review("free-riding reviewer", "approver"),
+)
+
+
+def setting_config(setting: Setting, model: str, quick: bool, seed: int) -> dict[str, Any]:
+    """The training config whose rollouts this setting measures (no step is ever taken)."""
+    problems = (setting.quick_sizes if quick else setting.sizes)[0]
+    return {
+        "model": {"name": model, "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
+        "task": {"name": "arith", "split": "train", "options": TASK_OPTIONS, "limit": problems,
+                 "distinct": True, "seed": seed},
+        "protocol": setting.protocol,
+        "team": {"roles": [dict(r) for r in setting.roles]},
+        "rollout": {"problems_per_step": problems, "group_size": (setting.quick_sizes if quick else setting.sizes)[1]},
+        "backend": {"max_prompt_tokens": 512},
+        "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": 1.0},
+        "eval_sampling": {"max_new_tokens": NEW_TOKENS},
+        "credit": {"method": "grpo"},
+        "seed": seed, "tensorboard": False,
+    }
+
+
+# ------------------------------------------------------------------------------------- one setting
+def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, seed: int = 0,
+            methods: Sequence[str] | None = None) -> dict[str, Any]:
+    """Episodes, oracle and every method's agreement with it, for one setting (JSON-ready)."""
+    from teamplay.agents.backends.mixed import MixedBackend
+    from teamplay.agents.roles import Team
+    from teamplay.config import ProtocolConfig, TrainConfig, build_config
+    from teamplay.training.oracle import PrefixOracle
+    from teamplay.training.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.setup import build_run, env_factory, load_items, sampling_params
+
+    data = setting_config(setting, model, quick, seed)
+    problems, group, oracle_samples = setting.quick_sizes if quick else setting.sizes
+    started = time.perf_counter()
+    team_model = None
+    if setting.uses_model:
+        cfg = build_config(TrainConfig, data)
+        parts = build_run(cfg)
+        task, items, make_env, backend, team = parts.task, parts.items, parts.make_env, parts.backend, parts.team
+        team_model = parts.team_model
+    else:  # every role scripted: no model, no adapter (a training config would refuse such a team)
+        # the config of the same team with one model-played role, read only for its sections
+        cfg = build_config(TrainConfig, {**data, "team": {"roles": [{"name": "unused"}]},
+                                         "protocol": {"name": "single"}})
+        cfg = cfg.model_copy(update={"protocol": ProtocolConfig.model_validate(data["protocol"]),
+                                     "team": Team.model_validate(data["team"])})
+        task, items = load_items(cfg.task)
+        make_env, team = env_factory(task, cfg.protocol, cfg.team)
+        backend = MixedBackend(None, team.scripted_roles(), seed=seed)
+    sampling = sampling_params(cfg.sampling)
+    runner = RolloutRunner(make_env, backend, sampling, max_batch=cfg.backend.max_batch)
+    by_id = {item.id: item for item in items}
+    jobs = [RolloutJob(item=item, group_id=f"fidelity:{k}:{item.id}") for k, item in enumerate(items)
+            for _ in range(group)]
+    episodes = runner.run(jobs, seed=seed)
+    load_rollout = time.perf_counter() - started
+
+    t0 = time.perf_counter()
+    oracle_tokens = 0
+    if setting.noisy_q is not None:
+        values, p_hat, mismatches = _noisy_oracle(setting.noisy_q, episodes, items, runner, task, oracle_samples, seed)
+        oracle_kind = f"closed form, p from {oracle_samples} fresh answers per problem"
+    else:
+        oracle = PrefixOracle(make_env, backend, sampling, samples=oracle_samples, max_batch=cfg.backend.max_batch,
+                              seed=seed + 7919)
+        values = oracle.values(episodes, by_id)
+        oracle_tokens, p_hat, mismatches = oracle.generated_tokens, None, 0
+        oracle_kind = f"Monte Carlo, {oracle_samples} re-executions per prefix"
+    oracle_seconds = time.perf_counter() - t0
+    true_adv = [np.diff(v) for v in values]
+
+    rows = {}
+    for label in methods or METHODS:
+        name, options = METHODS[label]
+        rows[label] = _method_row(name, options, episodes, by_id, true_adv, task, make_env, backend, sampling,
+                                  cfg, team, team_model, seed)
+    rewards = np.array([ep.reward for ep in episodes])
+    return {
+        "setting": setting.name, "problems": problems, "group": group, "episodes": len(episodes),
+        "oracle": oracle_kind, "oracle_seconds": oracle_seconds, "oracle_tokens": oracle_tokens,
+        "reward_mean": float(rewards.mean()),
+        "p_hat_mean": None if p_hat is None else float(np.mean(list(p_hat.values()))),
+        "keep_mismatches": mismatches,
+        "rollout_tokens_per_episode": float(np.mean([ep.tokens for ep in episodes])),
+        "varied_groups": _varied_groups(episodes), "groups": len(items),
+        "load_and_rollout_seconds": load_rollout, "methods": rows,
+        "true_advantage_mean_abs": float(np.mean(np.abs(np.concatenate(true_adv)))),
+    }
+
+
+def _noisy_oracle(q, episodes, items, runner, task, samples, seed):
+    """Closed-form prefix values of the noisy-teammate episodes; ``p`` per problem from ``samples``
+    fresh episodes (only their first answers are read). Also counts recorded episodes whose
+    reward disagrees with the model (the teammate kept the answer but the reward differs)."""
+    from teamplay.agents.backends.scripted import format_answer
+    from teamplay.credit.fidelity import noisy_teammate_values
+    from teamplay.training.oracle import first_answer_accuracy
+
+    def correct(ep, item) -> float:
+        first = ep.messages[0]
+        return 0.0 if first.answer is None else float(task.score(format_answer(first.answer), item))
+
+    # the first answer does not depend on q: every noisy-teammate setting of one run shares it
+    key = (tuple(item.id for item in items), samples, seed)
+    if key not in _P_HAT:
+        _P_HAT[key] = first_answer_accuracy(runner, items, samples, seed + 104729, correct)
+    p_hat = _P_HAT[key]
+    by_id = {item.id: item for item in items}
+    values, mismatches = [], 0
+    for ep in episodes:
+        c = correct(ep, by_id[ep.problem_id])
+        kept = ep.messages[1].answer == ep.messages[0].answer and ep.messages[0].answer is not None
+        if kept and float(ep.reward) != c:
+            mismatches += 1
+        values.append(noisy_teammate_values(c, p_hat[ep.problem_id], q, float(ep.reward)))
+    return values, p_hat, mismatches
+
+
+#: per-problem first-answer accuracy, shared by the noisy-teammate settings of one process
+_P_HAT: dict[tuple, dict[str, float]] = {}
+
+
+def _varied_groups(episodes) -> int:
+    rewards: dict[str, list[float]] = {}
+    for ep in episodes:
+        rewards.setdefault(ep.problem_id, []).append(float(ep.reward))
+    return sum(1 for r in rewards.values() if np.ptp(r) > 0)
+
+
+def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backend, sampling, cfg, team,
+                team_model, seed) -> dict[str, Any]:
+    """One method's advantages on the episodes, and their agreement with ``true_adv``."""
+    import dataclasses
+
+    from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
+    from teamplay.credit.characteristic import last_answer_scorer
+    from teamplay.credit.fidelity import agreement, pearson
+    from teamplay.errors import ConfigError
+    from teamplay.training.answer_probability import AnswerProbability
+    from teamplay.training.replay import RolloutReplayEngine
+
+    try:
+        parsed = check_credit(name, options, cfg.protocol.name, None)
+    except ConfigError as exc:
+        return {"skipped": str(exc).split(": ", 1)[-1]}
+    needs = get_credit(name).requires(parsed)
+    if "answer_probability" in needs and team_model is None:
+        return {"skipped": "needs the policy's answer probability: no model plays this team"}
+    started = time.perf_counter()
+    engine = RolloutReplayEngine(make_env, backend, sampling, max_batch=cfg.backend.max_batch, seed=seed) \
+        if "replay" in needs else None
+    rollout_tokens = sum(ep.tokens for ep in episodes)
+    if engine is not None:
+        engine.begin_step(0, rollout_tokens)
+    answer_probability = AnswerProbability(team_model, team, by_id, task.answer_instruction,
+                                           max_prompt_tokens=cfg.backend.max_prompt_tokens) \
+        if "answer_probability" in needs else None
+    step_rewards = tuple(float(ep.reward) for ep in episodes)
+    groups: dict[str, list] = {}
+    for ep in episodes:
+        groups.setdefault(ep.problem_id, []).append(ep)
+    batches = []
+    for pid, group in groups.items():
+        if np.ptp([ep.reward for ep in group]) == 0:
+            continue  # no signal: the trainer skips the group, every advantage is 0
+        item = by_id[pid]
+        resources = CreditResources(
+            transcript_scorer=last_answer_scorer(lambda answer, item=item: task.score_answer(answer, item)),
+            backend=backend, replay=engine, answer_probability=answer_probability, batch_rewards=step_rewards)
+        batches.append(CreditBatch(episodes=tuple(group), item=item, score=task.score, extract=task.extract,
+                                   resources=dataclasses.replace(resources)))
+    try:
+        if engine is not None:  # the trainer's two passes: record every replay, run them in one batch
+            with engine.recording():
+                for batch in batches:
+                    try:
+                        assign(name, batch, parsed)
+                    except (ValueError, RuntimeError, ArithmeticError):
+                        continue
+            engine.flush()
+        credited = {}
+        for batch in batches:
+            for ep, adv in zip(batch.episodes, assign(name, batch, parsed), strict=True):
+                credited[id(ep)] = adv
+    except (ValueError, RuntimeError, ArithmeticError) as exc:
+        return {"skipped": f"failed on these episodes: {exc}"}
+    seconds = time.perf_counter() - started
+    method_adv, oracle_adv, clusters, agent_m, agent_o = [], [], [], [], []
+    for ep, star in zip(episodes, true_adv, strict=True):
+        adv = credited.get(id(ep), np.zeros(len(ep.messages)))
+        totals: dict[str, list[float]] = {}
+        for t, msg in enumerate(ep.messages):
+            if not msg.spoke:
+                continue
+            method_adv.append(float(adv[t]))
+            oracle_adv.append(float(star[t]))
+            clusters.append(ep.problem_id)
+            pair = totals.setdefault(msg.agent, [0.0, 0.0])
+            pair[0] += float(adv[t])
+            pair[1] += float(star[t])
+        for m, o in totals.values():
+            agent_m.append(m)
+            agent_o.append(o)
+    fit = agreement(method_adv, oracle_adv, clusters, threshold=THRESHOLD, seed=seed)
+    extra = engine.stats.extra_tokens if engine is not None else 0
+    return {**fit.to_dict(), "agent_pearson": pearson(np.array(agent_m), np.array(agent_o)),
+            "counterfactual_tokens": extra,
+            "tokens_per_episode": (rollout_tokens + extra) / len(episodes), "seconds": seconds}
+
+
+# ------------------------------------------------------------------------------------- the table
+def _fmt(x: float, ci: Sequence[float] | None = None) -> str:
+    if x is None or not np.isfinite(x):
+        return "–"
+    if ci is None or not all(np.isfinite(c) for c in ci):
+        return f"{x:.2f}"
+    return f"{x:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def markdown_table(results: Sequence[dict[str, Any]]) -> str:
+    lines = ["| setting | method | Pearson r [95% CI] | Spearman ρ [95% CI] | sign agreement, abs(A*) > 0.1 [95% CI] "
+             "| variance | agent-total r | tokens / episode | seconds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        for label, row in res["methods"].items():
+            if "skipped" in row:
+                continue
+            lines.append(f"| {res['setting']} | {label} | {_fmt(row['pearson'], row['pearson_ci'])} | "
+                         f"{_fmt(row['spearman'], row['spearman_ci'])} | {_fmt(row['sign'], row['sign_ci'])} "
+                         f"({row['clear']}) | {row['variance']:.3f} | {_fmt(row['agent_pearson'])} | "
+                         f"{row['tokens_per_episode']:.1f} | {row['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def settings_table(results: Sequence[dict[str, Any]]) -> str:
+    lines = ["| setting | problems x group | team reward | groups with varied rewards | mean abs(A*) | oracle | "
+             "oracle tokens | oracle seconds | methods not applicable |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        skipped = sorted(label for label, row in res["methods"].items() if "skipped" in row)
+        p = f" (p = {res['p_hat_mean']:.2f})" if res.get("p_hat_mean") is not None else ""
+        lines.append(f"| {res['setting']} | {res['problems']} x {res['group']} | {res['reward_mean']:.2f}{p} | "
+                     f"{res['varied_groups']}/{res['groups']} | {res['true_advantage_mean_abs']:.3f} | "
+                     f"{res['oracle']} | {res['oracle_tokens']} | {res['oracle_seconds']:.0f} | "
+                     f"{', '.join(skipped) or 'none'} |")
+    return "\n".join(lines)
+
+
+def headline(results: Sequence[dict[str, Any]]) -> str:
+    """Pearson r of grpo, continuation and shapley (replay) in the noisy-teammate settings."""
+    parts = []
+    for res in results:
+        if not res["setting"].startswith("noisy teammate"):
+            continue
+        cells = [f"{m} {_fmt(res['methods'][m].get('pearson', float('nan')))}"
+                 for m in ("grpo", "continuation", "shapley (replay)") if m in res["methods"]]
+        parts.append(f"{res['setting'].removeprefix('noisy teammate ')}: {', '.join(cells)}")
+    return ("Pearson r with the true advantage, noisy teammate, " + "; ".join(parts) + ".") if parts else \
+        "credit fidelity measured (see the table)."
+
+
+def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str] | None = None,
+        methods: Sequence[str] | None = None, output: Path | None = None, seed: int = 0) -> Result:
+    """Measure every setting (stored per setting under ``output``; stored ones are reused)."""
+    chosen = [s for s in SETTINGS if settings is None or s.name in settings]
+    unknown = sorted(set(settings or ()) - {s.name for s in SETTINGS})
+    if unknown:
+        raise SystemExit(f"error: unknown setting(s) {unknown}; choose from {[s.name for s in SETTINGS]}")
+    bad = sorted(set(methods or ()) - set(METHODS))
+    if bad:
+        raise SystemExit(f"error: unknown method label(s) {bad}; choose from {list(METHODS)}")
+    folder = output or Path("runs") / ("credit_fidelity-quick" if quick else "credit_fidelity")
+    folder.mkdir(parents=True, exist_ok=True)
+    results = []
+    for setting in chosen:
+        path = folder / (setting.name.replace(" ", "_").replace("=", "") + ".json")
+        key = {"model": model, "quick": quick, "seed": seed, "methods": list(methods or METHODS)}
+        if path.exists():
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if stored.get("key") == key:
+                results.append(stored["result"])
+                print(f"# {setting.name}: reused {path}", flush=True)
+                continue
+        t0 = time.perf_counter()
+        result = measure(setting, model=model, quick=quick, seed=seed, methods=methods)
+        result["seconds"] = time.perf_counter() - t0
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "result": result}, indent=1, default=float), encoding="utf-8")
+        tmp.replace(path)
+        print(f"# {setting.name}: {result['seconds']:.0f} s", flush=True)
+        results.append(result)
+    table = settings_table(results) + "\n\n" + markdown_table(results)
+    total = sum(r.get("seconds", 0.0) for r in results)
+    notes = (
+        f"Model {model}, arith sums of two numbers up to {TASK_OPTIONS['max_operand']}, answer-first replies "
+        f"('{REPLY_PREFIX}', {NEW_TOKENS} new tokens), temperature 1, seed {seed}; {total / 60:.1f} minutes of "
+        "measurement in all. A* = E[R | h, u] - E[R | h] per spoken utterance; every method runs on the same "
+        "episodes with its default options and its own replay seed (independent of the oracle's); groups "
+        "with equal rewards get 0 from every method, as in training. Intervals: 95% bootstrap over "
+        "problems (1000 resamples); '–': undefined (constant advantages). The number after a sign "
+        "agreement is how many utterances have |A*| > 0.1. gspo gives grpo's advantages and is not repeated.",
+    )
+    return Result("credit_fidelity", table, headline(results), None, notes, {"results": results})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from benchmarks.__main__ import DEFAULT_OUTPUT
+    from benchmarks.common import machine_info, machine_line, write_regions
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.credit_fidelity", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke sizes; writes no BENCHMARKS.md region")
+    parser.add_argument("--settings", nargs="*", default=None, help="setting names (default: all)")
+    parser.add_argument("--methods", nargs="*", default=None, help=f"method labels (default: all): {list(METHODS)}")
+    parser.add_argument("--model", default=EMBEDDED_MODEL)
+    parser.add_argument("--output", type=Path, default=None, help="folder of the stored per-setting results")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    line = machine_line(machine_info())
+    result = run(args.quick, args.model, args.settings, args.methods, args.output)
+    print(result.table, *result.notes, result.headline, sep="\n\n")
+    if not args.quick and args.settings is None and args.methods is None:
+        region = result.markdown("python -m benchmarks credit_fidelity", line)
+        write_regions(DEFAULT_OUTPUT, {"credit_fidelity": region})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The fidelity arithmetic: true advantages from prefix values, the noisy-teammate closed form, and
+the agreement statistics (hand-worked numbers and invariants against numpy)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from teamplay.credit.fidelity import (
+    advantages_from_values,
+    agreement,
+    noisy_teammate_values,
+    pearson,
+    ranks,
+    sign_agreement,
+    spearman,
+)
+
+floats = st.floats(-10, 10, allow_nan=False, allow_infinity=False)
+
+
+def test_true_advantages_sum_to_reward_minus_initial_value() -> None:
+    v = [0.375, 0.75, 1.0]
+    adv = advantages_from_values(v)
+    assert adv.tolist() == [0.375, 0.25]
+    assert adv.sum() == pytest.approx(v[-1] - v[0], abs=1e-12)
+
+
+@pytest.mark.parametrize(("c", "p", "q", "r", "expected"), [
+    # solver right (c=1) on a problem it gets right half the time, teammate kept it (R=1), q=0.25:
+    # V = [(1-q)p, (1-q)c, R] = [0.375, 0.75, 1]; A*(solver) = 0.375, A*(teammate) = 0.25
+    (1.0, 0.5, 0.25, 1.0, [0.375, 0.25]),
+    # the same right answer, replaced by the teammate: A*(teammate) = 0 - 0.75
+    (1.0, 0.5, 0.25, 0.0, [0.375, -0.75]),
+    # a wrong answer can only stay wrong: A*(solver) = -(1-q)p, A*(teammate) = 0
+    (0.0, 0.2, 0.5, 0.0, [-0.1, 0.0]),
+    # q = 0: the teammate never matters
+    (1.0, 0.3, 0.0, 1.0, [0.7, 0.0]),
+])
+def test_noisy_teammate_closed_form(c, p, q, r, expected) -> None:
+    adv = advantages_from_values(noisy_teammate_values(c, p, q, r))
+    assert adv == pytest.approx(expected, abs=1e-12)
+
+
+def test_noisy_teammate_refuses_values_outside_unit_interval() -> None:
+    with pytest.raises(ValueError, match="q must lie in"):
+        noisy_teammate_values(1.0, 0.5, 1.5, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(floats, floats), min_size=3, max_size=40))
+def test_pearson_matches_numpy(pairs) -> None:
+    x, y = np.array(pairs).T
+    expected = np.corrcoef(x, y)[0, 1] if np.std(x) > 1e-6 and np.std(y) > 1e-6 else None
+    got = pearson(x, y)
+    if expected is None:
+        return  # near-constant inputs: numpy's value is rounding noise, ours may be NaN
+    assert got == pytest.approx(expected, abs=1e-9)
+
+
+def test_pearson_of_a_constant_is_undefined() -> None:
+    assert np.isnan(pearson(np.ones(5), np.arange(5.0)))
+
+
+def test_ranks_average_ties() -> None:
+    assert ranks(np.array([0.0, 0.0, 1.0, -1.0])).tolist() == [1.5, 1.5, 3.0, 0.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(-50, 50), st.integers(-50, 50)), min_size=3, max_size=30))
+def test_spearman_is_invariant_to_monotone_maps(pairs) -> None:
+    # integers: a monotone map keeps distinct values distinct (no ties made by rounding)
+    x, y = np.array(pairs, dtype=np.float64).T
+    a, b = spearman(x, y), spearman(np.exp(x / 5.0), y * 3.0 + 1.0)
+    assert (np.isnan(a) and np.isnan(b)) or a == pytest.approx(b, abs=1e-9)
+
+
+def test_spearman_of_a_monotone_relation_is_one() -> None:
+    x = np.array([0.1, 0.5, 0.2, 3.0])
+    assert spearman(x, x ** 3) == pytest.approx(1.0)
+
+
+def test_sign_agreement_counts_only_clear_oracle_values_and_zero_disagrees() -> None:
+    oracle = np.array([0.5, -0.5, 0.05, 0.3])
+    method = np.array([1.0, 0.0, -9.0, -0.1])
+    # clear: 0.5 (agrees), -0.5 (method 0: disagrees), 0.3 (disagrees); 0.05 is below the threshold
+    assert sign_agreement(method, oracle, 0.1) == pytest.approx(1 / 3)
+    assert np.isnan(sign_agreement(method, np.zeros(4), 0.1))
+
+
+def test_agreement_intervals_hold_the_estimate_and_keep_clusters_together() -> None:
+    rng = np.random.default_rng(0)
+    oracle = rng.normal(size=60)
+    method = oracle + rng.normal(scale=0.5, size=60)
+    clusters = np.repeat(np.arange(15), 4)
+    fit = agreement(method, oracle, clusters, threshold=0.1, resamples=300, seed=1)
+    assert fit.pearson_ci[0] <= fit.pearson <= fit.pearson_ci[1]
+    assert 0.7 < fit.pearson < 1.0
+    assert fit.n == 60 and fit.clear == int(np.sum(np.abs(oracle) > 0.1))
+    # a method that is the oracle exactly: every resample gives r = 1
+    exact = agreement(oracle, oracle, clusters, resamples=50)
+    assert exact.pearson == pytest.approx(1.0) and exact.pearson_ci == pytest.approx((1.0, 1.0))
+    assert exact.sign == 1.0
+
+
+def test_agreement_refuses_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="one length"):
+        agreement([1.0, 2.0], [1.0], ["a", "b"])
