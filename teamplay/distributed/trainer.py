@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torch.optim.lr_scheduler import LRScheduler
+
 from teamplay.config import TrainConfig
 from teamplay.distributed.cluster import check_capacity, connect, import_ray
 from teamplay.distributed.groups import BaseGroupsPool
@@ -86,6 +88,8 @@ class DistributedTrainer(Trainer):
                                         max_restarts=dist.max_restarts)
             self.runner = self.pool  # Trainer.step calls self.runner.run(jobs, seed=...)
             self.learner = LearnerGroup(cfg, self.team)
+            # the update stage calls self.updater.update(samples, step) (a Learner)
+            self.updater = DriverLearner(self.learner, self.pool, self.team_model, self.scheduler)
         except BaseException:
             self.shutdown()
             raise
@@ -114,16 +118,6 @@ class DistributedTrainer(Trainer):
         metrics["weights_version"] = self.pool.version
         metrics["rollout_sync_bytes"] = self.pool.sync_bytes
         return result
-
-    def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
-        assert self.learner is not None and self.pool is not None
-        out = self.learner.update(samples, step, self.scheduler.get_last_lr()[0])
-        if out["optimizer_steps"]:
-            weights = self.learner.weights(version=step + 1)
-            weights.apply(self.team_model)  # the driver's copy: checkpoints and credit read it
-            self.pool.publish(weights)
-            out["adapter_sync_bytes"] = weights.nbytes
-        return out
 
     def _push_state(self) -> None:
         """Send the driver's adapters and optimiser state (fresh, or just resumed) to every worker."""
@@ -163,6 +157,26 @@ class DistributedTrainer(Trainer):
         if self._owns_cluster:
             import_ray().shutdown()
             self._owns_cluster = False
+
+
+class DriverLearner:
+    """The distributed step's ``Learner`` (the trainer's ``updater``): the learner group's update at
+    the driver's current learning rate; after an optimiser step, rank 0's adapters (versioned
+    ``step + 1``) go into the driver's copy of the team model, which checkpoints and credit read,
+    and out to the rollout workers."""
+
+    def __init__(self, learner: LearnerGroup, pool: RolloutPool | BaseGroupsPool, team_model,
+                 scheduler: LRScheduler) -> None:
+        self.learner, self.pool, self.team_model, self.scheduler = learner, pool, team_model, scheduler
+
+    def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
+        out = self.learner.update(samples, step, self.scheduler.get_last_lr()[0])
+        if out["optimizer_steps"]:
+            weights = self.learner.weights(version=step + 1)
+            weights.apply(self.team_model)
+            self.pool.publish(weights)
+            out["adapter_sync_bytes"] = weights.nbytes
+        return out
 
 
 class _EvalRunner:

@@ -56,8 +56,8 @@ import yaml
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
 from teamplay.credit.characteristic import last_answer_scorer
-from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
-from teamplay.credit.token.base import TEACHER_HINT, parse_token_options
+from teamplay.credit.token import get_token_credit
+from teamplay.credit.token.base import parse_token_options
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.records import Episode, TaskItem
@@ -78,13 +78,24 @@ from teamplay.training.metrics import MetricsLogger, generated_tokens
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.run_folder import claim_run_folder
-from teamplay.training.samples import PolicySample, TokenRule, build_samples, sample_positions
+from teamplay.training.samples import PolicySample, TokenRule
 from teamplay.training.setup import (
     build_run,
     sampling_params,
     validate_run,
 )
-from teamplay.training.token_stats import compute_token_stats, text_offsets
+from teamplay.training.stages import (
+    GroupWork,
+    Learner,
+    all_credited,
+    all_samples,
+    all_token_rows,
+    make_groups,
+    resolve_token_rows,
+    token_credit,
+    with_samples,
+)
+from teamplay.training.token_stats import text_offsets
 from teamplay.training.update import PolicyUpdater
 
 
@@ -99,12 +110,15 @@ class StepResult:
             groups without reward variance are not credited.
         token_advantages: with token-level credit, aligned with ``credited``: per episode, per
             message its token advantages [C] or ``None`` (the scalar on every token); else ``None``.
+        groups: the stage records of the credited groups, in the same order (``GroupWork``: the
+            episodes, item, rewards, scale, advantages, token rows and samples of each group).
     """
 
     step: int
     metrics: dict[str, Any]
     credited: tuple[tuple[Episode, np.ndarray], ...]
     token_advantages: tuple[tuple[np.ndarray | None, ...], ...] | None = None
+    groups: tuple[GroupWork, ...] = ()
 
 
 @dataclass
@@ -125,6 +139,11 @@ class Trainer:
     ``team_model`` and ``backend`` may be passed in (tests pass a tiny model); otherwise they are
     built from the config. ``task`` with ``items`` (and ``eval_items``) replace the config's task
     sections, for a task defined in Python. ``on_step(step, metrics)`` is called after each step.
+
+    Two parts do the step's outside work, each behind a small interface: ``runner`` produces the
+    episodes (``run(jobs, seed=...)``: the in-process lock-step runner, or a pool of workers) and
+    ``updater`` applies the update (a ``stages.Learner``: ``PolicyUpdater`` in-process, or a
+    distributed learner group). The step's stages are the methods under "the step's stages".
     """
 
     #: per-message token methods (``row``) are applied inside the update, from its own forward pass;
@@ -174,7 +193,7 @@ class Trainer:
             [p for a in self.trainable for p in self.params[a]], lr=cfg.optim.lr,
             weight_decay=cfg.optim.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self.updater = PolicyUpdater(cfg, self.team_model, self.params, self.optimizer)
+        self.updater: Learner = PolicyUpdater(cfg, self.team_model, self.params, self.optimizer)
         self.run_dir = Path(cfg.output_dir)
         self.on_step = on_step
         self.on_eval = on_eval
@@ -243,63 +262,80 @@ class Trainer:
         return self.state.step >= self.cfg.steps or (budget is not None and self.state.generated_tokens >= budget)
 
     def step(self) -> StepResult:
-        """One training step (rollouts, credit, update): its metrics and credited episodes."""
-        cfg = self.cfg
-        step = self.state.step
-        t0 = time.perf_counter()
-        problems = self._next_problems(cfg.rollout.problems_per_step)
+        """One training step, as a pipeline of stages over one ``GroupWork`` per group (see
+        ``teamplay.training.stages``): rollout -> credit (replays prefetched) -> token credit ->
+        samples -> update -> metrics. Each stage is a method or function that can be read alone."""
+        step, t0 = self.state.step, time.perf_counter()
+        problems = self._next_problems(self.cfg.rollout.problems_per_step)
+        episodes = self._rollout(problems, step)
+        t_rollout = time.perf_counter() - t0
+        by_id = {item.id: item for item in problems}
+        controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
+        active = self._active_adapters(step)
+        groups = make_groups(episodes, by_id, self.group_hook)
+        work = self._credit([g for g in groups if g.has_signal or self._token_keeps_zero_variance], episodes, step)
+        work = self._samples(self._token_credit(work, active), active)
+        t_credit = time.perf_counter() - t0 - t_rollout
+        work, update = self._update(work, step, active)
+        metrics = self._metrics(episodes, groups, work, active, update)
+        metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
+                        "credit_seconds": t_credit})
+        spent = self.state.generated_tokens + generated_tokens(metrics)
+        metrics["generated_tokens_total"] = spent
+        self.state = dataclasses.replace(self.state, step=step + 1, generated_tokens=spent)
+        return StepResult(step=step + 1, metrics=metrics, credited=all_credited(work),
+                          token_advantages=all_token_rows(work), groups=tuple(work))
+
+    # ------------------------------------------------------------------ the step's stages
+    def _rollout(self, problems: Sequence[TaskItem], step: int) -> list[Episode]:
+        """G team episodes per problem (sampled decoding), seeded by the run's seed and the step."""
         # the problem's position is in the group id: a problem drawn twice in one step (a small
         # training set) makes two groups, not one group of 2G
         jobs = [RolloutJob(item=item, group_id=f"s{step}:{k}:{item.id}")
-                for k, item in enumerate(problems) for _ in range(cfg.rollout.group_size)]
-        episodes = self.runner.run(jobs, seed=cfg.seed * 1_000_003 + step)
-        t_rollout = time.perf_counter() - t0
+                for k, item in enumerate(problems) for _ in range(self.cfg.rollout.group_size)]
+        return self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
 
-        by_id = {item.id: item for item in problems}
-        controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
-        groups = group_episodes(episodes)
-        step_rewards = tuple(float(ep.reward) for ep in episodes)  # for scale_rewards: batch
-        active = self._active_adapters(step)
-        samples: list[PolicySample] = []
-        credited: list[tuple[Episode, np.ndarray]] = []
-        token_rows: list[list[np.ndarray | None]] = []
-        batches: list[tuple[CreditBatch, list[np.ndarray]]] = []
-        zero_variance = 0
-        pending: list[CreditBatch] = []
-        scales: list[float] = []
-        for group in groups:
-            rewards = np.array([ep.reward for ep in group])
-            item = by_id[group[0].problem_id]
-            scale = self.group_hook(item, rewards) if self.group_hook is not None else 1.0
-            if np.ptp(rewards) == 0:
-                zero_variance += 1  # no signal: contributes no gradient ...
-                if not self._token_keeps_zero_variance:  # ... unless the token method gives one
-                    continue
-            pending.append(CreditBatch(episodes=tuple(group), item=item, score=self.task.score,
-                                       extract=self.task.extract,
-                                       resources=dataclasses.replace(self._credit_resources(item),
-                                                                     batch_rewards=step_rewards)))
-            scales.append(scale)
+    def _credit(self, groups: Sequence[GroupWork], episodes: Sequence[Episode], step: int) -> list[GroupWork]:
+        """The credit method's advantages for each group, times the group's scale. Every batch
+        carries the step's rewards (``batch_rewards``, for ``scale_rewards: batch``); with replay
+        credit, every replay the method will ask for runs first, in one batch."""
+        step_rewards = tuple(float(ep.reward) for ep in episodes)
+        groups = [dataclasses.replace(g, batch=CreditBatch(
+            episodes=g.episodes, item=g.item, score=self.task.score, extract=self.task.extract,
+            resources=dataclasses.replace(self._credit_resources(g.item), batch_rewards=step_rewards)))
+            for g in groups]
         if self.replay is not None:
-            self._prefetch_replays(pending, step, sum(ep.tokens for ep in episodes))
-        for batch, scale in zip(pending, scales, strict=True):
-            advantages = assign(cfg.credit.method, batch, self.credit_options)
-            if scale != 1.0:
-                advantages = [a * scale for a in advantages]
-            batches.append((batch, advantages))
-        if cfg.credit.token is not None and batches and self._token_rule is None:
-            token_rows = self._token_credit(batches, active)
-        rule_roles = set(cfg.credit.token.roles) if cfg.credit.token and cfg.credit.token.roles is not None else None
-        for k, (batch, advantages) in enumerate(batches):
-            credited.extend(zip(batch.episodes, advantages, strict=True))
-            samples.extend(build_samples(batch.episodes, advantages, active,
-                                         token_rows[k] if token_rows else None,
-                                         token_rule=self._token_rule, rule_roles=rule_roles))
-        t_credit = time.perf_counter() - t0 - t_rollout
+            self._prefetch_replays([g.batch for g in groups], step, sum(ep.tokens for ep in episodes))
+        out = []
+        for g in groups:
+            advantages = assign(self.cfg.credit.method, g.batch, self.credit_options)
+            if g.scale != 1.0:
+                advantages = [a * g.scale for a in advantages]
+            out.append(dataclasses.replace(g, advantages=tuple(advantages)))
+        return out
 
-        update = self._update(samples, step) if samples else {"optimizer_steps": 0}
-        if self._token_rule is not None and batches:
-            samples, token_rows = self._resolved_token_rows(samples, batches, active)
+    def _token_credit(self, groups: list[GroupWork], active: set[str]) -> list[GroupWork]:
+        """With ``credit.token`` (and no token rule the update applies itself): token statistics in
+        one batched pass, then the token method per group (``stages.token_credit``)."""
+        token = self.cfg.credit.token
+        if token is None or not groups or self._token_rule is not None:
+            return groups
+        return token_credit(groups, self.team_model, token, active, self.cfg.sampling.temperature,
+                            chunk=max(1, min(8, self.cfg.optim.minibatch_size)))
+
+    def _samples(self, groups: list[GroupWork], active: set[str]) -> list[GroupWork]:
+        """Each group's policy samples; a token rule goes to the listed roles' samples."""
+        token = self.cfg.credit.token
+        rule_roles = set(token.roles) if token is not None and token.roles is not None else None
+        return with_samples(groups, active, self._token_rule, rule_roles)
+
+    def _update(self, groups: list[GroupWork], step: int, active: set[str]) -> tuple[list[GroupWork], dict[str, Any]]:
+        """The learner's update on the step's samples (``updater``, a ``stages.Learner``), the token
+        rows a token rule resolved in it, the backend's adapters synced, the schedule advanced."""
+        samples = all_samples(groups)
+        update = self.updater.update(samples, step) if samples else {"optimizer_steps": 0}
+        if self._token_rule is not None and groups:
+            groups = resolve_token_rows(groups, self.updater.resolved_tokens, active)
         if update["optimizer_steps"]:
             self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
         with warnings.catch_warnings():
@@ -307,82 +343,28 @@ class Trainer:
             # (all groups without signal): torch warns about that order, which is intended here.
             warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
             self.scheduler.step()
+        return groups, update
+
+    def _metrics(self, episodes: Sequence[Episode], groups: Sequence[GroupWork], work: Sequence[GroupWork],
+                 active: set[str], update: dict[str, Any]) -> dict[str, Any]:
+        """The step's metrics (JSON-ready) over all ``groups`` and the credited ``work``."""
         rewards = [ep.reward for ep in episodes]
-        flat_tokens = tuple(tuple(row) for rows in token_rows for row in rows) if token_rows else None
-        result = StepResult(step=step + 1, credited=tuple(credited), token_advantages=flat_tokens, metrics={
+        samples = all_samples(work)
+        return {
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
             "groups": len(groups),
-            "zero_variance_groups": zero_variance,
+            "zero_variance_groups": sum(not g.has_signal for g in groups),
             "samples": len(samples),
             "trained_adapters": sorted(active),
-            **role_credit_metrics(credited),
+            **role_credit_metrics(all_credited(work)),
             **token_credit_metrics(samples),
             **update,
             "lr": self.scheduler.get_last_lr()[0],
             "tokens": sum(ep.tokens for ep in episodes),
             **(self.replay.stats.to_dict() if self.replay is not None else {}),
-            **controller_metrics,
-            "seconds": time.perf_counter() - t0,
-            "rollout_seconds": t_rollout,
-            "credit_seconds": t_credit,
-        })
-        spent = self.state.generated_tokens + generated_tokens(result.metrics)
-        result.metrics["generated_tokens_total"] = spent
-        self.state = dataclasses.replace(self.state, step=step + 1, generated_tokens=spent)
-        return result
-
-    def _resolved_token_rows(self, samples: list[PolicySample], batches: list[tuple[CreditBatch, list[np.ndarray]]],
-                             active: set[str]) -> tuple[list[PolicySample], list[list[list[np.ndarray | None]]]]:
-        """The samples and ``rows[k][g][t]`` with the token advantages the update computed from its
-        own forward pass (a sample it never scored, e.g. after a non-finite loss, keeps its scalar)."""
-        resolved = self.updater.resolved_tokens
-        rows = [[[None] * len(ep.messages) for ep in batch.episodes] for batch, _ in batches]
-        out, i = [], 0
-        for k, (batch, _) in enumerate(batches):
-            for g, t in sample_positions(batch.episodes, active):
-                tokens = resolved.get(i)
-                if tokens is not None:
-                    rows[k][g][t] = np.asarray(tokens)
-                out.append(dataclasses.replace(samples[i], token_advantages=tokens))
-                i += 1
-        return out, rows
-
-    def _token_credit(self, batches: list[tuple[CreditBatch, list[np.ndarray]]], active: set[str]
-                      ) -> list[list[list[np.ndarray | None]]]:
-        """Token advantages of every credited group: token statistics of the messages that get token
-        credit (spoken, with tokens, a trained adapter, a listed role) in one batched pass, then the
-        token method per group. Returns ``rows[k][g][t]`` for group k (``None`` = scalar)."""
-        token = self.cfg.credit.token
-        assert token is not None
-        method = get_token_credit(token.method)
-        roles = set(token.roles) if token.roles is not None else None
-        wanted: list[tuple[int, int, int]] = []
-        for k, (batch, _) in enumerate(batches):
-            for g, ep in enumerate(batch.episodes):
-                for t, msg in enumerate(ep.messages):
-                    if msg.spoke and msg.completion_ids and msg.adapter in active \
-                            and (roles is None or msg.role in roles):
-                        wanted.append((k, g, t))
-        messages = [batches[k][0].episodes[g].messages[t] for k, g, t in wanted]
-        hints = None
-        if "teacher_logprobs" in method.needs:  # the same policy shown the reference answer
-            tok = self.team_model.tokenizer
-            hint_of = {id(b): tok.encode(TEACHER_HINT.format(reference=b.item.reference), add_special_tokens=False)
-                       for b, _ in batches}
-            hints = [hint_of[id(batches[k][0])] for k, _, _ in wanted]
-        stats = compute_token_stats(self.team_model, messages, method.needs, self.cfg.sampling.temperature,
-                                    chunk=max(1, min(8, self.cfg.optim.minibatch_size)), hints=hints)
-        table = [[[None] * len(ep.messages) for ep in batch.episodes] for batch, _ in batches]
-        for (k, g, t), st in zip(wanted, stats, strict=True):
-            table[k][g][t] = st
-        rows = []
-        for k, (batch, advantages) in enumerate(batches):
-            group_stats = GroupTokenStats(tuple(tuple(r) for r in table[k]))
-            tb = dataclasses.replace(batch, resources=dataclasses.replace(batch.resources, token_stats=group_stats))
-            rows.append(assign_tokens(token.method, tb, advantages, token.options, roles))
-        return rows
+        }
 
     def episode_log(self, result: StepResult) -> list[dict[str, Any]]:
         """The first ``log_episodes`` credited episodes of a step as episodes.jsonl lines (with their
@@ -408,10 +390,6 @@ class Trainer:
             pieces.append([text[a:b] for a, b in zip(starts, ends, strict=True)])
         return {"token_advantages": [None if r is None else [round(float(x), 6) for x in r] for r in rows],
                 "token_pieces": pieces}
-
-    # --------------------------------------------------------------------------- the update
-    def _update(self, samples: list[PolicySample], step: int) -> dict[str, Any]:
-        return self.updater.update(samples, step)
 
     def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
         """Regret updates from this step's decision logs; the step's controller metrics."""
