@@ -86,15 +86,20 @@ class Learner(Protocol):
     def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]: ...
 
 
-def make_groups(episodes: Sequence[Episode], items: dict[str, TaskItem],
-                hook: Callable[[TaskItem, np.ndarray], float] | None = None) -> list[GroupWork]:
-    """One record per group id, in order of first appearance; ``hook(item, rewards [G]) -> scale``
-    sees every group (with signal or not), in that order."""
+def group_episodes(episodes: Sequence[Episode]) -> list[list[Episode]]:
+    """The episodes by group id, in order of first appearance (rollout order within a group)."""
     groups: dict[str, list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(ep.group_id, []).append(ep)
+    return list(groups.values())
+
+
+def make_groups(episodes: Sequence[Episode], items: dict[str, TaskItem],
+                hook: Callable[[TaskItem, np.ndarray], float] | None = None) -> list[GroupWork]:
+    """One record per group (``group_episodes``); ``hook(item, rewards [G]) -> scale`` sees every
+    group (with signal or not), in that order."""
     out = []
-    for group in groups.values():
+    for group in group_episodes(episodes):
         rewards = np.array([ep.reward for ep in group])
         item = items[group[0].problem_id]
         out.append(GroupWork(tuple(group), item, rewards, hook(item, rewards) if hook is not None else 1.0))

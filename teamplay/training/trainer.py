@@ -33,6 +33,10 @@ The ratio in step 5 is between the current weights and the weights that generate
 so with several epochs it moves away from 1 and the clip is active (unlike implementations that
 recompute "old" log-probs right before the step). Frozen roles' adapters and the base weights are
 never in the optimiser.
+
+In code, the step is a pipeline of named stages over one record per group (``GroupWork``, in
+``teamplay.training.stages``): rollout -> credit (replays prefetched) -> token credit -> samples ->
+update -> metrics; the update goes through the trainer's ``updater`` (a ``stages.Learner``).
 """
 
 from __future__ import annotations
@@ -94,6 +98,9 @@ from teamplay.training.stages import (
     resolve_token_rows,
     token_credit,
     with_samples,
+)
+from teamplay.training.stages import (
+    group_episodes as group_episodes,  # re-exported: benchmarks group episodes as the step does
 )
 from teamplay.training.token_stats import text_offsets
 from teamplay.training.update import PolicyUpdater
@@ -590,13 +597,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def group_episodes(episodes: Sequence[Episode]) -> list[list[Episode]]:
-    groups: dict[str, list[Episode]] = {}
-    for ep in episodes:
-        groups.setdefault(ep.group_id, []).append(ep)
-    return list(groups.values())
 
 
 def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[str, Any]:
