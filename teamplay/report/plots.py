@@ -7,12 +7,17 @@ colour per input; with a single input, colours distinguish series (roles, metric
 
 Matplotlib is used headless (the Agg backend is selected explicitly, never from the environment).
 Labels that come from user data (role and agent names) are escaped for mathtext, so a role named
-``$x`` cannot make matplotlib fail to parse a legend.
+``$x`` cannot make matplotlib fail to parse a legend. Every PNG is replaced atomically: a reader
+(or a report built while a sweep rewrites its figures) never sees half a file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import io
+import math
+import os
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +32,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from teamplay.report.analysis import FREE_RIDER_THRESHOLD, agent_credit  # noqa: E402
 from teamplay.report.data import RunData, StepMetrics  # noqa: E402
 from teamplay.training.evaluation import EvalMetrics  # noqa: E402
+from teamplay.training.sweep import t_quantile_975  # noqa: E402
 
 # Colour-blind-safe palette (Okabe-Ito), first two used for run A and run B of a comparison.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
@@ -35,6 +41,8 @@ FIGSIZE = (6.4, 3.5)
 DPI = 110
 
 RunSeries = Sequence[tuple[str, RunData]]
+#: a learning curve: [(step, value)] in increasing step order
+Curve = Sequence[tuple[int, float]]
 
 
 @dataclass(frozen=True)
@@ -71,11 +79,32 @@ def _style(ax: Axes, xlabel: str, ylabel: str, integer_x: bool = True) -> None:
 
 
 def _save(fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` as PNG (atomically) and close it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format="png", metadata={"Software": None})
     plt.close(fig)
+    _write_bytes_atomically(path, buf.getvalue())
     return path
+
+
+def _write_bytes_atomically(path: Path, data: bytes) -> None:
+    """``teamplay.training.atomic.write_atomically`` for bytes (temporary sibling, fsync, rename).
+
+    That writer takes text only; this is the same steps for a PNG, to be folded into it once it
+    accepts bytes.
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _marker(n_points: int) -> str | None:
@@ -340,6 +369,58 @@ def eval_bars(inputs: Sequence[tuple[str, EvalMetrics]], out_dir: Path, key: str
     return Plot(key, title, _save(fig, out_dir / f"{key}.png"),
                 "Team accuracy, the fraction where any agent was right, the accuracy after the first round, "
                 "and how often review or debate turned a wrong answer right (or a right one wrong).")
+
+
+def learning_curve_band(curves: Sequence[Curve]) -> tuple[list[int], list[float], list[float]]:
+    """Steps, mean and 95% half-width over the seeds' ``curves`` (one curve per seed, n >= 1).
+
+    Only the steps every curve has are kept (seeds evaluated on the same schedule share all their
+    steps; a seed stopped early by ``token_budget`` ends the shared part). At each kept step the
+    mean over the n seeds and the half-width ``t_{0.975, n-1} * sd / sqrt(n)`` of its two-sided
+    95% Student-t interval (sample sd, ddof=1); the half-width is 0 with one seed (no interval).
+    """
+    tables = [dict(curve) for curve in curves]
+    steps = sorted(set.intersection(*(set(t) for t in tables)))
+    n = len(tables)
+    quantile = t_quantile_975(n - 1) if n > 1 else 0.0  # once per band: the quantile is slow to compute
+    means, widths = [], []
+    for step in steps:
+        values = [t[step] for t in tables]
+        means.append(statistics.fmean(values))
+        widths.append(quantile * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0)
+    return steps, means, widths
+
+
+def plot_learning_curves(curves: Mapping[str, Sequence[Curve]], path: Path, title: str, ylabel: str) -> Path:
+    """Draw one line per label of ``curves`` ({label: one curve per seed}) and write it to ``path``.
+
+    Each line is the mean over the label's seeds at the steps they all share, shaded with the
+    two-sided 95% Student-t interval of that mean (``learning_curve_band``; no band with one seed).
+    Label i keeps colour i of ``PALETTE`` even when an earlier label has nothing to draw. Empty
+    curves are ignored; a label left with none, or whose seeds share no step, is not drawn.
+    Returns ``path`` (a PNG, replaced atomically); raises ValueError when no label can be drawn.
+    """
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    drawn = 0
+    for i, (label, seeds) in enumerate(curves.items()):
+        seeds = [curve for curve in seeds if curve]
+        xs, ys, ws = learning_curve_band(seeds) if seeds else ([], [], [])
+        if not xs:
+            continue
+        color = PALETTE[i % len(PALETTE)]
+        ax.plot(xs, ys, color=color, marker=_marker(len(xs)), markersize=3.5, linewidth=1.8,
+                label=mathtext_safe(f"{label} (n={len(seeds)})"))
+        if len(seeds) > 1:
+            ax.fill_between(xs, [y - w for y, w in zip(ys, ws, strict=True)],
+                            [y + w for y, w in zip(ys, ws, strict=True)], color=color, alpha=0.15, linewidth=0)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        raise ValueError(f"plot_learning_curves: nothing to draw for {path} (no label has a curve)")
+    fig.suptitle(mathtext_safe(title), fontsize=11, color="#111827")
+    _style(ax, "training step (0 = before training)", mathtext_safe(ylabel))
+    _legend(ax, max(drawn, 2))  # a legend even for one label: it carries the seed count
+    return _save(fig, Path(path))
 
 
 def run_plots(runs: RunSeries, out_dir: Path) -> list[Plot]:

@@ -5,20 +5,40 @@ sweep's ``results.md``), learning curves per grid point with a band over seeds, 
 side by side (credit share per role over training, and the final held-out role and team metrics
 with their intervals). Curves and bands: at each step, the mean over the seeds that logged it and
 the 95% t interval of that mean (no band where only one seed logged the step).
+
+When the runs were evaluated during training (``eval_every``), the held-out curve is the sweep's
+learning curves instead (``sweep_learning_curves``, drawn over the steps all seeds share) with the
+area under each curve: the mean held-out accuracy over training, which tells a method that learns
+sooner from one that only ends at the same accuracy.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 
+from teamplay.errors import DataError
 from teamplay.report.data import RunData, load_run
 from teamplay.report.html import CSS, figure
 from teamplay.report.markup import esc, note, table
-from teamplay.report.plots import FIGSIZE, PALETTE, Plot, _legend, _save, _style, mathtext_safe
+from teamplay.report.plots import (
+    FIGSIZE,
+    PALETTE,
+    Curve,
+    Plot,
+    _legend,
+    _save,
+    _style,
+    mathtext_safe,
+    plot_learning_curves,
+)
+from teamplay.training.atomic import write_atomically
+from teamplay.training.metrics import read_metrics
 from teamplay.training.sweep import Cell, Results, Sweep, is_done, load_sweep, summarize
 
 Groups = Sequence[tuple[str, Sequence[RunData]]]
@@ -77,6 +97,87 @@ def _share(role: str) -> Callable[[RunData], dict[int, float]]:
     return lambda run: {s.step: s.credit_share[role] for s in run.steps if role in s.credit_share}
 
 
+def sweep_learning_curves(folder: Path, metric: str = "team_accuracy") -> dict[str, list[list[tuple[int, float]]]]:
+    """The held-out learning curves of the sweep in ``folder``: {grid-point label: one curve per seed}.
+
+    A curve is ``[(step, value)]`` in step order, ``value`` being the field ``metric`` of each
+    held-out evaluation of the run: the one before training (step 0), every intermediate one
+    (each ``eval_every`` steps) and the final one (``heldout_final``) at the run's last step. Where
+    a step has two evaluations the final one wins (a run extended by resume keeps only its last
+    ``heldout_final``). Labels are the sweep table's, in the same order, each present even with no
+    curve; seeds in run order. Left out: runs not finished (no ``done.json``, as in the table) and
+    finished runs that logged no final held-out evaluation (no ``eval_task``). An evaluation
+    without a numeric ``metric`` raises DataError naming the run and step.
+    """
+    sweep = load_sweep(folder)
+    curves: dict[str, list[list[tuple[int, float]]]] = {run.label: [] for run in sweep.runs}
+    for run in sweep.runs:
+        curve = _heldout_curve(sweep.run_dir(run), metric) if is_done(sweep, run) else []
+        if curve:
+            curves[run.label].append(curve)
+    return curves
+
+
+def _heldout_curve(run_dir: Path, metric: str) -> list[tuple[int, float]]:
+    """(step, metric) of every held-out evaluation of one run; [] when it has no final one."""
+    points: dict[int, float] = {}
+    final: tuple[int, float] | None = None
+    for row in read_metrics(run_dir):
+        if "heldout" in row:
+            points[int(row["step"])] = _metric_of(row["heldout"], metric, run_dir, row["step"])
+        if "heldout_final" in row:
+            final = int(row["step"]), _metric_of(row["heldout_final"], metric, run_dir, row["step"])
+    if final is None:
+        return []
+    points[final[0]] = final[1]
+    return sorted(points.items())
+
+
+def _metric_of(evaluation: Mapping[str, Any], metric: str, run_dir: Path, step: Any) -> float:
+    value = evaluation.get(metric)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise DataError(f"{run_dir / 'metrics.jsonl'}: the held-out evaluation of step {step} has no numeric "
+                        f"{metric!r}; pick one of {', '.join(sorted(evaluation))}")
+    return float(value)
+
+
+def curve_area(curve: Curve) -> float:
+    """The area under ``curve`` (trapezoid rule) divided by the steps it spans: its mean value over
+    training. For a curve from step 0 (every sweep curve) the divisor is the last step. A one-point
+    curve gives its value; an empty one, or steps not strictly increasing, raise ValueError.
+
+    >>> round(curve_area([(0, 0.2), (4, 0.4), (8, 0.4)]), 12)  # (0.3 * 4 + 0.4 * 4) / 8
+    0.35
+    """
+    if not curve:
+        raise ValueError("curve_area: empty curve")
+    steps = [step for step, _ in curve]
+    if any(b <= a for a, b in pairwise(steps)):
+        raise ValueError(f"curve_area: steps must strictly increase, got {steps}")
+    if len(curve) == 1:
+        return float(curve[0][1])
+    area = sum((s1 - s0) * (v0 + v1) / 2 for (s0, v0), (s1, v1) in pairwise(curve))
+    return area / (steps[-1] - steps[0])
+
+
+def has_intermediate(curves: Mapping[str, Sequence[Curve]]) -> bool:
+    """Whether any curve has an evaluation strictly between step 0 and its last step."""
+    return any(0 < step < curve[-1][0] for seeds in curves.values() for curve in seeds for step, _ in curve)
+
+
+def area_panel(curves: Mapping[str, Sequence[Curve]], metric: str) -> str:
+    """A card with the area under each grid point's curves: mean over seeds ± 95% t interval."""
+    name = metric.replace("_", " ")
+    rows = [[esc(label), str(len(seeds)), esc(Cell(tuple(curve_area(c) for c in seeds)).text())]
+            for label, seeds in curves.items() if seeds]
+    explain = note(f"Area under each seed's held-out {name} curve (trapezoid rule) divided by its last step: the "
+                   f"mean held-out {name} over training. Mean over seeds ± half-width of the 95% Student-t "
+                   f"interval. At equal final {name}, a larger area means the grid point learned sooner.")
+    return (f'<div class="figure" id="learning-curve-areas"><h3>Area under the learning curve</h3>'
+            f'{table(["grid point", "seeds", f"mean held-out {name} over training"], rows, "areas")}'
+            f"{explain}</div>")
+
+
 def metric_bars(results: Results, metrics: Sequence[str], out_dir: Path) -> Plot:
     """Grouped bars of final held-out role/team metrics, one colour per grid point, 95% CI whiskers."""
     key, title = "role_metrics", "Role and team metrics after training"
@@ -116,9 +217,12 @@ def render_sweep_page(sweep: Sweep, out_dir: Path) -> str:
         runs = [load_run(sweep.run_dir(r)) for r in sweep.runs if r.label == label and is_done(sweep, r)]
         groups.append((label, runs))
     roles = list(dict.fromkeys(role for _, runs in groups for run in runs for role in run.roles))
+    learning = sweep_learning_curves(sweep.folder)
+    intermediate = has_intermediate(learning)
     curves = [
         band_plot(groups, out_dir, "sweep_reward", "Team reward during training", "mean team reward",
                   _step_scalar("reward_mean"), "Mean team reward of each step's rollouts; band: 95% CI over seeds."),
+        learning_plot(learning, out_dir) if intermediate else
         band_plot(groups, out_dir, "sweep_heldout", "Held-out team accuracy", "accuracy", _heldout,
                   "Greedy held-out evaluations (step 0 = before training); band: 95% CI over seeds."),
     ]
@@ -135,7 +239,7 @@ def render_sweep_page(sweep: Sweep, out_dir: Path) -> str:
     grid = ", ".join(f"{k} ∈ {{{', '.join(map(str, v))}}}" for k, v in sweep.grid.items())
     sections = [
         ("results", "Results", f'<div class="panel">{intro}{results_table(results)}</div>'),
-        ("curves", "Learning curves", _grid(curves)),
+        ("curves", "Learning curves", _grid(curves, area_panel(learning, "team_accuracy") if intermediate else "")),
         ("roles", "Role metrics", _grid([bars, *shares])),
     ]
     nav = "<nav>" + "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t, _ in sections) + "</nav>"
@@ -151,8 +255,18 @@ def render_sweep_page(sweep: Sweep, out_dir: Path) -> str:
             f"</header>{nav}<main>{body}</main></body></html>\n")
 
 
-def _grid(plots: Sequence[Plot]) -> str:
-    return f'<div class="grid">{"".join(figure(p) for p in plots)}</div>'
+def learning_plot(curves: Mapping[str, Sequence[Curve]], out_dir: Path) -> Plot:
+    """The held-out learning curves (``sweep_learning_curves``) as a figure of the page."""
+    key, title = "sweep_learning_curves", "Held-out team accuracy during training"
+    path = plot_learning_curves(curves, out_dir / f"{key}.png", title, "team accuracy")
+    return Plot(key, title, path, "Greedy held-out evaluations before training (step 0), every eval_every steps "
+                                  "and after the last step; line: mean over seeds at the steps all seeds share; "
+                                  "band: 95% t interval over seeds.")
+
+
+def _grid(plots: Sequence[Plot], extra: str = "") -> str:
+    """Figures side by side; ``extra`` (markup built here) is one more grid item after them."""
+    return f'<div class="grid">{"".join(figure(p) for p in plots)}{extra}</div>'
 
 
 def sweep_report(folder: Path, out_dir: Path) -> Path:
@@ -161,7 +275,5 @@ def sweep_report(folder: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     page = render_sweep_page(sweep, out_dir)
     path = out_dir / "index.html"
-    tmp = path.with_name("index.html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, page)
     return path
