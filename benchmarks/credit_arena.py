@@ -1,204 +1,164 @@
-"""The credit arena: which credit method makes a team learn best, same budget, several seeds.
+"""The credit arena: does a credit method make a team learn better than broadcasting the team reward?
 
-Every method trains the same team on the same problems with the same steps, batch, decoding,
-learning rate and held-out set; only ``credit`` (and the trainer seed) differ. The runs are a
-``teamplay sweep`` (``teamplay.training.sweep``): one normal run folder per method and seed, the
-table is the sweep's mean ± 95% Student-t interval over seeds.
+First calibrate, then compare. Every setting is sized so that plain ``grpo`` (the team reward
+broadcast to every message) raises held-out team accuracy beyond its 95% interval over the
+untrained team; only then does a comparison of credit methods say anything (the earlier arena was a
+null result because even grpo did not learn: 1-2 optimiser updates per run).
 
-Settings:
+Settings (arith sums of two numbers up to 40, answer-first replies "The answer is ..." with 6 new
+tokens, temperature 1 in training, greedy held-out evaluation):
 
-* ``controlled``: a scripted noisy proposer (right with probability 0.5 on its first proposal,
-  compliant with the review: it switches its answer after a WRONG verdict) and an LLM reviewer,
-  the only trained role. The team is right exactly when the review is right, so the right credit is
-  known: a review earns credit when it catches a wrong answer or wrongly rejects a right one.
-  Measures: held-out reviewer verdict accuracy (wrong caught, right rejected) and team accuracy.
-* ``full``: proposer and reviewer both played (and trained) by the model, on sums of two numbers up
-  to 50 (arith level 1, ``FULL_TASK``), where the untrained team is right on about an eighth of the
-  held-out problems (greedy): well below ceiling, with room to learn. Held out on 200 distinct
-  problems. Sized for a CPU: short role prompts and turn instructions, proposals that start "The
-  answer is" and reviews that start "Verdict:" (``FULL_PROTOCOL``), 8 new tokens per message, LoRA
-  on the attention's q and v projections. Measures: team accuracy, the proposer's first-answer
-  accuracy, the reviewer's verdicts.
+* ``noisy_q0`` / ``noisy_q05``: a trained LLM solver answers once, then a scripted teammate replaces
+  the team's answer with a wrong one with probability q = 0 or 0.5 (``scripted:noisy_teammate``),
+  independently of what came before: one model call per episode. At q = 0.5 the team reward is
+  half noise for the solver; the credit-fidelity benchmark measures how far each method's credit
+  follows the solver's true contribution there.
+* ``pr``: the proposer/reviewer team with both roles trained (3 rounds: propose, review, propose
+  again), short prompts, proposals that start "The answer is" and reviews that start "Verdict:".
 
-Methods: ``grpo`` (team reward broadcast), ``shapley`` with the masking characteristic function
-(withhold an agent's messages, score the last visible answer) and with replay (re-execute the
-episode without the agent, with the current policies), ``continuation`` (V(after) − V(before)
-from sampled continuations), ``tracer_roles`` (TRACER's role rewards), ``cosac`` (ridge surrogate
-over the turns' actions: proposals labelled by their answers, reviews by their verdicts),
-``cal_grpo`` (attempt-level credit for re-proposals), and ``grpo`` followed by each token-level
-method (``credit.token``: aem, dgpo, ep_grpo, gear, s_trace, vpr; each spreads the message's
-advantage over its tokens). ``ARENA_METHODS`` keeps only the ones the registry and the trainer
-accept for the setting; the others are listed as not run with the reason. The controlled setting
-runs all 13; the full one the 7 message-level methods (``SETTING_METHODS``: its answers are 2-4
-generated tokens, and its runs cost about 4x the controlled ones); ``--methods all`` runs every one.
+Methods: ``grpo``, ``continuation`` and ``shapley`` with replay (the counterfactual methods the
+fidelity table ranks highest), ``cosac``, and ``tracer_roles`` for proposer/reviewer; others with
+``--methods``. No method is tuned: all share one setting (LoRA r 8 on q and v, lr, batch, decoding
+fixed before any comparison) and the methods' default options.
 
-Budget: every method spends the same number of generated tokens (``token_budget``: its training
-episodes' tokens plus the counterfactual ones of replays and continuations), so a method that
-re-executes trains fewer steps; each run stops at the step that reaches the budget (at most
-``STEP_CAP`` x the nominal steps). The budget is ``TOKENS_PER_EPISODE`` x the nominal steps x
-problems x episodes, about what ``grpo`` spends in the nominal steps; the table reports each
-method's steps, rollout tokens and generated tokens.
+Budget parity: the same training episodes for every method (the same steps x problems x group); the
+table reports the tokens each generated, counterfactual ones included, and the scripted teammate's
+turns separately (they cost no model tokens).
 
-Tuning: none for any method. Every method runs with the one shared setting below (chosen before
-any arena run, from the trainer's defaults and the sizes the CPU allows); the methods' own options
-are their defaults, except ``shapley``'s characteristic function (masking or replay).
+Statistics: seeds are *paired*: a seed fixes the data order, the adapters' initialisation and the
+sampling streams for every method, so each method is compared with ``grpo`` within a seed. Cells are
+the mean over seeds ± the half-width of the 95% Student-t interval; "Δ vs grpo" is the mean of the
+per-seed differences with its own interval (more powerful than comparing two intervals). Held-out
+team accuracy is measured on a fixed set of distinct test problems before training, every
+``eval_every`` steps (the learning curve; its area, divided by the steps, is the mean held-out
+accuracy over training, on a fixed subset of the first 64 problems) and after training (all of them).
 
-Sizes (``SIZES``), from timing single runs with one torch thread on the 2-core machine. Controlled,
-2 steps of 2 x 4 episodes, 12 held-out problems, load average ~2: 32 s for grpo (about 4 s of
-loading, 2 x 6 s of held-out evaluation, 2 x 8 s of steps); continuation 67 s and shapley with
-replay 43 s (their counterfactual generation); the others like grpo. So a run costs about
-4 s + 1 s per held-out problem + 1 s per training episode (continuation about twice that per
-episode), and the 13 methods x 3 seeds give: ``--quick`` (1 step of 1 x 4 episodes, 6 held-out
-problems) about 10 minutes, the default (6 steps of 2 x 4, 40 held-out problems) about 70
-minutes. The untrained team's held-out evaluation runs once per
-seed, not once per run (the sweep's ``eval_cache``). Full, one thread, 64 held-out problems: 50 s
-to evaluate (0.8 s per problem: 3 model calls, prefill of 50-90-token prompts dominates; the
-default prompts, with 24-token messages, took 1.9 s), and 8 s per step of 8 episodes (16 s with an
-update); continuation spends about 22 s more per step on its continuations. So a full run costs
-about 5 s + 0.8 s per held-out problem + 1-2 s per training episode, and the default (about 6 steps
-of 2 x 4, 200 held-out problems, 7 methods x 3 seeds) took 50 minutes with ``--parallel 2``;
-``--quick`` is a smoke run of its pipeline (24 held-out problems).
+    python -m benchmarks.credit_arena --parallel 2                 # noisy_q0 and noisy_q05, 5 seeds
+    python -m benchmarks.credit_arena --setting pr --parallel 2    # proposer/reviewer (longer)
+    python -m benchmarks.credit_arena --quick                      # a smoke run of the pipeline
+    python -m benchmarks.credit_arena --full --parallel 2          # 10 seeds; resumes over sittings
 
-    python -m benchmarks credit_arena            # controlled setting (the suite's run)
-    python -m benchmarks credit_arena --quick    # smoke size: about 10 minutes on 2 cores
-    python -m benchmarks.credit_arena --parallel 2   # two runs at a time (Ray tasks): the same table
-    python -m benchmarks.credit_arena --setting full --parallel 2   # the full setting: about 50 minutes
-    python -m benchmarks.credit_arena --setting full --quick
-
-``python -m benchmarks.credit_arena`` rewrites its setting's region of BENCHMARKS.md
-(``credit_arena`` or ``credit_arena_full``) unless ``--quick``.
-
-The runs live in a sweep folder (``runs/credit_arena-<setting>[-quick]`` under the working
-directory, or ``--output``): running the same command again skips finished runs and resumes an
-interrupted one; delete the folder for fresh runs.
+The runs are a ``teamplay sweep`` per setting (``runs/credit_arena-<setting>[-quick|-full]``):
+running the same command again skips finished runs and resumes an interrupted one; the table says
+how many runs it holds. ``python -m benchmarks.credit_arena`` rewrites its settings' regions of
+BENCHMARKS.md (``credit_arena_<setting>``) and the figure ``benchmarks/figures/credit_arena_<setting>.png``
+unless ``--quick``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
+from teamplay.report.sweep_page import curve_area
 
-#: token credit methods that read a proposer/reviewer message like any other (teamplay list)
-TOKEN_METHODS = ("aem", "dgpo", "ep_grpo", "gear", "s_trace", "vpr")
+FIGURES = Path(__file__).resolve().parent / "figures"
 
-#: method label -> credit section; only registered methods run
+#: method label -> credit section; only registered methods the trainer accepts run
 ARENA_METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"method": "grpo"},
-    "shapley (masking)": {"method": "shapley", "options": {"value": "masking"}},
-    "shapley (replay)": {"method": "shapley", "options": {"value": "replay"}},
     "continuation": {"method": "continuation"},
-    "tracer_roles": {"method": "tracer_roles"},
+    "shapley (replay)": {"method": "shapley", "options": {"value": "replay"}},
     "cosac": {"method": "cosac"},
+    "tracer_roles": {"method": "tracer_roles"},
+    "shapley (masking)": {"method": "shapley", "options": {"value": "masking"}},
     "cal_grpo": {"method": "cal_grpo"},
-    # token level (credit.token): grpo's message advantage spread over the message's tokens
-    **{f"grpo + token {m}": {"method": "grpo", "token": {"method": m}} for m in TOKEN_METHODS},
+    "loto (replay)": {"method": "loto", "options": {"value": "replay"}},
 }
 
-#: labels each setting runs by default (``--methods`` replaces them). The full setting leaves out the
-#: token-level methods: its messages are answers of 2-4 generated tokens (" 57.") and verdicts of about
-#: 5, where spreading a message's advantage over its tokens changes little, and its runs cost about 4x
-#: the controlled ones (module doc); the controlled setting compares them.
-MESSAGE_METHODS = tuple(label for label in ARENA_METHODS if not label.startswith("grpo + token"))
-SETTING_METHODS = {"controlled": tuple(ARENA_METHODS), "full": MESSAGE_METHODS}
+#: labels each setting runs by default (``--methods`` replaces them)
+SETTING_METHODS = {
+    "noisy_q0": ("grpo", "continuation", "shapley (replay)", "cosac"),
+    "noisy_q05": ("grpo", "continuation", "shapley (replay)", "cosac"),
+    "pr": ("grpo", "continuation", "shapley (replay)", "cosac", "tracer_roles"),
+}
+SETTINGS = tuple(SETTING_METHODS)
+#: the settings a plain ``python -m benchmarks.credit_arena`` runs (about 90 minutes with --parallel 2)
+DEFAULT_SETTINGS = ("noisy_q0", "noisy_q05")
 
-#: generated tokens per training episode that set the budget: steps x problems x group x this.
-#: Controlled: the scripted proposer generates nothing, a review is at most 4 tokens (3.6 per
-#: episode in a 2-step grpo run); full: a 48-token proposal and review, plus re-proposals.
-TOKENS_PER_EPISODE = {"controlled": 4, "full": 20}
-#: a run stops at its token budget; this many times the nominal steps is the hard bound
-STEP_CAP = 3
-
-#: (nominal steps, problems per step, group size, held-out problems, seeds) per setting and size
+#: (steps, problems per step, group size, held-out problems, seeds, eval_every) by size
 SIZES = {
-    ("controlled", True): (1, 1, 4, 6, 3),     # about 10 minutes on 2 cores (module doc)
-    ("controlled", False): (6, 2, 4, 40, 3),   # about 70 minutes
-    ("full", True): (1, 1, 4, 24, 3),          # a smoke run: not the 200 held-out problems
-    ("full", False): (6, 2, 4, 200, 3),        # 50 minutes on 2 cores with --parallel 2
+    "quick": (2, 2, 4, 8, 2, 1),
+    "default": (16, 4, 4, 200, 5, 4),
+    "full": (16, 4, 4, 200, 10, 4),
+}
+PR_SIZES = {
+    "quick": (1, 1, 4, 6, 2, 1),
+    "default": (12, 4, 4, 200, 5, 4),
+    "full": (12, 4, 4, 200, 10, 4),
 }
 
-VERDICT_PREFIX = "Verdict:"
-NOISY_PROPOSER = "scripted:noisy_proposer(p_right=0.5)"
-#: a short reviewer prompt: the prompt is most of the cost of a one-word verdict on a CPU
-REVIEWER_PROMPT = ("You check the proposed answer to an arithmetic problem. The first word of your reply "
-                   "must be RIGHT if the proposed answer is correct, WRONG if it is not.")
-#: full setting: sums of two numbers up to 50, where the untrained team is right on about 0.12-0.16
-#: of the held-out problems (greedy); the test split has more than 200 distinct ones
-FULL_TASK = {"level": 1, "max_operand": 50}
-#: full setting: short prompts and turn instructions (prompt tokens are most of a turn's cost on a
-#: CPU), and replies that start "The answer is" / "Verdict:" (the model's next words are its answer
-#: or its verdict): a whole episode is about 20 generated tokens
-FULL_ROLES = ({"name": "proposer", "prompt": "You solve arithmetic problems."},
-              {"name": "reviewer", "prompt": "You check answers to arithmetic problems."})
-FULL_PROTOCOL = {"rounds": 3, "verdict_prefix": VERDICT_PREFIX, "proposal_prefix": "The answer is",
-                 "instructions": {"solve": "Give the answer.", "review": "Is the answer {answer} RIGHT or WRONG?",
-                                  "revise_wrong": "A reviewer says {answer} is WRONG. Give the correct answer.",
-                                  "revise_right": "A reviewer says {answer} is RIGHT. Give the final answer.",
-                                  "recheck": "Give the final answer."}}
+#: the learning curve's fixed held-out subset (the first problems of the held-out set)
+CURVE_PROBLEMS = 64
+TASK = {"level": 1, "max_operand": 40}  # the test split holds 253 distinct problems (200 used)
+NEW_TOKENS = 6
+LR = 5e-4
+REPLY_PREFIX = "The answer is"
+SOLVER_PROMPT = "You solve arithmetic problems."
+CHAIN = {"n_agents": 2, "reply_prefix": REPLY_PREFIX, "first_instruction": "Give the answer.",
+         "next_instruction": "Teammates answered above. Give the final answer."}
+PR_ROLES = ({"name": "proposer", "prompt": SOLVER_PROMPT},
+            {"name": "reviewer", "prompt": "You check answers to arithmetic problems."})
+PR_PROTOCOL = {"rounds": 3, "verdict_prefix": "Verdict:", "proposal_prefix": REPLY_PREFIX,
+               "instructions": {"solve": "Give the answer.", "review": "Is the answer {answer} RIGHT or WRONG?",
+                                "revise_wrong": "A reviewer says {answer} is WRONG. Give the correct answer.",
+                                "revise_right": "A reviewer says {answer} is RIGHT. Give the final answer.",
+                                "recheck": "Give the final answer."}}
 
 
-def token_budget(setting: str, sizes: tuple[int, int, int, int, int]) -> int:
-    """Generated tokens every method of ``setting`` may spend (its episodes' and counterfactual ones)."""
-    steps, problems, group, _, _ = sizes
-    return steps * problems * group * TOKENS_PER_EPISODE[setting]
+def sizes_of(setting: str, size: str) -> tuple[int, int, int, int, int, int]:
+    return (PR_SIZES if setting == "pr" else SIZES)[size]
 
 
-def arena_config(setting: str, quick: bool, model: str,
-                 sizes: tuple[int, int, int, int, int] | None = None) -> dict[str, Any]:
-    """The base config shared by every method of ``setting`` (``sizes`` replaces ``SIZES``): every
-    run stops at the same ``token_budget``, at most ``STEP_CAP`` x the nominal steps."""
-    sizes = sizes or SIZES[(setting, quick)]
-    steps, problems, group, heldout, _ = sizes
-    model_section: dict[str, Any] = {"name": model, "lora": {"r": 8, "alpha": 16}}
-    if setting == "controlled":
-        team = {"roles": [{"name": "proposer", "policy": NOISY_PROPOSER},
-                          {"name": "reviewer", "prompt": REVIEWER_PROMPT}]}
-        new_tokens = 4  # a verdict is its first line: RIGHT or WRONG
-        options: dict[str, Any] = {"level": 1}
-        # reviews start "Verdict:" (a prompt prefix): the untrained model then names a verdict in
-        # 4/20 reviews at T=1 instead of 0/20, so there is something for credit to reinforce
-        protocol = {"rounds": 3, "verdict_prefix": VERDICT_PREFIX}
+def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int, int]) -> dict[str, Any]:
+    """The base config shared by every method of ``setting`` (only ``credit`` and ``seed`` vary)."""
+    if setting not in SETTING_METHODS:
+        raise ValueError(f"unknown arena setting {setting!r}; settings: {', '.join(SETTINGS)}")
+    steps, problems, group, heldout, _, eval_every = sizes
+    if setting == "pr":
+        protocol = {"name": "proposer_reviewer", "options": PR_PROTOCOL}
+        team = {"roles": [dict(r) for r in PR_ROLES]}
     else:
-        team = {"roles": list(FULL_ROLES)}
-        new_tokens = 8  # "The answer is" + " 57." / "Verdict:" + " WRONG." and a few words
-        options = FULL_TASK
-        protocol = FULL_PROTOCOL
-        model_section["lora"]["target_modules"] = ["q_proj", "v_proj"]  # less adapter work per token
+        q = 0.0 if setting == "noisy_q0" else 0.5
+        protocol = {"name": "sequential", "options": CHAIN}
+        team = {"roles": [{"name": "solver", "prompt": SOLVER_PROMPT},
+                          {"name": "teammate", "policy": f"scripted:noisy_teammate(q={q})"}]}
     return {
-        "model": model_section,
-        "task": {"name": "arith", "split": "train", "options": options},
-        "eval_task": {"name": "arith", "split": "test", "limit": heldout, "distinct": True, "options": options},
-        "protocol": {"name": "proposer_reviewer", "options": protocol},
+        "model": {"name": model, "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
+        "task": {"name": "arith", "split": "train", "options": TASK, "limit": 2000},
+        "eval_task": {"name": "arith", "split": "test", "limit": heldout, "distinct": True, "options": TASK},
+        "protocol": protocol,
         "team": team,
         "rollout": {"problems_per_step": problems, "group_size": group},
         "backend": {"max_prompt_tokens": 512},
-        "sampling": {"max_new_tokens": new_tokens, "temperature": 1.0},
-        "eval_sampling": {"max_new_tokens": new_tokens},
-        "optim": {"lr": 5e-4, "minibatch_size": 32},
-        "steps": STEP_CAP * steps, "token_budget": token_budget(setting, sizes),
-        "checkpoint_every": STEP_CAP * steps, "keep_checkpoints": 1,
+        "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": 1.0},
+        "eval_sampling": {"max_new_tokens": NEW_TOKENS},
+        "optim": {"lr": LR, "minibatch_size": 16},
+        "steps": steps, "eval_every": eval_every, "eval_curve_limit": min(CURVE_PROBLEMS, heldout),
+        "checkpoint_every": max(1, steps // 2), "keep_checkpoints": 1,
         "tensorboard": False, "log_episodes": 2,
     }
 
 
-def applicable_methods(base: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """(methods that can run on this config, {method: why not} for the others)."""
+def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(the methods of ``labels`` the trainer accepts for this config, {label: why not} for the others)."""
     from teamplay.config import TrainConfig, build_config
     from teamplay.credit import credit_methods
     from teamplay.training.setup import validate_run
 
     known = credit_methods()
     ok, refused = {}, {}
-    for label, credit in ARENA_METHODS.items():
+    for label in labels:
+        credit = ARENA_METHODS[label]
         if credit["method"] not in known:
             refused[label] = "not registered in this version"
             continue
         try:
-            validate_run(build_config(TrainConfig, {**base, "credit": credit}))  # what the trainer checks
+            validate_run(build_config(TrainConfig, {**base, "credit": credit}))
         except ValueError as exc:
             refused[label] = str(exc).split(";")[0].removeprefix("credit.method: ")
             continue
@@ -206,38 +166,58 @@ def applicable_methods(base: dict[str, Any]) -> tuple[dict[str, dict[str, Any]],
     return ok, refused
 
 
-def separated(a: dict[str, Any], b: dict[str, Any]) -> int:
-    """+1 when interval a lies wholly above interval b, -1 when wholly below, 0 when they overlap."""
-    lo_a, hi_a = a["mean"] - (a["ci95"] or math.inf), a["mean"] + (a["ci95"] or math.inf)
-    lo_b, hi_b = b["mean"] - (b["ci95"] or math.inf), b["mean"] + (b["ci95"] or math.inf)
-    return 1 if lo_a > hi_b else (-1 if hi_a < lo_b else 0)
+# ------------------------------------------------------------------------------------- statistics
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of the two-sided 95% Student-t interval); NaN half-width below 2 values."""
+    from teamplay.training.sweep import t_quantile_975
+
+    n = len(values)
+    if n == 0:
+        return (math.nan, math.nan)
+    mean = sum(values) / n
+    if n < 2:
+        return (mean, math.nan)
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return (mean, t_quantile_975(n - 1) * math.sqrt(var / n))
 
 
-def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "controlled",
-        folder: Path | None = None, sizes: tuple[int, int, int, int, int] | None = None,
-        only: tuple[str, ...] | None = None, parallel: int = 1) -> Result:
-    """Train every applicable method x seed of ``setting`` and tabulate them (see the module doc).
-    ``sizes`` = (steps, problems per step, group size, held-out problems, seeds) replaces ``SIZES``;
-    ``only`` keeps the methods with these labels (the smoke test runs two); ``parallel`` > 1 trains
-    that many runs at once as Ray tasks (``teamplay sweep --parallel``; same table)."""
-    from teamplay.training.sweep import plan, run_sweep, summarize
+def paired_difference(method: dict[int, float], baseline: dict[int, float]) -> tuple[float, float, int]:
+    """Mean and 95% half-width of ``method[s] - baseline[s]`` over the seeds both hold, and their count."""
+    seeds = sorted(set(method) & set(baseline))
+    mean, half = mean_ci([method[s] - baseline[s] for s in seeds])
+    return mean, half, len(seeds)
+
+
+def _cell(mean: float, half: float, digits: int = 3, signed: bool = False) -> str:
+    if not math.isfinite(mean):
+        return "—"
+    sign = "+" if signed else ""
+    return f"{mean:{sign}.{digits}f}" + (f" ± {half:.{digits}f}" if math.isfinite(half) else " (n=1)")
+
+
+# ------------------------------------------------------------------------------------- running
+def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default", folder: Path | None = None,
+                only: Sequence[str] | None = None, parallel: int = 1,
+                sizes: tuple[int, int, int, int, int, int] | None = None) -> dict[str, Any]:
+    """Train every method x seed of ``setting`` (resuming a stored sweep) and collect per-seed results."""
+    from teamplay.training.sweep import plan, run_metrics, run_sweep
     from teamplay.training.trainer import Trainer
 
-    sizes = sizes or SIZES[(setting, quick)]
-    base = arena_config(setting, quick, model, sizes)
-    methods, refused = applicable_methods(base)
-    chosen = SETTING_METHODS[setting] if only is None else only
-    unknown = sorted(set(chosen) - set(ARENA_METHODS))
+    sizes = sizes or sizes_of(setting, size)
+    base = arena_config(setting, model, sizes)
+    labels = tuple(only) if only is not None else SETTING_METHODS[setting]
+    unknown = sorted(set(labels) - set(ARENA_METHODS))
     if unknown:
         raise ValueError(f"unknown arena method(s) {', '.join(unknown)}; methods: {', '.join(ARENA_METHODS)}")
-    left_out = [label for label in ARENA_METHODS if label not in chosen]
-    methods = {label: credit for label, credit in methods.items() if label in chosen}
+    if "grpo" not in labels:
+        raise ValueError("the arena compares every method with grpo: keep grpo in --methods")
+    methods, refused = applicable_methods(base, labels)
     seeds = tuple(range(sizes[4]))
-    # a sweep folder, so an interrupted arena run continues where it stopped when run again
-    out = folder or Path("runs") / f"credit_arena-{setting}{'-quick' if quick else ''}"
+    out = folder or Path("runs") / f"credit_arena-{setting}{'' if size == 'default' else '-' + size}"
     sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds)
+
     def announce(r: Any, status: str) -> None:
-        print(f"  {r.name}: {status}", flush=True)
+        print(f"  {setting} {r.name}: {status}", flush=True)
 
     if parallel > 1:
         from teamplay.distributed.sweep import run_sweep_parallel
@@ -245,138 +225,189 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, setting: str = "contro
         run_sweep_parallel(sweep, parallel, on_run=announce)
     else:
         run_sweep(sweep, lambda cfg, resume: Trainer(cfg).train(resume=resume), on_run=announce)
-    results = summarize(sweep).to_json()
-    labels = dict(zip([p["label"] for p in results["points"]], methods, strict=True))
-    return _result(setting, quick, sizes, base, seeds, results, labels, refused, left_out)
-
-
-METRICS = (("heldout/team_accuracy", "team acc."), ("heldout_gain/team_accuracy", "Δ team acc."),
-           ("heldout/team/verdict_accuracy", "verdict acc."), ("heldout/team/wrong_caught", "wrong caught"),
-           ("heldout/team/right_rejected", "right rejected"), ("heldout/team/verdict_rate", "verdict rate"),
-           ("heldout/team/first_answer_accuracy/proposer", "first answer acc."),
-           ("heldout/team/correction_rate", "correction rate"),
-           ("train/varied_groups", "varied groups"), ("train/updates", "updates"),
-           ("budget/steps", "steps"), ("budget/tokens", "rollout tokens"),
-           ("budget/generated_tokens", "generated tokens"))
-
-
-def _cell(metric: dict[str, Any] | None, digits: int = 3) -> str:
-    if metric is None:
-        return "—"
-    ci = "n=1" if metric["ci95"] is None else f"± {metric['ci95']:.{digits}f}"
-    return f"{metric['mean']:.{digits}f} {ci}"
-
-
-def _result(setting: str, quick: bool, sizes: tuple[int, ...], base: dict[str, Any], seeds: tuple[int, ...],
-            results: dict[str, Any], labels: dict[str, str], refused: dict[str, str],
-            left_out: list[str]) -> Result:
-    points = {labels[p["label"]]: p["metrics"] for p in results["points"]}
-    header = ["method", *(name for _, name in METRICS)]
-    rows = [[label, *(_cell(m.get(key), 0 if key.startswith(("budget", "train/updates")) else 3)
-                      for key, _ in METRICS)]
-            for label, m in points.items()]
-    table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                      + ["| " + " | ".join(r) + " |" for r in rows])
-    verdicts = []
-    grpo = points.get("grpo", {})
-    for label, m in points.items():
-        if label == "grpo":
+    label_of = {sweep_label: label for sweep_label, label in
+                zip(dict.fromkeys(r.label for r in sweep.runs), methods, strict=True)}
+    per_seed: dict[str, dict[int, dict[str, float]]] = {label: {} for label in methods}
+    curves: dict[str, dict[int, list[tuple[int, float]]]] = {label: {} for label in methods}
+    for r in sweep.runs:
+        run_dir = sweep.run_dir(r)
+        if not (run_dir / "done.json").exists():
             continue
-        for key, name in METRICS[:3]:
-            if key in m and key in grpo:
-                side = separated(m[key], grpo[key])
-                word = {1: "beats", -1: "is below", 0: "does not separate from"}[side]
-                verdicts.append(f"{label} {word} grpo on {name}")
-    steps, problems, group, heldout, _ = sizes
-    task, protocol, lora = base["task"]["options"], base["protocol"]["options"], base["model"]["lora"]
-    bound = f", operands up to {task['max_operand']}" if "max_operand" in task else ""
-    targets = f" on {', '.join(lora['target_modules'])}" if "target_modules" in lora else ""
-    prefixes = f"reviews start with {VERDICT_PREFIX!r}" + (
-        f", proposals with {protocol['proposal_prefix']!r}, short turn instructions (`FULL_PROTOCOL`)"
-        if "proposal_prefix" in protocol else "")
-    notes = (
-        f"Setting `{setting}`{' (--quick)' if quick else ''}: {len(seeds)} seeds per method; every run stops "
-        f"once it has generated {base['token_budget']} tokens (about {steps} steps of {problems} problems x "
-        f"{group} episodes for grpo; at most {base['steps']} steps); held-out: {heldout} distinct arith level "
-        f"{task['level']}{bound} test problems, greedy; lr {base['optim']['lr']}, LoRA r {lora['r']}{targets}, "
-        f"{base['sampling']['max_new_tokens']} new tokens per message; {prefixes}. "
-        f"Cells: mean ± 95% t interval over seeds; 'rollout tokens' are the "
-        f"training episodes' tokens, 'generated tokens' add the counterfactual ones (replays, "
-        f"continuations): the budget each method spent, equal up to the last step's overshoot; 'varied "
-        f"groups' is the share of training groups whose team rewards were not all equal, 'updates' the "
-        f"optimiser steps taken. No method "
-        f"was tuned: all share this one setting.",
-        "Not run: " + "; ".join(f"{k} ({v})" for k, v in refused.items()) + "." if refused else "",
-        ("Not in this setting (`SETTING_METHODS`; `--methods` adds them): " + ", ".join(left_out) + "."
-         if left_out else ""),
-        _separations(verdicts),
-    )
-    separated_any = [v for v in verdicts if " beats " in v]
-    headline = (f"{setting}: " + (", ".join(separated_any) if separated_any else
-                                  "no method beats grpo beyond the 95% intervals") + f" ({len(seeds)} seeds).")
-    return Result(region_name(setting), table, headline, None, tuple(n for n in notes if n),
-                  {"results": results, "labels": labels, "refused": refused, "config": base})
+        metrics = run_metrics(run_dir)
+        metrics["replay_episodes"] = replay_episodes(run_dir)
+        per_seed[label_of[r.label]][r.seed] = metrics
+        curves[label_of[r.label]][r.seed] = learning_curve(run_dir)
+    return {"setting": setting, "size": size, "sizes": sizes, "config": base, "refused": refused,
+            "per_seed": per_seed, "curves": curves, "folder": str(out), "runs_total": len(sweep.runs)}
 
 
-def _separations(verdicts: list[str]) -> str:
-    """One sentence: the comparisons with grpo whose intervals do not overlap, and how many do."""
-    apart = [v for v in verdicts if " does not separate " not in v]
-    overlapping = len(verdicts) - len(apart)
-    if not verdicts:
-        return "Beyond their intervals: no comparison (grpo alone)."
-    measures = ", ".join(name for _, name in METRICS[:3])
-    if not apart:
-        return (f"Beyond their intervals: none. All {overlapping} comparisons with grpo (each method on "
-                f"{measures}) overlap.")
-    return (f"Beyond their intervals: {'; '.join(v.rstrip('.') for v in apart)}. The other {overlapping} "
-            f"comparisons with grpo (each method on {measures}) overlap.")
+def learning_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, held-out team accuracy on the curve's fixed subset) of one finished run: before
+    training, every ``eval_every`` steps, and after its last step (``heldout_curve``)."""
+    from teamplay.training.metrics import read_metrics
+
+    return sorted({int(row.get("step", 0)): float(row["heldout_curve"]["team_accuracy"])
+                   for row in read_metrics(run_dir) if "heldout_curve" in row}.items())
+
+
+def replay_episodes(run_dir: Path) -> float:
+    """Counterfactual re-executions the run made over all its steps (0 for methods without replays)."""
+    from teamplay.training.metrics import read_metrics
+
+    return float(sum(float(row.get("replay_episodes") or 0) for row in read_metrics(run_dir) if "reward_mean" in row))
+
+
+# ------------------------------------------------------------------------------------- the table
+#: (metric key in run_metrics, column name, digits)
+MEASURES = (("heldout/team_accuracy", "team acc.", 3), ("heldout_gain/team_accuracy", "gain over untrained", 3),
+            ("curve_area", "curve area", 3))
+PR_MEASURES = (("heldout/team/first_answer_accuracy/proposer", "proposer first acc.", 3),
+               ("heldout/team/verdict_accuracy", "verdict acc.", 3), ("heldout/team/wrong_caught", "wrong caught", 3),
+               ("heldout/team/right_rejected", "right rejected", 3))
+COSTS = (("train/updates", "updates", 0), ("budget/tokens", "rollout tokens", 0),
+         ("budget/generated_tokens", "generated tokens", 0), ("replay_episodes", "replay episodes", 0))
+
+
+def _values(result: dict[str, Any], label: str, key: str) -> dict[int, float]:
+    if key == "curve_area":
+        return {s: curve_area(c) for s, c in result["curves"][label].items()}
+    return {s: m[key] for s, m in result["per_seed"][label].items() if key in m}
+
+
+def calibration(result: dict[str, Any]) -> tuple[float, float, bool]:
+    """grpo's gain over the untrained team: (mean, 95% half-width, learns = the interval lies above 0)."""
+    mean, half = mean_ci(list(_values(result, "grpo", "heldout_gain/team_accuracy").values()))
+    return mean, half, bool(math.isfinite(half) and mean - half > 0)
+
+
+LEARNS = "it learns: the interval lies above 0"
+DOES_NOT_LEARN = "NOT beyond its interval: no comparison in this setting says anything about credit"
+
+
+def markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
+    """(table, notes, headline) of one setting's result."""
+    setting = result["setting"]
+    measures = MEASURES + (PR_MEASURES if setting == "pr" else ())
+    header = ["method", "seeds", *(name for _, name, _ in measures),
+              *(f"Δ {name} vs grpo (paired)" for _, name, _ in MEASURES), *(name for _, name, _ in COSTS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    verdicts = []
+    for label in result["per_seed"]:
+        cells = [label, str(len(result["per_seed"][label]))]
+        for key, _, digits in measures:
+            cells.append(_cell(*mean_ci(list(_values(result, label, key).values())), digits))
+        for key, name, digits in MEASURES:
+            if label == "grpo":
+                cells.append("—")
+                continue
+            mean, half, n = paired_difference(_values(result, label, key), _values(result, "grpo", key))
+            cells.append(_cell(mean, half, digits, signed=True))
+            if n >= 2 and math.isfinite(half):
+                word = "above" if mean - half > 0 else ("below" if mean + half < 0 else "not separated from")
+                verdicts.append((label, name, word))
+        for key, _, digits in COSTS:
+            cells.append(_cell(*mean_ci(list(_values(result, label, key).values())), digits))
+        lines.append("| " + " | ".join(cells) + " |")
+    gain, half, learns = calibration(result)
+    steps, problems, group, heldout, seeds, eval_every = result["sizes"]
+    done = sum(len(v) for v in result["per_seed"].values())
+    notes = [
+        f"Setting `{setting}`: {done} of {result['runs_total']} runs finished; {steps} steps of {problems} problems x "
+        f"{group} episodes for every method (the same training episodes), held-out: {heldout} distinct arith "
+        f"test problems (operands up to {TASK['max_operand']}), greedy, every {eval_every} steps and after "
+        f"training; LoRA r 8 on q and v, lr {LR}, {NEW_TOKENS} new tokens per message, temperature 1. Cells: mean "
+        "± 95% t interval over seeds; 'Δ ... vs grpo' is the mean of per-seed differences with its interval "
+        "(seeds paired: same data order, initialisation and sampling streams); 'curve area' is the mean "
+        "held-out accuracy over training (trapezoid area / steps); 'generated tokens' include the "
+        "counterfactual ones, 'replay episodes' are re-executions (each also runs the scripted teammate, "
+        "which costs no tokens).",
+        f"Calibration: grpo's gain over the untrained team is {_cell(gain, half, 3, signed=True)} "
+        f"({LEARNS if learns else DOES_NOT_LEARN}).",
+    ]
+    if result["refused"]:
+        notes.append("Not run: " + "; ".join(f"{k} ({v})" for k, v in result["refused"].items()) + ".")
+    apart = [f"{label} is {word} grpo on {name}" for label, name, word in verdicts if word != "not separated from"]
+    together = sum(1 for *_, word in verdicts if word == "not separated from")
+    notes.append("Paired differences beyond their intervals: " + "; ".join(apart) + f". The other {together} "
+                  "overlap 0." if apart else f"Paired differences beyond their intervals: none ({together} "
+                  "comparisons, all overlapping 0).")
+    headline = (f"{setting}: grpo gain {_cell(gain, half, 3, signed=True)}"
+                + (f"; {'; '.join(apart)}" if apart else "; no method separates from grpo (paired, 95%)") + ".")
+    return "\n".join(lines), notes, headline
+
+
+def figure(result: dict[str, Any], path: Path) -> Path | None:
+    """Learning curves per method (mean with the 95% band over seeds); None without any finished run."""
+    from teamplay.report.plots import plot_learning_curves
+
+    curves = {label: list(c.values()) for label, c in result["curves"].items() if c}
+    if not curves:
+        return None
+    return plot_learning_curves(curves, path, title=f"credit arena: {result['setting']}",
+                                ylabel="held-out team accuracy")
 
 
 def region_name(setting: str) -> str:
-    """The BENCHMARKS.md region of a setting's table: ``credit_arena`` (controlled) or ``credit_arena_full``."""
-    return "credit_arena" if setting == "controlled" else f"credit_arena_{setting}"
+    return f"credit_arena_{setting}"
+
+
+def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str] = DEFAULT_SETTINGS,
+        folder: Path | None = None, only: Sequence[str] | None = None, parallel: int = 1,
+        size: str | None = None, sizes: tuple[int, int, int, int, int, int] | None = None) -> Result:
+    """Run ``settings`` (the suite's entry: the default ones) and return their tables as one Result."""
+    size = size or ("quick" if quick else "default")
+    tables, notes, headlines, data = [], [], [], {}
+    for setting in settings:
+        out = None if folder is None else folder / setting
+        result = run_setting(setting, model, size, out, only, parallel, sizes)
+        table, setting_notes, headline = markdown(result)
+        tables.append(f"**{setting}**\n\n{table}")
+        notes += setting_notes
+        headlines.append(headline)
+        data[setting] = result
+    return Result("credit_arena", "\n\n".join(tables), " ".join(headlines), None, tuple(notes), data)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m benchmarks.credit_arena [--setting full] [--parallel N] [--quick]``: run one setting
-    and, unless ``--quick`` (or with ``--write``), rewrite its region of BENCHMARKS.md."""
+    """``python -m benchmarks.credit_arena [--setting S ...] [--parallel N] [--quick | --full]``."""
     from benchmarks.__main__ import DEFAULT_OUTPUT
     from benchmarks.common import machine_info, machine_line, write_regions
 
-    parser = argparse.ArgumentParser(description="the credit arena (one setting)")
-    parser.add_argument("--quick", action="store_true", help="smoke sizes")
-    parser.add_argument("--setting", choices=("controlled", "full"), default="controlled")
+    parser = argparse.ArgumentParser(description="the credit arena: calibrate, then compare credit methods")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="smoke sizes (writes nothing)")
+    group.add_argument("--full", action="store_true", help="10 seeds per method (resumes over several sittings)")
+    parser.add_argument("--setting", nargs="*", choices=SETTINGS, default=list(DEFAULT_SETTINGS))
     parser.add_argument("--model", default=EMBEDDED_MODEL)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=None, help="keep the sweep folder here")
+    parser.add_argument("--output", type=Path, default=None, help="keep the sweep folders here")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
-    parser.add_argument("--methods", default=None,
-                        help="comma-separated method labels, or 'all' (default: the setting's SETTING_METHODS)")
-    parser.add_argument("--write", type=Path, default=None,
-                        help="markdown file whose region to rewrite (default BENCHMARKS.md, not with --quick)")
+    parser.add_argument("--methods", default=None, help="comma-separated method labels (grpo included)")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     line = machine_line(machine_info())
-    only = None
-    if args.methods is not None:
-        only = tuple(ARENA_METHODS) if args.methods == "all" else tuple(m.strip() for m in args.methods.split(","))
-    try:
-        result = run(quick=args.quick, model=args.model, setting=args.setting, folder=args.output,
-                     parallel=args.parallel, only=only)
-    except ValueError as exc:
-        parser.error(str(exc))
-    print(result.table, *result.notes, result.headline, sep="\n\n")
-    print(json.dumps(result.data["labels"]))
-    target = args.write if args.write is not None else (None if args.quick else DEFAULT_OUTPUT)
-    if target is not None:
-        flags = [f"--setting {args.setting}"] if args.setting != "controlled" else []
-        flags += ["--quick"] if args.quick else []
-        flags += [f"--parallel {args.parallel}"] if args.parallel > 1 else []
-        flags += [f"--model {args.model}"] if args.model != EMBEDDED_MODEL else []
-        flags += [f"--methods '{args.methods}'"] if args.methods is not None else []
-        command = " ".join(["python -m benchmarks.credit_arena", *flags])
-        write_regions(target, {result.name: result.markdown(command, line)})
-        print(f"updated {target.name}: {result.name}")
+    size = "quick" if args.quick else ("full" if args.full else "default")
+    only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
+    for setting in args.setting:
+        out = None if args.output is None else args.output / setting
+        try:
+            result = run_setting(setting, args.model, size, out, only, args.parallel)
+        except ValueError as exc:
+            parser.error(str(exc))
+        table, notes, headline = markdown(result)
+        print(f"\n## {setting}\n\n{table}", *notes, headline, sep="\n\n")
+        if args.quick:
+            continue
+        png = figure(result, FIGURES / f"credit_arena_{setting}{'-full' if args.full else ''}.png")
+        flags = [f"--setting {setting}", *(["--full"] if args.full else []),
+                 *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
+                 *([f"--methods '{args.methods}'"] if args.methods else [])]
+        body = Result(region_name(setting), table, headline, None, tuple(notes)).markdown(
+            " ".join(["python -m benchmarks.credit_arena", *flags]), line)
+        if png is not None:
+            body += f"\n![learning curves: {setting}](benchmarks/figures/{png.name})\n"
+        write_regions(DEFAULT_OUTPUT, {region_name(setting) + ("_full" if args.full else ""): body})
+        print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting)}")
 
 
 if __name__ == "__main__":

@@ -316,7 +316,8 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
     except (ValueError, RuntimeError, ArithmeticError) as exc:
         return {"skipped": f"failed on these episodes: {exc}"}
     seconds = time.perf_counter() - started
-    method_adv, oracle_adv, clusters, agent_m, agent_o = [], [], [], [], []
+    scripted = set(team.scripted_roles())
+    method_adv, oracle_adv, clusters, agent_m, agent_o, model_played = [], [], [], [], [], []
     for ep, star in zip(episodes, true_adv, strict=True):
         adv = credited.get(id(ep), np.zeros(len(ep.messages)))
         totals: dict[str, list[float]] = {}
@@ -326,6 +327,7 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
             method_adv.append(float(adv[t]))
             oracle_adv.append(float(star[t]))
             clusters.append(ep.problem_id)
+            model_played.append(msg.role not in scripted)
             pair = totals.setdefault(msg.agent, [0.0, 0.0])
             pair[0] += float(adv[t])
             pair[1] += float(star[t])
@@ -333,14 +335,21 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
             agent_m.append(m)
             agent_o.append(o)
     fit = agreement(method_adv, oracle_adv, clusters, threshold=THRESHOLD, seed=seed)
+    model_fit = None
+    if any(model_played) and not all(model_played):  # the trained roles' utterances alone
+        keep = np.array(model_played)
+        model_fit = agreement(np.array(method_adv)[keep], np.array(oracle_adv)[keep], np.array(clusters)[keep],
+                              threshold=THRESHOLD, seed=seed)
     extra = engine.stats.extra_tokens if engine is not None else 0
     return {**fit.to_dict(), "agent_pearson": pearson(np.array(agent_m), np.array(agent_o)),
+            "model_pearson": None if model_fit is None else model_fit.pearson,
+            "model_pearson_ci": None if model_fit is None else model_fit.pearson_ci,
             "counterfactual_tokens": extra,
             "tokens_per_episode": (rollout_tokens + extra) / len(episodes), "seconds": seconds}
 
 
 # ------------------------------------------------------------------------------------- the table
-def _fmt(x: float, ci: Sequence[float] | None = None) -> str:
+def _fmt(x: float | None, ci: Sequence[float] | None = None) -> str:
     if x is None or not np.isfinite(x):
         return "–"
     if ci is None or not all(np.isfinite(c) for c in ci):
@@ -350,8 +359,8 @@ def _fmt(x: float, ci: Sequence[float] | None = None) -> str:
 
 def markdown_table(results: Sequence[dict[str, Any]]) -> str:
     lines = ["| setting | method | Pearson r [95% CI] | Spearman ρ [95% CI] | sign agreement, abs(A*) > 0.1 [95% CI] "
-             "| variance | agent-total r | tokens / episode | seconds |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| variance | agent-total r | LLM utterances r [95% CI] | tokens / episode | seconds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for label, row in res["methods"].items():
             if "skipped" in row:
@@ -359,6 +368,7 @@ def markdown_table(results: Sequence[dict[str, Any]]) -> str:
             lines.append(f"| {res['setting']} | {label} | {_fmt(row['pearson'], row['pearson_ci'])} | "
                          f"{_fmt(row['spearman'], row['spearman_ci'])} | {_fmt(row['sign'], row['sign_ci'])} "
                          f"({row['clear']}) | {row['variance']:.3f} | {_fmt(row['agent_pearson'])} | "
+                         f"{_fmt(row.get('model_pearson'), row.get('model_pearson_ci'))} | "
                          f"{row['tokens_per_episode']:.1f} | {row['seconds']:.1f} |")
     return "\n".join(lines)
 
@@ -378,15 +388,16 @@ def settings_table(results: Sequence[dict[str, Any]]) -> str:
 
 
 def headline(results: Sequence[dict[str, Any]]) -> str:
-    """Pearson r of grpo, continuation and shapley (replay) in the noisy-teammate settings."""
+    """Pearson r on the LLM solver's utterances of grpo, continuation and shapley (replay), noisy teammate."""
     parts = []
     for res in results:
         if not res["setting"].startswith("noisy teammate"):
             continue
-        cells = [f"{m} {_fmt(res['methods'][m].get('pearson', float('nan')))}"
+        cells = [f"{m} {_fmt(res['methods'][m].get('model_pearson'))}"
                  for m in ("grpo", "continuation", "shapley (replay)") if m in res["methods"]]
         parts.append(f"{res['setting'].removeprefix('noisy teammate ')}: {', '.join(cells)}")
-    return ("Pearson r with the true advantage, noisy teammate, " + "; ".join(parts) + ".") if parts else \
+    return ("Pearson r with the true advantage on the LLM solver's utterances, noisy teammate, "
+            + "; ".join(parts) + ".") if parts else \
         "credit fidelity measured (see the table)."
 
 
@@ -405,7 +416,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     results = []
     for setting in chosen:
         path = folder / (setting.name.replace(" ", "_").replace("=", "") + ".json")
-        key = {"model": model, "quick": quick, "seed": seed, "methods": list(methods or METHODS)}
+        key = {"model": model, "quick": quick, "seed": seed, "methods": list(methods or METHODS), "version": 2}
         if path.exists():
             stored = json.loads(path.read_text(encoding="utf-8"))
             if stored.get("key") == key:

@@ -442,6 +442,11 @@ class TrainConfig(_Section):
         None, ge=1, description="Train one adapter at a time, switching every k steps (None = all).")
     eval_every: int | None = Field(None, ge=1, description="Held-out eval every N steps (and at the "
                                                            "start and end); None = start and end only.")
+    eval_curve_limit: int | None = Field(
+        None, ge=1, description="Learning curve at a fraction of the cost: the evaluations every `eval_every` "
+                                "steps use the first N held-out problems, and the run also logs "
+                                "`heldout_curve` (those N problems) before training, at each of those steps "
+                                "and after training. None = every evaluation uses every held-out problem.")
     eval_cache: str | None = Field(
         None, description="Folder that keeps the held-out evaluation of the untrained team for reuse by "
                           "every run it equals (same model, team, protocol, controllers, tasks, eval "

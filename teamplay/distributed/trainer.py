@@ -137,13 +137,14 @@ class DistributedTrainer(Trainer):
         self.optimizer.load_state_dict(self.learner.optimizer_state())  # rank 0's, same parameter order
         return super()._checkpoint()
 
-    def _evaluate(self, label: str) -> EvalMetrics:
+    def _evaluate(self, label: str, items: Sequence[TaskItem] | None = None) -> EvalMetrics:
         if not self._pushed:
             self._push_state()
         if self.on_eval is not None:
             self.on_eval(label)
         runner = _EvalRunner(self.pool, sampling_params(self.cfg.eval_sampling))
-        _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
+        _, metrics = evaluate(runner, self.eval_task, self.eval_items if items is None else items,
+                              seed=self.cfg.seed)
         return metrics
 
     def shutdown(self) -> None:

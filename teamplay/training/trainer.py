@@ -235,9 +235,13 @@ class Trainer:
         # a fresh start (also --resume auto with no checkpoint yet) keeps no line of an earlier attempt
         logger.truncate_after(self.state.step if resumed_from is not None else -1)
         eval_before = None
+        curve = self._curve_items()
         if resumed_from is None and self.eval_items:
             eval_before = self._evaluate_untrained()
-            logger.log(0, {"heldout": eval_before.to_dict()})
+            first = {"heldout": eval_before.to_dict()}
+            if curve is not None:
+                first["heldout_curve"] = self._evaluate_untrained(curve).to_dict()
+            logger.log(0, first)
         history = []
         try:
             while not self.finished:
@@ -245,7 +249,9 @@ class Trainer:
                 metrics, step = result.metrics, result.step
                 last = self.finished
                 if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 and not last:
-                    metrics["heldout"] = self._evaluate(f"step {step}").to_dict()
+                    metrics["heldout"] = self._evaluate(f"step {step}", curve).to_dict()
+                    if curve is not None:
+                        metrics["heldout_curve"] = metrics["heldout"]
                 logger.log(step, metrics)
                 logger.log_episodes(step, self.episode_log(result))
                 history.append({"step": step, **metrics})
@@ -256,7 +262,10 @@ class Trainer:
             eval_after = None
             if self.eval_items:
                 eval_after = self._evaluate("after")
-                logger.log(self.state.step, {"heldout_final": eval_after.to_dict()})
+                last_line = {"heldout_final": eval_after.to_dict()}
+                if curve is not None:
+                    last_line["heldout_curve"] = self._evaluate("after (curve)", curve).to_dict()
+                logger.log(self.state.step, last_line)
         finally:
             logger.close()
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
@@ -446,20 +455,31 @@ class Trainer:
         self.state = dataclasses.replace(self.state, data_order=order, data_cursor=cursor, data_epoch=epoch)
         return picked
 
-    def _evaluate_untrained(self) -> EvalMetrics:
-        """The held-out evaluation before training, read from ``eval_cache`` when a run with the same
-        untrained team stored it (not with ``model.checkpoint``: its adapters are not fresh)."""
-        if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
-            return self._evaluate("before")
-        return cached_untrained_eval(Path(self.cfg.eval_cache), self.cfg.model_dump(mode="json"),
-                                     lambda: self._evaluate("before"))
+    def _curve_items(self) -> list[TaskItem] | None:
+        """The held-out problems of the learning curve (``eval_curve_limit``), or None."""
+        limit = self.cfg.eval_curve_limit
+        return None if limit is None or not self.eval_items else list(self.eval_items[:limit])
 
-    def _evaluate(self, label: str) -> EvalMetrics:
+    def _evaluate_untrained(self, items: Sequence[TaskItem] | None = None) -> EvalMetrics:
+        """The held-out evaluation before training, read from ``eval_cache`` when a run with the same
+        untrained team stored it (not with ``model.checkpoint``: its adapters are not fresh). ``items``:
+        the learning curve's first problems instead of all (cached under their own key)."""
+        label = "before" if items is None else "before (curve)"
+        if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
+            return self._evaluate(label, items)
+        config = self.cfg.model_dump(mode="json")
+        if items is not None:  # the first N distinct problems: the same evaluation as eval_task.limit = N
+            config["eval_task"] = {**(config.get("eval_task") or {}), "limit": len(items), "curve": True}
+        return cached_untrained_eval(Path(self.cfg.eval_cache), config, lambda: self._evaluate(label, items))
+
+    def _evaluate(self, label: str, items: Sequence[TaskItem] | None = None) -> EvalMetrics:
+        """The held-out evaluation of the current team on ``items`` (default: every held-out problem)."""
         if self.on_eval is not None:
             self.on_eval(label)
         runner = RolloutRunner(self.make_eval_env, self.backend, sampling_params(self.cfg.eval_sampling),
                                max_batch=self.cfg.backend.max_batch)
-        _, metrics = evaluate(runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
+        _, metrics = evaluate(runner, self.eval_task, self.eval_items if items is None else items,
+                              seed=self.cfg.seed)
         return metrics
 
     def _prefetch_replays(self, batches: Sequence[CreditBatch], step: int, rollout_tokens: int) -> None:
@@ -552,6 +572,7 @@ class CheckpointWarning(TeamplayWarning):
 
 #: config fields a resumed run may change: how long it runs and what it logs, never what it learns
 RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_task", "eval_sampling", "eval_every",
+                     "eval_curve_limit",
                      "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
                      # the checkpoint format is the same with or without Ray
                      "backend.max_batch", "model.checkpoint", "model.device", "distributed")

@@ -138,56 +138,64 @@ def test_token_credit_step_quick(tiny_model):
     assert all(n == 0 for n in counts["message-level `grpo`"])  # the baseline really is message-level
 
 
-@pytest.mark.slow  # 3 methods x 2 seeds of 1 tiny training step: about 30-60 s
+@pytest.mark.slow  # 2 methods x 2 seeds of 2 tiny training steps: about 30-60 s
 def test_credit_arena_quick_path(tiny_model, tmp_path):
     from benchmarks import credit_arena
 
-    # three of the applicable methods (each run trains a tiny model: the smoke test keeps it to 6 runs)
-    result = credit_arena.run(model=tiny_model, folder=tmp_path / "arena", sizes=(1, 1, 2, 2, 2),
-                              only=("grpo", "shapley (replay)", "cosac"))
-    _check(result, "credit_arena")
-    assert list(result.data["labels"].values()) == ["grpo", "shapley (replay)", "cosac"]
-    # every listed method passes the trainer's checks for both settings (cosac included: reviews
-    # are labelled by their verdicts), so none is refused
-    assert result.data["refused"] == {}
-    for setting in ("controlled", "full"):
-        ok, refused = credit_arena.applicable_methods(credit_arena.arena_config(setting, True, tiny_model))
-        assert refused == {} and list(ok) == list(credit_arena.ARENA_METHODS)
-    for point in result.data["results"]["points"]:
-        assert point["seeds"] == [0, 1]
-        assert point["metrics"]["heldout/team_accuracy"]["n"] == 2
-        m = point["metrics"]
-        replay = m.get("budget/replay_tokens", {"values": [0.0, 0.0]})["values"]
-        # the budget per seed: rollout tokens plus the counterfactual tokens replays generated
-        assert m["budget/generated_tokens"]["values"] == [
-            t + r for t, r in zip(m["budget/tokens"]["values"], replay, strict=True)]
-        # every run stopped at the shared token budget (or at the step cap, if it came first)
-        base = result.data["config"]
-        for spent, steps in zip(m["budget/generated_tokens"]["values"], m["budget/steps"]["values"], strict=True):
-            assert spent >= base["token_budget"] or steps == base["steps"]
-    assert [line.split(" |")[0] for line in result.table.splitlines()[2:]] == ["| grpo", "| shapley (replay)",
-                                                                               "| cosac"]
+    # two methods x two paired seeds of the noisy-teammate setting, 2 steps, a curve point per step
+    result = credit_arena.run(model=tiny_model, settings=("noisy_q05",), folder=tmp_path / "arena",
+                              only=("grpo", "continuation"), sizes=(2, 1, 2, 3, 2, 1))
+    assert result.name == "credit_arena" and result.headline.startswith("noisy_q05: grpo gain")
+    data = result.data["noisy_q05"]
+    assert data["refused"] == {} and data["runs_total"] == 4
+    for label in ("grpo", "continuation"):
+        assert sorted(data["per_seed"][label]) == [0, 1]  # paired: both methods ran seeds 0 and 1
+        for seed, curve in data["curves"][label].items():
+            assert [step for step, _ in curve] == [0, 1, 2]  # before, every step, after
+            m = data["per_seed"][label][seed]
+            # the curve's subset (the first 3 of 3 held-out problems here) is the whole set
+            assert curve[-1][1] == pytest.approx(m["heldout/team_accuracy"])
+            assert m["heldout_gain/team_accuracy"] == pytest.approx(curve[-1][1] - curve[0][1])
+    # the same training episodes for every method; continuation's replays add generated tokens
+    grpo, cont = data["per_seed"]["grpo"][0], data["per_seed"]["continuation"][0]
+    assert grpo["budget/steps"] == cont["budget/steps"] == 2
+    assert grpo["replay_episodes"] == 0 and grpo["budget/generated_tokens"] == grpo["budget/tokens"]
+    # (the tiny model may give groups of equal rewards, which need no replay: the identity still holds)
+    assert cont["budget/generated_tokens"] == cont["budget/tokens"] + cont.get("budget/replay_tokens", 0.0)
+    table = result.table.splitlines()
+    assert any(line.startswith("| continuation | 2 |") for line in table)
+    assert any(n.startswith("Calibration: grpo's gain") for n in result.notes)
+    # the learning-curve figure of the finished runs
+    png = credit_arena.figure(data, tmp_path / "curves.png")
+    assert png is not None and png.stat().st_size > 1000
+    # running again resumes the stored sweep: nothing new is trained, the table is the same
+    again = credit_arena.run(model=tiny_model, settings=("noisy_q05",), folder=tmp_path / "arena",
+                             only=("grpo", "continuation"), sizes=(2, 1, 2, 3, 2, 1))
+    assert again.table == result.table
 
 
-@pytest.mark.slow  # one tiny run of the full setting: about 10-20 s
-def test_credit_arena_full_setting_runs_its_message_level_methods(tiny_model, tmp_path):
+def test_credit_arena_settings_and_statistics(tiny_model):
     from benchmarks import credit_arena
 
-    assert credit_arena.SETTING_METHODS["full"] == credit_arena.MESSAGE_METHODS
-    assert not any("token" in label for label in credit_arena.MESSAGE_METHODS)
-    assert {"grpo", "shapley (masking)", "shapley (replay)", "continuation", "tracer_roles",
-            "cosac"} <= set(credit_arena.MESSAGE_METHODS)
-    base = credit_arena.arena_config("full", False, tiny_model)
-    assert base["eval_task"]["limit"] >= 200 and base["eval_task"]["distinct"]
-    result = credit_arena.run(model=tiny_model, setting="full", folder=tmp_path / "full", sizes=(1, 1, 2, 3, 1),
-                              only=("grpo",))
-    _check(result, "credit_arena_full")
-    (point,) = result.data["results"]["points"]
-    assert point["metrics"]["heldout/team_accuracy"]["n"] == 1
-    left_out = next(n for n in result.notes if n.startswith("Not in this setting"))
-    assert "shapley (replay)" in left_out and "grpo + token aem" in left_out
+    for setting in credit_arena.SETTINGS:
+        base = credit_arena.arena_config(setting, tiny_model, credit_arena.sizes_of(setting, "default"))
+        assert base["eval_task"]["limit"] >= 200 and base["eval_task"]["distinct"]
+        assert base["eval_every"] and base["steps"] % base["eval_every"] == 0
+        assert base["eval_curve_limit"] == 64  # the learning curve's fixed subset
+        ok, refused = credit_arena.applicable_methods(base, credit_arena.SETTING_METHODS[setting])
+        assert refused == {} and list(ok) == list(credit_arena.SETTING_METHODS[setting])
+        assert credit_arena.sizes_of(setting, "default")[4] >= 5  # at least 5 paired seeds
     with pytest.raises(ValueError, match="unknown arena method.*shapely"):
-        credit_arena.run(model=tiny_model, setting="full", folder=tmp_path / "x", only=("shapely",))
+        credit_arena.run_setting("noisy_q0", tiny_model, only=("grpo", "shapely"))
+    with pytest.raises(ValueError, match="keep grpo"):
+        credit_arena.run_setting("noisy_q0", tiny_model, only=("continuation",))
+    # paired differences: seed by seed, over the seeds both hold (hand-worked)
+    mean, half, n = credit_arena.paired_difference({0: 0.5, 1: 0.7, 2: 0.9}, {0: 0.4, 1: 0.4, 2: 0.8})
+    assert n == 3 and mean == pytest.approx(0.5 / 3)  # differences 0.1, 0.3, 0.1
+    # sd of (0.1, 0.3, 0.1) = 0.11547; t(0.975, 2) = 4.3027; half = 4.3027 * 0.11547 / sqrt(3)
+    assert half == pytest.approx(4.302653 * 0.1154701 / 3 ** 0.5, rel=1e-5)
+    assert credit_arena.curve_area([(0, 0.2), (4, 0.4), (8, 0.4)]) == pytest.approx(0.35)
+    assert credit_arena.curve_area([(0, 0.3)]) == pytest.approx(0.3)
 
 
 def test_credit_fidelity_quick_path(tiny_model, tmp_path):

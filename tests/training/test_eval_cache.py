@@ -83,3 +83,23 @@ def test_an_unreadable_cache_entry_is_evaluated_again_with_a_warning(tmp_path):
     with pytest.warns(TeamplayWarning, match="unreadable cached evaluation"):
         assert cached_untrained_eval(tmp_path, config, compute) == metrics
     assert len(calls) == 2 and json.loads(entry.read_text())["team_accuracy"] == 0.5
+
+
+def test_learning_curve_on_the_first_held_out_problems(tmp_path):
+    """``eval_curve_limit``: the intermediate evaluations use the first N problems, and the run logs
+    ``heldout_curve`` on those N before training, at every ``eval_every`` step and after training;
+    the untrained curve point is cached apart from the whole-set evaluation."""
+    trainer, seen = _with_eval(tmp_path, "curve", {"steps": 2, "eval_every": 1, "eval_curve_limit": 2})
+    trainer.train()
+    assert seen == ["before", "before (curve)", "step 1", "after", "after (curve)"]
+    rows = [json.loads(line) for line in (tmp_path / "curve" / "run" / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in rows if r["step"] == 0)
+    assert first["heldout"]["episodes"] == 4 and first["heldout_curve"]["episodes"] == 2
+    middle = next(r for r in rows if r["step"] == 1 and "reward_mean" in r)
+    assert middle["heldout"]["episodes"] == 2 and middle["heldout_curve"] == middle["heldout"]
+    last = next(r for r in rows if "heldout_final" in r)
+    assert last["step"] == 2 and last["heldout_final"]["episodes"] == 4 and last["heldout_curve"]["episodes"] == 2
+    assert len(list((tmp_path / "cache").iterdir())) == 2  # the whole set and the curve's first 2
+    again, seen_again = _with_eval(tmp_path, "again", {"steps": 1, "eval_curve_limit": 2, "optim": {"lr": 0.02}})
+    again.train()
+    assert seen_again == ["after", "after (curve)"]  # both untrained evaluations read from the cache
