@@ -6,7 +6,7 @@ untrained team; only then does a comparison of credit methods say anything (the 
 null result because even grpo did not learn: 1-2 optimiser updates per run).
 
 Settings (arith sums of two numbers up to 40, answer-first replies "The answer is ..." with 6 new
-tokens, temperature 1 in training, greedy held-out evaluation):
+tokens, temperature 0.7 in training, greedy held-out evaluation):
 
 * ``noisy_q0`` / ``noisy_q05``: a trained LLM solver answers once, then a scripted teammate replaces
   the team's answer with a wrong one with probability q = 0 or 0.5 (``scripted:noisy_teammate``),
@@ -97,6 +97,9 @@ CURVE_PROBLEMS = 64
 TASK = {"level": 1, "max_operand": 40}  # the test split holds 253 distinct problems (200 used)
 NEW_TOKENS = 6
 LR = 5e-4
+#: training temperature: at 1.0 the untrained solver was right on none of 32 sampled answers in the
+#: calibration probe (no group had unequal rewards); at 0.7 (the demo's) grpo learned
+TEMPERATURE = 0.7
 REPLY_PREFIX = "The answer is"
 SOLVER_PROMPT = "You solve arithmetic problems."
 CHAIN = {"n_agents": 2, "reply_prefix": REPLY_PREFIX, "first_instruction": "Give the answer.",
@@ -135,7 +138,7 @@ def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int,
         "team": team,
         "rollout": {"problems_per_step": problems, "group_size": group},
         "backend": {"max_prompt_tokens": 512},
-        "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": 1.0},
+        "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": TEMPERATURE},
         "eval_sampling": {"max_new_tokens": NEW_TOKENS},
         "optim": {"lr": LR, "minibatch_size": 16},
         "steps": steps, "eval_every": eval_every, "eval_curve_limit": min(CURVE_PROBLEMS, heldout),
@@ -261,6 +264,8 @@ def replay_episodes(run_dir: Path) -> float:
 #: (metric key in run_metrics, column name, digits)
 MEASURES = (("heldout/team_accuracy", "team acc.", 3), ("heldout_gain/team_accuracy", "gain over untrained", 3),
             ("curve_area", "curve area", 3))
+#: the solver's own answer before the teammate acts (team accuracy = (1 - q) x this, plus the coin)
+NOISY_MEASURES = (("heldout/initial_accuracy", "solver acc.", 3),)
 PR_MEASURES = (("heldout/team/first_answer_accuracy/proposer", "proposer first acc.", 3),
                ("heldout/team/verdict_accuracy", "verdict acc.", 3), ("heldout/team/wrong_caught", "wrong caught", 3),
                ("heldout/team/right_rejected", "right rejected", 3))
@@ -287,7 +292,7 @@ DOES_NOT_LEARN = "NOT beyond its interval: no comparison in this setting says an
 def markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
     """(table, notes, headline) of one setting's result."""
     setting = result["setting"]
-    measures = MEASURES + (PR_MEASURES if setting == "pr" else ())
+    measures = MEASURES + (PR_MEASURES if setting == "pr" else NOISY_MEASURES)
     header = ["method", "seeds", *(name for _, name, _ in measures),
               *(f"Δ {name} vs grpo (paired)" for _, name, _ in MEASURES), *(name for _, name, _ in COSTS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -315,7 +320,8 @@ def markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
         f"Setting `{setting}`: {done} of {result['runs_total']} runs finished; {steps} steps of {problems} problems x "
         f"{group} episodes for every method (the same training episodes), held-out: {heldout} distinct arith "
         f"test problems (operands up to {TASK['max_operand']}), greedy, every {eval_every} steps and after "
-        f"training; LoRA r 8 on q and v, lr {LR}, {NEW_TOKENS} new tokens per message, temperature 1. Cells: mean "
+        f"training; LoRA r 8 on q and v, lr {LR}, {NEW_TOKENS} new tokens per message, temperature {TEMPERATURE}. "
+        "Cells: mean "
         "± 95% t interval over seeds; 'Δ ... vs grpo' is the mean of per-seed differences with its interval "
         "(seeds paired: same data order, initialisation and sampling streams); 'curve area' is the mean "
         "held-out accuracy over training (trapezoid area / steps); 'generated tokens' include the "

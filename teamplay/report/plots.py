@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from teamplay.report.analysis import FREE_RIDER_THRESHOLD, agent_credit  # noqa: E402
 from teamplay.report.data import RunData, StepMetrics  # noqa: E402
+from teamplay.training.atomic import write_atomically  # noqa: E402
 from teamplay.training.evaluation import EvalMetrics  # noqa: E402
 from teamplay.training.sweep import t_quantile_975  # noqa: E402
 
@@ -85,26 +85,8 @@ def _save(fig, path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, dpi=DPI, format="png", metadata={"Software": None})
     plt.close(fig)
-    _write_bytes_atomically(path, buf.getvalue())
+    write_atomically(path, buf.getvalue())
     return path
-
-
-def _write_bytes_atomically(path: Path, data: bytes) -> None:
-    """``teamplay.training.atomic.write_atomically`` for bytes (temporary sibling, fsync, rename).
-
-    That writer takes text only; this is the same steps for a PNG, to be folded into it once it
-    accepts bytes.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _marker(n_points: int) -> str | None:

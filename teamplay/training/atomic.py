@@ -6,17 +6,19 @@ import os
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` through a temporary sibling, fsync and a rename.
+def write_atomically(path: Path, content: str | bytes) -> None:
+    """Replace ``path`` by ``content`` (text, written as UTF-8, or bytes) through a temporary
+    sibling, fsync and a rename.
 
     A kill at any moment, or a full disk, leaves either the old content whole or the new content
     whole; a failed write removes its temporary file and re-raises the ``OSError``.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    data = content.encode("utf-8") if isinstance(content, str) else content
     try:
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(text)
+        with tmp.open("wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

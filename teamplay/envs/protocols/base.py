@@ -137,6 +137,13 @@ class ProtocolOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
 
+class ReplyPrefixOptions(ProtocolOptions):
+    """Options of protocols whose model replies may start with a fixed text (answer-first replies)."""
+
+    reply_prefix: str = Field("", max_length=64, description=(
+        "Text every model reply starts with, e.g. 'The answer is' (empty: none)."))
+
+
 class SkippableOptions(ProtocolOptions):
     """Options of protocols with skippable turns."""
 
@@ -328,7 +335,14 @@ class Protocol(ABC):
             agent=turn.agent, role=turn.role, stage=turn.stage, round=turn.round, chat=tuple(chat),
             adapter=None if role.scripted else role.adapter_name, item=state.item, transcript=visible,
             metadata=MappingProxyType(dict(self.turn_metadata(state, turn))),
-            expects="verdict" if turn.stage in self.verdict_stages else "answer")
+            expects="verdict" if turn.stage in self.verdict_stages else "answer",
+            reply_prefix=self.reply_prefix(state, turn))
+
+    def reply_prefix(self, state: ProtocolState, turn: TurnSpec) -> str:
+        """Text the model's reply to ``turn`` starts with (the backend puts it after the assistant
+        generation prompt; the reply keeps it). Default: the ``reply_prefix`` option if the
+        protocol has one (``ReplyPrefixOptions``), else none."""
+        return getattr(self.options, "reply_prefix", "")
 
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.options.model_dump().items() if k != "controller"}

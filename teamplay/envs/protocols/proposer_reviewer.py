@@ -35,7 +35,6 @@ WRONG review since the pending proposal was set) and the latest parsed verdict.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import string
 from collections.abc import Mapping
@@ -55,7 +54,7 @@ from teamplay.envs.protocols.base import (
     check_count_option,
 )
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.records import Message, TaskItem, TurnRequest
+from teamplay.records import Message, TaskItem
 
 PROPOSER_PROMPT = ("You are the proposer in a problem-solving team. Solve the problem step by step. "
                    "When a reviewer says your answer is wrong, find the mistake and fix it.")
@@ -225,10 +224,8 @@ class ProposerReviewer(Protocol):
         author = state.pending.agent if state.pending is not None else "nobody"
         return template.format(answer=_shown(state.pending_answer), author=author)
 
-    def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
-        request = super().build_request(state, turn)
-        prefix = {"review": self.options.verdict_prefix, "propose": self.options.proposal_prefix}.get(turn.stage, "")
-        return dataclasses.replace(request, reply_prefix=prefix) if prefix else request
+    def reply_prefix(self, state: ProtocolState, turn: TurnSpec) -> str:
+        return {"review": self.options.verdict_prefix, "propose": self.options.proposal_prefix}.get(turn.stage, "")
 
     def turn_metadata(self, state: ProtocolState, turn: TurnSpec) -> Mapping[str, Any]:
         assert isinstance(state, ReviewState)

@@ -10,23 +10,22 @@ Options beyond the chain length, for short answer-first chains (the credit-fidel
 them on a CPU): ``first_instruction`` and ``next_instruction`` replace the two turn instructions,
 and ``reply_prefix`` (e.g. ``"The answer is"``) starts every model reply (the backend puts it after
 the assistant generation prompt; the reply text keeps it). Every turn's request carries the running
-answer (the latest spoken answer, None before any) as ``metadata["pending_answer"]``, which
-scripted teammates such as ``noisy_teammate`` act on.
+answer, the chain's output so far (the latest link's answer; None before any, or after a link that
+gave none), as ``metadata["pending_answer"]``, which scripted teammates such as ``noisy_teammate``
+act on.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
 
 from teamplay.agents.roles import Role, Team
-from teamplay.envs.protocols.base import Protocol, ProtocolOptions, ProtocolState, RoleSpec, TurnSpec
+from teamplay.envs.protocols.base import Protocol, ProtocolState, ReplyPrefixOptions, RoleSpec, TurnSpec
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.errors import ConfigError
-from teamplay.records import TurnRequest
 
 MEMBER_PROMPT = ("You are one member of a chain of problem solvers. Read your teammates' earlier work, "
                  "fix any mistake you find, and write a complete solution.")
@@ -35,15 +34,13 @@ NEXT_INSTRUCTION = ("Your teammates' solutions are above. Check them step by ste
                     "mistake, and give your own complete solution with the final answer.")
 
 
-class SequentialOptions(ProtocolOptions):
+class SequentialOptions(ReplyPrefixOptions):
     n_agents: int | None = Field(None, ge=1, le=16, description="Chain length K with the default "
                                  "team (one role 'solver' with K agents). None: 3, or the team's size.")
     first_instruction: str | None = Field(None, min_length=1, max_length=2000,
                                           description="The first agent's turn instruction (None: the default).")
     next_instruction: str | None = Field(None, min_length=1, max_length=2000,
                                          description="Every later agent's turn instruction (None: the default).")
-    reply_prefix: str = Field("", max_length=64, description=(
-        "Text every model reply starts with, e.g. 'The answer is' (empty: none)."))
 
 
 @register_protocol
@@ -78,11 +75,6 @@ class Sequential(Protocol):
         if turn.round == 0:
             return self.options.first_instruction or FIRST_INSTRUCTION
         return self.options.next_instruction or NEXT_INSTRUCTION
-
-    def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
-        request = super().build_request(state, turn)
-        prefix = self.options.reply_prefix
-        return dataclasses.replace(request, reply_prefix=prefix) if prefix else request
 
     def turn_metadata(self, state: ProtocolState, turn: TurnSpec) -> Mapping[str, Any]:
         return {"pending_answer": self.final_answer(state)}

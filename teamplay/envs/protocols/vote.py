@@ -7,7 +7,6 @@ ties go to the answer voted first).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from pydantic import Field
@@ -15,8 +14,8 @@ from pydantic import Field
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
     Protocol,
-    ProtocolOptions,
     ProtocolState,
+    ReplyPrefixOptions,
     RoleSpec,
     TurnSpec,
     check_count_option,
@@ -24,17 +23,15 @@ from teamplay.envs.protocols.base import (
 )
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.protocols.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
-from teamplay.records import Message, TurnRequest
+from teamplay.records import Message
 
 
-class VoteOptions(ProtocolOptions):
+class VoteOptions(ReplyPrefixOptions):
     n_agents: int | None = Field(
         None, ge=1, le=64,
         description="Number of solvers. None: the team decides (default team: 3).")
     instruction: str | None = Field(None, min_length=1, max_length=2000,
                                     description="The solvers' turn instruction (None: the default).")
-    reply_prefix: str = Field("", max_length=64, description=(
-        "Text every model reply starts with, e.g. 'The answer is' (empty: none)."))
 
 
 @register_protocol
@@ -65,11 +62,6 @@ class Vote(Protocol):
 
     def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
         return self.options.instruction or SOLVE_INSTRUCTION
-
-    def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
-        request = super().build_request(state, turn)
-        prefix = self.options.reply_prefix
-        return dataclasses.replace(request, reply_prefix=prefix) if prefix else request
 
     def final_answer(self, state: ProtocolState) -> str | None:
         return majority_of_latest(state, state.team.role("solver").agent_ids())
