@@ -475,8 +475,8 @@ class TrainConfig(_Section):
             raise ValueError("sampling.top_p/top_k: training rollouts must sample the full distribution "
                              "(top_p=1, top_k=0) so the behaviour log-probs and the trainer's ratio refer "
                              "to the same policy")
-        if self.team is not None and not any(role.trainable and not role.scripted for role in self.team.roles):
-            raise ValueError("team.roles: no role is trainable (set trainable: true on at least one)")
+        if self.team is not None:
+            self.team.require_trainable()
         _check_backend_fits_model(self.backend, self.model)
         return self
 

@@ -16,6 +16,12 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from teamplay.errors import ConfigError
+
+#: why a team with nothing to train is refused (config load, run wiring, federated server)
+NO_TRAINABLE_ROLE = ("team.roles: no role is trainable (set trainable: true on at least one role that "
+                     "the model plays; scripted roles never train)")
+
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -141,6 +147,12 @@ class Team(BaseModel):
     def adapter_names(self) -> tuple[str, ...]:
         """Distinct adapters of the model-played roles, in role order (scripted roles have none)."""
         return tuple(dict.fromkeys(r.adapter_name for r in self.roles if not r.scripted))
+
+    def require_trainable(self) -> None:
+        """Refuse (ConfigError) a team in which nothing can learn: every role frozen or scripted.
+        The one statement of this rule; the config, the run wiring and the federated server ask it."""
+        if not any(role.trainable and not role.scripted for role in self.roles):
+            raise ConfigError(NO_TRAINABLE_ROLE)
 
     def scripted_roles(self) -> dict[str, str]:
         """{role name: policy spec} of the roles a scripted policy plays."""

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from teamplay.agents.roles import NO_TRAINABLE_ROLE
 from teamplay.config import FederatedConfig
 from teamplay.errors import ConfigError
 from teamplay.federated import strategies
@@ -89,7 +90,7 @@ class FederatedServer:
         self.team_model = build_team_model(cfg.model, team, cfg.seed)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         if not self.trainable:
-            raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one)")
+            raise ConfigError(NO_TRAINABLE_ROLE)
         self.layout = param_layout(self.team_model, self.trainable)
         backend = build_backend(cfg.model, cfg.backend, team, team_model=self.team_model,
                                 max_new_tokens=cfg.eval_sampling.max_new_tokens)

@@ -323,9 +323,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         make_eval_env, _ = env_factory(eval_task, cfg.protocol, team)
     else:
         make_eval_env = make_env
-    if not any(role.trainable and not role.scripted for role in team.roles):  # default team, before the model loads
-        raise ConfigError("team.roles: no role is trainable (set trainable: true on at least one role "
-                          "that the model plays; scripted roles never train)")
+    team.require_trainable()  # the protocol's default team too, before the model loads
     if cfg.credit.token is not None and cfg.credit.token.roles is not None:  # before the model loads
         names = {role.name for role in team.roles}
         unknown = sorted(set(cfg.credit.token.roles) - names)
