@@ -68,6 +68,7 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "shapley (masking)": {"method": "shapley", "options": {"value": "masking"}},
     "cal_grpo": {"method": "cal_grpo"},
     "loto (replay)": {"method": "loto", "options": {"value": "replay"}},
+    "shape_max": {"method": "shape_max"},
 }
 
 #: labels each setting runs by default (``--methods`` replaces them)
@@ -404,7 +405,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n## {setting}\n\n{table}", *notes, headline, sep="\n\n")
         if args.quick:
             continue
-        png = figure(result, FIGURES / f"credit_arena_{setting}{'-full' if args.full else ''}.png")
+        # a --methods run is another comparison: its own region and figure, the default table stays
+        suffix = ("_full" if args.full else "") + ("_more" if only is not None else "")
+        png = figure(result, FIGURES / f"credit_arena_{setting}{suffix}.png")
         flags = [f"--setting {setting}", *(["--full"] if args.full else []),
                  *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
                  *([f"--methods '{args.methods}'"] if args.methods else [])]
@@ -412,8 +415,8 @@ def main(argv: list[str] | None = None) -> None:
             " ".join(["python -m benchmarks.credit_arena", *flags]), line)
         if png is not None:
             body += f"\n![learning curves: {setting}](benchmarks/figures/{png.name})\n"
-        write_regions(DEFAULT_OUTPUT, {region_name(setting) + ("_full" if args.full else ""): body})
-        print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting)}")
+        write_regions(DEFAULT_OUTPUT, {region_name(setting) + suffix: body})
+        print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting) + suffix}")
 
 
 if __name__ == "__main__":
