@@ -10,7 +10,7 @@ argmax, and is counted, not hidden).
 
 Two teams (embedded model, greedy, one thread):
 
-* the credit arena's full setting (``benchmarks.credit_arena``, short prompts, 8 new tokens);
+* the credit arena's proposer/reviewer setting (``benchmarks.credit_arena``, short prompts, 6 new tokens);
 * ``proposer_reviewer`` with the default prompts on arith level 2 (24 new tokens).
 
     python -m benchmarks prompt_prefix            # 48 problems per team
@@ -28,8 +28,8 @@ from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table,
 def _teams(model: str, n: int, quick: bool) -> dict[str, dict[str, Any]]:
     from benchmarks.credit_arena import arena_config
 
-    arena = arena_config("full", False, model, (1, 1, 2, n, 1))
-    teams = {"credit arena (full setting)": arena}
+    arena = arena_config("pr", model, (1, 1, 2, n, 1, 1))
+    teams = {"credit arena (proposer/reviewer setting)": arena}
     if not quick:
         default = {**arena, "team": {"roles": [{"name": "proposer"}, {"name": "reviewer"}]},
                    "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
