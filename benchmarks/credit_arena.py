@@ -172,17 +172,12 @@ def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dic
 
 # ------------------------------------------------------------------------------------- statistics
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """(mean, half-width of the two-sided 95% Student-t interval); NaN half-width below 2 values."""
-    from teamplay.training.sweep import t_quantile_975
+    """(mean, half-width of the two-sided 95% Student-t interval): the sweep table's ``Cell``;
+    NaN half-width below 2 values, NaN mean with none."""
+    from teamplay.training.sweep import Cell
 
-    n = len(values)
-    if n == 0:
-        return (math.nan, math.nan)
-    mean = sum(values) / n
-    if n < 2:
-        return (mean, math.nan)
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return (mean, t_quantile_975(n - 1) * math.sqrt(var / n))
+    cell = Cell(tuple(values))
+    return (cell.mean, cell.ci95) if cell.n else (math.nan, math.nan)
 
 
 def paired_difference(method: dict[int, float], baseline: dict[int, float]) -> tuple[float, float, int]:

@@ -261,8 +261,6 @@ def _varied_groups(episodes) -> int:
 def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backend, sampling, cfg, team,
                 team_model, seed) -> dict[str, Any]:
     """One method's advantages on the episodes, and their agreement with ``true_adv``."""
-    import dataclasses
-
     from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
     from teamplay.credit.characteristic import last_answer_scorer
     from teamplay.credit.fidelity import agreement, pearson
@@ -299,16 +297,10 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
             transcript_scorer=last_answer_scorer(lambda answer, item=item: task.score_answer(answer, item)),
             backend=backend, replay=engine, answer_probability=answer_probability, batch_rewards=step_rewards)
         batches.append(CreditBatch(episodes=tuple(group), item=item, score=task.score, extract=task.extract,
-                                   resources=dataclasses.replace(resources)))
+                                   resources=resources))
     try:
-        if engine is not None:  # the trainer's two passes: record every replay, run them in one batch
-            with engine.recording():
-                for batch in batches:
-                    try:
-                        assign(name, batch, parsed)
-                    except (ValueError, RuntimeError, ArithmeticError):
-                        continue
-            engine.flush()
+        if engine is not None:  # as the trainer does: every replay of the method in one batch
+            engine.prefetch(lambda batch: assign(name, batch, parsed), batches)
         credited = {}
         for batch in batches:
             for ep, adv in zip(batch.episodes, assign(name, batch, parsed), strict=True):

@@ -54,32 +54,27 @@ class PrefixOracle:
     def values(self, episodes: Sequence[Episode], items: dict[str, TaskItem]) -> list[np.ndarray]:
         """Per episode, its prefix values, shape [T + 1]: ``V[t]`` for the first ``t`` messages,
         ``V[T]`` = the recorded reward. ``items`` maps problem ids to problems."""
-        first_of: dict[str, Episode] = {}
+        first: dict[str, ReplayQuery] = {}  # the empty prefix, one query per problem
         queries: list[ReplayQuery] = []
-        where: list[list[ReplayQuery | None]] = []
+        rows: list[list[ReplayQuery]] = []
         for ep in episodes:
             item = items[ep.problem_id]
-            row: list[ReplayQuery | None] = []
+            row = []
             for t in range(len(ep.messages)):
-                source = first_of.setdefault(ep.problem_id, ep) if t == 0 else ep
-                query = ReplayQuery(episode=source, item=item, kept=frozenset(ep.agents), start=t)
-                if t > 0 or source is ep:
-                    queries.append(query)
-                    row.append(query)
-                else:  # the shared empty prefix: read the problem's first episode's query
-                    row.append(None)
-            where.append(row)
+                if t == 0 and ep.problem_id in first:
+                    row.append(first[ep.problem_id])
+                    continue
+                query = ReplayQuery(episode=ep, item=item, kept=frozenset(ep.agents), start=t)
+                if t == 0:
+                    first[ep.problem_id] = query
+                queries.append(query)
+                row.append(query)
+            rows.append(row)
         scores = self.engine.scores(queries, self.samples, None) if queries else []
-        value_of = {q.key(): float(np.mean(s)) for q, s in zip(queries, scores, strict=True)}
+        value_of = {id(q): float(np.mean(s)) for q, s in zip(queries, scores, strict=True)}
         out = []
-        for ep, row in zip(episodes, where, strict=True):
-            v = np.empty(len(ep.messages) + 1, dtype=np.float64)
-            for t, query in enumerate(row):
-                if query is None:
-                    source = first_of[ep.problem_id]
-                    query = ReplayQuery(episode=source, item=items[ep.problem_id], kept=frozenset(ep.agents), start=0)
-                v[t] = value_of[query.key()]
-            v[len(ep.messages)] = float(ep.reward)
+        for ep, row in zip(episodes, rows, strict=True):
+            v = np.array([value_of[id(q)] for q in row] + [float(ep.reward)], dtype=np.float64)
             out.append(v)
         return out
 

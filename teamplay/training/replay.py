@@ -186,6 +186,19 @@ class RolloutReplayEngine:
             recorded, self._recording = self._recording, None
             self._pending = recorded
 
+    def prefetch(self, credit: Callable[[Any], Any], batches: Sequence[Any]) -> None:
+        """Every replay ``credit(batch)`` will ask for over ``batches``, run in one batch: a first
+        pass records its queries (placeholder values, results discarded), :meth:`flush` runs them
+        together, and the caller's real pass reads the cache. A method whose queries depend on the
+        values it gets asks the rest on demand in the real pass (still batched per call)."""
+        with self.recording():
+            for batch in batches:
+                try:
+                    credit(batch)
+                except (ValueError, RuntimeError, ArithmeticError):
+                    continue  # placeholder values may upset a method; the real pass reports real errors
+        self.flush()
+
     def flush(self) -> None:
         """Run every query recorded by the last ``recording`` block, in one batch."""
         recorded = getattr(self, "_pending", None)

@@ -483,19 +483,10 @@ class Trainer:
         return metrics
 
     def _prefetch_replays(self, batches: Sequence[CreditBatch], step: int, rollout_tokens: int) -> None:
-        """Every replay the step's credit will ask for, in one batch: a first pass of the credit
-        method records its queries (values are placeholders, results discarded), the engine runs
-        them all together, and the real pass reads the cache. A method whose queries depend on the
-        values it gets asks the rest on demand in the real pass (still batched per call)."""
+        """Every replay the step's credit will ask for, in one batch (``RolloutReplayEngine.prefetch``)."""
         assert self.replay is not None
         self.replay.begin_step(step, rollout_tokens)
-        with self.replay.recording():
-            for batch in batches:
-                try:
-                    assign(self.cfg.credit.method, batch, self.credit_options)
-                except (ValueError, RuntimeError, ArithmeticError):
-                    continue  # placeholder values may upset a method; the real pass reports real errors
-        self.replay.flush()
+        self.replay.prefetch(lambda batch: assign(self.cfg.credit.method, batch, self.credit_options), batches)
 
     def _credit_record(self, episode: Episode) -> dict[str, Any]:
         """How the episode's messages were valued, for reports: the method and, for replay-based
