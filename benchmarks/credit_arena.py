@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
-from teamplay.report.sweep_page import curve_area
+from teamplay.report.sweep_page import curve_area, run_learning_curve
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
@@ -235,18 +235,9 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
         metrics = run_metrics(run_dir)
         metrics["replay_episodes"] = replay_episodes(run_dir)
         per_seed[label_of[r.label]][r.seed] = metrics
-        curves[label_of[r.label]][r.seed] = learning_curve(run_dir)
+        curves[label_of[r.label]][r.seed] = run_learning_curve(run_dir)  # on the fixed 64-problem subset
     return {"setting": setting, "size": size, "sizes": sizes, "config": base, "refused": refused,
             "per_seed": per_seed, "curves": curves, "folder": str(out), "runs_total": len(sweep.runs)}
-
-
-def learning_curve(run_dir: Path) -> list[tuple[int, float]]:
-    """(step, held-out team accuracy on the curve's fixed subset) of one finished run: before
-    training, every ``eval_every`` steps, and after its last step (``heldout_curve``)."""
-    from teamplay.training.metrics import read_metrics
-
-    return sorted({int(row.get("step", 0)): float(row["heldout_curve"]["team_accuracy"])
-                   for row in read_metrics(run_dir) if "heldout_curve" in row}.items())
 
 
 def replay_episodes(run_dir: Path) -> float:

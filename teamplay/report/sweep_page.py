@@ -106,23 +106,33 @@ def sweep_learning_curves(folder: Path, metric: str = "team_accuracy") -> dict[s
     a step has two evaluations the final one wins (a run extended by resume keeps only its last
     ``heldout_final``). Labels are the sweep table's, in the same order, each present even with no
     curve; seeds in run order. Left out: runs not finished (no ``done.json``, as in the table) and
-    finished runs that logged no final held-out evaluation (no ``eval_task``). An evaluation
+    finished runs that logged no final held-out evaluation (no ``eval_task``). Runs with
+    ``eval_curve_limit`` give their ``heldout_curve`` points instead (``run_learning_curve``). An evaluation
     without a numeric ``metric`` raises DataError naming the run and step.
     """
     sweep = load_sweep(folder)
     curves: dict[str, list[list[tuple[int, float]]]] = {run.label: [] for run in sweep.runs}
     for run in sweep.runs:
-        curve = _heldout_curve(sweep.run_dir(run), metric) if is_done(sweep, run) else []
+        curve = run_learning_curve(sweep.run_dir(run), metric) if is_done(sweep, run) else []
         if curve:
             curves[run.label].append(curve)
     return curves
 
 
-def _heldout_curve(run_dir: Path, metric: str) -> list[tuple[int, float]]:
-    """(step, metric) of every held-out evaluation of one run; [] when it has no final one."""
+def run_learning_curve(run_dir: Path, metric: str = "team_accuracy") -> list[tuple[int, float]]:
+    """(step, metric) of every held-out evaluation of one run; [] when it has no final one. A run
+    with ``eval_curve_limit`` logs ``heldout_curve`` (the same first N problems before training, at
+    every ``eval_every`` step and after training): its curve is those points, one fixed subset."""
+    rows = read_metrics(run_dir)
+    if not any("heldout_final" in row for row in rows):
+        return []
+    subset = {int(row["step"]): _metric_of(row["heldout_curve"], metric, run_dir, row["step"])
+              for row in rows if "heldout_curve" in row}
+    if subset:
+        return sorted(subset.items())
     points: dict[int, float] = {}
     final: tuple[int, float] | None = None
-    for row in read_metrics(run_dir):
+    for row in rows:
         if "heldout" in row:
             points[int(row["step"])] = _metric_of(row["heldout"], metric, run_dir, row["step"])
         if "heldout_final" in row:

@@ -134,3 +134,17 @@ def test_compare_page_without_intermediate_evaluations_keeps_its_heldout_plot(tm
     html = report_command([sweep], compare=True, output=None).read_text(encoding="utf-8")
     assert (sweep / "report" / "sweep_heldout.png").is_file()
     assert "sweep_learning_curves" not in html and 'class="areas"' not in html
+
+
+def test_a_run_with_a_curve_subset_gives_its_heldout_curve_points(tmp_path: Path) -> None:
+    """``eval_curve_limit`` runs log ``heldout_curve`` on one fixed subset; the curve is those points,
+    not the whole-set evaluations before and after training."""
+    from teamplay.report.sweep_page import run_learning_curve
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": 0, "heldout": {"team_accuracy": 0.5}, "heldout_curve": {"team_accuracy": 0.25}},
+            {"step": 4, "reward_mean": 0.1, "heldout": {"team_accuracy": 0.3}, "heldout_curve": {"team_accuracy": 0.3}},
+            {"step": 8, "heldout_final": {"team_accuracy": 0.9}, "heldout_curve": {"team_accuracy": 0.4}}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert run_learning_curve(run) == [(0, 0.25), (4, 0.3), (8, 0.4)]
