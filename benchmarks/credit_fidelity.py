@@ -28,6 +28,7 @@ Settings (arith sums, answer-first replies "The answer is ...", temperature 1):
 
     python -m benchmarks credit_fidelity            # every setting (under 15 minutes on 2 cores)
     python -m benchmarks credit_fidelity --quick    # a smoke run of the pipeline
+    python -m benchmarks.credit_fidelity --jobs 1   # one process (the default spreads settings over 2)
     python -m benchmarks.credit_fidelity --settings "noisy teammate q=0.5" --output runs/cf
 
 Each setting's result is stored in ``runs/credit_fidelity[-quick]/`` as it finishes; running the
@@ -55,6 +56,8 @@ REPLY_PREFIX = "The answer is"
 TASK_OPTIONS = {"level": 1, "max_operand": 10}
 NEW_TOKENS = 6
 THRESHOLD = 0.1
+#: worker processes of the full run: the 2 cores of the reference machine, one torch thread each
+DEFAULT_JOBS = 2
 
 #: label -> (credit method, options); gspo is left out: its advantages are grpo's (same function)
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -121,7 +124,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("chain K=2", _chain_protocol(2), ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 2},),
             sizes=(8, 4, 16), quick_sizes=(2, 4, 4)),
     Setting("chain K=4", _chain_protocol(4), ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 4},),
-            sizes=(6, 4, 12), quick_sizes=(1, 4, 2)),
+            sizes=(6, 4, 8), quick_sizes=(1, 4, 2)),
     Setting("vote 3", {"name": "vote", "options": {"n_agents": 3, "reply_prefix": REPLY_PREFIX,
                                                    "instruction": "Give the answer."}},
             ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 3},), sizes=(8, 4, 16), quick_sizes=(2, 4, 4)),
@@ -393,9 +396,42 @@ def headline(results: Sequence[dict[str, Any]]) -> str:
         "credit fidelity measured (see the table)."
 
 
+#: the settings' relative cost at the default sizes (measured; a noisy-teammate setting is 1, a
+#: scripted one 0.1), by which ``share_out`` balances the workers
+COST = {"chain K=4": 6.0, "chain K=2": 5.0, "vote 3": 4.0}
+
+
+def share_out(chosen: Sequence[Setting], jobs: int) -> list[list[str]]:
+    """Setting names split over ``jobs`` worker processes, most expensive first onto the least loaded
+    worker. The noisy-teammate settings stay together: they share one estimate of ``p`` per process."""
+    units: list[list[Setting]] = []
+    noisy = [s for s in chosen if s.noisy_q is not None]
+    if noisy:
+        units.append(noisy)
+    units += [[s] for s in chosen if s.noisy_q is None]
+    cost = {s.name: COST.get(s.name, 1.0 if s.uses_model else 0.1) for s in chosen}
+    units.sort(key=lambda u: -sum(cost[s.name] for s in u))
+    workers: list[list[str]] = [[] for _ in range(max(1, min(jobs, len(units))))]
+    for unit in units:
+        lightest = min(workers, key=lambda w: sum(cost[n] for n in w))
+        lightest += [s.name for s in unit]
+    return [w for w in workers if w]
+
+
+def _measure_in_worker(names: list[str], quick: bool, model: str, methods: Sequence[str] | None,
+                       folder: Path, seed: int, threads: int) -> None:
+    set_threads(threads)
+    run(quick, model, names, methods, folder, seed, jobs=1)
+
+
 def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str] | None = None,
-        methods: Sequence[str] | None = None, output: Path | None = None, seed: int = 0) -> Result:
-    """Measure every setting (stored per setting under ``output``; stored ones are reused)."""
+        methods: Sequence[str] | None = None, output: Path | None = None, seed: int = 0,
+        jobs: int | None = None, threads: int = 1) -> Result:
+    """Measure every setting (stored per setting under ``output``; stored ones are reused).
+
+    ``jobs`` > 1 measures the settings in that many worker processes (``threads`` torch threads
+    each), then reads their stored results; the numbers are the same as with one process (every
+    setting has its own seeds). None: ``DEFAULT_JOBS`` for the full run, 1 for ``quick``."""
     chosen = [s for s in SETTINGS if settings is None or s.name in settings]
     unknown = sorted(set(settings or ()) - {s.name for s in SETTINGS})
     if unknown:
@@ -403,8 +439,22 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     bad = sorted(set(methods or ()) - set(METHODS))
     if bad:
         raise SystemExit(f"error: unknown method label(s) {bad}; choose from {list(METHODS)}")
+    jobs = (1 if quick else DEFAULT_JOBS) if jobs is None else jobs
+    if jobs < 1:
+        raise SystemExit(f"error: jobs must be >= 1, got {jobs}")
     folder = output or Path("runs") / ("credit_fidelity-quick" if quick else "credit_fidelity")
     folder.mkdir(parents=True, exist_ok=True)
+    wall = time.perf_counter()
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        groups = share_out(chosen, jobs)
+        # spawn: a forked child would inherit the parent's torch thread pool and any loaded model
+        with ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
+            for done in [pool.submit(_measure_in_worker, g, quick, model, methods, folder, seed, threads)
+                         for g in groups]:
+                done.result()
     results = []
     for setting in chosen:
         path = folder / (setting.name.replace(" ", "_").replace("=", "") + ".json")
@@ -425,10 +475,13 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
         results.append(result)
     table = settings_table(results) + "\n\n" + markdown_table(results)
     total = sum(r.get("seconds", 0.0) for r in results)
+    wall = time.perf_counter() - wall
     notes = (
         f"Model {model}, arith sums of two numbers up to {TASK_OPTIONS['max_operand']}, answer-first replies "
         f"('{REPLY_PREFIX}', {NEW_TOKENS} new tokens), temperature 1, seed {seed}; {total / 60:.1f} minutes of "
-        "measurement in all. A* = E[R | h, u] - E[R | h] per spoken utterance; every method runs on the same "
+        f"measurement in all; this invocation took {wall / 60:.1f} minutes of wall time with {jobs} "
+        "process(es) (less when stored settings were reused). A* = E[R | h, u] - E[R | h] per spoken "
+        "utterance; every method runs on the same "
         "episodes with its default options and its own replay seed (independent of the oracle's); groups "
         "with equal rewards get 0 from every method, as in training. Intervals: 95% bootstrap over "
         "problems (1000 resamples); '–': undefined (constant advantages). The number after a sign "
@@ -447,11 +500,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="*", default=None, help=f"method labels (default: all): {list(METHODS)}")
     parser.add_argument("--model", default=EMBEDDED_MODEL)
     parser.add_argument("--output", type=Path, default=None, help="folder of the stored per-setting results")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help=f"worker processes measuring settings in parallel (default {DEFAULT_JOBS}; "
+                             "1 with --quick)")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     line = machine_line(machine_info())
-    result = run(args.quick, args.model, args.settings, args.methods, args.output)
+    result = run(args.quick, args.model, args.settings, args.methods, args.output, jobs=args.jobs,
+                 threads=args.threads)
     print(result.table, *result.notes, result.headline, sep="\n\n")
     if not args.quick and args.settings is None and args.methods is None:
         region = result.markdown("python -m benchmarks credit_fidelity", line)

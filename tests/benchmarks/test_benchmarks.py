@@ -219,3 +219,32 @@ def test_credit_fidelity_quick_path(tiny_model, tmp_path):
     again = credit_fidelity.run(quick=True, model=tiny_model, settings=settings,
                                 methods=["grpo", "continuation", "tracer_roles"], output=tmp_path / "cf")
     assert again.table == result.table
+
+
+def test_credit_fidelity_share_out_balances_and_keeps_noisy_settings_together():
+    from benchmarks import credit_fidelity
+
+    every = list(credit_fidelity.SETTINGS)
+    groups = credit_fidelity.share_out(every, 2)
+    assert sorted(n for g in groups for n in g) == sorted(s.name for s in every)  # each setting once
+    noisy = {s.name for s in every if s.noisy_q is not None}
+    assert sum(1 for g in groups if noisy & set(g)) == 1  # one process estimates p for all of them
+    cost = [sum(credit_fidelity.COST.get(n, 1.0) for n in g) for g in groups]
+    assert len(groups) == 2 and max(cost) - min(cost) <= 2.0
+    assert credit_fidelity.share_out(every[-1:], 4) == [[every[-1].name]]  # never an idle worker
+    with pytest.raises(SystemExit, match="jobs must be >= 1"):
+        credit_fidelity.run(quick=True, settings=[every[-1].name], jobs=0)
+
+
+def test_credit_fidelity_two_processes_give_the_numbers_of_one(tmp_path):
+    from benchmarks import credit_fidelity
+
+    settings = ["helpful reviewer", "free-riding reviewer"]  # scripted: no model to load
+    kwargs = dict(quick=True, settings=settings, methods=["grpo", "continuation"])
+    one = credit_fidelity.run(**kwargs, output=tmp_path / "one", jobs=1)
+    two = credit_fidelity.run(**kwargs, output=tmp_path / "two", jobs=2)
+    for a, b in zip(one.data["results"], two.data["results"], strict=True):
+        assert a["setting"] == b["setting"]
+        for label in ("grpo", "continuation"):
+            assert a["methods"][label]["pearson"] == b["methods"][label]["pearson"]
+            assert a["methods"][label]["n"] == b["methods"][label]["n"] > 0
