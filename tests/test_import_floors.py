@@ -21,7 +21,7 @@ FLOORS = {
     "credit": 3,
     "config": 4,
     "training": 5,
-    "distributed": 6, "federated": 6, "report": 6,
+    "distributed": 6, "federated": 6, "report": 6, "serving": 6,
     "cli": 7, "__main__": 7, "__init__": 7,
 }
 
