@@ -24,6 +24,7 @@ from teamplay.config import (
     SamplingConfig,
     TaskConfig,
     TrainConfig,
+    read_yaml,
 )
 from teamplay.credit import check_credit
 from teamplay.credit.token import get_token_credit
@@ -36,6 +37,10 @@ from teamplay.errors import ConfigError
 from teamplay.records import SamplingParams, TaskItem
 from teamplay.training.controllers import TeamControllers
 from teamplay.training.rollout import RolloutRunner
+
+#: the file of an exported team (``teamplay export``, ``teamplay.serving.export``) that describes it;
+#: its ``controllers.tables`` hold the learned speak/skip tables
+EXPORT_TEAM_FILE = "team.yaml"
 
 
 def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:
@@ -220,9 +225,10 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, device=N
 def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> TeamControllers:
     """Controllers for evaluation, their tables read from ``checkpoint``'s ``extra_state.json``.
 
-    ``checkpoint`` is a run folder (its latest checkpoint is used) or a checkpoint folder. Tables
-    are required unless ``cfg.mode`` is ``always_speak``: evaluating learned controllers without
-    their tables would silently evaluate an always-speaking team.
+    ``checkpoint`` is a run folder (its latest checkpoint is used), a checkpoint folder, or an
+    exported team (``teamplay export``: the tables are in its ``team.yaml``). Tables are required
+    unless ``cfg.mode`` is ``always_speak``: evaluating learned controllers without their tables
+    would silently evaluate an always-speaking team.
     """
     from teamplay.training.checkpoint import resolve_checkpoint_dir
 
@@ -233,6 +239,8 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
                               f"(a run trained with controllers.enabled), or use mode always_speak")
         return controllers
     path = resolve_checkpoint_dir(checkpoint)
+    if (path / EXPORT_TEAM_FILE).is_file():
+        return _export_controllers(controllers, path / EXPORT_TEAM_FILE)
     extra = path / "extra_state.json"
     if not extra.is_file():
         raise ConfigError(f"controllers: {path} is not a checkpoint folder (no extra_state.json); pass a "
@@ -248,6 +256,19 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
         controllers.load_state_dict(data["controllers"])
     except ValueError as exc:
         raise ConfigError(f"controllers: {extra}: {exc}") from None
+    return controllers
+
+
+def _export_controllers(controllers: TeamControllers, team_file: Path) -> TeamControllers:
+    """``controllers`` with the tables of an exported team's ``team.yaml`` (``controllers.tables``)."""
+    section = read_yaml(team_file).get("controllers")
+    if not isinstance(section, dict) or "tables" not in section:
+        raise ConfigError(f"controllers.enabled: the exported team {team_file.parent} has no controller tables "
+                          f"(its run was trained without controllers); set controllers.enabled=false")
+    try:
+        controllers.load_state_dict({"tables": section["tables"]})
+    except ValueError as exc:
+        raise ConfigError(f"controllers: {team_file}: {exc}") from None
     return controllers
 
 
