@@ -145,6 +145,9 @@ def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int,
         "steps": steps, "eval_every": eval_every, "eval_curve_limit": min(CURVE_PROBLEMS, heldout),
         "checkpoint_every": max(1, steps // 2), "keep_checkpoints": 1,
         "tensorboard": False, "log_episodes": 2,
+        # the demo team's learned speak/skip controllers (proposer/reviewer only): trained on every
+        # method's episodes alike (a skipped turn is generated anyway), read greedily at evaluation
+        **({"controllers": {"enabled": True, "mode": "average_greedy"}} if setting == "pr" else {}),
     }
 
 
@@ -255,7 +258,9 @@ MEASURES = (("heldout/team_accuracy", "team acc.", 3), ("heldout_gain/team_accur
 NOISY_MEASURES = (("heldout/initial_accuracy", "solver acc.", 3),)
 PR_MEASURES = (("heldout/team/first_answer_accuracy/proposer", "proposer first acc.", 3),
                ("heldout/team/verdict_accuracy", "verdict acc.", 3), ("heldout/team/wrong_caught", "wrong caught", 3),
-               ("heldout/team/right_rejected", "right rejected", 3))
+               ("heldout/team/right_rejected", "right rejected", 3),
+               ("heldout/tokens_per_problem", "tokens / problem", 1))
+SPEAK_RATE = "heldout/speak_rate/"  # + "agent/stage": the share of a controller's decisions that spoke
 COSTS = (("train/updates", "updates", 0), ("budget/tokens", "rollout tokens", 0),
          ("budget/generated_tokens", "generated tokens", 0), ("replay_episodes", "replay episodes", 0))
 
@@ -279,7 +284,10 @@ DOES_NOT_LEARN = "NOT beyond its interval: no comparison in this setting says an
 def markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
     """(table, notes, headline) of one setting's result."""
     setting = result["setting"]
-    measures = MEASURES + (PR_MEASURES if setting == "pr" else NOISY_MEASURES)
+    speak = sorted({key for seeds in result["per_seed"].values() for m in seeds.values() for key in m
+                    if key.startswith(SPEAK_RATE)})
+    measures = MEASURES + (PR_MEASURES if setting == "pr" else NOISY_MEASURES) + tuple(
+        (key, "speaks " + key.removeprefix(SPEAK_RATE), 2) for key in speak)
     header = ["method", "seeds", *(name for _, name, _ in measures),
               *(f"Δ {name} vs grpo (paired)" for _, name, _ in MEASURES), *(name for _, name, _ in COSTS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -198,6 +198,32 @@ def test_credit_arena_settings_and_statistics(tiny_model):
     assert credit_arena.curve_area([(0, 0.3)]) == pytest.approx(0.3)
 
 
+def test_credit_arena_pr_is_the_demo_team_and_reports_review_and_speaking(tiny_model):
+    from benchmarks import credit_arena
+
+    base = credit_arena.arena_config("pr", tiny_model, credit_arena.sizes_of("pr", "default"))
+    assert base["protocol"]["name"] == "proposer_reviewer" and base["controllers"]["enabled"]
+    assert [r["name"] for r in base["team"]["roles"]] == ["proposer", "reviewer"]  # both trained
+    noisy = credit_arena.arena_config("noisy_q0", tiny_model, credit_arena.sizes_of("noisy_q0", "default"))
+    assert "controllers" not in noisy
+
+    # a finished pr result (two seeds per method): review and speak-rate columns, paired differences
+    def metrics(acc, speak):
+        return {"heldout/team_accuracy": acc, "heldout_gain/team_accuracy": acc - 0.1,
+                "heldout/team/verdict_accuracy": 0.5, "heldout/speak_rate/reviewer_0/review": speak}
+    result = {"setting": "pr", "sizes": credit_arena.sizes_of("pr", "default"), "refused": {}, "runs_total": 4,
+              "per_seed": {"grpo": {0: metrics(0.3, 1.0), 1: metrics(0.4, 1.0)},
+                           "cosac": {0: metrics(0.35, 0.5), 1: metrics(0.45, 0.25)}},
+              "curves": {"grpo": {0: [(0, 0.1)], 1: [(0, 0.1)]}, "cosac": {0: [(0, 0.1)], 1: [(0, 0.1)]}}}
+    table, notes, headline = credit_arena.markdown(result)
+    header, _, grpo, cosac = table.splitlines()
+    assert "verdict acc." in header and "speaks reviewer_0/review" in header
+    cells = [c.strip() for c in cosac.split("|")[1:-1]]
+    assert cells[header.split("|")[1:-1].index(" speaks reviewer_0/review ")].startswith("0.38")
+    # cosac is 0.05 above grpo on both seeds: a paired difference with zero spread
+    assert "+0.050 ± 0.000" in cosac and headline.startswith("pr: grpo gain")
+
+
 def test_credit_fidelity_quick_path(tiny_model, tmp_path):
     from benchmarks import credit_fidelity
 
