@@ -1,4 +1,4 @@
-"""The ``teamplay`` command: train, sweep, federate, eval, play, credit, report, list.
+"""The ``teamplay`` command: train, sweep, federate, eval, play, export, credit, report, list.
 
 Every user error (bad config, missing file, unknown name, damaged checkpoint, a run folder in use)
 and every file-system failure (full disk, read-only folder, an output path that is a file) is
@@ -116,6 +116,24 @@ def build_eval_team(cfg: EvalConfig, item_limit: int | None = None, controller_m
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (see configs/).")
 SetOpt = typer.Option([], "--set", help="Override a config field: --set sampling.temperature=0.7")
+TeamOpt = typer.Option(None, "--team", help="A team folder instead of --config: an export (teamplay export) "
+                                            "or a run folder; its task, team, adapters, controllers and "
+                                            "decoding (change them with --set and the flags).")
+
+
+def _eval_config(config: Path | None, team: Path | None, checkpoint: str | None, overrides: list[str]) -> EvalConfig:
+    """The EvalConfig of ``eval`` and ``play``: ``--config`` (or the defaults), or the team folder of
+    ``--team`` (``load_team_config``), which brings its own config and adapters."""
+    if team is None:
+        return load_config(EvalConfig, config, overrides)
+    if checkpoint is not None:
+        raise TeamplayError("--team and --checkpoint both name the adapters to load; give one (--team loads "
+                            "them from its folder)")
+    if config is not None:
+        raise TeamplayError("--team brings its own config; drop --config (change fields with --set)")
+    from teamplay.serving.export import load_team_config
+
+    return load_team_config(team, overrides)
 
 
 @app.command("eval")
@@ -137,6 +155,7 @@ def eval_command(
     seed: int | None = typer.Option(None, help="Seed."),
     checkpoint: str | None = typer.Option(None, help="Evaluate the adapters (and controller tables) "
                                                      "of a trained run."),
+    team: Path | None = TeamOpt,
     output: str | None = typer.Option(None, "--output", "-o", help="Output folder."),
     compare_always_speak: bool = typer.Option(
         True, "--compare-always-speak/--no-compare-always-speak",
@@ -154,7 +173,7 @@ def eval_command(
         "backend.policy": policy, "samples": samples, "sampling.temperature": temperature,
         "sampling.max_new_tokens": max_new_tokens, "seed": seed, "model.checkpoint": checkpoint,
         "output_dir": output}) + list(set_)
-    cfg = load_config(EvalConfig, config, overrides)
+    cfg = _eval_config(config, team, checkpoint, overrides)
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():  # before the model loads
         raise TeamplayError(f"output {out} is a file, not a folder; pass a folder as --output")
@@ -254,6 +273,7 @@ def play_command(
     seed: int | None = typer.Option(None, help="Seed."),
     checkpoint: str | None = typer.Option(None, help="Play with the adapters (and controller tables) "
                                                      "of a trained run."),
+    team: Path | None = TeamOpt,
 ) -> None:
     """Run one problem and print the dialogue as it happens."""
     from teamplay.training.rollout import RolloutJob, RolloutRunner
@@ -263,7 +283,7 @@ def play_command(
         "task.name": task, "task.source": source, "protocol.name": protocol, "model.name": model,
         "backend.name": backend, "backend.policy": policy, "sampling.temperature": temperature,
         "seed": seed, "model.checkpoint": checkpoint}) + list(set_)
-    cfg = load_config(EvalConfig, config, overrides)
+    cfg = _eval_config(config, team, checkpoint, overrides)
     if index < 0:
         raise TeamplayError(f"--index must be >= 0, got {index}")
     _, items, _, make_env, _, backend_obj = build_eval_team(cfg, item_limit=index + 1)
@@ -456,6 +476,33 @@ def report_command(
     from teamplay.report import report_command as write_report
 
     console.print(f"wrote {write_report(run_dirs, compare, output)}")
+
+
+@app.command("export")
+@user_errors
+def export_command(
+    run: Path = typer.Argument(..., help="A run folder (its latest checkpoint) or one of its checkpoints/step-N "
+                                         "folders."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder to write; absent or empty unless --force."),
+    force: bool = typer.Option(False, "--force", help="Replace a folder that is not empty."),
+    push_to_hub: str | None = typer.Option(None, "--push-to-hub", metavar="REPO",
+                                           help="Then upload the folder to this Hub model repository "
+                                                "(user/name; needs a token: hf auth login or HF_TOKEN)."),
+    private: bool = typer.Option(False, "--private", help="With --push-to-hub: create the repository private."),
+    license: str | None = typer.Option(None, "--license", help="Hub license id of the model card (default: the "
+                                                               "base model's where teamplay knows it, else "
+                                                               "other)."),
+) -> None:
+    """Export a trained team for use outside teamplay: one PEFT adapter per role, team.yaml, a model card."""
+    from teamplay.serving.export import export_team
+    from teamplay.serving.export import push_to_hub as push
+
+    if private and push_to_hub is None:
+        raise TeamplayError("--private applies to the repository of --push-to-hub REPO; add it or drop --private")
+    out = export_team(run, output, force=force, license=license)
+    console.print(f"wrote {out}: adapters/, team.yaml, README.md; evaluate it with teamplay eval --team {out}")
+    if push_to_hub is not None:
+        console.print(f"uploaded to {push(out, push_to_hub, private=private)}")
 
 
 @app.command("credit")

@@ -144,17 +144,25 @@ def read_team_file(folder: Path) -> TeamFile:
         raise ConfigError(f"{path}: {format_validation_error(exc)}") from None
 
 
+def spec_file(spec: str) -> str:
+    """The file part of a protocol or task spec (``x.py:Name`` -> ``x.py``); anything else unchanged."""
+    head, sep, _ = spec.rpartition(":")
+    return head if sep and head.endswith(".py") else spec
+
+
 def bundled_name(spec: str) -> str | None:
     """Where a protocol or task given as a file (``x.yaml``, ``x.py``, ``x.py:Name``) goes in an
     export (``bundled/x.py:Name``); None for a registered name.
 
-    >>> bundled_name("configs/protocols/solver_checker.yaml"), bundled_name("debate")
-    ('bundled/solver_checker.yaml', None)
+    >>> bundled_name("configs/protocols/solver_checker.yaml"), bundled_name("my/task.py:Quiz")
+    ('bundled/solver_checker.yaml', 'bundled/task.py:Quiz')
+    >>> bundled_name("debate") is None
+    True
     """
-    file, sep, attr = spec.rpartition(":") if spec.rpartition(":")[0].endswith(".py") else (spec, "", "")
+    file = spec_file(spec)
     if Path(file).suffix.lower() not in (".yaml", ".yml", ".py"):
         return None
-    return f"bundled/{Path(file).name}{sep}{attr}"
+    return f"bundled/{Path(file).name}{spec[len(file):]}"
 
 
 def _in_folder(spec: str, folder: Path) -> str:
