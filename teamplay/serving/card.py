@@ -138,6 +138,9 @@ def _usage_section(team: TeamFile) -> str:
     peft_lines = [f'model = PeftModel.from_pretrained(base, "adapters/{first}", adapter_name="{first}")',
                   *(f'model.load_adapter("adapters/{name}", adapter_name="{name}")' for name in rest)]
     vllm_lines = [f'{name} = LoRARequest("{name}", {i}, "adapters/{name}")' for i, name in enumerate(names, start=1)]
+    caveat = ([] if team.base_model != SMOLLM2_ALIAS else [
+        "", f"The adapters were trained on teamplay's embedded copy of `{base}` (its 4-bit GGUF file, "
+            f"dequantized): on the original weights they behave close to, not exactly as, in teamplay."])
     return "\n".join([
         "## Use", "", "With teamplay (the whole team: protocol, prompts, controllers, decoding):", "", "```bash",
         "teamplay eval --team . --limit 50", "teamplay play --team . --index 0", "```", "",
@@ -147,7 +150,7 @@ def _usage_section(team: TeamFile) -> str:
         "With vLLM (each request names the role's adapter):", "", "```python",
         "from vllm import LLM", "from vllm.lora.request import LoRARequest", "",
         f'llm = LLM(model="{base}", enable_lora=True, max_loras={len(names)}, max_lora_rank={_lora_rank(team.lora.r)})',
-        *vllm_lines, "```"])
+        *vllm_lines, "```", *caveat])
 
 
 def _inline(value) -> str:

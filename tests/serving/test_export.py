@@ -24,6 +24,7 @@ from teamplay.agents.roles import Role, Team
 from teamplay.cli import app
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
+from teamplay.serving.card import card_metadata, default_license
 from teamplay.serving.export import describe_team, export_team, find_run, load_team_config
 from teamplay.serving.team_file import TeamFile, read_team_file
 from teamplay.training.checkpoint import TrainerState, save_checkpoint
@@ -187,6 +188,14 @@ def test_the_model_card_has_hub_metadata_and_the_runs_results(exported):
     assert {"teamplay", "multi-agent", "lora"} <= set(meta["tags"])
     assert "| before training | 0 | 0.250 |" in body and "| after training | 2 | 0.750 |" in body
     assert "Credit method `grpo`" in body and "```yaml\ntask:" in body
+
+
+def test_the_embedded_model_is_named_by_its_hub_id_and_license(exported):
+    team = read_team_file(exported)
+    embedded = team.model_copy(update={"base_model": "smollm2-135m", "adapters": {
+        name: entry.model_copy(update={"base_model": "smollm2-135m"}) for name, entry in team.adapters.items()}})
+    meta = card_metadata(embedded, default_license(embedded))
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and meta["license"] == "apache-2.0"
 
 
 # --------------------------------------------------------------------------------- refusals, CLI
