@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from teamplay.envs.tasks.arith import ArithTask
-from teamplay.envs.tasks.base import TASKS, Task, register_task
+from teamplay.envs.tasks.base import TASKS, DatasetTask, Task, register_task
 from teamplay.envs.tasks.gpqa import GpqaTask
 from teamplay.envs.tasks.gsm8k import Gsm8kTask
 from teamplay.envs.tasks.math_tasks import Math500Task, MathTask
@@ -37,7 +37,8 @@ def task_names() -> list[str]:
 
 
 def get_task(name: str, **options: Any) -> Task:
-    """A new task object for ``name``; ``options`` go to its constructor (``level=3`` for arith).
+    """A new task object for ``name``; ``options`` go to its constructor (``level=3`` for arith;
+    ``on_bad_line="skip"`` for a task that reads data, see ``DatasetTask``).
 
     ``name`` may also be a user's file, ``path/to/my_task.py:MyTask`` (its code runs on import).
     Raises ``ConfigError`` for an unknown name (listing the known ones) or an unknown option.
@@ -49,6 +50,5 @@ def get_task(name: str, **options: Any) -> Task:
         raise ConfigError(f"task {name!r} does not take options {sorted(options)}: {exc}") from exc
 
 
-__all__ = ["TASKS", "ArithTask", "GpqaTask", "Gsm8kTask", "Math500Task", "MathTask", "Task", "get_task",
-           "register_task",
-           "task_names"]
+__all__ = ["TASKS", "ArithTask", "DatasetTask", "GpqaTask", "Gsm8kTask", "Math500Task", "MathTask", "Task",
+           "get_task", "register_task", "task_names"]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any
 
+from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, check_on_bad_line, load_items
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
 from teamplay.registry import Registry
@@ -53,6 +55,33 @@ class Task(ABC):
         if answer is None:
             return 0.0
         return self.score(answer, item)
+
+
+class DatasetTask(Task):
+    """A task whose items are the rows of a hub dataset or of a local file (gsm8k, math, gpqa).
+
+    Subclasses set ``hub`` and implement ``row_item``; ``load`` reads and checks the rows with
+    ``teamplay.envs.tasks.sources.load_items`` (bad rows, duplicate ids, empty sources).
+    """
+
+    #: the task's hub dataset, read when ``load`` gets no ``source``
+    hub: HubSpec
+
+    def __init__(self, on_bad_line: str = "error") -> None:
+        """``on_bad_line``: ``"error"`` (default) stops at the first bad row of a source with an
+        error naming its file and line; ``"skip"`` leaves bad rows out and warns once with their
+        count (``--set task.options.on_bad_line=skip``)."""
+        self.on_bad_line = check_on_bad_line(self.name, on_bad_line)
+
+    def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
+             seed: int = 0) -> list[TaskItem]:
+        check_load_args(self.name, split, self.splits, limit)
+        return load_items(self.name, split, source, self.hub, lambda row: self.row_item(row, split, seed),
+                          limit, self.on_bad_line)
+
+    @abstractmethod
+    def row_item(self, row: Row, split: str, seed: int) -> TaskItem:
+        """The item of one source row; ``DataError`` naming ``row.where`` when the row cannot be one."""
 
 
 def _check_task(entry: Any, where: str) -> type[Task]:

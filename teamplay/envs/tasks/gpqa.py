@@ -15,11 +15,10 @@ correct answer lands on every letter about equally often. The prompt ends with t
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
-from teamplay.envs.tasks.base import Task, register_task
+from teamplay.envs.tasks.base import DatasetTask, register_task
 from teamplay.envs.tasks.letters import LETTERS, extract_letter
-from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
+from teamplay.envs.tasks.sources import HubSpec, Row
 from teamplay.records import TaskItem
 
 ANSWER_FIELDS = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
@@ -40,7 +39,7 @@ def shuffle_choices(question: str, answers: tuple[str, ...], seed: int) -> list[
 
 
 @register_task('gpqa')
-class GpqaTask(Task):
+class GpqaTask(DatasetTask):
     """GPQA diamond, four options shuffled per question and seed; reference = a letter A-D."""
 
     name = "gpqa"
@@ -48,12 +47,7 @@ class GpqaTask(Task):
     answer_instruction = "End with 'The answer is (X).' where X is one of A, B, C, D."
     hub = HubSpec("Idavidrein/gpqa", "gpqa_diamond", split_map={"test": "train"})
 
-    def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
-             seed: int = 0) -> list[TaskItem]:
-        check_load_args(self.name, split, self.splits, limit)
-        return [self._item(row, split, seed) for row in load_rows(self.name, split, source, self.hub, limit)]
-
-    def _item(self, row: Row, split: str, seed: int) -> TaskItem:
+    def row_item(self, row: Row, split: str, seed: int) -> TaskItem:
         question = row.text("Question")
         answers = tuple(row.text(field) for field in ANSWER_FIELDS)
         order = shuffle_choices(question, answers, seed)

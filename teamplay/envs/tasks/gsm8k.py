@@ -12,17 +12,15 @@ Scoring: exact numeric equality of the extracted number and the reference; see
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from teamplay.envs.tasks.base import Task, register_task
+from teamplay.envs.tasks.base import DatasetTask, register_task
 from teamplay.envs.tasks.numeric import canonical_number, extract_canonical, numbers_equal, parse_canonical
-from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
+from teamplay.envs.tasks.sources import HubSpec, Row
 from teamplay.errors import DataError
 from teamplay.records import TaskItem
 
 
 @register_task('gsm8k')
-class Gsm8kTask(Task):
+class Gsm8kTask(DatasetTask):
     """GSM8K word problems; reference = the number after ``####`` of the worked solution."""
 
     name = "gsm8k"
@@ -30,12 +28,7 @@ class Gsm8kTask(Task):
     answer_instruction = "End with 'The answer is N.' where N is a number."
     hub = HubSpec("openai/gsm8k", "main")
 
-    def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
-             seed: int = 0) -> list[TaskItem]:
-        check_load_args(self.name, split, self.splits, limit)
-        return [self._item(row, split) for row in load_rows(self.name, split, source, self.hub, limit)]
-
-    def _item(self, row: Row, split: str) -> TaskItem:
+    def row_item(self, row: Row, split: str, seed: int) -> TaskItem:
         solution = row.text("answer")
         marker = solution.rfind("####")
         value = parse_canonical(solution[marker + 4:]) if marker >= 0 else None

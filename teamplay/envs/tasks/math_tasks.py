@@ -29,13 +29,12 @@ which math_verify alone would read as 3).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from teamplay.envs.tasks.base import Task, register_task
+from teamplay.envs.tasks.base import DatasetTask, register_task
 from teamplay.envs.tasks.latex import last_boxed, normalize_latex, tidy_latex
 from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
-from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, load_rows
+from teamplay.envs.tasks.sources import HubSpec, Row
 from teamplay.envs.tasks.text import ANSWER_IS, tail
 from teamplay.errors import DataError
 from teamplay.records import TaskItem
@@ -53,7 +52,7 @@ _BARE_LINE_CHARS = 200
 
 
 @register_task('math')
-class MathTask(Task):
+class MathTask(DatasetTask):
     """Competition mathematics with LaTeX answers, the full MATH test set by default."""
 
     name = "math"
@@ -61,27 +60,22 @@ class MathTask(Task):
     answer_instruction = "Put your final answer in \\boxed{}."
     hub = HubSpec("DigitalLearningGmbH/MATH-lighteval")
 
-    def __init__(self, verifier: MathVerifier | None = None) -> None:
-        #: math_verify client; ``None`` uses the process-wide one (one worker process for all tasks)
+    def __init__(self, verifier: MathVerifier | None = None, on_bad_line: str = "error") -> None:
+        """``verifier``: the math_verify client; ``None`` uses the process-wide one (one worker
+        process for all tasks). ``on_bad_line``: see ``DatasetTask``."""
+        super().__init__(on_bad_line)
         self._verifier = verifier
 
     @property
     def verifier(self) -> MathVerifier:
         return self._verifier if self._verifier is not None else default_verifier()
 
-    def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
-             seed: int = 0) -> list[TaskItem]:
-        check_load_args(self.name, split, self.splits, limit)
-        return [self._item(row, split) for row in load_rows(self.name, split, source, self.hub, limit)]
-
-    def _item(self, row: Row, split: str) -> TaskItem:
+    def row_item(self, row: Row, split: str, seed: int) -> TaskItem:
         problem = row.text("problem")
-        answer = row.data.get("answer")
-        if isinstance(answer, str) and answer.strip():
-            reference = answer.strip()
-        else:
-            solution = row.data.get("solution")
-            reference = last_boxed(solution) if isinstance(solution, str) else None
+        reference = row.optional_text("answer")
+        if reference is None:
+            solution = row.optional_text("solution")
+            reference = last_boxed(solution) if solution is not None else None
             if not reference:
                 raise DataError(f"{row.where}: needs a non-empty 'answer' field or a 'solution' "
                                 "containing \\boxed{...}; found neither")
