@@ -364,6 +364,10 @@ class OptimConfig(_Section):
     minibatch_size: int = Field(16, ge=1, description="Messages per optimiser minibatch.")
     grad_accum: int = Field(1, ge=1, description="Minibatches per optimiser step.")
     grad_clip: float | None = Field(1.0, gt=0.0, description="Gradient-norm clip (None = off).")
+    max_nonfinite_steps: int = Field(
+        3, ge=1, description="Consecutive training steps with a non-finite loss or gradient (each such "
+                             "optimiser step is skipped, with a warning) after which the run stops with an "
+                             "error; the last checkpoint keeps the last finite adapters.")
 
 
 class RolloutConfig(_Section):

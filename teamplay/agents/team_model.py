@@ -267,7 +267,8 @@ class TeamModel:
         if return_distributions:
             return logp_all, targets, mask_f
         logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, C]
-        return logp * mask_f, mask_f
+        # selected, not multiplied: a -inf log-prob at a padded position times 0 would be NaN
+        return torch.where(mask, logp, torch.zeros_like(logp)), mask_f
 
     @functools.cached_property
     def _cache_name(self) -> str:

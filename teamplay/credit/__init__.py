@@ -9,6 +9,7 @@ from teamplay.credit.registry import (
     CREDIT,
     CreditBatch,
     CreditMethod,
+    CreditOutputError,
     CreditResources,
     assign,
     check_credit,
@@ -17,5 +18,5 @@ from teamplay.credit.registry import (
     register_credit,
 )
 
-__all__ = ["CREDIT", "CreditBatch", "CreditMethod", "CreditResources", "assign", "check_credit", "credit_methods",
-           "get_credit", "register_credit"]
+__all__ = ["CREDIT", "CreditBatch", "CreditMethod", "CreditOutputError", "CreditResources", "assign", "check_credit",
+           "credit_methods", "get_credit", "register_credit"]

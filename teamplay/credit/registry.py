@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from teamplay.credit.replay import ReplayEngine
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, DataError, TeamplayError
 from teamplay.records import Episode, TaskItem
 from teamplay.registry import Registry, decorated
 
@@ -184,30 +184,45 @@ def parse_options(method: CreditMethod, options: BaseModel | Mapping[str, Any] |
         raise ConfigError(f"credit.options.{where}: {first['msg']} (method {method.name!r})") from None
 
 
+class CreditOutputError(TeamplayError, RuntimeError):
+    """A credit method (built-in, or a user's file) broke the output contract: a wrong number of
+    arrays, a wrong shape or a non-finite value. The message names the method; the CLI shows it as
+    one ``error:`` line (a bad plugin is the user's to fix, not a teamplay traceback)."""
+
+
 def assign(name: str, batch: CreditBatch, options: BaseModel | Mapping[str, Any] | None = None
            ) -> list[np.ndarray]:
-    """Run credit method ``name`` on ``batch``; checks the output shape contract."""
+    """Run credit method ``name`` on ``batch``; checks the output contract (one finite [T_g] array per
+    episode) here, the one place every method's output passes, and raises ``CreditOutputError``."""
     method = get_credit(name)
     validate_batch(batch.episodes)
     out = method.fn(batch, parse_options(method, options))
+    label = repr(method.name) if method.name == name else f"{method.name!r} ({name})"
     if len(out) != len(batch.episodes):
-        raise RuntimeError(f"credit method {name!r} returned {len(out)} arrays for {len(batch.episodes)} episodes")
+        raise CreditOutputError(f"credit method {label} returned {len(out)} arrays for "
+                                f"{len(batch.episodes)} episodes")
     for g, (adv, ep) in enumerate(zip(out, batch.episodes, strict=True)):
         if np.shape(adv) != (len(ep.messages),):
-            raise RuntimeError(f"credit method {name!r}: episode {g} has {len(ep.messages)} messages "
-                               f"but {np.shape(adv)} advantages")
-        if not np.all(np.isfinite(adv)):
-            raise RuntimeError(f"credit method {name!r} produced non-finite advantages for episode {g}")
+            raise CreditOutputError(f"credit method {label}: episode {g} has {len(ep.messages)} messages "
+                                    f"but {np.shape(adv)} advantages")
+        values = np.asarray(adv, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise CreditOutputError(
+                f"credit method {label} returned a non-finite advantage ({values[bad[0]]} for message "
+                f"{int(bad[0])} of episode {g}, problem {ep.problem_id!r}); advantages must be finite numbers")
     return [np.asarray(a, dtype=np.float64) for a in out]
 
 
 def validate_batch(episodes: Sequence[Episode]) -> None:
-    """Refuse empty groups and non-finite rewards with a ValueError that says what is wrong."""
+    """Refuse empty groups and non-finite rewards with a ValueError that says what is wrong (a
+    ``DataError`` for a non-finite reward)."""
     if len(episodes) == 0:
         raise ValueError("credit: empty group (need at least one episode)")
     for g, ep in enumerate(episodes):
-        if not np.isfinite(ep.reward):
-            raise ValueError(f"credit: episode {g} ({ep.problem_id}) has non-finite reward {ep.reward!r}")
+        if not np.isfinite(ep.reward):  # the task's score: the user's to fix, one error: line
+            raise DataError(f"credit: episode {g} ({ep.problem_id}) has non-finite reward {ep.reward!r}; "
+                            "a task's score must be a finite number")
     ids = {ep.problem_id for ep in episodes}
     if len(ids) > 1:
         raise ValueError(f"credit: a group must hold episodes of one problem, got {sorted(ids)}")

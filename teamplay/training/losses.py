@@ -3,8 +3,10 @@
 Formulas are credit_spec.md §1.2 and §1.3. All functions take padded ``[B, L]`` tensors (B
 sequences, i.e. messages, of up to L completion tokens) and a ``mask`` of the same shape that is 1
 on real tokens and 0 on padding; they return the loss to *minimise* (``-J``) and a ``LossStats``
-the trainer logs. Padding never contributes to the loss or the stats, whatever values it holds
-(even NaN or inf log-probs are masked out before any arithmetic that could spread them).
+the trainer logs. Padding never contributes to the loss, its gradient or the stats, whatever values
+it holds: NaN or inf in padded log-probs or padded token advantages are replaced with
+``torch.where`` before any arithmetic that could spread them (never by multiplying with the mask:
+``NaN * 0`` is NaN, in the value and in the gradient).
 """
 
 from __future__ import annotations
@@ -69,26 +71,31 @@ def _check_batch(mask: torch.Tensor, **tensors: torch.Tensor) -> torch.Tensor:
     return keep
 
 
-def _seq_advantage(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Advantages as [B, L]: a [B] vector is broadcast to every token of its sequence."""
+def _seq_advantage(adv: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Advantages as [B, L], 0 on padding: a [B] vector is broadcast to every token of its sequence;
+    a [B, L] one keeps its real tokens (padding may hold anything, NaN included)."""
     if adv.dim() == 1:
-        if adv.shape[0] != mask.shape[0]:
-            raise ValueError(f"adv has {adv.shape[0]} entries but the batch has {mask.shape[0]} rows")
-        return adv[:, None].expand_as(mask)  # [B, L]
-    if adv.shape != mask.shape:
-        raise ValueError(f"adv must be [B] or [B, L] = {tuple(mask.shape)}, got {tuple(adv.shape)}")
-    return adv
+        if adv.shape[0] != keep.shape[0]:
+            raise ValueError(f"adv has {adv.shape[0]} entries but the batch has {keep.shape[0]} rows")
+        adv = adv[:, None].expand_as(keep)  # [B, L]
+    elif adv.shape != keep.shape:
+        raise ValueError(f"adv must be [B] or [B, L] = {tuple(keep.shape)}, got {tuple(adv.shape)}")
+    # selected, not multiplied: the advantage multiplies the ratio, so a NaN left here would reach
+    # the ratio's gradient as 0 * NaN even where the term itself is masked out
+    return torch.where(keep, adv, torch.zeros_like(adv))  # [B, L]
 
 
-def aggregate(term: torch.Tensor, fmask: torch.Tensor, loss_agg: LossAgg,
+def aggregate(term: torch.Tensor, keep: torch.Tensor, loss_agg: LossAgg,
               norm_tokens: int | None = None) -> torch.Tensor:
-    """Scalar objective from per-token terms [B, L] (see :func:`grpo_loss` for the three modes)."""
+    """Scalar objective from per-token terms [B, L] over the real tokens ``keep`` [B, L] (bool; see
+    :func:`grpo_loss` for the three modes). Padded terms are dropped, whatever they hold."""
+    real = torch.where(keep, term, torch.zeros_like(term))  # [B, L]
     if loss_agg == "seq_mean_token_mean":
-        return ((term * fmask).sum(dim=1) / fmask.sum(dim=1)).mean()
+        return (real.sum(dim=1) / keep.sum(dim=1)).mean()
     if loss_agg == "token_mean":
-        return (term * fmask).sum() / fmask.sum()
+        return real.sum() / keep.sum()
     assert norm_tokens is not None
-    return (term * fmask).sum() / (term.shape[0] * float(norm_tokens))
+    return real.sum() / (term.shape[0] * float(norm_tokens))
 
 
 def grpo_loss(
@@ -166,7 +173,7 @@ def grpo_loss(
     # masked positions are replaced before exp so padding garbage cannot become NaN in the sum.
     log_ratio = torch.where(keep, logp - logp_old.detach(), zeros)  # [B, L]
     ratio = torch.exp(log_ratio)  # [B, L]
-    A = _seq_advantage(adv.to(logp.dtype), mask).detach()  # [B, L]
+    A = _seq_advantage(adv.to(logp.dtype), keep).detach()  # [B, L]
     unclipped = ratio * A  # [B, L]
     clipped = torch.clamp(ratio, 1.0 - eps, 1.0 + eps_high) * A  # [B, L]
     term = torch.minimum(unclipped, clipped)  # [B, L]
@@ -183,7 +190,7 @@ def grpo_loss(
                                      kl_clamp), zeros)  # [B, L]
         if beta > 0:
             term = term - beta * kl
-    objective = aggregate(term, fmask, loss_agg, norm_tokens)
+    objective = aggregate(term, keep, loss_agg, norm_tokens)
     n_tok = fmask.sum()
     with torch.no_grad():
         clip_active = (clipped < unclipped) & keep  # [B, L]
@@ -191,8 +198,8 @@ def grpo_loss(
             clip_active = clip_active | (dual_active & keep)
         stats = LossStats(
             clip_fraction=float(clip_active.sum() / n_tok),
-            ratio_mean=float((ratio * fmask).sum() / n_tok),
-            kl_mean=None if kl is None else float((kl * fmask).sum() / n_tok),
+            ratio_mean=float(torch.where(keep, ratio, zeros).sum() / n_tok),
+            kl_mean=None if kl is None else float(torch.where(keep, kl, zeros).sum() / n_tok),
         )
     return -objective, stats
 
@@ -253,12 +260,12 @@ def gspo_loss(
     else:
         # GSPO-token: s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]; its value is s_i, its gradient
         # d s_{i,t} / d logp_t = s_i, so per-token advantages steer each token separately.
-        A = _seq_advantage(adv.to(logp.dtype), mask).detach()  # [B, L]
+        A = _seq_advantage(adv.to(logp.dtype), keep).detach()  # [B, L]
         safe_logp = torch.where(keep, logp, torch.zeros_like(logp))  # [B, L]
         s_tok = torch.exp(safe_logp - safe_logp.detach() + seq_log_ratio.detach()[:, None])  # [B, L]
         unclipped = s_tok * A  # [B, L]
         clipped = torch.clamp(s_tok, 1.0 - eps_low, 1.0 + eps_high) * A  # [B, L]
-        objective = aggregate(torch.minimum(unclipped, clipped), fmask, "seq_mean_token_mean")
+        objective = aggregate(torch.minimum(unclipped, clipped), keep, "seq_mean_token_mean")
         clip_active = ((clipped < unclipped) & keep).to(logp.dtype).sum() / fmask.sum()
         s = torch.exp(seq_log_ratio)  # [B]
     with torch.no_grad():

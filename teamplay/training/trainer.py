@@ -16,10 +16,12 @@ What one step really does:
        adapter that wrote each message: log-probs under the current adapter, the reference
        log-probs with adapters disabled (only when the KL weight is > 0), the GRPO (token ratio)
        or GSPO (sequence ratio) clipped loss, backward; every `grad_accum` minibatches one AdamW
-       step with gradient clipping. A non-finite loss or gradient skips that optimiser step
-       (logged) so it never reaches the adapters;
-    6. log metrics, evaluate on held-out problems every `eval_every` steps, checkpoint every
-       `checkpoint_every` steps (atomically).
+       step with gradient clipping. A non-finite loss or gradient skips that optimiser step so it
+       never reaches the adapters (recorded in the metrics, one warning per step); after
+       `optim.max_nonfinite_steps` such steps in a row the run stops with an error before it
+       checkpoints (``teamplay.training.nonfinite``);
+    6. log metrics (with the step's reward and advantage ranges), evaluate on held-out problems
+       every `eval_every` steps, checkpoint every `checkpoint_every` steps (atomically).
 
 With `controllers.enabled`, the rollouts of step 2 ask a learned speak/skip controller before each
 skippable turn (sampling its current strategy; a skipped review or debate turn is generated anyway,
@@ -71,6 +73,7 @@ from teamplay.training.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
     TrainerState,
+    latest_checkpoint,
     load_checkpoint,
     newest_intact_checkpoint,
     save_checkpoint,
@@ -79,6 +82,7 @@ from teamplay.training.checkpoint import (
 from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, cached_untrained_eval, evaluate
 from teamplay.training.metrics import MetricsLogger, generated_tokens
+from teamplay.training.nonfinite import NonFiniteGuard, check_finite_adapters
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.run_folder import claim_run_folder
@@ -201,6 +205,8 @@ class Trainer:
             weight_decay=cfg.optim.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.updater: Learner = PolicyUpdater(cfg, self.team_model, self.params, self.optimizer)
+        #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
+        self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
         self.run_dir = Path(cfg.output_dir)
         self.on_step = on_step
         self.on_eval = on_eval
@@ -248,13 +254,17 @@ class Trainer:
                 result = self.step()
                 metrics, step = result.metrics, result.step
                 last = self.finished
-                if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 and not last:
+                stop = self.nonfinite.tripped  # too many non-finite steps in a row: log, then stop
+                if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 and not (last or stop):
                     metrics["heldout"] = self._evaluate(f"step {step}", curve).to_dict()
                     if curve is not None:
                         metrics["heldout_curve"] = metrics["heldout"]
                 logger.log(step, metrics)
                 logger.log_episodes(step, self.episode_log(result))
                 history.append({"step": step, **metrics})
+                if stop:  # before the checkpoint: the last one written stays the last good one
+                    last_good = latest_checkpoint(self.run_dir)
+                    raise self.nonfinite.error(step, str(last_good) if last_good is not None else None)
                 if step % self.cfg.checkpoint_every == 0 or last:
                     self._checkpoint()
                 if self.on_step is not None:
@@ -350,6 +360,8 @@ class Trainer:
         rows a token rule resolved in it, the backend's adapters synced, the schedule advanced."""
         samples = all_samples(groups)
         update = self.updater.update(samples, step) if samples else {"optimizer_steps": 0}
+        # warns (one line) for a step whose loss or gradient was not finite; counts them in a row
+        update = {**update, "nonfinite_streak": self.nonfinite.observe(step + 1, update)}
         if self._token_rule is not None and groups:
             groups = resolve_token_rows(groups, self.updater.resolved_tokens, active)
         if update["optimizer_steps"]:
@@ -369,12 +381,15 @@ class Trainer:
         return {
             "reward_mean": float(np.mean(rewards)),
             "reward_std": float(np.std(rewards)),
+            "reward_min": float(np.min(rewards)),
+            "reward_max": float(np.max(rewards)),
             "accuracy": float(np.mean([r > 0.5 for r in rewards])),
             "groups": len(groups),
             "zero_variance_groups": sum(not g.has_signal for g in groups),
             "samples": len(samples),
             "trained_adapters": sorted(active),
             **role_credit_metrics(all_credited(work)),
+            **advantage_range(all_credited(work)),
             **token_credit_metrics(samples),
             **update,
             "lr": self.scheduler.get_last_lr()[0],
@@ -507,6 +522,7 @@ class Trainer:
             backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
 
     def _checkpoint(self) -> Path:
+        check_finite_adapters(self.params, f"checkpoint step {self.state.step}")
         if self.controllers is not None:
             self.extra_state["controllers"] = self.controllers.state_dict()
         return save_checkpoint(self.run_dir, self.state, self.team_model, self.optimizer, self.scheduler,
@@ -565,6 +581,8 @@ class CheckpointWarning(TeamplayWarning):
 RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_task", "eval_sampling", "eval_every",
                      "eval_curve_limit",
                      "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
+                     # when a run gives up on non-finite steps, not what it learns
+                     "optim.max_nonfinite_steps",
                      # the checkpoint format is the same with or without Ray
                      "backend.max_batch", "model.checkpoint", "model.device", "distributed")
 
@@ -632,14 +650,28 @@ def role_credit_metrics(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[
     }
 
 
+def advantage_range(credited: Sequence[tuple[Episode, np.ndarray]]) -> dict[str, float | None]:
+    """``adv_min``/``adv_max``: the smallest and largest message advantage of the step's credited
+    episodes (group scale included; ``None`` when no group was credited), so that credit which
+    blows up shows in metrics.jsonl before it turns into a non-finite loss."""
+    values = np.concatenate([np.asarray(adv, dtype=np.float64) for _, adv in credited] or [np.empty(0)])
+    if not values.size:
+        return {"adv_min": None, "adv_max": None}
+    return {"adv_min": float(values.min()), "adv_max": float(values.max())}
+
+
 def token_credit_metrics(samples: Sequence[PolicySample]) -> dict[str, Any]:
     """How much token credit moved: the number of messages with token advantages and the mean,
     over them, of the within-message std of the token advantages divided by |message advantage|
-    (0 = uniform tokens, as message-level credit). Empty when no sample has token advantages."""
+    (0 = uniform tokens, as message-level credit), and the range of the token advantages
+    (``token_adv_min``/``token_adv_max``). Empty when no sample has token advantages."""
     spread = [float(np.std(s.token_advantages)) / abs(s.advantage)
               for s in samples if s.token_advantages is not None and s.advantage != 0]
-    n = sum(s.token_advantages is not None for s in samples)
-    if not n:
+    rows = [np.asarray(s.token_advantages, dtype=np.float64) for s in samples if s.token_advantages is not None]
+    if not rows:
         return {}
-    return {"token_credit_messages": n, "token_adv_relative_spread": float(np.mean(spread)) if spread else 0.0}
+    tokens = np.concatenate(rows)
+    return {"token_credit_messages": len(rows), "token_adv_relative_spread": float(np.mean(spread)) if spread else 0.0,
+            "token_adv_min": float(tokens.min()) if tokens.size else None,
+            "token_adv_max": float(tokens.max()) if tokens.size else None}
 

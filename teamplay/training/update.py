@@ -4,7 +4,9 @@
 minibatches of messages. Each minibatch is split by the adapter that wrote each message; each
 adapter's share is scored under that adapter (and, with a KL weight, under the base model), its
 loss is weighted by its share of the minibatch, and every ``grad_accum`` minibatches one clipped
-AdamW step is taken. A non-finite loss or gradient norm skips that optimiser step.
+AdamW step is taken. A non-finite loss or gradient norm skips that optimiser step: its gradients are
+dropped, AdamW never sees them, and the step's metrics list it (``nonfinite_skips``, one
+``nonfinite.SkippedUpdate`` each, naming the adapter and the quantity).
 
 Data parallelism: with a ``DataParallel`` group (``teamplay.distributed``), every rank sees the
 whole sample list, draws the same permutation, and works on ``minibatch[rank::world]``. Each
@@ -36,6 +38,7 @@ import torch
 from teamplay.credit.token import TokenStats, get_token_credit
 from teamplay.credit.token.base import message_tokens
 from teamplay.training.losses import objective_loss
+from teamplay.training.nonfinite import SkippedUpdate, finite_gradient_flags
 from teamplay.training.samples import PolicySample
 from teamplay.training.token_stats import stats_from_distributions
 
@@ -71,7 +74,8 @@ class PolicyUpdater:
 
     def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
         """Every epoch and minibatch of one step; returns the update's metrics (means over the
-        minibatches of this rank, ``optimizer_steps`` and ``skipped_nonfinite_steps``).
+        minibatches of this rank, ``optimizer_steps``, ``skipped_nonfinite_steps`` and, when that is
+        not 0, ``nonfinite_skips``: each skipped optimiser step as a ``SkippedUpdate.to_dict()``).
 
         A sample with a ``token_rule`` gets its token advantages the first time the update scores
         it (epoch 1, its minibatch), from that forward pass's distributions; they are kept for the
@@ -80,7 +84,8 @@ class PolicyUpdater:
         self.resolved_tokens = {}
         rank, world = (self.group.rank, self.group.world) if self.group is not None else (0, 1)
         stats: dict[str, list[float]] = defaultdict(list)
-        skipped = optimizer_steps = 0
+        skips: list[SkippedUpdate] = []
+        optimizer_steps = 0
         temperature = self.cfg.sampling.temperature
         params = [p for ps in self.params.values() for p in ps]
         lockstep = bool(getattr(self.group, "lockstep", False))
@@ -96,6 +101,7 @@ class PolicyUpdater:
             clip_epoch: list[float] = []
             for mb_index, mb in enumerate(minibatches):
                 finite = True
+                bad_loss: list[str] = []  # adapters whose loss was not finite
                 by_adapter: dict[str, list[int]] = defaultdict(list)
                 for i in mb[rank::world]:
                     by_adapter[samples[i].adapter].append(int(i))
@@ -111,6 +117,7 @@ class PolicyUpdater:
                     weight = 0.0 if adapter in placeholders else len(part) / len(mb) / cfg.grad_accum
                     if not torch.isfinite(loss):
                         finite = False
+                        bad_loss.append(adapter)
                         if not lockstep:
                             break
                     (loss * weight).backward()
@@ -127,15 +134,18 @@ class PolicyUpdater:
                 last_of_accum = (mb_index + 1) % cfg.grad_accum == 0 or mb_index == len(minibatches) - 1
                 if not finite:
                     self.optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
+                    skips.append(SkippedUpdate(epoch + 1, mb_index + 1, "loss" if bad_loss else
+                                               "loss on another learner rank", tuple(bad_loss)))
                     continue
                 if last_of_accum:
                     if self.group is not None:
                         self.group.all_reduce_gradients(params)
+                    flags = finite_gradient_flags(self.params)  # read only if the norm is not finite
                     norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or float("inf"))
                     if not torch.isfinite(norm):
                         self.optimizer.zero_grad(set_to_none=True)
-                        skipped += 1
+                        bad = tuple(a for a, ok in flags.items() if not bool(ok))
+                        skips.append(SkippedUpdate(epoch + 1, mb_index + 1, "gradient norm", bad))
                         continue
                     stats["grad_norm"].append(float(norm))
                     self.optimizer.step()
@@ -145,7 +155,9 @@ class PolicyUpdater:
             stats["clip_fraction"].extend(clip_epoch)
         out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
         out["optimizer_steps"] = optimizer_steps
-        out["skipped_nonfinite_steps"] = skipped
+        out["skipped_nonfinite_steps"] = len(skips)
+        if skips:
+            out["nonfinite_skips"] = [s.to_dict() for s in skips]
         return out
 
     def loss(self, adapter: str, part: Sequence[PolicySample], temperature: float,
@@ -165,7 +177,7 @@ class PolicyUpdater:
         if pending:  # token rules read this pass's full distributions (and the reference's)
             logp_all, targets, mask = self.team_model.completion_logprobs(
                 prompts, completions, adapter=adapter, temperature=temperature, return_distributions=True)  # [b, C, V]
-            logp = logp_all.gather(-1, targets[..., None]).squeeze(-1) * mask  # [b, C]
+            logp = _masked(logp_all.gather(-1, targets[..., None]).squeeze(-1), mask)  # [b, C]
             ref = self._resolve_tokens(adapter, part, indices, pending, prompts, completions, logp_all.detach(),
                                        targets, temperature)
         else:
@@ -207,7 +219,7 @@ class PolicyUpdater:
         if needs & {"ref_logprobs", "hellinger"} or self.cfg.objective.kl_beta > 0:
             lq, _, mask = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
                                                              return_distributions=True)  # [b, C, V]
-            ref = lq.gather(-1, targets[..., None]).squeeze(-1) * mask  # [b, C]
+            ref = _masked(lq.gather(-1, targets[..., None]).squeeze(-1), mask)  # [b, C]
         fields = stats_from_distributions(logp_all, lq, targets, [len(s.completion_ids) for s in part], needs)
         for k in pending:
             rule = part[k].token_rule
@@ -224,3 +236,9 @@ def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype,
     for i, row in enumerate(rows):
         out[i, :len(row)] = torch.tensor(row, dtype=dtype)
     return out.to(device)
+
+
+def _masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` [b, C] with 0 on padding (``mask`` 0), selected rather than multiplied: a -inf
+    log-prob at a padded position times 0 would be NaN."""
+    return torch.where(mask.bool(), values, torch.zeros_like(values))

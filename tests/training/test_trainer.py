@@ -18,6 +18,7 @@ from teamplay.agents.backends.hf import HFBackend
 from teamplay.agents.roles import Role, Team
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
+from teamplay.training.nonfinite import NonFiniteWarning
 from teamplay.training.trainer import Trainer
 from tests.training.fixtures import ConstantTask, FirstTokenTask, tiny_team_model
 
@@ -109,7 +110,8 @@ def test_nonfinite_loss_is_skipped_not_applied(tmp_path, monkeypatch):
 
     monkeypatch.setattr(trainer.team_model, "completion_logprobs", poisoned)
     before = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
-    [metrics] = trainer.train().history
+    with pytest.warns(NonFiniteWarning, match="step 1: skipped 1 of 1 optimiser steps: non-finite loss"):
+        [metrics] = trainer.train().history
     assert metrics["skipped_nonfinite_steps"] == 1 and metrics["optimizer_steps"] == 0
     after = trainer.team_model.trainable_parameters()
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from teamplay.credit.registry import CreditBatch
+from teamplay.credit.registry import CreditBatch, CreditOutputError
 from teamplay.errors import ConfigError
 from teamplay.registry import Registry, decorated
 
@@ -207,12 +207,12 @@ def assign_tokens(name: str, batch: CreditBatch, message_adv: Sequence[np.ndarra
     method = get_token_credit(name)
     out = method.fn(batch, message_adv, parse_token_options(method, options))
     if len(out) != len(batch.episodes):
-        raise RuntimeError(f"token method {name!r} returned {len(out)} episodes for {len(batch.episodes)}")
+        raise CreditOutputError(f"token method {name!r} returned {len(out)} episodes for {len(batch.episodes)}")
     result: TokenAdvantages = []
     check_conservation = method.conserves and len({ep.reward for ep in batch.episodes}) > 1
     for g, (ep, rows, adv) in enumerate(zip(batch.episodes, out, message_adv, strict=True)):
         if len(rows) != len(ep.messages):
-            raise RuntimeError(f"token method {name!r}: episode {g} has {len(ep.messages)} messages, "
+            raise CreditOutputError(f"token method {name!r}: episode {g} has {len(ep.messages)} messages, "
                                f"got {len(rows)} rows")
         kept: list[np.ndarray | None] = []
         for t, (msg, row) in enumerate(zip(ep.messages, rows, strict=True)):
@@ -221,15 +221,15 @@ def assign_tokens(name: str, batch: CreditBatch, message_adv: Sequence[np.ndarra
                 continue
             row = np.asarray(row, dtype=np.float64)
             if row.shape != (len(msg.completion_ids),):
-                raise RuntimeError(f"token method {name!r}: message {t} of episode {g} has "
+                raise CreditOutputError(f"token method {name!r}: message {t} of episode {g} has "
                                    f"{len(msg.completion_ids)} tokens, got shape {row.shape}")
             if not np.all(np.isfinite(row)):
-                raise RuntimeError(f"token method {name!r} produced non-finite token advantages "
+                raise CreditOutputError(f"token method {name!r} produced non-finite token advantages "
                                    f"(episode {g}, message {t})")
             if check_conservation:
                 total = len(row) * float(adv[t])
                 if abs(row.sum() - total) > 1e-6 * max(1.0, abs(total)):
-                    raise RuntimeError(f"token method {name!r} broke conservation on message {t} of "
+                    raise CreditOutputError(f"token method {name!r} broke conservation on message {t} of "
                                        f"episode {g}: sum {row.sum()} != {total}")
             kept.append(row)
         result.append(kept)
@@ -244,11 +244,11 @@ def message_tokens(method: TokenMethod, advantage: float, stats: TokenStats, opt
     row = np.asarray(method.row(advantage, stats, options), dtype=np.float64)
     n = len(stats.logprobs)
     if row.shape != (n,):
-        raise RuntimeError(f"token method {method.name!r}: a message of {n} tokens got shape {row.shape}")
+        raise CreditOutputError(f"token method {method.name!r}: a message of {n} tokens got shape {row.shape}")
     if not np.all(np.isfinite(row)):
-        raise RuntimeError(f"token method {method.name!r} produced non-finite token advantages")
+        raise CreditOutputError(f"token method {method.name!r} produced non-finite token advantages")
     if method.conserves and abs(row.sum() - n * advantage) > 1e-6 * max(1.0, abs(n * advantage)):
-        raise RuntimeError(f"token method {method.name!r} broke conservation: sum {row.sum()} != {n * advantage}")
+        raise CreditOutputError(f"token method {method.name!r} broke conservation: sum {row.sum()} != {n * advantage}")
     return row
 
 

@@ -1,0 +1,108 @@
+"""Numbers that go bad, through `teamplay train` as a user meets them: a user's credit method that
+returns NaN is refused in one `error:` line naming it; one whose advantages overflow the loss is
+skipped with one `warning:` line per step, then stopped in one `error:` line, the last checkpoint
+holding adapters no bad update touched."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from safetensors.torch import load_file
+
+from tests.reliability.helpers import error_line, invoke
+
+PLUGIN = textwrap.dedent('''
+    """A user's task with reward variance on the tiny model, and a credit method gone bad."""
+    import numpy as np
+    from pydantic import BaseModel
+
+    from teamplay.credit import register_credit
+    from teamplay.envs.tasks.base import Task
+    from teamplay.records import TaskItem
+
+
+    class EvenTask(Task):
+        name = "even"
+        splits = ("train", "test")
+        answer_instruction = "Say anything."
+
+        def load(self, split="test", source=None, limit=None, seed=0):
+            return [TaskItem(id=f"even/{split}/{i}", prompt=f"Problem {i}.", reference="") for i in range(limit or 4)]
+
+        def extract(self, completion):
+            return completion[:1] or None
+
+        def score(self, completion, item):
+            return float(bool(completion) and ord(completion[0]) % 2 == 0)
+
+
+    class NoOptions(BaseModel):
+        pass
+
+
+    def centred(batch):
+        rewards = np.array([ep.reward for ep in batch.episodes])
+        return [np.full(len(ep.messages), r) for ep, r in zip(batch.episodes, rewards - rewards.mean())]
+
+''')
+
+#: one credit method per plugin file: a name registers once per process, and each test imports its own file
+METHODS = {
+    "nan_credit": textwrap.dedent('''
+        @register_credit("user_nan", NoOptions, "NaN everywhere")
+        def nan_credit(batch, options):
+            return [a * np.nan for a in centred(batch)]
+    '''),
+    "huge_credit": textwrap.dedent('''
+        @register_credit("user_huge", NoOptions, "finite in float64, infinite in the float32 loss")
+        def huge_credit(batch, options):
+            return [np.sign(a) * 1e300 for a in centred(batch)]
+    '''),
+}
+
+
+def config(tmp_path, model, method: str, **extra) -> object:
+    plugin = tmp_path / "my_plugin.py"
+    plugin.write_text(PLUGIN + METHODS[method])
+    path = tmp_path / "train.yaml"
+    path.write_text(json.dumps({
+        "model": {"name": str(model), "lora": {"r": 2, "alpha": 4}},
+        "backend": {"max_prompt_tokens": 512},
+        "task": {"name": f"{plugin}:EvenTask", "split": "train", "limit": 4},
+        "protocol": {"name": "single"},
+        "credit": {"method": f"{plugin}:{method}"},
+        "rollout": {"problems_per_step": 2, "group_size": 8},
+        "sampling": {"max_new_tokens": 2, "temperature": 1.0},
+        "steps": 4, "checkpoint_every": 1, "keep_checkpoints": 5, "tensorboard": False,
+        "output_dir": str(tmp_path / "run"), **extra,
+    }))
+    return path
+
+
+def test_a_plugin_credit_method_returning_nan_is_one_error_line(tmp_path, tiny_model):
+    result = invoke("train", "--config", config(tmp_path, tiny_model, "nan_credit"))
+    line = error_line(result)  # exit 2, one line, no traceback
+    assert line.startswith("error: credit method 'user_nan' (")
+    assert "my_plugin.py:nan_credit) returned a non-finite advantage (nan for message 0 of episode" in line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_advantages_that_overflow_the_loss_are_skipped_then_stop_the_run(tmp_path, tiny_model):
+    path = config(tmp_path, tiny_model, "huge_credit", optim={"lr": 0.05, "max_nonfinite_steps": 2})
+    result = invoke("train", "--config", path)
+    line = error_line(result)
+    assert line.startswith("error: step 2: 2 consecutive steps had a non-finite loss or gradient "
+                           "(optim.max_nonfinite_steps = 2); last: non-finite loss of adapter "), line
+    warnings = [w for w in result.output.splitlines() if w.startswith("warning:")]
+    assert [w[:16] for w in warnings] == ["warning: step 1:", "warning: step 2:"], result.output
+    run = tmp_path / "run"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001"]
+    # no update was applied: every LoRA B matrix is still at its initial zeros
+    [adapters] = list((run / "checkpoints" / "step-000001" / "adapters").glob("*/adapter_model.safetensors"))
+    weights = load_file(adapters)
+    assert any("lora_B" in k for k in weights)
+    assert all(not v.any() for k, v in weights.items() if "lora_B" in k)
+    # and the blow-up is visible in the metrics
+    steps = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], m["adv_max"], m["skipped_nonfinite_steps"]) for m in steps] == [(1, 1e300, 1), (2, 1e300, 1)]
