@@ -5,6 +5,8 @@ and every file-system failure (full disk, read-only folder, an output path that 
 printed as one ``error:`` line with exit status 2, never wrapped, even when stderr is a pipe; a
 traceback means a bug in teamplay. teamplay's warnings (a damaged checkpoint skipped by
 ``--resume auto``, a torn metrics line dropped by ``report``) are one ``warning:`` line each.
+SIGTERM or SIGINT during ``train`` or ``sweep`` stops at the next safe point with a checkpoint, one
+``warning:`` line and exit status 75 (``teamplay.training.preemption``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from rich.table import Table
 from teamplay.config import EvalConfig, load_config
 from teamplay.errors import TeamplayError, TeamplayWarning
 from teamplay.registry import is_plugin_spec
+from teamplay.training.preemption import Interrupted, Preempted
 
 # transformers 5 warns about its own deprecated attribute each time peft builds LoRA layers: noise
 # for a user, nothing they can change.
@@ -56,6 +59,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 warnings.simplefilter("always", TeamplayWarning)
                 warnings.showwarning = _show_warning
                 return fn(*args, **kwargs)
+        except (Preempted, Interrupted) as exc:  # SIGTERM/SIGINT: a clean stop (75), or at once on a second one
+            _one_line("warning", str(exc))
+            raise typer.Exit(exc.exit_status) from None
         except TeamplayError as exc:
             _one_line("error", str(exc))
             raise typer.Exit(2) from None

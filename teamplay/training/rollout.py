@@ -70,16 +70,21 @@ class RolloutRunner:
             two turns never reuse one random stream.
         max_batch: most requests per ``generate`` call (``None`` = all active episodes); memory
             bound for large runs.
+        before_generate: called before each ``generate`` call, a safe point: an exception raised
+            there abandons the run (the trainer's held-out evaluation stops there when a stop was
+            asked for, ``teamplay.training.preemption``).
     """
 
     def __init__(self, make_env: Callable[[], TeamEnv], backend: GenerationBackend,
-                 sampling: SamplingParams, max_batch: int | None = None) -> None:
+                 sampling: SamplingParams, max_batch: int | None = None,
+                 before_generate: Callable[[], None] | None = None) -> None:
         if max_batch is not None and max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.make_env = make_env
         self.backend = backend
         self.sampling = sampling
         self.max_batch = max_batch
+        self.before_generate = before_generate
         self.last_stats: RolloutStats | None = None
 
     def run(self, jobs: Sequence[RolloutJob], seed: int = 0,
@@ -121,6 +126,8 @@ class RolloutRunner:
             chunk = self.max_batch or len(pending)
             for lo in range(0, len(pending), chunk):
                 part = pending[lo:lo + chunk]
+                if self.before_generate is not None:
+                    self.before_generate()
                 sampling = _with_seed(self.sampling, base_seed * 1_000_003 + turn)
                 turn += 1
                 t0 = time.perf_counter()

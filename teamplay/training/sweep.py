@@ -50,6 +50,7 @@ from teamplay.config import TrainConfig, build_config, parse_overrides
 from teamplay.errors import ConfigError, DataError
 from teamplay.training.checkpoint import latest_checkpoint
 from teamplay.training.metrics import BUDGET_KEYS, read_metrics
+from teamplay.training.preemption import Preempted, preemption_handlers
 from teamplay.training.setup import validate_run
 
 MANIFEST = "sweep.json"
@@ -273,12 +274,23 @@ def run_sweep(sweep: Sweep, train: Callable[[TrainConfig, str | None], Any],
     status "skip" (already done), "resume" or "start" before each run. After each run its
     ``done.json`` and the results table are written. (``teamplay.distributed.sweep`` runs them
     side by side on Ray, with the same steps.)
+
+    SIGTERM or SIGINT stops the sweep cleanly: the run in progress stops as ``teamplay train`` does
+    (``teamplay.training.preemption``), or the sweep stops before its next run (the signal also
+    counts while a run's model loads); ``Preempted`` says to run the same sweep again.
     """
+    again = "run the same teamplay sweep command again to continue"
     trained = []
-    for run, resume in pending_runs(sweep, on_run):
-        train(sweep.config(run), resume)
-        finish_run(sweep, run)
-        trained.append(run)
+    with preemption_handlers() as preemption:
+        for run, resume in pending_runs(sweep, on_run):
+            if preemption.requested:
+                raise Preempted(preemption.signum, f"before run {run.name} started", again)
+            try:
+                train(sweep.config(run), resume)
+            except Preempted as exc:
+                raise exc.with_hint(f"run {run.name} stops there; {again}") from None
+            finish_run(sweep, run)
+            trained.append(run)
     return trained
 
 

@@ -21,7 +21,9 @@ What one step really does:
        `optim.max_nonfinite_steps` such steps in a row the run stops with an error before it
        checkpoints (``teamplay.training.nonfinite``);
     6. log metrics (with the step's reward and advantage ranges), evaluate on held-out problems
-       every `eval_every` steps, checkpoint every `checkpoint_every` steps (atomically).
+       every `eval_every` steps, checkpoint every `checkpoint_every` steps (atomically). A SIGTERM
+       or SIGINT is read between steps (and abandons a held-out evaluation): the last completed
+       step is checkpointed and the run stops, to resume exactly (``teamplay.training.preemption``).
 
 With `controllers.enabled`, the rollouts of step 2 ask a learned speak/skip controller before each
 skippable turn (sampling its current strategy; a skipped review or debate turn is generated anyway,
@@ -44,6 +46,7 @@ update -> metrics; the update goes through the trainer's ``updater`` (a ``stages
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import random
 import re
@@ -73,9 +76,11 @@ from teamplay.training.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
     TrainerState,
+    checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
     newest_intact_checkpoint,
+    rng_state,
     save_checkpoint,
     set_rng_state,
 )
@@ -83,6 +88,7 @@ from teamplay.training.controllers import speak_rates
 from teamplay.training.evaluation import EvalMetrics, cached_untrained_eval, evaluate
 from teamplay.training.metrics import MetricsLogger, generated_tokens
 from teamplay.training.nonfinite import NonFiniteGuard, check_finite_adapters
+from teamplay.training.preemption import UNLOGGED_STEP, Preempted, Preemption, StopRequested, preemption_handlers
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.run_folder import claim_run_folder
@@ -212,6 +218,10 @@ class Trainer:
         self.on_eval = on_eval
         self.state = TrainerState(step=0, data_order=self._data_order(0), data_cursor=0, data_epoch=0)
         self.extra_state: dict[str, Any] = {}
+        #: the step of the checkpoint written or restored last (a preempted run writes one if it is behind)
+        self._saved_step: int | None = None
+        #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.preemption``)
+        self.preemption = Preemption()
         # group_hook(item, rewards [G]) -> scale: sees every group of a step (signal or not) and
         # scales its advantages; federated sites record reward statistics and calibrate with it
         self.group_hook: Callable[[TaskItem, np.ndarray], float] | None = None
@@ -222,13 +232,17 @@ class Trainer:
 
         The run folder is locked for the whole call (a second trainer on it stops at once); a
         folder that already holds a run is refused unless ``resume`` continues it or
-        ``overwrite`` deletes it first (``teamplay.training.run_folder``).
+        ``overwrite`` deletes it first (``teamplay.training.run_folder``). SIGTERM or SIGINT stops
+        the run at the next safe point, after checkpointing its last completed step (``Preempted``;
+        a second signal stops at once: ``teamplay.training.preemption``).
         """
         start = time.perf_counter()
         lock = claim_run_folder(self.run_dir, resume, overwrite)
         try:
-            return self._train(resume, start)
+            with preemption_handlers() as self.preemption:
+                return self._train(resume, start)
         finally:
+            self.preemption = Preemption()  # the handlers are gone: nothing sets this one
             lock.release()
 
     def _train(self, resume: str | None, start: float) -> TrainResult:
@@ -239,29 +253,34 @@ class Trainer:
         logger = MetricsLogger(self.run_dir, self.cfg.tensorboard, self.cfg.wandb_project,
                                self.cfg.model_dump(mode="json"))
         # a fresh start (also --resume auto with no checkpoint yet) keeps no line of an earlier attempt
-        logger.truncate_after(self.state.step if resumed_from is not None else -1)
-        eval_before = None
+        kept = self.state.step if resumed_from is not None else -1
+        if UNLOGGED_STEP in self.extra_state:
+            kept -= 1  # a step preempted in its evaluation: its lines are written below, once
+        logger.truncate_after(kept)
+        eval_before = eval_after = None
         curve = self._curve_items()
-        if resumed_from is None and self.eval_items:
-            eval_before = self._evaluate_untrained()
-            first = {"heldout": eval_before.to_dict()}
-            if curve is not None:
-                first["heldout_curve"] = self._evaluate_untrained(curve).to_dict()
-            logger.log(0, first)
-        history = []
+        history: list[dict[str, Any]] = []
         try:
-            while not self.finished:
+            if resumed_from is None and self.eval_items:
+                eval_before = self._evaluate_untrained()
+                first = {"heldout": eval_before.to_dict()}
+                if curve is not None:
+                    first["heldout_curve"] = self._evaluate_untrained(curve).to_dict()
+                logger.log(0, first)
+            unlogged = self.extra_state.pop(UNLOGGED_STEP, None)
+            if unlogged is not None:  # preempted during that step's evaluation: evaluate and log it now
+                self._log_step(unlogged["step"], unlogged["metrics"], unlogged["episodes"], logger, history,
+                               curve, evaluate=bool(self.eval_items))
+                if self.on_step is not None:
+                    self.on_step(unlogged["step"], unlogged["metrics"])
+            while self._go_on():
                 result = self.step()
                 metrics, step = result.metrics, result.step
                 last = self.finished
                 stop = self.nonfinite.tripped  # too many non-finite steps in a row: log, then stop
-                if self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0 and not (last or stop):
-                    metrics["heldout"] = self._evaluate(f"step {step}", curve).to_dict()
-                    if curve is not None:
-                        metrics["heldout_curve"] = metrics["heldout"]
-                logger.log(step, metrics)
-                logger.log_episodes(step, self.episode_log(result))
-                history.append({"step": step, **metrics})
+                due = bool(self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0)
+                self._log_step(step, metrics, self.episode_log(result), logger, history, curve,
+                               evaluate=due and not (last or stop))
                 if stop:  # before the checkpoint: the last one written stays the last good one
                     last_good = latest_checkpoint(self.run_dir)
                     raise self.nonfinite.error(step, str(last_good) if last_good is not None else None)
@@ -269,17 +288,58 @@ class Trainer:
                     self._checkpoint()
                 if self.on_step is not None:
                     self.on_step(step, metrics)
-            eval_after = None
             if self.eval_items:
                 eval_after = self._evaluate("after")
                 last_line = {"heldout_final": eval_after.to_dict()}
                 if curve is not None:
                     last_line["heldout_curve"] = self._evaluate("after (curve)", curve).to_dict()
                 logger.log(self.state.step, last_line)
+        except StopRequested:  # an evaluation abandoned at a stop asked for by a signal
+            raise self._preempted() from None
         finally:
             logger.close()
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after,
                            time.perf_counter() - start, history)
+
+    def _go_on(self) -> bool:
+        """Whether the loop takes another step: not once ``finished``, and not after a SIGTERM or
+        SIGINT (then the last completed step is checkpointed and ``Preempted`` raised)."""
+        if self.preemption.requested:
+            raise self._preempted()
+        return not self.finished
+
+    def _log_step(self, step: int, metrics: dict[str, Any], episodes: list[dict[str, Any]], logger: MetricsLogger,
+                  history: list[dict[str, Any]], curve: Sequence[TaskItem] | None, evaluate: bool) -> None:
+        """The step's held-out evaluation (when ``evaluate``), then its lines in metrics.jsonl and
+        episodes.jsonl. An evaluation abandoned for a preemption leaves the step unlogged: its lines
+        wait in ``extra_state`` (saved with the checkpoint), with the RNG as before the evaluation,
+        and the resumed run evaluates and logs them first, as this run would have."""
+        if evaluate:
+            rng = rng_state()
+            try:
+                heldout = self._evaluate(f"step {step}", curve).to_dict()
+            except StopRequested:
+                set_rng_state(rng)
+                self.extra_state[UNLOGGED_STEP] = json.loads(json.dumps(
+                    {"step": step, "metrics": metrics, "episodes": episodes}, default=float))
+                raise
+            metrics["heldout"] = heldout
+            if curve is not None:
+                metrics["heldout_curve"] = heldout
+        logger.log(step, metrics)
+        logger.log_episodes(step, episodes)
+        history.append({"step": step, **metrics})
+
+    def _preempted(self) -> Preempted:
+        """Checkpoint the last completed step (unless written already) and say where the run stopped."""
+        assert self.preemption.signum is not None
+        step = self.state.step
+        if step == 0:
+            return Preempted(self.preemption.signum, "before the first step finished; no checkpoint written yet")
+        if self._saved_step != step:
+            self._checkpoint()
+        return Preempted(self.preemption.signum,
+                         f"after step {step}; checkpoint {checkpoint_dir(self.run_dir, step).name} written")
 
     @property
     def finished(self) -> bool:
@@ -492,7 +552,7 @@ class Trainer:
         if self.on_eval is not None:
             self.on_eval(label)
         runner = RolloutRunner(self.make_eval_env, self.backend, sampling_params(self.cfg.eval_sampling),
-                               max_batch=self.cfg.backend.max_batch)
+                               max_batch=self.cfg.backend.max_batch, before_generate=self.preemption.check)
         _, metrics = evaluate(runner, self.eval_task, self.eval_items if items is None else items,
                               seed=self.cfg.seed)
         return metrics
@@ -525,8 +585,10 @@ class Trainer:
         check_finite_adapters(self.params, f"checkpoint step {self.state.step}")
         if self.controllers is not None:
             self.extra_state["controllers"] = self.controllers.state_dict()
-        return save_checkpoint(self.run_dir, self.state, self.team_model, self.optimizer, self.scheduler,
+        path = save_checkpoint(self.run_dir, self.state, self.team_model, self.optimizer, self.scheduler,
                                self.extra_state, self.cfg.model_dump(mode="json"), self.cfg.keep_checkpoints)
+        self._saved_step = self.state.step
+        return path
 
     def _resume(self, resume: str) -> Path | None:
         """Restore the newest intact checkpoint (``resume="auto"``) or the one at ``resume``.
@@ -568,6 +630,7 @@ class Trainer:
                                   f"adapters ({exc}); resume with the run's own config") from None
         set_rng_state(data.rng)
         self.state = data.state
+        self._saved_step = data.state.step
         self.extra_state = dict(data.extra)
         if self.controllers is not None:
             self.controllers.load_state_dict(self.extra_state["controllers"])
