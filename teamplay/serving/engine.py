@@ -16,9 +16,11 @@ reported, and a scripted ``oracle`` states an empty answer.
 
 Seeds. An unseeded request's episodes take consecutive env seeds from the config's ``seed``, in
 the order the server runs them, and are batched with every other unseeded request of the same
-decoding settings. A request with ``seed`` runs alone (still in the same worker turn): its
-episodes get env seeds ``seed, seed + 1, ...`` and sampled decoding the seed ``seed``, so the same
-request with the same seed gets the same episodes on the same backend, whatever else was queued.
+decoding settings. A seeded request's episodes get env seeds ``seed, seed + 1, ...``. With sampled
+decoding it runs alone (still in the same worker turn), its decoding seeded with ``seed``, so the
+same request with the same seed gets the same episodes on the same backend, whatever else was
+queued. With greedy decoding (temperature 0) no random stream is drawn, so it joins the batch of
+its decoding settings with its own env seeds (lm-eval sends ``seed`` with every greedy request).
 """
 
 from __future__ import annotations
@@ -131,8 +133,8 @@ class TeamEngine:
 
     def run(self, requests: Sequence[EpisodeRequest]) -> list[list[Episode]]:
         """Every request's episodes (``n`` each, in request order), with as few ``RolloutRunner.run``
-        calls as the requests allow: one per distinct decoding setting of the unseeded requests,
-        plus one per seeded request."""
+        calls as the requests allow: one per distinct decoding setting of the unseeded and greedy
+        requests, plus one per seeded sampled request."""
         with self._lock:  # a second caller waits: the backend is not thread-safe
             out: list[list[Episode]] = [[] for _ in requests]
             for members in _groups(requests):
@@ -143,13 +145,19 @@ class TeamEngine:
     def _run_group(self, group: Sequence[EpisodeRequest]) -> list[list[Episode]]:
         """One ``RolloutRunner.run`` for requests of one decoding setting (one seeded request, or
         unseeded ones); episodes split back per request."""
-        jobs = [RolloutJob(item=r.item, group_id=r.request_id) for r in group for _ in range(r.n)]
-        seed = group[0].seed
-        sampling = group[0].sampling if seed is None else dataclasses.replace(group[0].sampling, seed=seed)
-        if seed is None:
-            seed, self._next_seed = self._next_seed, self._next_seed + len(jobs)
+        unseeded = sum(r.n for r in group if r.seed is None)
+        first, self._next_seed = self._next_seed, self._next_seed + unseeded
+        jobs, next_free = [], first
+        for r in group:
+            start = r.seed if r.seed is not None else next_free
+            jobs += [RolloutJob(item=r.item, group_id=r.request_id, env_seed=start + j) for j in range(r.n)]
+            if r.seed is None:
+                next_free += r.n
+        sampled_seed = group[0].seed if len(group) == 1 and not group[0].sampling.greedy else None
+        sampling = group[0].sampling if sampled_seed is None else dataclasses.replace(group[0].sampling,
+                                                                                      seed=sampled_seed)
         runner = RolloutRunner(self.make_env, self.backend, sampling, max_batch=self.generate_batch)
-        episodes = runner.run(jobs, seed=seed)
+        episodes = runner.run(jobs, seed=first if sampled_seed is None else sampled_seed)
         s = self._stats
         self._stats = EngineStats(s.runs + 1, s.requests + len(group), s.episodes + len(episodes))
         split, start = [], 0
@@ -160,10 +168,10 @@ class TeamEngine:
 
 
 def _groups(requests: Sequence[EpisodeRequest]) -> list[list[int]]:
-    """Indices of the requests that share one run: unseeded requests by decoding setting, in order
-    of first appearance; each seeded request alone."""
+    """Indices of the requests that share one run: unseeded and greedy requests by decoding setting,
+    in order of first appearance; each seeded sampled request alone."""
     groups: dict[object, list[int]] = {}
     for k, r in enumerate(requests):
-        key = ("batched", r.sampling) if r.seed is None else ("alone", k)
+        key = ("batched", r.sampling) if r.seed is None or r.sampling.greedy else ("alone", k)
         groups.setdefault(key, []).append(k)
     return list(groups.values())

@@ -32,12 +32,14 @@ class RolloutJob:
 
     Episodes of the same problem sampled in the same step share ``group_id``; credit methods
     compare episodes within a group. ``replay`` (the replay engine's jobs) re-executes a recorded
-    prefix with some agents removed.
+    prefix with some agents removed. ``env_seed`` seeds this episode's env ``reset`` in place of the
+    run's ``seed + i`` (the server gives a seeded request's episodes their own seeds in a shared run).
     """
 
     item: TaskItem
     group_id: str
     replay: ReplaySpec | None = None
+    env_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class RolloutRunner:
             on_message: Callable[[int, TurnRequest, Generation], None] | None = None) -> list[Episode]:
         """Run every job to the end; returns episodes in job order.
 
-        ``seed`` seeds each env's ``reset`` (job ``i`` gets ``seed + i``) and, for sampled
+        ``seed`` seeds each env's ``reset`` (job ``i`` gets ``seed + i``, or its ``env_seed``) and, for sampled
         decoding without an explicit ``sampling.seed``, the backend's random streams.
         ``on_episode`` is called as each episode finishes (progress bars, streaming writers);
         ``on_message(job_index, request, generation)`` after each generated turn (``teamplay play``).
@@ -103,7 +105,7 @@ class RolloutRunner:
             options = {"item": job.item, "group_id": job.group_id}
             if job.replay is not None:
                 options["replay"] = job.replay
-            env.reset(seed=seed + i, options=options)
+            env.reset(seed=seed + i if job.env_seed is None else job.env_seed, options=options)
         episodes: list[Episode | None] = [None] * len(jobs)
         generate_calls = requests_total = 0
         generate_seconds = 0.0

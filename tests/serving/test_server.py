@@ -258,6 +258,30 @@ def test_a_seeded_request_gives_the_same_episodes_whatever_runs_beside_it(tiny):
     assert texts(results["seeded"]) == alone
 
 
+def test_seeded_greedy_requests_share_one_run_and_keep_their_own_episodes(tiny):
+    """lm-eval sends ``seed`` with every greedy request: such requests are batched together (one
+    run), each with its own env seeds, and give the transcripts each gives alone."""
+    from teamplay.serving.engine import EpisodeRequest
+
+    engine = tiny[1]
+    greedy = engine.sampling_for(None, 0.0, None)
+    item, _ = engine.item_for("What is 23 + 95?")
+    other, _ = engine.item_for("What is 7 + 8?")
+    asks = [EpisodeRequest("a", item, 2, greedy, seed=3), EpisodeRequest("b", other, 1, greedy, seed=11),
+            EpisodeRequest("c", item, 1, greedy)]
+    alone = [engine.run([r])[0] for r in asks]
+    before = engine.stats.runs
+    together = engine.run(asks)
+    assert engine.stats.runs == before + 1  # one RolloutRunner.run for the three
+    for mine, solo in zip(together, alone, strict=True):
+        assert [[m.text for m in e.messages] for e in mine] == [[m.text for m in e.messages] for e in solo]
+    # a seeded request with sampled decoding still runs alone
+    sampled = engine.sampling_for(None, 1.0, None)
+    before = engine.stats.runs
+    engine.run([EpisodeRequest("d", item, 1, sampled, seed=3), EpisodeRequest("e", item, 1, sampled)])
+    assert engine.stats.runs == before + 2
+
+
 # ------------------------------------------------------------------------------ overload, timeout
 
 
