@@ -530,11 +530,30 @@ class FedGrpoConfig(_Section):
                                                            "entries, split across sites by signal (1 = dense).")
 
 
+class RobustConfig(_Section):
+    """How the server refuses outlying site updates and combines the rest (teamplay.federated.screen,
+    teamplay.federated.strategies.AGGREGATORS)."""
+
+    aggregator: Literal["mean", "median", "trimmed_mean", "clipped_mean"] = Field(
+        "mean", description="mean: the strategy's weighted mean; median / trimmed_mean: coordinate-wise, "
+                            "sites weighted equally (Flower's FedMedian / FedTrimmedAvg rules); clipped_mean: "
+                            "each update clipped to clip_factor x the round's median norm, then the weighted mean.")
+    trim_fraction: float = Field(0.2, ge=0.0, lt=0.5, description="trimmed_mean: share of sites cut from each "
+                                                                  "tail per entry (floor(fraction x sites)).")
+    clip_factor: float = Field(1.0, gt=0.0, description="clipped_mean: norm bound as a multiple of the round's "
+                                                        "median update norm.")
+    max_norm_ratio: float | None = Field(10.0, gt=1.0, description="Refuse an update whose norm exceeds this "
+                                                                   "multiple of the round's median norm (3+ "
+                                                                   "updates); null: no such check.")
+
+
 class FailureDrill(_Section):
-    """Make one site raise in one round (to rehearse fault handling; off unless listed)."""
+    """Make one site fail in one round (to rehearse fault handling; off unless listed)."""
 
     site: int = Field(..., ge=0, description="Site index (0-based).")
-    round: int = Field(..., ge=1, description="Round in which it raises.")
+    round: int = Field(..., ge=1, description="Round in which it fails.")
+    kind: Literal["raise", "nan"] = Field("raise", description="raise: the site raises; nan: its upload "
+                                                               "carries NaN (the server must refuse it).")
 
 
 class FederatedSection(_Section):
@@ -553,6 +572,10 @@ class FederatedSection(_Section):
     strategy: Literal["fedavg", "fedgrpo"] = Field("fedgrpo", description="fedavg (data-size weights, dense) "
                                                                           "or fedgrpo.")
     fedgrpo: FedGrpoConfig = Field(default_factory=FedGrpoConfig, description="Fed-GRPO mechanisms.")
+    robust: RobustConfig = Field(default_factory=RobustConfig, description="Outlier checks and robust "
+                                                                          "aggregation.")
+    min_sites: int = Field(1, ge=1, description="A round with fewer valid site results (after failures, "
+                                                "timeouts and refused results) stops the run with an error.")
     round_timeout: float = Field(3600.0, gt=0.0, description="Seconds the server waits for a round's "
                                                              "replies; late sites are left out of it.")
     client_cpus: float = Field(1.0, gt=0.0, description="Simulation: CPUs per site (Ray actor).")
@@ -589,6 +612,7 @@ class FederatedConfig(TrainConfig):
         lo, hi = self.federated.fedgrpo.calibration_clip
         if not 0 < lo <= 1 <= hi:
             raise ValueError(f"federated.fedgrpo.calibration_clip: need 0 < lo <= 1 <= hi, got [{lo}, {hi}]")
+        self._robust_fits()
         for drill in self.federated.failure_drills:
             if drill.site >= self.federated.clients:
                 raise ValueError(f"federated.failure_drills: site {drill.site} does not exist "
@@ -599,3 +623,19 @@ class FederatedConfig(TrainConfig):
                                  f"{self.task.name!r}; one task (verifier) per run")
         self.__dict__["steps"] = derived  # not via setattr: it would mark steps as user-set
         return self
+
+    def _robust_fits(self) -> None:
+        fed, robust = self.federated, self.federated.robust
+        if fed.min_sites > fed.clients:
+            raise ValueError(f"federated.min_sites: {fed.min_sites} is more than the {fed.clients} sites "
+                             f"(federated.clients)")
+        if robust.aggregator == "trimmed_mean" and int(robust.trim_fraction * fed.clients) == 0:
+            fix = f"raise it to at least {1 / fed.clients:.3g} or " if 1 / fed.clients < 0.5 else ""
+            raise ValueError(f"federated.robust.trim_fraction: {robust.trim_fraction:g} of {fed.clients} sites "
+                             f"trims nothing; {fix}use aggregator median")
+        sparse = fed.strategy == "fedgrpo" and fed.fedgrpo.sparse and fed.fedgrpo.budget < 1
+        if sparse and robust.aggregator in ("median", "trimmed_mean"):
+            # a sparse upload is 0 outside its top-k entries, so per entry most values are 0
+            raise ValueError(f"federated.robust.aggregator: {robust.aggregator} of sparse uploads (fedgrpo.budget "
+                             f"{fed.fedgrpo.budget:g}) pulls every entry towards 0; set fedgrpo.budget=1 or "
+                             f"aggregator mean/clipped_mean")

@@ -6,6 +6,7 @@ adapter updates and scalar reward statistics leave a site. Modules:
     strategies  FedAvg and Fed-GRPO's mechanisms as pure array functions
     partition   IID and non-IID shards
     wire        the flat adapter vector and what a reply may hold
+    screen      the server's checks of each site result before it is aggregated
     client      the ClientApp: one site's round
     server      the ServerApp: rounds, aggregation, evaluation, checkpoints, resume
     run         ``teamplay federate``: Flower's simulation engine on this machine

@@ -3,18 +3,23 @@
 One round at a site, for a ``train`` message from the server (see ``teamplay.federated.wire``):
 
     1. rebuild the site's Trainer (the same Trainer, credit and objective as `teamplay train`) on
-       its shard, and restore the site's state saved at the end of its last completed round:
-       AdamW moments, LR schedule, data position, RNG states, error-feedback residual;
+       its shard, and restore the site's state saved at the end of the last round the server
+       aggregated this site in (the order names it): AdamW moments, LR schedule, data position,
+       RNG states, error-feedback residual;
     2. load the global adapters, run ``local_steps`` ordinary training steps; with calibration on,
        each group's advantages are scaled by ``calibration_weight`` of its problem type;
     3. upload ``delta = local - global`` (top-k with error feedback under a sparse budget, else
        dense) with scalar reward statistics; save the site state of this round.
 
-The site state lives in ``<state dir>/site-<k>/round-<r>.pt``, written atomically; only the last
-two are kept. A resumed run (the server restarts after its last completed round ``r``) restores the
-latest state of round <= ``r``, so work of an unfinished round is never counted twice. Rebuilding the
-Trainer each round costs a model load (under a second for the embedded model once cached) and makes
-every round a resume, so the resume path is the path every round takes.
+The site state lives in ``<state dir>/site-<k>/round-<r>.pt``, written atomically; the state a
+round restored and the newer ones are kept, the others deleted. Why restore the last aggregated
+round rather than the latest file: a round the server left this site out of (it raised, its reply
+came too late or failed the server's checks) is undone, so the site's state is a function of the
+rounds the server used, which its log records. A late site may or may not have written its state
+before the next round starts; a killed server resumes from a round after which sites went on; a
+site folder may hold an earlier run's states: none of that changes what a site restores. Rebuilding
+the Trainer each round costs a model load (under a second for the embedded model once cached) and
+makes every round a resume, so the resume path is the path every round takes.
 """
 
 from __future__ import annotations
@@ -45,28 +50,33 @@ class RoundOrder:
 
     Fields:
         round: this round (1-based).
-        resume_round: the server's last completed round; the site restores its state of <= that.
+        restore_round: the last round whose upload from this site the server aggregated (0: none);
+            the site starts from its state of that round (0: a fresh Trainer).
         entries: how many update entries this site may upload (N = dense).
         calibration: global mean reward per problem type (empty: no calibration yet).
-        aggregated: sites whose upload the server aggregated in ``round - 1``.
     """
 
     round: int
-    resume_round: int
+    restore_round: int
     entries: int
     calibration: dict[str, float]
-    aggregated: tuple[int, ...]
 
 
-def shard_of(cfg: FederatedConfig, site: int):
-    """The task object and site ``site``'s training problems."""
+def shards(cfg: FederatedConfig):
+    """The task object and every site's training problems (``federated.clients`` shards)."""
     from teamplay.training.setup import load_items
 
     task, items = load_items(cfg.task)
     for extra in cfg.federated.extra_tasks:
         items = items + load_items(extra)[1]
     fed = cfg.federated
-    return task, partition(items, fed.clients, fed.partition, fed.partition_key, cfg.seed)[site]
+    return task, partition(items, fed.clients, fed.partition, fed.partition_key, cfg.seed)
+
+
+def shard_of(cfg: FederatedConfig, site: int):
+    """The task object and site ``site``'s training problems."""
+    task, all_shards = shards(cfg)
+    return task, all_shards[site]
 
 
 def site_config(cfg: FederatedConfig, site: int, state_dir: Path) -> FederatedConfig:
@@ -87,17 +97,15 @@ def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: n
     trainable = list(trainer.trainable)
     layout = param_layout(trainer.team_model, trainable)
     folder = Path(scfg.output_dir)
-    saved = _latest_state(folder, order.resume_round)
     feedback = ErrorFeedback(layout.size)
-    if saved is not None:
+    if order.restore_round > 0:
+        saved = _load_state(folder, order.restore_round)
         trainer.optimizer.load_state_dict(saved["optimizer"])
         trainer.scheduler.load_state_dict(saved["scheduler"])
         trainer.state = TrainerState(**{k: (tuple(v) if k == "data_order" else v)
                                         for k, v in saved["state"].items()})
         set_rng_state(saved["rng"])
         feedback = ErrorFeedback(layout.size, saved["residual"])
-        if saved["round"] == order.round - 1 and site not in order.aggregated and saved["upload"] is not None:
-            feedback.restore(SparseUpdate(**saved["upload"]))  # the server never used it: keep it
     set_vector(trainer.team_model, layout, trainable, global_vec)
 
     stats = _GroupStats(cfg.federated.partition_key)
@@ -116,21 +124,24 @@ def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: n
     trainer.group_hook = hook
     for _ in range(cfg.federated.local_steps):
         trainer.step()
-    for drill in cfg.federated.failure_drills:
-        if drill.site == site and drill.round == order.round:
-            raise RuntimeError(f"failure drill: site {site} raises in round {order.round} (federated.failure_drills)")
+    drills = {d.kind for d in cfg.federated.failure_drills if d.site == site and d.round == order.round}
+    if "raise" in drills:
+        raise RuntimeError(f"failure drill: site {site} raises in round {order.round} (federated.failure_drills)")
 
     delta = get_vector(trainer.team_model, layout, trainable) - global_vec
     sparse = cfg.federated.strategy == "fedgrpo" and fg.sparse
     update = feedback.compress(delta, order.entries) if sparse else top_k(delta, layout.size)
-    _save_state(folder, order.round, {
+    _save_state(folder, order.round, order.restore_round, {
         "round": order.round, "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict(), "state": trainer.state.__dict__, "rng": rng_state(),
         "residual": feedback.residual,
-        "upload": {"size": update.size, "indices": update.indices, "values": update.values, "dense": update.dense},
     })
-    return update, {"site": site, "shard_size": len(shard), "steps": cfg.federated.local_steps,
-                    "site_step": trainer.state.step, **stats.metrics()}
+    if "nan" in drills:  # the upload goes bad on its way out; the site's own state stays clean
+        bad = update.values.astype(np.float32, copy=True)
+        bad[::300] = np.nan
+        update = SparseUpdate(update.size, update.indices, bad, update.dense)
+    return update, {"site": site, "round": order.round, "shard_size": len(shard),
+                    "steps": cfg.federated.local_steps, "site_step": trainer.state.step, **stats.metrics()}
 
 
 class _GroupStats:
@@ -162,14 +173,11 @@ class _GroupStats:
         return out
 
 
-def _latest_state(folder: Path, at_most: int) -> dict[str, Any] | None:
-    if not folder.is_dir():
-        return None
-    rounds = sorted(int(m.group(1)) for p in folder.iterdir() if (m := _ROUND_FILE.match(p.name)))
-    usable = [r for r in rounds if r <= at_most]
-    if not usable:
-        return None
-    path = folder / f"round-{usable[-1]:06d}.pt"
+def _load_state(folder: Path, round_: int) -> dict[str, Any]:
+    path = folder / f"round-{round_:06d}.pt"
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing; the server aggregated this site's round {round_} and the "
+                          f"site must start from its state of that round (was the site's state-dir moved?)")
     try:  # weights_only: tensors and plain types only, so a supplied state file cannot run code
         return _from_plain(torch.load(path, weights_only=True))
     except Exception as exc:  # a pickle with code, or a damaged file
@@ -199,7 +207,11 @@ def _from_plain(data: Any) -> Any:
     return data
 
 
-def _save_state(folder: Path, round_: int, data: dict[str, Any]) -> None:
+def _save_state(folder: Path, round_: int, restored: int, data: dict[str, Any]) -> None:
+    """Write the state of ``round_`` atomically; delete states no later round can restore: those
+    before ``restored`` (the server's last aggregated round only grows) and those between it and
+    ``round_`` (rounds the server did not aggregate, else it would have named a later one). Newer
+    files stay: a late copy of an older round may finish after a newer round wrote its own."""
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"round-{round_:06d}.pt"
     tmp = folder / f".tmp-{final.name}-{os.getpid()}"
@@ -208,8 +220,9 @@ def _save_state(folder: Path, round_: int, data: dict[str, Any]) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, final)
     rounds = sorted(int(m.group(1)) for p in folder.iterdir() if (m := _ROUND_FILE.match(p.name)))
-    for old in rounds[:-2]:
-        (folder / f"round-{old:06d}.pt").unlink(missing_ok=True)
+    for old in rounds:
+        if old < round_ and old != restored:
+            (folder / f"round-{old:06d}.pt").unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------------- Flower glue
@@ -227,10 +240,10 @@ def site_reply(content, node_config):
     cfg = build_config(FederatedConfig, json.loads(conf["run_config"]))
     site = int(node_config["partition-id"])
     state_dir = Path(str(node_config.get("state-dir", Path(cfg.output_dir) / "sites")))
-    order = RoundOrder(round=int(conf["round"]), resume_round=int(conf["resume_round"]),
+    order = RoundOrder(round=int(conf["round"]),
+                       restore_round=int(json.loads(conf["restore"]).get(str(site), 0)),
                        entries=int(json.loads(conf["entries"])[str(site)]),
-                       calibration=json.loads(conf["calibration"]),
-                       aggregated=tuple(json.loads(conf["aggregated"])))
+                       calibration=json.loads(conf["calibration"]))
     global_vec = content["global"]["vector"].numpy()
     update, metrics = train_site(cfg, site, order, global_vec, state_dir)
     return RecordDict({"update": encode_update(update), "metrics": MetricRecord(metrics)})

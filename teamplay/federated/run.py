@@ -12,14 +12,15 @@ import os
 import warnings
 
 from teamplay.config import FederatedConfig
-from teamplay.federated.client import make_client_app, shard_of
+from teamplay.federated.client import make_client_app
 from teamplay.federated.server import FederatedServer
 
 
 def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None) -> FederatedServer:
     """Run (or resume) a federated run to ``federated.rounds``; returns the server (global team).
 
-    Config errors (a bad task, more sites than problems) surface here, before Ray starts.
+    Config errors (a bad task, more sites than problems) surface here, before Ray starts: the
+    server partitions the training pool when it is built.
     """
     from flwr.app import Context
     from flwr.serverapp import ServerApp
@@ -28,8 +29,6 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
     from teamplay.training.setup import validate_run
 
     validate_run(cfg)  # task, protocol, credit method and its resources, before any data or model
-    for site in range(cfg.federated.clients):  # every shard is well-formed before anything starts
-        shard_of(cfg, site)
     server = FederatedServer(cfg, resume=resume, on_round=on_round)
     errors: list[BaseException] = []
     server_app = ServerApp()

@@ -4,19 +4,35 @@ One round:
 
     1. send every site (Flower node) a ``train`` message: the global adapter vector, its upload
        budget in entries (``split_budget`` of the last round's signals; dense under FedAvg or with
-       sparse upload off), the calibration table and the run's config;
+       sparse upload off), the round each site restores its state of, the calibration table and
+       the run's config;
     2. wait up to ``federated.round_timeout`` for the replies (Flower's ``send_and_receive``). A
-       reply that carries an error (the site raised) or never came (timeout) is logged and left
-       out; the round goes on with the rest (with none, the global team stays as it was);
-    3. weights: FedAvg by shard size, or Fed-GRPO signal weights; ``global += sum w_i * update_i``;
+       reply that carries an error (the site raised) or never came (timeout) is a failure; a reply
+       that fails the checks of ``teamplay.federated.screen`` (wrong shapes, NaN or inf, a count
+       beyond its shard, another round, an outlying norm) is refused with one ``warning:`` line
+       naming the site and the reason. Both are left out and counted in the round's log line; the
+       round goes on with the rest, and stops the run with one error when fewer than
+       ``federated.min_sites`` are left;
+    3. weights: FedAvg by shard size, or Fed-GRPO signal weights; ``global += update``, the update
+       being ``federated.robust.aggregator`` of the valid deltas (the weighted mean by default);
     4. the calibration table takes the round's per-type mean rewards; held-out accuracy of the
        global team; one line in ``federated.jsonl`` (weights, signals, bytes per site and in total,
-       compression ratio, failures); an atomic checkpoint ``checkpoints/step-<round>/`` (the
-       global adapters in PEFT format, so `teamplay eval --checkpoint RUN` works, and
-       ``server_state.json``).
+       compression ratio, failures, refusals); an atomic checkpoint ``checkpoints/step-<round>/``
+       (the global adapters in PEFT format, so `teamplay eval --checkpoint RUN` works, and
+       ``server_state.json``), refused if the adapters are not finite.
 
-``--resume auto`` reads the latest checkpoint and continues with the next round; sites restore
-their own state of that round (``teamplay.federated.client``).
+``--resume auto`` reads the latest checkpoint and continues with the next round; each site
+restores its own state of the last round the server aggregated it in (``teamplay.federated.client``).
+
+Repeatable: two runs of one config and seed log the same rounds (all but ``seconds`` and Flower's
+node ids, random per run) and end with the same adapters, provided the same sites are left out of
+the same rounds. Everything the server computes from a round's replies is ordered by site, never by
+arrival, and the calibration table's sums are exact (``math.fsum``), so the order in which sites
+finish does not reach the numbers; a round a site was left out of is undone at that site, so
+whether a late site finished in the background does not either.
+
+The server loads the task's training pool once, to know each site's shard size (the checks of a
+claimed example count); the partition is the config's, so the server can compute it.
 """
 
 from __future__ import annotations
@@ -26,6 +42,7 @@ import logging
 import os
 import shutil
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,16 +54,8 @@ from teamplay.agents.roles import NO_TRAINABLE_ROLE
 from teamplay.config import FederatedConfig
 from teamplay.errors import ConfigError
 from teamplay.federated import strategies
-from teamplay.federated.wire import (
-    check_reply,
-    decode_update,
-    encode_update,
-    get_vector,
-    param_layout,
-    record_bytes,
-    set_vector,
-    type_stats,
-)
+from teamplay.federated.screen import RoundSpec, SiteRefusedWarning, SiteResult, TooFewSitesError, screen
+from teamplay.federated.wire import encode_update, get_vector, param_layout, record_bytes, set_vector, type_stats
 
 logger = logging.getLogger("teamplay.federated")
 
@@ -60,18 +69,22 @@ class ServerState:
         calibration: global mean reward per problem type.
         signals: each site's signal in the last round it completed (by site index, as text).
         aggregated: sites aggregated in the last completed round.
+        restore: each site's last aggregated round (by site index, as text; absent: none yet),
+            the state it starts its next round from.
     """
 
     round: int = 0
     calibration: dict[str, float] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
     aggregated: list[int] = field(default_factory=list)
+    restore: dict[str, int] = field(default_factory=dict)
 
 
 class FederatedServer:
     """The global team and the round logic; ``run(grid)`` is the ServerApp's main."""
 
     def __init__(self, cfg: FederatedConfig, resume: str | None = None, on_round=None) -> None:
+        from teamplay.federated.client import shards
         from teamplay.training.rollout import RolloutRunner
         from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
         from teamplay.training.trainer import seed_everything
@@ -80,7 +93,8 @@ class FederatedServer:
         self.run_dir = Path(cfg.output_dir)
         self.on_round = on_round
         seed_everything(cfg.seed)
-        task, _ = load_items(cfg.task.model_copy(update={"limit": 1}))
+        task, site_shards = shards(cfg)
+        self.shard_sizes = tuple(len(shard) for shard in site_shards)
         make_env, team = env_factory(task, cfg.protocol, cfg.team)
         self.eval_items: list = []
         if cfg.eval_task is not None:
@@ -125,64 +139,47 @@ class FederatedServer:
         t0 = time.perf_counter()
         cfg, fed = self.cfg, self.cfg.federated
         global_vec = get_vector(self.team_model, self.layout, self.trainable)
-        entries = self._entries()
         conf = ConfigRecord({
-            "round": rnd, "resume_round": self.state.round, "entries": json.dumps(entries),
-            "calibration": json.dumps(self.state.calibration), "aggregated": json.dumps(self.state.aggregated),
-            "run_config": json.dumps(cfg.model_dump(mode="json")),
+            "round": rnd, "restore": json.dumps(self.state.restore), "entries": json.dumps(self._entries()),
+            "calibration": json.dumps(self.state.calibration), "run_config": json.dumps(cfg.model_dump(mode="json")),
         })
         content = RecordDict({"global": ArrayRecord({"vector": Array(global_vec)}), "config": conf})
         messages = [Message(content, dst_node_id=node, message_type="train", group_id=str(rnd)) for node in nodes]
         replies = list(grid.send_and_receive(messages, timeout=fed.round_timeout))
 
-        sites: dict[int, dict[str, Any]] = {}
-        updates: dict[int, np.ndarray] = {}
-        reports = []
-        failed: list[dict[str, Any]] = []
-        for reply in replies:
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                failed.append({"node": node, "error": _short(reply.error.reason)})
-                continue
-            try:
-                check_reply(reply.content)
-                metrics = dict(reply.content["metrics"])
-                update = decode_update(reply.content["update"], self.layout.size)
-            except ValueError as exc:
-                failed.append({"node": node, "error": f"malformed reply: {exc}"})
-                continue
-            site = int(metrics["site"])
-            updates[site] = update.to_dense()
-            reports.append(type_stats(metrics))
-            sites[site] = {"node": node, "bytes": record_bytes(reply.content["update"]),
-                           "entries": int(update.size if update.dense else update.indices.size),
-                           "signal": float(metrics["signal"]), "reward_mean": float(metrics["reward_mean"]),
-                           "groups": int(metrics["groups"]), "shard_size": int(metrics["shard_size"]),
-                           "site_step": int(metrics["site_step"])}
-        answered = {reply.metadata.src_node_id for reply in replies}
-        failed += [{"node": node, "error": f"no reply within {fed.round_timeout:g} s"}
-                   for node in nodes if node not in answered]
+        failed = _failures(replies, nodes, fed.round_timeout)
         for failure in failed:
             logger.warning("round %d: node %s left out: %s", rnd, failure["node"], failure["error"])
+        spec = RoundSpec(rnd, tuple(nodes), self.shard_sizes, self.layout.size, fed.robust.max_norm_ratio)
+        results, refused = screen([reply for reply in replies if not reply.has_error()], spec)
+        for refusal in refused:
+            warnings.warn(SiteRefusedWarning(refusal.message(rnd)), stacklevel=2)
+        if len(results) < fed.min_sites:
+            raise TooFewSitesError(_too_few(rnd, len(results), fed.min_sites, failed, refused))
 
-        order = sorted(updates)
-        weights = self._weights([sites[s] for s in order])
-        if order:
-            new = strategies.aggregate(global_vec, [updates[s] for s in order], weights)
-            set_vector(self.team_model, self.layout, self.trainable, new)
-        for s, w in zip(order, weights, strict=True):
-            sites[s]["weight"] = float(w)
+        weights = self._weights(results)
+        options = strategies.AggregatorOptions(fed.robust.trim_fraction, fed.robust.clip_factor)
+        new = strategies.aggregate(global_vec, [r.delta for r in results], weights, fed.robust.aggregator, options)
+        set_vector(self.team_model, self.layout, self.trainable, new)
+        order = [r.site for r in results]  # sorted by site
+        sites = {r.site: _site_record(r, w) for r, w in zip(results, weights, strict=True)}
         self.state = ServerState(
             round=rnd,
-            calibration=strategies.global_type_means(reports, self.state.calibration),
+            calibration=strategies.global_type_means([type_stats(r.metrics) for r in results],
+                                                     self.state.calibration),
             signals={**self.state.signals, **{str(s): sites[s]["signal"] for s in order}},
-            aggregated=order)
+            aggregated=order,
+            restore={**self.state.restore, **{str(s): rnd for s in order}})
         dense = strategies.SparseUpdate(self.layout.size, np.zeros(0, np.int32),
                                         np.zeros(self.layout.size, np.float32), dense=True)
         dense_bytes = record_bytes(encode_update(dense))  # what a dense upload serialises to
         total = sum(site["bytes"] for site in sites.values())
         record: dict[str, Any] = {
             "round": rnd, "sites": {str(s): sites[s] for s in order}, "failed": failed,
+            "refused": [r.to_dict() for r in refused],
+            "counts": {"asked": len(nodes), "aggregated": len(results), "failed": len(failed),
+                       "refused": len(refused)},
+            "aggregator": fed.robust.aggregator,
             "bytes_total": total, "dense_bytes_per_site": dense_bytes,
             "compression": (dense_bytes * len(order) / total) if total else None,
             "calibration": self.state.calibration,
@@ -207,13 +204,14 @@ class FederatedServer:
         split = strategies.split_budget(fed.fedgrpo.budget, n, signals, fed.fedgrpo.weight_floor)
         return {str(s): split[s] for s in range(k)}
 
-    def _weights(self, sites: list[dict[str, Any]]) -> np.ndarray:
-        if not sites:
-            return np.zeros(0)
+    def _weights(self, results: list[SiteResult]) -> np.ndarray:
+        """Each site's share [K]: FedAvg's or Fed-GRPO's, or equal under an unweighted aggregator."""
         fed = self.cfg.federated
+        if not strategies.AGGREGATORS[fed.robust.aggregator].weighted:
+            return np.full(len(results), 1.0 / len(results))
         if fed.strategy == "fedgrpo" and fed.fedgrpo.signal_weighting:
-            return strategies.signal_weights([s["signal"] for s in sites], fed.fedgrpo.weight_floor)
-        return strategies.fedavg_weights([s["shard_size"] for s in sites])
+            return strategies.signal_weights([r.metrics["signal"] for r in results], fed.fedgrpo.weight_floor)
+        return strategies.fedavg_weights([r.metrics["shard_size"] for r in results])
 
     def _evaluate(self) -> dict[str, Any]:
         from teamplay.training.evaluation import evaluate
@@ -224,7 +222,10 @@ class FederatedServer:
     # ------------------------------------------------------------------------- checkpoints
     def _checkpoint(self) -> None:
         from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints
+        from teamplay.training.nonfinite import check_finite_adapters
 
+        params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
+        check_finite_adapters(params, f"checkpoint round {self.state.round}")
         final = checkpoint_dir(self.run_dir, self.state.round)
         tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -253,7 +254,10 @@ class FederatedServer:
         if not state_file.is_file():
             raise ConfigError(f"--resume {resume}: {path} is not a federated checkpoint (no server_state.json)")
         self.team_model.load_adapters(path / "adapters")
-        self.state = ServerState(**json.loads(state_file.read_text(encoding="utf-8")))
+        saved = json.loads(state_file.read_text(encoding="utf-8"))
+        # written before sites restored their last aggregated round: the last round's sites restore it
+        saved.setdefault("restore", {str(s): saved["round"] for s in saved.get("aggregated", [])})
+        self.state = ServerState(**saved)
 
 
 def _wait_for_nodes(grid, count: int, timeout: float) -> list[int]:
@@ -266,6 +270,32 @@ def _wait_for_nodes(grid, count: int, timeout: float) -> list[int]:
             raise ConfigError(f"federated.clients: {count} sites expected, {len(nodes)} connected within "
                               f"{timeout:g} s")
         time.sleep(0.2)
+
+
+def _failures(replies: list, nodes: list[int], timeout: float) -> list[dict[str, Any]]:
+    """Nodes whose reply carries an error (the site raised) or that sent none in time, sorted by
+    error then node (not by arrival)."""
+    failed = [{"node": r.metadata.src_node_id, "error": _short(r.error.reason)} for r in replies if r.has_error()]
+    answered = {r.metadata.src_node_id for r in replies}
+    failed += [{"node": node, "error": f"no reply within {timeout:g} s"} for node in nodes if node not in answered]
+    return sorted(failed, key=lambda f: (f["error"], f["node"]))
+
+
+def _site_record(result: SiteResult, weight: float) -> dict[str, Any]:
+    """A site's entry in the round's log line."""
+    m, update = result.metrics, result.update
+    return {"node": result.node, "bytes": result.bytes,
+            "entries": int(update.size if update.dense else update.indices.size),
+            "signal": float(m["signal"]), "reward_mean": float(m["reward_mean"]), "groups": int(m["groups"]),
+            "shard_size": int(m["shard_size"]), "site_step": int(m["site_step"]), "weight": float(weight)}
+
+
+def _too_few(rnd: int, valid: int, needed: int, failed: list[dict[str, Any]], refused: list) -> str:
+    why = [f"node {f['node']}: {f['error']}" for f in failed]
+    why += [f"site {r.site if r.site is not None else '?'}: {r.reason}" for r in refused]
+    return (f"round {rnd}: {valid} valid site result(s), fewer than federated.min_sites = {needed} "
+            f"({len(failed)} failed, {len(refused)} refused: {'; '.join(why) or 'no site answered'}); "
+            f"nothing of round {rnd} was applied or checkpointed")
 
 
 def _short(reason: str) -> str:

@@ -2,17 +2,19 @@
 
 Server -> site (message type ``train``), a ``RecordDict`` with:
     "global"  ArrayRecord  {"vector": float32 [N]}: the global trainable LoRA entries;
-    "config"  ConfigRecord round, last completed round, this round's upload budget per site,
-              the calibration table, the sites aggregated last round, the run's config as JSON.
+    "config"  ConfigRecord round, the round each site restores its state of (the last round the
+              server aggregated it in), this round's upload budget per site, the calibration
+              table, the run's config as JSON.
 
 Site -> server (the reply), exactly two records and nothing else:
     "update"  ArrayRecord  dense: {"values": float32 [N]}; sparse: {"indices": int32 [k],
               "values": float32 [k]}: the adapter update (``SparseUpdate``);
-    "metrics" MetricRecord scalars only: site index, shard size, signal (mean within-group reward
-              std), reward mean, groups, steps this round and in all (``site_step``), and per
-              problem type the reward sum and count.
+    "metrics" MetricRecord scalars only: site index, the round it answers, shard size, signal
+              (mean within-group reward std), reward mean, groups, steps this round and in all
+              (``site_step``), and per problem type the reward sum and count.
 No problem text, transcript, answer or per-problem reward is ever put in the reply;
-``check_reply`` enforces this shape and the wire test calls it on a real site's reply.
+``check_reply`` enforces this shape and the wire test calls it on a real site's reply. What the
+server checks beyond the shape (values, counts, norms) is ``teamplay.federated.screen``.
 
 Layout: the trainable adapters' LoRA parameters sorted by name, each flattened in row-major order
 (``param_layout``); every process builds the same layout from the same config.
@@ -30,7 +32,7 @@ import torch
 from teamplay.federated.strategies import SparseUpdate
 
 #: metric names a site may send; "type_sum/<t>" and "type_count/<t>" carry per-type statistics
-SITE_METRICS = frozenset({"site", "shard_size", "signal", "reward_mean", "groups", "steps", "site_step"})
+SITE_METRICS = frozenset({"site", "round", "shard_size", "signal", "reward_mean", "groups", "steps", "site_step"})
 _TYPE_METRIC = re.compile(r"^type_(sum|count)/.+$")
 
 

@@ -1,5 +1,6 @@
 """`teamplay federate` end to end in Flower's simulation engine: 3 sites, 2 rounds, a site that
-raises mid-round, and a run killed with SIGKILL and resumed with --resume auto.
+raises mid-round and one whose upload holds a NaN, and a run killed with SIGKILL and resumed with
+--resume auto.
 
 Each simulation starts a local Ray cluster (tens of seconds on a small machine), so the sizes are
 the least that shows each behaviour: the tiny random model, 1 problem x 2 episodes per step.
@@ -49,15 +50,22 @@ def rounds_of(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_three_sites_two_rounds_and_a_site_that_raises(tmp_path):
-    config = write_config(tmp_path, fedgrpo={"budget": 0.1}, failure_drills=[{"site": 1, "round": 2}])
+def test_three_sites_two_rounds_a_site_that_raises_and_one_that_sends_nan(tmp_path):
+    config = write_config(tmp_path, fedgrpo={"budget": 0.1}, failure_drills=[
+        {"site": 1, "round": 2}, {"site": 2, "round": 1, "kind": "nan"}])
     result = CliRunner().invoke(app, ["federate", "--config", str(config)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     run = tmp_path / "run"
     log = rounds_of(run)
     assert [r["round"] for r in log] == [0, 1, 2]  # held-out before, then one line per round
     first, second = log[1], log[2]
-    assert sorted(first["sites"]) == ["0", "1", "2"] and first["failed"] == []
+    # round 1: site 2's upload held a NaN; the server refused it, said so in one line, and went on
+    assert sorted(first["sites"]) == ["0", "1"] and first["failed"] == []
+    assert first["counts"] == {"asked": 3, "aggregated": 2, "failed": 0, "refused": 1}
+    assert first["refused"][0]["site"] == 2 and "values are NaN or inf" in first["refused"][0]["reason"]
+    warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and warned[0].startswith("warning: round 1: site 2 (node ")
+    assert "left out: update: 1 of " in warned[0]
     # round 2: site 1 raised; the round went on with sites 0 and 2, and said why
     assert sorted(second["sites"]) == ["0", "2"]
     assert len(second["failed"]) == 1 and "failure drill: site 1" in second["failed"][0]["error"]

@@ -29,9 +29,8 @@ def fed_config(tmp_path, **federated):
 
 
 def order(cfg, entries: int, n: int) -> RecordDict:
-    conf = ConfigRecord({"round": 1, "resume_round": 0, "entries": json.dumps({"0": entries, "1": entries}),
-                         "calibration": json.dumps({}), "aggregated": json.dumps([]),
-                         "run_config": json.dumps(cfg.model_dump(mode="json"))})
+    conf = ConfigRecord({"round": 1, "restore": json.dumps({}), "entries": json.dumps({"0": entries, "1": entries}),
+                         "calibration": json.dumps({}), "run_config": json.dumps(cfg.model_dump(mode="json"))})
     return RecordDict({"global": ArrayRecord({"vector": Array(np.zeros(n, np.float32))}), "config": conf})
 
 

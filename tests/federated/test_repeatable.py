@@ -1,0 +1,80 @@
+"""Two runs of one federated config and seed give the same per-round log and the same adapters,
+whatever order the sites' replies arrive in, and whether or not a site left out of a round
+finished it in the background.
+
+What used to differ: (1) the calibration table summed the sites' reward sums in arrival order,
+and with 3 or more sites a float sum in another order can differ in its last bit; (2) a site
+whose reply the server did not use restored its state of that round if it had managed to write it
+(a late site) and its older state if not (a site that never ran), so the next rounds depended on
+timing; it could also pick up a state file an earlier run left in the same folder. The sites here
+run in-process (``tests.federated.fakes.FakeGrid``): the real ``handle_train`` and server, only
+Flower's transport replaced, so the test controls arrival order and lateness exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from teamplay.config import FederatedConfig, build_config
+from teamplay.errors import ConfigError
+from teamplay.federated.server import FederatedServer
+from teamplay.federated.wire import get_vector
+from tests.federated.fakes import FRACTIONAL_TASK, FakeGrid, log_of, real_sites, tiny_config
+
+#: a seed whose round-1 calibration table, summed in arrival order, differs in its last bit when
+#: the replies arrive reversed (seeds 2, 5, 6, 8 and 10 of 0-11 do)
+SEED = 6
+
+
+def run_once(data: dict, reverse: bool, skip_site_3: str) -> tuple[list[dict], np.ndarray, np.ndarray]:
+    """One run: its log (without ``seconds``), initial and final adapters. Replies arrive in site
+    order or reversed; site 3's round-1 reply never arrives ("late": the site ran and saved its
+    state; "absent": it never ran)."""
+    server = FederatedServer(build_config(FederatedConfig, data))
+    start = get_vector(server.team_model, server.layout, server.trainable)
+    skip = lambda rnd, site: skip_site_3 if (rnd, site) == (1, 3) else None  # noqa: E731
+    order = (lambda rnd, replies: replies[::-1]) if reverse else (lambda rnd, replies: replies)
+    server.run(FakeGrid(4, real_sites(server.run_dir / "sites", skip), order))
+    log = log_of(server.run_dir)
+    for record in log:
+        record.pop("seconds")
+    return log, start, get_vector(server.team_model, server.layout, server.trainable)
+
+
+def test_two_runs_give_identical_rounds_and_adapters(tmp_path, flower_identity):
+    data = tiny_config(tmp_path, task=FRACTIONAL_TASK, clients=4, rounds=2)
+    data["seed"] = SEED
+    first, start, end_first = run_once(data, reverse=False, skip_site_3="late")
+    elsewhere = {**data, "output_dir": str(tmp_path / "elsewhere")}
+    second, _, end_second = run_once(elsewhere, reverse=True, skip_site_3="absent")
+    # the first run's folder again: its site states (site 3's of round 1 included) are still there
+    third, _, end_third = run_once(data, reverse=True, skip_site_3="absent")
+    assert first == second == third
+    np.testing.assert_array_equal(end_first, end_second)
+    np.testing.assert_array_equal(end_first, end_third)
+    # not a trivial run: site 3 left out of round 1, every site in round 2 with unequal weights,
+    # a calibration table of fractional rewards, and adapters that moved
+    one, two = first
+    assert sorted(one["sites"]) == ["0", "1", "2"] and one["counts"]["failed"] == 1
+    assert sorted(two["sites"]) == ["0", "1", "2", "3"]
+    assert len({s["weight"] for s in two["sites"].values()}) == 4
+    assert 0 < one["calibration"]["1"] < 1
+    assert not np.array_equal(start, end_first)
+
+
+def test_a_site_keeps_the_state_it_restored_and_newer_ones(tmp_path):
+    from teamplay.federated.client import _load_state, _save_state
+
+    for r in (1, 2, 3, 4, 5):  # each round restored the one before
+        _save_state(tmp_path, r, r - 1, {"round": r})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-000004.pt", "round-000005.pt"]
+    # a late copy of round 3 finishing now leaves the newer states alone
+    _save_state(tmp_path, 3, 2, {"round": 3})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-000003.pt", "round-000004.pt", "round-000005.pt"]
+    # round 6 restored round 4 (the server left this site out of round 5): 3 and 5 are never restored again
+    _save_state(tmp_path, 6, 4, {"round": 6})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-000004.pt", "round-000006.pt"]
+    assert _load_state(tmp_path, 4) == {"round": 4}
+    with pytest.raises(ConfigError, match=r"round-000005.pt: missing; the server aggregated this site's round 5"):
+        _load_state(tmp_path, 5)
