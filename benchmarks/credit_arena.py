@@ -216,7 +216,8 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     methods, refused = applicable_methods(base, labels)
     seeds = tuple(range(sizes[4]))
     out = folder or Path("runs") / f"credit_arena-{setting}{'' if size == 'default' else '-' + size}"
-    sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds)
+    # seed by seed: a comparison stopped part-way holds whole seeds, every method paired on them
+    sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds).seeds_first()
 
     def announce(r: Any, status: str) -> None:
         print(f"  {setting} {r.name}: {status}", flush=True)

@@ -42,7 +42,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,14 @@ class Sweep:
                 "seeds": list(self.seeds),
                 "runs": [{"name": r.name, "label": r.label, "point": dict(r.point), "seed": r.seed}
                          for r in self.runs]}
+
+    def seeds_first(self) -> Sweep:
+        """The same sweep run seed by seed (every grid point of the first seed, then of the next):
+        a sweep stopped part-way then holds whole seeds, paired across grid points. The manifest
+        compares runs regardless of order, so either order resumes the other's folder."""
+        points = {r.label: k for k, r in enumerate(self.runs)}
+        order = {seed: k for k, seed in enumerate(self.seeds)}
+        return replace(self, runs=tuple(sorted(self.runs, key=lambda r: (order[r.seed], points[r.label]))))
 
 
 def parse_grid(specs: Sequence[str]) -> dict[str, tuple[Any, ...]]:
@@ -220,11 +228,18 @@ def write_manifest(sweep: Sweep) -> None:
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}: not valid JSON ({exc.msg}); delete the sweep folder or pick another "
                             f"--output") from None
-        if found != json.loads(json.dumps(wanted)):
+        if _unordered(found) != _unordered(json.loads(json.dumps(wanted))):
             raise ConfigError(f"{sweep.folder} holds a sweep with another config, grid or seeds; resume it with "
                               f"the same command, or give a new --output folder")
         return
     _write_atomic(path, json.dumps(wanted, indent=2))
+
+
+def _unordered(manifest: Any) -> Any:
+    """A manifest with its run list in name order (the order runs are trained in is not the sweep's)."""
+    if isinstance(manifest, dict) and isinstance(manifest.get("runs"), list):
+        return {**manifest, "runs": sorted(manifest["runs"], key=lambda r: json.dumps(r, sort_keys=True))}
+    return manifest
 
 
 def is_done(sweep: Sweep, run: SweepRun) -> bool:

@@ -72,6 +72,25 @@ def test_grid_and_seed_parsing_and_errors(tmp_path):
         parse_seeds("0,0")
 
 
+def test_seeds_first_pairs_seeds_and_resumes_the_grid_order_folder(tmp_path):
+    from teamplay.training.sweep import pending_runs
+
+    grid = parse_grid(["credit.method=grpo,shapley,gigpo"])
+    sweep = plan(tmp_path, {"steps": 1}, grid, parse_seeds("0,1"))
+    first = sweep.seeds_first()
+    assert [(r.label, r.seed) for r in first.runs] == [
+        ("credit.method=grpo", 0), ("credit.method=shapley", 0), ("credit.method=gigpo", 0),
+        ("credit.method=grpo", 1), ("credit.method=shapley", 1), ("credit.method=gigpo", 1)]
+    assert sorted(r.name for r in first.runs) == sorted(r.name for r in sweep.runs)  # the same runs
+    # a folder planned in grid order resumes in seed order (and back): same manifest, other order
+    assert [r.name for r, _ in pending_runs(sweep)] == [r.name for r in sweep.runs]
+    assert [r.name for r, _ in pending_runs(first)] == [r.name for r in first.runs]
+    # another grid is still refused
+    other = plan(tmp_path, {"steps": 1}, parse_grid(["credit.method=grpo,shapley"]), parse_seeds("0,1"))
+    with pytest.raises(ConfigError, match="another config, grid or seeds"):
+        list(pending_runs(other))
+
+
 def test_run_budget_sums_rollout_and_counterfactual_tokens(tmp_path):
     rows = [{"step": 0, "heldout": {"team_accuracy": 0.25}},
             {"step": 1, "reward_mean": 0.5, "tokens": 10, "replay_tokens": 5, "groups": 2, "zero_variance_groups": 2,
