@@ -228,18 +228,28 @@ def write_manifest(sweep: Sweep) -> None:
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}: not valid JSON ({exc.msg}); delete the sweep folder or pick another "
                             f"--output") from None
-        if _unordered(found) != _unordered(json.loads(json.dumps(wanted))):
+        if _comparable(found) != _comparable(json.loads(json.dumps(wanted))):
             raise ConfigError(f"{sweep.folder} holds a sweep with another config, grid or seeds; resume it with "
                               f"the same command, or give a new --output folder")
         return
     _write_atomic(path, json.dumps(wanted, indent=2))
 
 
-def _unordered(manifest: Any) -> Any:
-    """A manifest with its run list in name order (the order runs are trained in is not the sweep's)."""
-    if isinstance(manifest, dict) and isinstance(manifest.get("runs"), list):
-        return {**manifest, "runs": sorted(manifest["runs"], key=lambda r: json.dumps(r, sort_keys=True))}
-    return manifest
+def _comparable(manifest: Any) -> Any:
+    """A manifest as the sweep it describes: the run list in name order (the order runs are
+    trained in is not the sweep's), the base config validated (a field a later teamplay added
+    with its default is the same sweep)."""
+    if not isinstance(manifest, dict):
+        return manifest
+    out = dict(manifest)
+    if isinstance(out.get("runs"), list):
+        out["runs"] = sorted(out["runs"], key=lambda r: json.dumps(r, sort_keys=True))
+    if isinstance(out.get("base_config"), dict):
+        try:
+            out["base_config"] = build_config(TrainConfig, out["base_config"]).model_dump(mode="json")
+        except (ConfigError, ValueError):
+            pass  # compared as written: an invalid stored config differs from any valid one
+    return out
 
 
 def is_done(sweep: Sweep, run: SweepRun) -> bool:

@@ -85,6 +85,12 @@ def test_seeds_first_pairs_seeds_and_resumes_the_grid_order_folder(tmp_path):
     # a folder planned in grid order resumes in seed order (and back): same manifest, other order
     assert [r.name for r, _ in pending_runs(sweep)] == [r.name for r in sweep.runs]
     assert [r.name for r, _ in pending_runs(first)] == [r.name for r in first.runs]
+    # a folder written before a config field existed (stored without it) is the same sweep
+    manifest = tmp_path / "sweep.json"
+    stored = json.loads(manifest.read_text())
+    del stored["base_config"]["optim"]["max_nonfinite_steps"]
+    manifest.write_text(json.dumps(stored))
+    assert [r.name for r, _ in pending_runs(sweep)] == [r.name for r in sweep.runs]
     # another grid is still refused
     other = plan(tmp_path, {"steps": 1}, parse_grid(["credit.method=grpo,shapley"]), parse_seeds("0,1"))
     with pytest.raises(ConfigError, match="another config, grid or seeds"):
