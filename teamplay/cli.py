@@ -526,7 +526,8 @@ def federate_command(
     def on_round(record: dict) -> None:
         acc = record.get("heldout", {}).get("team_accuracy")
         shown = f"held-out accuracy {acc:.3f}, " if acc is not None else ""
-        failed = f", {len(record['failed'])} site(s) left out" if record["failed"] else ""
+        out = len(record["failed"]) + len(record.get("refused", []))
+        failed = f", {out} site(s) left out" if out else ""
         err_console.print(f"round {record['round']}/{cfg.federated.rounds}: {shown}"
                           f"{record['bytes_total']} bytes uploaded by {len(record['sites'])} site(s){failed}",
                           highlight=False)

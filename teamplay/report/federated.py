@@ -113,7 +113,7 @@ def bytes_plot(runs: list[FederatedRun], out_dir: Path) -> Plot:
 
 def round_table(run: FederatedRun) -> str:
     head = ("<tr><th>round</th><th>accuracy</th><th>bytes</th><th>compression</th>"
-            "<th>weights (site: w)</th><th>left out</th></tr>")
+            "<th>weights (site: w)</th><th>failed</th><th>refused</th></tr>")
     rows = []
     for r in run.rounds:
         acc = _accuracy(r)
@@ -121,7 +121,8 @@ def round_table(run: FederatedRun) -> str:
         comp = r.get("compression")
         rows.append(f"<tr><td>{r['round']}</td><td>{'-' if acc is None else f'{acc:.3f}'}</td>"
                     f"<td>{r.get('bytes_total', 0):,}</td><td>{'-' if comp is None else f'{comp:.1f}x'}</td>"
-                    f"<td>{esc(weights)}</td><td>{len(r.get('failed', []))}</td></tr>")
+                    f"<td>{esc(weights)}</td><td>{len(r.get('failed', []))}</td>"
+                    f"<td>{len(r.get('refused', []))}</td></tr>")
     return f"<h3>{esc(run.label)}</h3><table>{head}{''.join(rows)}</table>"
 
 
