@@ -458,7 +458,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     results = []
     for setting in chosen:
         path = folder / (setting.name.replace(" ", "_").replace("=", "") + ".json")
-        key = {"model": model, "quick": quick, "seed": seed, "methods": list(methods or METHODS), "version": 2}
+        key = {"model": model, "quick": quick, "seed": seed, "methods": list(methods or METHODS), "version": 3,
+               "sizes": list(setting.quick_sizes if quick else setting.sizes)}
         if path.exists():
             stored = json.loads(path.read_text(encoding="utf-8"))
             if stored.get("key") == key:
