@@ -396,9 +396,10 @@ def headline(results: Sequence[dict[str, Any]]) -> str:
         "credit fidelity measured (see the table)."
 
 
-#: the settings' relative cost at the default sizes (measured; a noisy-teammate setting is 1, a
-#: scripted one 0.1), by which ``share_out`` balances the workers
-COST = {"chain K=4": 6.0, "chain K=2": 5.0, "vote 3": 4.0}
+#: the settings' relative cost at the default sizes (measured on 2 idle cores, one setting per core:
+#: chain K=4 699 s, chain K=2 209 s, the four noisy-teammate settings 161 s; a noisy-teammate setting
+#: is 1, a scripted one 0.1), by which ``share_out`` balances the workers
+COST = {"chain K=4": 17.0, "chain K=2": 5.0, "vote 3": 4.0}
 
 
 def share_out(chosen: Sequence[Setting], jobs: int) -> list[list[str]]:
