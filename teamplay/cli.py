@@ -5,8 +5,8 @@ and every file-system failure (full disk, read-only folder, an output path that 
 printed as one ``error:`` line with exit status 2, never wrapped, even when stderr is a pipe; a
 traceback means a bug in teamplay. teamplay's warnings (a damaged checkpoint skipped by
 ``--resume auto``, a torn metrics line dropped by ``report``) are one ``warning:`` line each.
-SIGTERM or SIGINT during ``train`` or ``sweep`` stops at the next safe point with a checkpoint, one
-``warning:`` line and exit status 75 (``teamplay.training.preemption``).
+SIGTERM or SIGINT during ``train``, ``sweep`` or ``federate`` stops at the next safe point with a
+checkpoint, one ``warning:`` line and exit status 75 (``teamplay.training.preemption``).
 """
 
 from __future__ import annotations

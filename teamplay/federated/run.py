@@ -2,34 +2,57 @@
 
 The ServerApp and ClientApp are the same in deployment (SuperLink and SuperNodes on separate
 machines, see the README); only this launcher is simulation-specific. Sites run as Ray actors of
-``federated.client_cpus`` CPUs each, the server in this process.
+``federated.client_cpus`` CPUs each, the server in this process (in a thread of Flower's).
+
+SIGTERM and SIGINT: this launcher installs the preemption handlers in the main thread, from the
+model loading on (``teamplay.training.preemption``); the server, in Flower's thread, reads the same
+flag (``FederatedServer.run``), stops at its next safe point and raises ``Preempted``, which ends the
+simulation and comes out of ``run_federated``. Ray is started here, before the simulation, because
+``ray.init`` replaces the process's SIGTERM handler with one that exits at once (a SIGTERM during
+``ray.init`` itself still meets that one).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from teamplay.config import FederatedConfig
 from teamplay.federated.client import make_client_app
 from teamplay.federated.server import FederatedServer
+from teamplay.training.preemption import preemption_handlers
 
 
 def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None) -> FederatedServer:
     """Run (or resume) a federated run to ``federated.rounds``; returns the server (global team).
 
     Config errors (a bad task, more sites than problems) surface here, before Ray starts: the
-    server partitions the training pool when it is built.
+    server partitions the training pool when it is built. SIGTERM or SIGINT: ``Preempted`` after
+    the last completed round, or ``Interrupted`` on a second signal (module doc).
     """
+    from teamplay.training.setup import validate_run
+
+    validate_run(cfg)  # task, protocol, credit method and its resources, before any data or model
+    with preemption_handlers() as preemption:
+        server = FederatedServer(cfg, resume=resume, on_round=on_round)
+        if preemption.requested:  # while the model loaded: stop before Ray starts
+            raise server.preempted(preemption.signum)
+        _simulate(server, cfg)
+    return server
+
+
+def _simulate(server: FederatedServer, cfg: FederatedConfig) -> None:
+    """Run ``server`` and ``federated.clients`` sites in Flower's simulation engine."""
     from flwr.app import Context
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
-    from teamplay.training.setup import validate_run
-
-    validate_run(cfg)  # task, protocol, credit method and its resources, before any data or model
-    server = FederatedServer(cfg, resume=resume, on_round=on_round)
     errors: list[BaseException] = []
     server_app = ServerApp()
 
@@ -49,8 +72,26 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
     }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)
-        run_simulation(server_app, make_client_app(), num_supernodes=cfg.federated.clients,
-                       backend_config=backend_config)
+        with _ray_started(backend_config):
+            run_simulation(server_app, make_client_app(), num_supernodes=cfg.federated.clients,
+                           backend_config=backend_config)
     if errors:
         raise errors[0]
-    return server
+
+
+@contextmanager
+def _ray_started(backend_config: dict[str, Any]) -> Iterator[None]:
+    """Ray started now, by Flower's own backend class with the simulation's config (the simulation
+    then finds it running), with this process's SIGTERM handler put back after ``ray.init`` replaced
+    it; shut down on the way out (the simulation's end shuts it down too, a failed start does not)."""
+    import ray
+    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        RayBackend(backend_config)  # ray.init only: the actors come from the simulation
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
+        yield
+    finally:
+        ray.shutdown()

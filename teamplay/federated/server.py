@@ -6,7 +6,7 @@ One round:
        budget in entries (``split_budget`` of the last round's signals; dense under FedAvg or with
        sparse upload off), the round each site restores its state of, the calibration table and
        the run's config;
-    2. wait up to ``federated.round_timeout`` for the replies (Flower's ``send_and_receive``). A
+    2. wait up to ``federated.round_timeout`` for the replies (as Flower's ``send_and_receive``). A
        reply that carries an error (the site raised) or never came (timeout) is a failure; a reply
        that fails the checks of ``teamplay.federated.screen`` (wrong shapes, NaN or inf, a count
        beyond its shard, another round, an outlying norm) is refused with one ``warning:`` line
@@ -23,6 +23,18 @@ One round:
 
 ``--resume auto`` reads the latest checkpoint and continues with the next round; each site
 restores its own state of the last round the server aggregated it in (``teamplay.federated.client``).
+
+SIGTERM or SIGINT stops the run cleanly (``teamplay.training.preemption``, as ``teamplay train``):
+the round under way is abandoned at its next safe point before its checkpoint (while the server
+waits for replies, before it aggregates them, before each turn of its held-out evaluation) and
+nothing of it is kept; a round past its evaluation is logged and checkpointed first. Abandoning is
+safe because every completed round is checkpointed as it ends and a site always restores its state
+of the last round the server aggregated it in, whatever it wrote since: ``--resume auto`` runs the
+abandoned round again exactly as it would have run. Why not wait for the replies: the wait lasts
+up to ``round_timeout``, and a Ctrl-C reaches the sites of a whole process group too, whose
+failures must not shape an aggregate. The run stops with ``Preempted`` (one ``warning:`` line,
+exit status 75); a second signal stops at once (``Interrupted``) and a checkpoint being written is
+left in its temporary folder, the previous one intact.
 
 Repeatable: two runs of one config and seed log the same rounds (all but ``seconds`` and Flower's
 node ids, random per run) and end with the same adapters, provided the same sites are left out of
@@ -43,6 +55,7 @@ import os
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,8 +69,12 @@ from teamplay.errors import ConfigError
 from teamplay.federated import strategies
 from teamplay.federated.screen import RoundSpec, SiteRefusedWarning, SiteResult, TooFewSitesError, screen
 from teamplay.federated.wire import encode_update, get_vector, param_layout, record_bytes, set_vector, type_stats
+from teamplay.training.preemption import Preempted, Preemption, StopRequested, preemption_handlers
 
 logger = logging.getLogger("teamplay.federated")
+#: seconds between polls for a round's replies, the longest a signal waits to abandon the wait
+#: (Flower's own ``send_and_receive`` polls every 0.1 s in simulation, every 3 s in deployment)
+POLL_SECONDS = 0.5
 
 
 @dataclass
@@ -108,27 +125,52 @@ class FederatedServer:
         self.layout = param_layout(self.team_model, self.trainable)
         backend = build_backend(cfg.model, cfg.backend, team, team_model=self.team_model,
                                 max_new_tokens=cfg.eval_sampling.max_new_tokens)
+        # before each turn of a held-out evaluation: a safe point to abandon the round at
         self.runner = RolloutRunner(make_env, backend, sampling_params(cfg.eval_sampling),
-                                    max_batch=cfg.backend.max_batch)
+                                    max_batch=cfg.backend.max_batch, before_generate=lambda: self.preemption.check())
         self.state = ServerState()
+        #: set by SIGTERM/SIGINT while ``run`` runs (``teamplay.training.preemption``)
+        self.preemption = Preemption()
+        #: the round of the checkpoint written or restored last (0: none)
+        self.saved_round = 0
         if resume:
             self._resume(resume)
 
     # ------------------------------------------------------------------------------ rounds
     def run(self, grid) -> None:
+        """Run the rounds up to ``federated.rounds``: the ServerApp's main.
+
+        SIGTERM or SIGINT abandons the round under way, or lets it end if it is past its
+        evaluation, and raises ``Preempted`` (module doc); a second one raises ``Interrupted``.
+        """
+        try:
+            with preemption_handlers() as self.preemption:
+                self._run(grid)
+        except StopRequested:
+            raise self.preempted(self.preemption.signum) from None
+        finally:
+            self.preemption = Preemption()  # the handlers are gone: nothing sets this one
+
+    def _run(self, grid) -> None:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False),
                                                   encoding="utf-8")
         log = self.run_dir / "federated.jsonl"
-        _truncate(log, self.state.round)
+        _truncate(log, self.state.round if self.state.round else -1)  # a fresh start keeps no line of an earlier one
         if self.state.round == 0 and self.eval_items:
             _append(log, {"round": 0, "heldout": self._evaluate()})
         nodes = _wait_for_nodes(grid, cfg.federated.clients, timeout=max(60.0, cfg.federated.round_timeout))
-        while self.state.round < cfg.federated.rounds:
+        while self._go_on():
             record = self.round(grid, nodes, self.state.round + 1, log)
             if self.on_round is not None:
                 self.on_round(record)
+
+    def _go_on(self) -> bool:
+        """Whether another round runs: not after the last, and not once a signal asked for a stop
+        (``StopRequested``: also after the last round, as ``teamplay train`` stops after its last step)."""
+        self.preemption.check()
+        return self.state.round < self.cfg.federated.rounds
 
     def round(self, grid, nodes: list[int], rnd: int, log: Path) -> dict[str, Any]:
         """Run round ``rnd`` (steps 1-4 of the module doc), log it, checkpoint; returns its record.
@@ -145,7 +187,10 @@ class FederatedServer:
         })
         content = RecordDict({"global": ArrayRecord({"vector": Array(global_vec)}), "config": conf})
         messages = [Message(content, dst_node_id=node, message_type="train", group_id=str(rnd)) for node in nodes]
-        replies = list(grid.send_and_receive(messages, timeout=fed.round_timeout))
+        replies = _exchange(grid, messages, fed.round_timeout, self.preemption.check)
+        # the last safe point before anything of the round is applied: sites the same signal
+        # reached (a Ctrl-C reaches a process group) may have failed, and must not shape the aggregate
+        self.preemption.check()
 
         failed = _failures(replies, nodes, fed.round_timeout)
         for failure in failed:
@@ -190,6 +235,16 @@ class FederatedServer:
         _append(log, record)
         self._checkpoint()
         return record
+
+    def preempted(self, signum: int) -> Preempted:
+        """The clean stop for signal ``signum``: after the last checkpointed round (every completed
+        round is checkpointed as it ends, so there is nothing left to write)."""
+        done = self.saved_round
+        if done == 0:
+            return Preempted(signum, "before round 1 finished; no checkpoint written yet")
+        from teamplay.training.checkpoint import checkpoint_dir
+
+        return Preempted(signum, f"after round {done}; checkpoint {checkpoint_dir(self.run_dir, done).name} written")
 
     def _entries(self) -> dict[str, int]:
         """Entries each site may upload this round (site index as text -> k)."""
@@ -241,6 +296,7 @@ class FederatedServer:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        self.saved_round = self.state.round
         for old in list_checkpoints(self.run_dir)[:-self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -258,6 +314,24 @@ class FederatedServer:
         # written before sites restored their last aggregated round: the last round's sites restore it
         saved.setdefault("restore", {str(s): saved["round"] for s in saved.get("aggregated", [])})
         self.state = ServerState(**saved)
+        self.saved_round = self.state.round
+
+
+def _exchange(grid, messages: list, timeout: float, check: Callable[[], None]) -> list:
+    """What ``grid.send_and_receive(messages, timeout=timeout)`` returns (the replies that came
+    within ``timeout`` s, in arrival order), calling ``check()`` before each poll: a stop asked for
+    by a signal abandons the wait (``StopRequested``) instead of sitting out ``round_timeout``."""
+    waiting = set(grid.push_messages(messages))
+    deadline = time.monotonic() + timeout
+    replies: list = []
+    while True:
+        check()
+        arrived = list(grid.pull_messages(waiting))
+        replies += arrived
+        waiting -= {reply.metadata.reply_to_message_id for reply in arrived}
+        if not waiting or time.monotonic() >= deadline:
+            return replies
+        time.sleep(POLL_SECONDS)
 
 
 def _wait_for_nodes(grid, count: int, timeout: float) -> list[int]:

@@ -1,6 +1,7 @@
 """Preemption: SIGTERM or SIGINT stops a training run cleanly, at the next safe point.
 
-The promise (``teamplay train`` and a sequential ``teamplay sweep``):
+The promise (``teamplay train`` and a sequential ``teamplay sweep``; ``teamplay federate`` keeps it
+per round, abandoning the round under way: ``teamplay.federated.server``):
 
 * the first SIGTERM or SIGINT (a cluster's preemption notice, Ctrl-C) only sets a flag. The
   trainer reads it at safe points: between steps (a step that has begun is finished), and before
@@ -21,9 +22,10 @@ The promise (``teamplay train`` and a sequential ``teamplay sweep``):
   ``KeyboardInterrupt``).
 
 Handlers are installed only in the main thread (Python allows no other), only while
-``Trainer.train`` runs (or a sweep's runs, around model loading too), and the previous ones are
-restored after. A rollout of a training step is never abandoned half-way: its data position and
-random streams are already spent, and the step is the unit a checkpoint describes.
+``Trainer.train`` runs (or a sweep's runs, around model loading too; or a federated run, from its
+model loading on), and the previous ones are restored after. A rollout of a training step is
+never abandoned half-way: its data position and random streams are already spent, and the step is
+the unit a checkpoint describes.
 """
 
 from __future__ import annotations

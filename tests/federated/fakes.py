@@ -22,22 +22,37 @@ FRACTIONAL_TASK = str(Path(__file__).with_name("fractional_task.py")) + ":Fracti
 
 
 class FakeGrid:
-    """``get_node_ids`` and ``send_and_receive`` of a Grid whose node ``NODE0 + k`` is site k.
+    """``get_node_ids``, ``push_messages`` and ``pull_messages`` of a Grid whose node ``NODE0 + k``
+    is site k.
 
     ``answer(message, site) -> list of replies`` (none: a timeout); ``order(round, replies)``
-    reorders a round's replies (arrival order)."""
+    reorders a round's replies (arrival order). Pushing runs every site at once, in this process;
+    the first pull returns every reply. A site that does not answer is a timeout that has already
+    passed: its message id is not returned by the push, so the server does not wait for it."""
 
     def __init__(self, clients: int, answer: Callable[[Message, int], list[Message]],
                  order: Callable[[int, list[Message]], list[Message]] = lambda rnd, replies: replies) -> None:
         self.sites = {NODE0 + k: k for k in range(clients)}
         self.answer, self.order = answer, order
+        self.replies: list[Message] = []
 
     def get_node_ids(self) -> list[int]:
         return list(self.sites)
 
-    def send_and_receive(self, messages, timeout=None) -> list[Message]:
+    def push_messages(self, messages) -> list[str]:
+        messages = list(messages)
+        rnd = int(messages[0].metadata.group_id)
+        for k, message in enumerate(messages):  # as Flower's push does: a reply names the id it answers
+            message.metadata.__dict__["_message_id"] = f"round-{rnd}-message-{k}"
         replies = [r for m in messages for r in self.answer(m, self.sites[m.metadata.dst_node_id])]
-        return self.order(int(messages[0].metadata.group_id), replies)
+        self.replies = self.order(rnd, replies)
+        return sorted({r.metadata.reply_to_message_id for r in self.replies})
+
+    def pull_messages(self, message_ids) -> list[Message]:
+        wanted = set(message_ids)
+        arrived = [r for r in self.replies if r.metadata.reply_to_message_id in wanted]
+        self.replies = [r for r in self.replies if r.metadata.reply_to_message_id not in wanted]
+        return arrived
 
 
 def real_sites(state_dir: Path, skip: Callable[[int, int], str | None] = lambda rnd, site: None):
