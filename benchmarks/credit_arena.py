@@ -200,8 +200,9 @@ def _cell(mean: float, half: float, digits: int = 3, signed: bool = False) -> st
 # ------------------------------------------------------------------------------------- running
 def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default", folder: Path | None = None,
                 only: Sequence[str] | None = None, parallel: int = 1,
-                sizes: tuple[int, int, int, int, int, int] | None = None) -> dict[str, Any]:
-    """Train every method x seed of ``setting`` (resuming a stored sweep) and collect per-seed results."""
+                sizes: tuple[int, int, int, int, int, int] | None = None, train: bool = True) -> dict[str, Any]:
+    """Train every method x seed of ``setting`` (resuming a stored sweep) and collect per-seed results;
+    ``train=False`` only collects the runs the folder already finished (a comparison stopped part-way)."""
     from teamplay.training.sweep import plan, run_metrics, run_sweep
     from teamplay.training.trainer import Trainer
 
@@ -222,11 +223,11 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     def announce(r: Any, status: str) -> None:
         print(f"  {setting} {r.name}: {status}", flush=True)
 
-    if parallel > 1:
+    if train and parallel > 1:
         from teamplay.distributed.sweep import run_sweep_parallel
 
         run_sweep_parallel(sweep, parallel, on_run=announce)
-    else:
+    elif train:
         run_sweep(sweep, lambda cfg, resume: Trainer(cfg).train(resume=resume), on_run=announce)
     label_of = {sweep_label: label for sweep_label, label in
                 zip(dict.fromkeys(r.label for r in sweep.runs), methods, strict=True)}
@@ -385,6 +386,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=None, help="keep the sweep folders here")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
     parser.add_argument("--methods", default=None, help="comma-separated method labels (grpo included)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="train nothing: write the table of the runs the sweep folder has finished")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     line = machine_line(machine_info())
@@ -393,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     for setting in args.setting:
         out = None if args.output is None else args.output / setting
         try:
-            result = run_setting(setting, args.model, size, out, only, args.parallel)
+            result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.table_only)
         except ValueError as exc:
             parser.error(str(exc))
         table, notes, headline = markdown(result)

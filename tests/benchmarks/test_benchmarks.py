@@ -172,6 +172,10 @@ def test_credit_arena_quick_path(tiny_model, tmp_path):
     again = credit_arena.run(model=tiny_model, settings=("noisy_q05",), folder=tmp_path / "arena",
                              only=("grpo", "continuation"), sizes=(2, 1, 2, 3, 2, 1))
     assert again.table == result.table
+    # --table-only collects what the folder holds and trains nothing
+    held = credit_arena.run_setting("noisy_q05", tiny_model, folder=tmp_path / "arena" / "noisy_q05",
+                                    only=("grpo", "continuation"), sizes=(2, 1, 2, 3, 2, 1), train=False)
+    assert credit_arena.markdown(held)[0] == result.table.split("\n\n", 1)[1]
 
 
 def test_credit_arena_settings_and_statistics(tiny_model):
