@@ -35,7 +35,7 @@ from teamplay.federated.server import FederatedServer
 from teamplay.training.checkpoint import list_checkpoints
 from teamplay.training.preemption import active_preemption
 from tests.federated.fakes import FakeGrid, log_of, real_sites, tiny_config
-from tests.reliability.helpers import adapter_tensors, invoke
+from tests.reliability.helpers import adapter_tensors, invoke, signal_on_call, warning_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,26 +89,8 @@ def straight(tmp_path_factory):
     return numbers(folder / "run")
 
 
-def signal_on_call(patch: pytest.MonkeyPatch, owner, name: str, call: int, *signals: int) -> None:
-    """On the ``call``-th call of ``owner.name``, send ``signals`` to this process, then call it."""
-    real = getattr(owner, name)
-    calls = {"n": 0}
-
-    def hooked(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == call:
-            for sig in signals:
-                os.kill(os.getpid(), sig)
-        return real(*args, **kwargs)
-
-    patch.setattr(owner, name, hooked)
 
 
-def warning_line(output: str) -> str:
-    assert "Traceback" not in output, output
-    lines = [line for line in output.splitlines() if line.startswith("warning:")]
-    assert len(lines) == 1, output
-    return lines[0]
 
 
 class Case(NamedTuple):

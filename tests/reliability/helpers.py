@@ -1,4 +1,5 @@
-"""Shared pieces of the reliability tests: the CLI, a tiny trained run, one-line error checks."""
+"""Shared pieces of the reliability tests: the CLI, a tiny trained run, one-line error and warning
+checks, a task with reward variance on a tiny model, a signal sent from inside a call."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import pickle
 import shutil
+import textwrap
 from pathlib import Path
 
 import torch
@@ -73,3 +75,48 @@ class Payload:
 
 def hostile_pickle(path: Path, marker: Path) -> None:
     path.write_bytes(pickle.dumps({"state": Payload(marker)}))
+
+
+#: a user's task with reward variance on the tiny random model: the parity of the first character
+EVEN_TASK = textwrap.dedent('''
+    from teamplay.envs.tasks.base import Task
+    from teamplay.records import TaskItem
+
+
+    class EvenTask(Task):
+        name = "even"
+        splits = ("train", "test")
+        answer_instruction = "Say anything."
+
+        def load(self, split="test", source=None, limit=None, seed=0):
+            return [TaskItem(id=f"even/{split}/{i}", prompt=f"Problem {i}.", reference="") for i in range(limit or 4)]
+
+        def extract(self, completion):
+            return completion[:1] or None
+
+        def score(self, completion, item):
+            return float(bool(completion) and ord(completion[0]) % 2 == 0)
+''')
+
+
+def warning_line(output: str) -> str:
+    """The one ``warning:`` line of a stopped run (and no traceback)."""
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def signal_on_call(monkeypatch, owner, name: str, call: int, *signals: int) -> None:
+    """On the ``call``-th call of ``owner.name``, send ``signals`` to this process, then call it."""
+    real = getattr(owner, name)
+    calls = {"n": 0}
+
+    def hooked(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == call:
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, hooked)

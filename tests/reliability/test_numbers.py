@@ -10,31 +10,14 @@ import textwrap
 
 from safetensors.torch import load_file
 
-from tests.reliability.helpers import error_line, invoke
+from tests.reliability.helpers import EVEN_TASK, error_line, invoke
 
-PLUGIN = textwrap.dedent('''
+PLUGIN = EVEN_TASK + textwrap.dedent('''
     """A user's task with reward variance on the tiny model, and a credit method gone bad."""
     import numpy as np
     from pydantic import BaseModel
 
     from teamplay.credit import register_credit
-    from teamplay.envs.tasks.base import Task
-    from teamplay.records import TaskItem
-
-
-    class EvenTask(Task):
-        name = "even"
-        splits = ("train", "test")
-        answer_instruction = "Say anything."
-
-        def load(self, split="test", source=None, limit=None, seed=0):
-            return [TaskItem(id=f"even/{split}/{i}", prompt=f"Problem {i}.", reference="") for i in range(limit or 4)]
-
-        def extract(self, completion):
-            return completion[:1] or None
-
-        def score(self, completion, item):
-            return float(bool(completion) and ord(completion[0]) % 2 == 0)
 
 
     class NoOptions(BaseModel):

@@ -39,30 +39,10 @@ from teamplay.training.preemption import (
 )
 from teamplay.training.run_folder import RunLock
 from teamplay.training.sweep import parse_grid, plan, run_sweep
-from tests.reliability.helpers import adapter_tensors, invoke
+from tests.reliability.helpers import EVEN_TASK, adapter_tensors, invoke, signal_on_call, warning_line
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: a task with reward variance on the tiny random model: the parity of the first character
-PLUGIN = textwrap.dedent('''
-    from teamplay.envs.tasks.base import Task
-    from teamplay.records import TaskItem
-
-
-    class EvenTask(Task):
-        name = "even"
-        splits = ("train", "test")
-        answer_instruction = "Say anything."
-
-        def load(self, split="test", source=None, limit=None, seed=0):
-            return [TaskItem(id=f"even/{split}/{i}", prompt=f"Problem {i}.", reference="") for i in range(limit or 4)]
-
-        def extract(self, completion):
-            return completion[:1] or None
-
-        def score(self, completion, item):
-            return float(bool(completion) and ord(completion[0]) % 2 == 0)
-''')
 
 #: ``teamplay train`` (the CLI of this checkout), each step starting a second late: a signal sent
 #: once step 1 is logged arrives during step 2 (which is finished), rarely just before it
@@ -85,7 +65,7 @@ def make_config(tmp_path_factory, tiny_model):
     """``make_config(run)``: the config file of a 4-step run into ``run``."""
     folder = tmp_path_factory.mktemp("preempt")
     plugin = folder / "even_task.py"  # one file: a task path is imported once per process
-    plugin.write_text(PLUGIN)
+    plugin.write_text(EVEN_TASK)
 
     def make(run: Path) -> Path:
         path = run.parent / f"{run.name}.yaml"
@@ -146,12 +126,6 @@ def resume_matches(run: Path, config: Path, straight) -> None:
     assert all(torch.equal(adapters[k], want_adapters[k]) for k in adapters)
 
 
-def warning_line(output: str) -> str:
-    """The one ``warning:`` line of a stopped run (and no traceback)."""
-    assert "Traceback" not in output, output
-    lines = [line for line in output.splitlines() if line.startswith("warning:")]
-    assert len(lines) == 1, output
-    return lines[0]
 
 
 def assert_unlocked(run: Path) -> None:
@@ -164,19 +138,6 @@ def assert_latest_checkpoint(run: Path, step: int) -> None:
     assert latest.name == f"step-{step:06d}" and load_checkpoint(latest).state.step == step
 
 
-def signal_on_call(monkeypatch, owner, name: str, call: int, *signals: int) -> None:
-    """On the ``call``-th call of ``owner.name``, send ``signals`` to this process, then call it."""
-    real = getattr(owner, name)
-    calls = {"n": 0}
-
-    def hooked(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == call:
-            for sig in signals:
-                os.kill(os.getpid(), sig)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, hooked)
 
 
 @pytest.mark.slow  # a `teamplay train` subprocess: about 15 s of it is starting Python and torch
