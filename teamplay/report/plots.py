@@ -170,6 +170,17 @@ def clip_plot(runs: RunSeries, out_dir: Path) -> Plot:
                             "later epochs as the policy moves away from the one that sampled the rollouts.")
 
 
+def ranges_plot(runs: RunSeries, out_dir: Path) -> Plot:
+    """The smallest and largest team reward and advantage of each step."""
+    plot = scalar_plot(runs, out_dir, "ranges", "Reward and advantage ranges",
+                       [("reward_min", "reward min"), ("reward_max", "reward max"),
+                        ("adv_min", "advantage min"), ("adv_max", "advantage max")], "value",
+                       "no ranges were logged (a run from before teamplay logged them)")
+    return _with_note(plot, "Smallest and largest team reward and per-message advantage of each step: a "
+                            "blow-up shows here before it turns into NaN. Updates skipped for a non-finite "
+                            "loss or gradient are counted in metrics.jsonl (skipped_nonfinite_steps).")
+
+
 def tokens_plot(runs: RunSeries, out_dir: Path) -> Plot:
     plot = scalar_plot(runs, out_dir, "tokens", "Tokens per step", [("tokens", "completion tokens")],
                        "tokens", "no training step logged yet")
@@ -408,7 +419,7 @@ def plot_learning_curves(curves: Mapping[str, Sequence[Curve]], path: Path, titl
 def run_plots(runs: RunSeries, out_dir: Path) -> list[Plot]:
     """All training figures of one run (or of runs overlaid), in the order the report shows them."""
     return [reward_plot(runs, out_dir), heldout_plot(runs, out_dir), kl_plot(runs, out_dir),
-            clip_plot(runs, out_dir), tokens_plot(runs, out_dir)]
+            clip_plot(runs, out_dir), ranges_plot(runs, out_dir), tokens_plot(runs, out_dir)]
 
 
 def credit_plots(runs: RunSeries, out_dir: Path) -> list[Plot]:

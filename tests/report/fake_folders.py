@@ -64,6 +64,7 @@ def training_line(step: int, kl: bool = True, speak_rate: bool = False) -> dict[
         "clip_fraction_epoch2": 0.04 * step, "grad_norm": 0.5, "optimizer_steps": 2,
         "skipped_nonfinite_steps": 0, "lr": 1e-5, "tokens": 1000 + 10 * step, "seconds": 12.0,
         "rollout_seconds": 10.0, "credit_seconds": 0.1,
+        "reward_min": 0.0, "reward_max": 1.0, "adv_min": -1.5 * step, "adv_max": 1.5,
     }
     if kl:
         line["kl"] = 0.001 * step

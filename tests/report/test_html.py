@@ -67,7 +67,7 @@ def test_report_is_written_into_the_run_folder_with_its_pngs(run_page) -> None:
     pngs = sorted(p.name for p in path.parent.glob("*.png"))
     # no speak rates in this run: every figure but the controllers one
     assert pngs == ["adv_mean.png", "agent_credit.png", "clip.png", "credit_share.png", "eval_accuracy.png",
-                    "heldout.png", "kl.png", "reward.png", "tokens.png"]
+                    "heldout.png", "kl.png", "ranges.png", "reward.png", "tokens.png"]
     for name in pngs:
         assert (path.parent / name).read_bytes().startswith(PNG_SIGNATURE)
     assert page.startswith("<!DOCTYPE html>")
