@@ -19,28 +19,84 @@ as is. Run folders must be on storage every node sees.
 
 A run that fails stops the sweep with its own error; the runs still in flight are cancelled (their
 checkpoints let the next invocation resume them).
+
+SIGTERM or SIGINT to the driver stops the sweep cleanly (``teamplay.training.preemption``): no run
+is started after it, and the driver writes the file ``SWEEP/stop.request`` (the signal number),
+which every task polls (``STOP_POLL_S``) and turns into its trainer's preemption flag: each run in
+flight stops at its next safe point with the checkpoint of its last completed step, as a
+``teamplay train`` would. The driver waits for them (at most ``STOP_WAIT_S``, then cancels the
+rest), marks the runs that finished meanwhile done, and stops with ``Preempted``: one ``warning:``
+line, exit status 75; the same command run again resumes them. A second signal stops the driver at
+once (128 + N) and cancels the tasks (their previous checkpoints are intact).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from teamplay.config import DistributedConfig, TrainConfig, build_config
 from teamplay.distributed.cluster import connect, import_ray
 from teamplay.errors import ConfigError, TeamplayError
+from teamplay.training.preemption import Preempted, Preemption, preemption_handlers
 from teamplay.training.sweep import Sweep, SweepRun, finish_run, pending_runs
 
+#: the file in the sweep folder by which the driver asks its tasks to stop (holds the signal number)
+STOP_FILE = "stop.request"
+#: how often a task looks for it (seconds)
+STOP_POLL_S = 0.2
+#: how long a stopping driver waits for the runs in flight to checkpoint and stop (seconds)
+STOP_WAIT_S = 600.0
+AGAIN = "run the same teamplay sweep command again to continue"
 
-def _train_one(config: dict[str, Any], resume: str | None, threads: int) -> str:
-    """Body of one run's Ray task: train the run described by ``config`` (a dumped TrainConfig)."""
+
+def _stop_requested(stop_file: Path) -> int | None:
+    """The signal number the driver wrote to ``stop_file``, or None (no file, or not written yet)."""
+    try:
+        return int(stop_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _train_one(config: dict[str, Any], resume: str | None, threads: int, stop_file: str | None = None) -> str:
+    """Body of one run's Ray task: train the run described by ``config`` (a dumped TrainConfig).
+
+    A thread polls ``stop_file``; once the driver wrote it, the trainer's preemption flag is set as
+    a signal would set it, so the run stops at its next safe point with its checkpoint
+    (``Preempted``, which reaches the driver as the task's error)."""
     import torch
 
     from teamplay.training.trainer import Trainer
 
     torch.set_num_threads(threads)
     cfg = build_config(TrainConfig, config)
-    Trainer(cfg).train(resume=resume)
+    done = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def watch(preemption: Preemption) -> None:
+        while not done.wait(STOP_POLL_S):
+            signum = _stop_requested(Path(stop_file)) if stop_file else None
+            if signum is None:
+                continue
+            for flag in (preemption, getattr(holder.get("trainer"), "preemption", None)):
+                if flag is not None and flag.signum is None:
+                    flag.signum = signum
+
+    # handlers here too (a Ctrl-C that reaches the worker stops the run cleanly); the trainer's
+    # ``train`` shares this flag, and the watcher also sets the trainer's own one
+    with preemption_handlers() as preemption:
+        watcher = threading.Thread(target=watch, args=(preemption,), daemon=True)
+        watcher.start()
+        try:
+            holder["trainer"] = trainer = Trainer(cfg)
+            if preemption.requested:  # asked while the model loaded: nothing trained, nothing to save
+                raise Preempted(preemption.signum, "before its first step; no checkpoint written yet")
+            trainer.train(resume=resume)
+        finally:
+            done.set()
+            watcher.join()
     return cfg.output_dir
 
 
@@ -55,32 +111,83 @@ def run_sweep_parallel(sweep: Sweep, parallel: int, address: str = "local", thre
     if threads < 1:
         raise ConfigError(f"--threads: at least 1 torch thread per run, got {threads}")
     ray = import_ray()
+    stop_file = Path(sweep.folder) / STOP_FILE
     owned = connect(DistributedConfig(address=address, local_cpus=parallel if address == "local" else None))
     try:
-        todo = list(pending_runs(sweep, on_run))
-        task = ray.remote(num_cpus=1, max_calls=1, max_retries=0)(_train_one)
-        in_flight: dict[Any, SweepRun] = {}
-        trained: list[SweepRun] = []
-        try:
-            while todo or in_flight:
-                while todo and len(in_flight) < parallel:
-                    run, resume = todo.pop(0)
-                    config = sweep.config(run).model_dump(mode="json")
-                    in_flight[task.remote(config, resume, threads)] = run
-                (ready,), _ = ray.wait(list(in_flight), num_returns=1)
-                run = in_flight.pop(ready)
-                _result(ray, ready, run)
-                finish_run(sweep, run)
-                trained.append(run)
-                if on_done is not None:
-                    on_done(run)
-        finally:
-            for ref in in_flight:  # only after a failure or an interrupt
-                ray.cancel(ref, force=True)
-        return trained
+        # after connecting: ray.init installs SIGTERM handlers of its own (which would end the driver)
+        with preemption_handlers() as preemption:
+            todo = list(pending_runs(sweep, on_run))
+            stop_file.unlink(missing_ok=True)  # a request of an earlier, stopped invocation
+            task = ray.remote(num_cpus=1, max_calls=1, max_retries=0)(_train_one)
+            in_flight: dict[Any, SweepRun] = {}
+            trained: list[SweepRun] = []
+            try:
+                while todo or in_flight:
+                    if preemption.requested:
+                        _stop(ray, sweep, preemption.signum, in_flight, trained, stop_file, on_done, len(todo))
+                    while todo and len(in_flight) < parallel:
+                        run, resume = todo.pop(0)
+                        config = sweep.config(run).model_dump(mode="json")
+                        in_flight[task.remote(config, resume, threads, str(stop_file))] = run
+                    ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=STOP_POLL_S)
+                    if not ready:  # looks at the preemption flag again (the handler only sets it)
+                        continue
+                    run = in_flight.pop(ready[0])
+                    try:
+                        _result(ray, ready[0], run)
+                    except Preempted as exc:  # the worker itself was signalled (a Ctrl-C to the group)
+                        _stop(ray, sweep, preemption.signum or exc.signum, in_flight, trained, stop_file, on_done,
+                              len(todo), [_where(run, exc)])
+                    finish_run(sweep, run)
+                    trained.append(run)
+                    if on_done is not None:
+                        on_done(run)
+            finally:
+                for ref in in_flight:  # only after a failure, a stop that timed out, or a second signal
+                    ray.cancel(ref, force=True)
+            return trained
     finally:
         if owned:
             ray.shutdown()
+
+
+def _stop(ray: Any, sweep: Sweep, signum: int, in_flight: dict[Any, SweepRun], trained: list[SweepRun],
+          stop_file: Path, on_done: Callable[[SweepRun], None] | None, not_started: int,
+          stopped: list[str] | None = None) -> None:
+    """Ask the runs in flight to stop (``stop_file``), wait for them (at most ``STOP_WAIT_S``),
+    mark those that finished meanwhile done, and raise ``Preempted`` saying where each stopped."""
+    import time
+
+    stop_file.write_text(f"{signum}\n")
+    stopped = list(stopped or [])
+    deadline = time.monotonic() + STOP_WAIT_S
+    while in_flight:
+        ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break  # the rest is cancelled by the caller
+        run = in_flight.pop(ready[0])
+        try:
+            _result(ray, ready[0], run)
+        except Preempted as exc:
+            stopped.append(_where(run, exc))
+            continue
+        finish_run(sweep, run)  # it finished before it saw the request
+        trained.append(run)
+        if on_done is not None:
+            on_done(run)
+    parts = [f"with {len(stopped)} run(s) stopping at a step boundary: " + "; ".join(stopped)] if stopped \
+        else ["with no run in flight"]
+    if in_flight:
+        parts.append(f"{len(in_flight)} run(s) did not stop within {STOP_WAIT_S:.0f} s and were cancelled "
+                     f"(their earlier checkpoints are kept): {', '.join(r.name for r in in_flight.values())}")
+    if not_started:
+        parts.append(f"{not_started} run(s) not started")
+    raise Preempted(signum, "; ".join(parts), AGAIN)
+
+
+def _where(run: SweepRun, exc: Preempted) -> str:
+    """``"NAME after step 1, checkpoint step-000001 written"``: where one run of the sweep stopped."""
+    return f"{run.name} {exc.where.replace('; ', ', ')}"
 
 
 def _result(ray: Any, ref: Any, run: SweepRun) -> Any:
@@ -89,6 +196,8 @@ def _result(ray: Any, ref: Any, run: SweepRun) -> Any:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None)
+        if isinstance(cause, Preempted):  # stopped at the driver's request: the caller says where
+            raise cause from None
         if isinstance(cause, TeamplayError):  # the run's own one-line error, e.g. a missing data file
             raise TeamplayError(f"sweep run {run.name}: {cause}") from None
         raise

@@ -71,6 +71,9 @@ class Preempted(TeamplayError):
         self.signum, self.where, self.hint = signum, where, hint
         super().__init__(f"preempted by {signal_name(signum)} {where}; {hint}")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled across processes (a Ray task's error)
+        return (Preempted, (self.signum, self.where, self.hint))
+
     def with_hint(self, hint: str) -> Preempted:
         """The same stop, with another way to continue (a sweep is continued by running it again)."""
         return Preempted(self.signum, self.where, hint)
