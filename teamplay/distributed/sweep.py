@@ -92,7 +92,7 @@ def _train_one(config: dict[str, Any], resume: str | None, threads: int, stop_fi
         try:
             holder["trainer"] = trainer = Trainer(cfg)
             if preemption.requested:  # asked while the model loaded: nothing trained, nothing to save
-                raise Preempted(preemption.signum, "before its first step; no checkpoint written yet")
+                raise Preempted(preemption.signum, "before the first step finished; no checkpoint written yet")
             trainer.train(resume=resume)
         finally:
             done.set()
