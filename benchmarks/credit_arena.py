@@ -334,8 +334,13 @@ def markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
     notes.append("Paired differences beyond their intervals: " + "; ".join(apart) + f". The other {together} "
                   "overlap 0." if apart else f"Paired differences beyond their intervals: none ({together} "
                   "comparisons, all overlapping 0).")
-    headline = (f"{setting}: grpo gain {_cell(gain, half, 3, signed=True)}"
-                + (f"; {'; '.join(apart)}" if apart else "; no method separates from grpo (paired, 95%)") + ".")
+    if apart:
+        verdict = f"; {'; '.join(apart)}"
+    elif together:
+        verdict = "; no method separates from grpo (paired, 95%)"
+    else:
+        verdict = "; no paired comparison yet (a method needs 2 seeds that grpo also finished)"
+    headline = f"{setting}: grpo gain {_cell(gain, half, 3, signed=True)}{verdict}."
     return "\n".join(lines), notes, headline
 
 
