@@ -52,11 +52,6 @@ SLOW_START = textwrap.dedent("""
 """)
 
 
-def _register() -> None:
-    if TASK not in TASKS:
-        TASKS.add(TASK, FractionalArith)
-
-
 def _config(model: Path, run: Path, address: str) -> Path:
     # 3 steps, checkpointed only at the end: a checkpoint at step 1 or 2 was written by the stop
     cfg = train_config(model, run, address, checkpoint_every=3,
@@ -77,7 +72,7 @@ def _close(a, b, tol: float = 1e-6) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k], tol) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) or isinstance(b, float):
         return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= tol * max(1.0, abs(b))
     return a == b
@@ -95,8 +90,10 @@ def _train_steps(run: Path) -> list[int]:
 
 
 @pytest.mark.slow  # a `teamplay train` subprocess on the session's Ray cluster, then two in-process runs
-def test_sigterm_stops_a_distributed_run_at_a_step_and_resume_matches(ray_cluster, tiny_model_dir, tmp_path):
-    _register()
+def test_sigterm_stops_a_distributed_run_at_a_step_and_resume_matches(ray_cluster, tiny_model_dir, tmp_path,
+                                                                       monkeypatch):
+    # registered for this test only: later tests (the task list's doctest) see the built-in tasks
+    monkeypatch.setitem(TASKS._entries, TASK, FractionalArith)
     run = tmp_path / "run"
     config = _config(tiny_model_dir, run, ray_cluster)
     proc = subprocess.Popen([sys.executable, "-c", SLOW_START.format(repo=str(REPO), task=TASK), "train",

@@ -70,8 +70,9 @@ def test_run_report_in_browser(browser: Chromium, tmp_path: Path) -> None:
 
     # figures: every <img> is an embedded PNG that the browser decoded
     images = browser.evaluate("Array.from(document.images).map(i => [i.src.slice(0, 22), i.naturalWidth])")
-    # reward, held-out, KL, clip, tokens, credit share, mean advantage, agent credit, speak rate, eval bars
-    assert len(images) == 10
+    # reward, held-out, KL, clip, ranges, tokens, credit share, mean advantage, agent credit, speak rate,
+    # eval bars
+    assert len(images) == 11
     assert all(src == "data:image/png;base64," and width > 0 for src, width in images)
 
     # the transcript panel exists and shows one episode at a time
