@@ -31,10 +31,18 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps lm-eval==0.4.13
 	touch $(STAMP)
 
+# The suite runs as two pytest processes, one per core: the tests that start Ray or Flower clusters
+# (tests/distributed, tests/federated) in one, everything else in the other. Both always run to the
+# end; the cluster half's report follows the other's, and either failing fails the target.
+CLUSTER_TESTS := tests/distributed tests/federated
+
 test: install
 	# the report test drives a real headless chromium (Debian's package; skipped if absent)
 	bash tests/report/install_chromium.sh
-	$(BIN)/python -m pytest -q
+	@$(BIN)/python -m pytest -q -p no:cacheprovider $(CLUSTER_TESTS) > $(VENV)/cluster-tests.log 2>&1 & cluster=$$!; \
+	$(BIN)/python -m pytest -q $(addprefix --ignore=,$(CLUSTER_TESTS)); rest=$$?; \
+	wait $$cluster; clusters=$$?; echo "--- $(CLUSTER_TESTS):"; cat $(VENV)/cluster-tests.log; \
+	test $$rest -eq 0 -a $$clusters -eq 0
 
 demo: install
 	$(BIN)/teamplay train --config configs/demo.yaml

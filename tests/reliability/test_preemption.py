@@ -49,6 +49,8 @@ REPO = Path(__file__).resolve().parents[2]
 SLOW_START = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})
+    import torch
+    torch.set_num_threads(1)  # as the in-process runs it is compared with (one_torch_thread)
     from teamplay.training.trainer import Trainer
     real_step = Trainer.step
     def slow_step(self):
@@ -58,6 +60,16 @@ SLOW_START = textwrap.dedent("""
     from teamplay.cli import app
     app(prog_name="teamplay")
 """)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Every run of this module, in-process or in a subprocess, on one torch thread: float results
+    depend on the thread count, and another test of the session may have changed this process's."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
