@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ from teamplay.training.checkpoint import list_checkpoints, load_checkpoint, veri
 from teamplay.training.run_folder import RunLock
 from tests.distributed.test_distributed import train_config
 from tests.federated.fractional_task import FractionalArith
-from tests.reliability.helpers import adapter_tensors, invoke, warning_line
+from tests.reliability.helpers import adapter_tensors, invoke, signal_when, warning_line
 
 pytest.importorskip("ray")
 
@@ -100,17 +98,7 @@ def test_sigterm_stops_a_distributed_run_at_a_step_and_resume_matches(ray_cluste
                              "--config", str(config)],
                             env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while 1 not in _train_steps(run):
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "step 1 not logged within 300 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stderr = signal_when(proc, lambda: 1 in _train_steps(run), "step 1 logged")
     assert proc.returncode == 75, stderr[-3000:]
     line = warning_line(stderr)  # exactly one, no traceback
     found = re.fullmatch(r"warning: preempted by SIGTERM after step ([12]); checkpoint (step-00000[12]) written; "

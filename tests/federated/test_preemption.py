@@ -21,7 +21,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +34,7 @@ from teamplay.federated.server import FederatedServer
 from teamplay.training.checkpoint import list_checkpoints
 from teamplay.training.preemption import active_preemption
 from tests.federated.fakes import FakeGrid, log_of, real_sites, tiny_config
-from tests.reliability.helpers import adapter_tensors, invoke, signal_on_call, warning_line
+from tests.reliability.helpers import adapter_tensors, invoke, signal_on_call, signal_when, warning_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,18 +172,8 @@ def test_sigterm_stops_a_simulated_federation_cleanly(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "teamplay.cli", "federate", "--config", str(config)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (run / "checkpoints" / "step-000001").is_dir():
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "round 1 did not finish in 300 s"
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    stderr = signal_when(proc, (run / "checkpoints" / "step-000001").is_dir, "round 1 finished", poll=0.1,
+                         wait=120, group=True)
     assert proc.returncode == 75, stderr[-3000:]
     found = re.fullmatch(r"warning: preempted by SIGTERM after round ([12]); checkpoint step-00000([12]) written; "
                          r"resume with --resume auto", warning_line(stderr))

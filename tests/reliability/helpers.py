@@ -7,7 +7,9 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import textwrap
+import time
 from pathlib import Path
 
 import torch
@@ -120,3 +122,25 @@ def signal_on_call(monkeypatch, owner, name: str, call: int, *signals: int) -> N
         return real(*args, **kwargs)
 
     monkeypatch.setattr(owner, name, hooked)
+
+
+def signal_when(proc, ready, what: str, sig: int = signal.SIGTERM, poll: float = 0.05, wait: float = 300,
+                group: bool = False) -> str:
+    """Send ``sig`` to the subprocess ``proc`` once ``ready()`` holds (``what`` names it for the
+    timeout message), wait for it to end and return its stderr; a process still running after a
+    failure is killed (its whole process group with ``group``)."""
+    try:
+        deadline = time.monotonic() + 300
+        while not ready():
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, f"{what} not within 300 s"
+            time.sleep(poll)
+        proc.send_signal(sig)
+        return proc.communicate(timeout=wait)[1]
+    finally:
+        if proc.poll() is None:
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+            proc.wait()

@@ -39,7 +39,7 @@ from teamplay.training.preemption import (
 )
 from teamplay.training.run_folder import RunLock
 from teamplay.training.sweep import parse_grid, plan, run_sweep
-from tests.reliability.helpers import EVEN_TASK, adapter_tensors, invoke, signal_on_call, warning_line
+from tests.reliability.helpers import EVEN_TASK, adapter_tensors, invoke, signal_on_call, signal_when, warning_line
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -159,17 +159,8 @@ def test_sigterm_after_a_step_checkpoints_it_and_resume_matches_a_straight_run(t
     proc = subprocess.Popen([sys.executable, "-c", SLOW_START.format(repo=str(REPO)), "train", "--config",
                              str(config)], env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not ((run / "metrics.jsonl").is_file() and '"step": 1' in (run / "metrics.jsonl").read_text()):
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "step 1 not logged within 300 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    metrics = run / "metrics.jsonl"
+    stderr = signal_when(proc, lambda: metrics.is_file() and '"step": 1' in metrics.read_text(), "step 1 logged")
     assert proc.returncode == 75, stderr[-3000:]
     line = warning_line(stderr)
     found = re.fullmatch(r"warning: preempted by SIGTERM after step ([12]); checkpoint (step-00000[12]) written; "
