@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from teamplay.training.checkpoint import list_checkpoints, load_checkpoint, veri
 from teamplay.training.run_folder import RunLock
 from tests.distributed.test_distributed import train_config
 from tests.federated.fractional_task import FractionalArith
-from tests.reliability.helpers import adapter_tensors, invoke, signal_when, warning_line
+from tests.reliability.helpers import adapter_tensors, invoke, signal_when, slow_train_script, warning_line
 
 pytest.importorskip("ray")
 
@@ -33,20 +32,10 @@ TASK = "fractional_arith_preemption"
 
 #: ``teamplay train`` of this checkout with the task registered, each step starting a second late:
 #: a signal sent once step 1 is logged arrives during step 2, rarely just before it
-SLOW_START = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {repo!r})
+SLOW_START = slow_train_script(REPO, f"""
     from teamplay.envs.tasks.base import TASKS
     from tests.federated.fractional_task import FractionalArith
-    TASKS.add({task!r}, FractionalArith)
-    from teamplay.training.trainer import Trainer
-    real_step = Trainer.step
-    def slow_step(self):
-        time.sleep(1.0)
-        return real_step(self)
-    Trainer.step = slow_step
-    from teamplay.cli import app
-    app(prog_name="teamplay")
+    TASKS.add({TASK!r}, FractionalArith)
 """)
 
 
@@ -94,7 +83,7 @@ def test_sigterm_stops_a_distributed_run_at_a_step_and_resume_matches(ray_cluste
     monkeypatch.setitem(TASKS._entries, TASK, FractionalArith)
     run = tmp_path / "run"
     config = _config(tiny_model_dir, run, ray_cluster)
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_START.format(repo=str(REPO), task=TASK), "train",
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_START, "train",
                              "--config", str(config)],
                             env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -144,3 +144,19 @@ def signal_when(proc, ready, what: str, sig: int = signal.SIGTERM, poll: float =
             else:
                 proc.kill()
             proc.wait()
+
+
+def slow_train_script(repo: Path, setup: str = "") -> str:
+    """``python -c`` source of ``teamplay`` from ``repo`` with each training step starting a second
+    late (a signal sent once step 1 is logged arrives during step 2); ``setup`` runs first."""
+    head = f"import sys, time\nsys.path.insert(0, {str(repo)!r})"
+    return "\n".join([head, textwrap.dedent(setup), textwrap.dedent("""
+        from teamplay.training.trainer import Trainer
+        real_step = Trainer.step
+        def slow_step(self):
+            time.sleep(1.0)
+            return real_step(self)
+        Trainer.step = slow_step
+        from teamplay.cli import app
+        app(prog_name="teamplay")
+    """)])

@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -39,26 +38,24 @@ from teamplay.training.preemption import (
 )
 from teamplay.training.run_folder import RunLock
 from teamplay.training.sweep import parse_grid, plan, run_sweep
-from tests.reliability.helpers import EVEN_TASK, adapter_tensors, invoke, signal_on_call, signal_when, warning_line
+from tests.reliability.helpers import (
+    EVEN_TASK,
+    adapter_tensors,
+    invoke,
+    signal_on_call,
+    signal_when,
+    slow_train_script,
+    warning_line,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 #: ``teamplay train`` (the CLI of this checkout), each step starting a second late: a signal sent
 #: once step 1 is logged arrives during step 2 (which is finished), rarely just before it
-SLOW_START = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {repo!r})
+SLOW_START = slow_train_script(REPO, """
     import torch
     torch.set_num_threads(1)  # as the in-process runs it is compared with (one_torch_thread)
-    from teamplay.training.trainer import Trainer
-    real_step = Trainer.step
-    def slow_step(self):
-        time.sleep(1.0)
-        return real_step(self)
-    Trainer.step = slow_step
-    from teamplay.cli import app
-    app(prog_name="teamplay")
 """)
 
 
@@ -156,7 +153,7 @@ def assert_latest_checkpoint(run: Path, step: int) -> None:
 def test_sigterm_after_a_step_checkpoints_it_and_resume_matches_a_straight_run(tmp_path, make_config, straight):
     run = tmp_path / "run"
     config = make_config(run)
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_START.format(repo=str(REPO)), "train", "--config",
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_START, "train", "--config",
                              str(config)], env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     metrics = run / "metrics.jsonl"
