@@ -194,12 +194,12 @@ def replace_region(text: str, name: str, content: str) -> str:
 
 def write_regions(path: Path, regions: dict[str, str]) -> None:
     """Rewrite the named regions of ``path`` (created when missing); written atomically."""
+    from teamplay.atomic import write_atomically
+
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
     for name, content in regions.items():
         text = replace_region(text, name, content)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, text)
 
 
 def script_main(run: Callable[..., Any], description: str) -> None:

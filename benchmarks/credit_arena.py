@@ -203,8 +203,8 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
                 sizes: tuple[int, int, int, int, int, int] | None = None, train: bool = True) -> dict[str, Any]:
     """Train every method x seed of ``setting`` (resuming a stored sweep) and collect per-seed results;
     ``train=False`` only collects the runs the folder already finished (a comparison stopped part-way)."""
+    from teamplay.distributed.compose import make_trainer
     from teamplay.training.sweep import plan, run_metrics, run_sweep
-    from teamplay.training.trainer import Trainer
 
     sizes = sizes or sizes_of(setting, size)
     base = arena_config(setting, model, sizes)
@@ -228,7 +228,7 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
 
         run_sweep_parallel(sweep, parallel, on_run=announce)
     elif train:
-        run_sweep(sweep, lambda cfg, resume: Trainer(cfg).train(resume=resume), on_run=announce)
+        run_sweep(sweep, lambda cfg, resume: make_trainer(cfg).train(resume=resume), on_run=announce)
     label_of = {sweep_label: label for sweep_label, label in
                 zip(dict.fromkeys(r.label for r in sweep.runs), methods, strict=True)}
     per_seed: dict[str, dict[int, dict[str, float]]] = {label: {} for label in methods}

@@ -440,6 +440,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     bad = sorted(set(methods or ()) - set(METHODS))
     if bad:
         raise SystemExit(f"error: unknown method label(s) {bad}; choose from {list(METHODS)}")
+    from teamplay.atomic import write_atomically
+
     jobs = (1 if quick else DEFAULT_JOBS) if jobs is None else jobs
     if jobs < 1:
         raise SystemExit(f"error: jobs must be >= 1, got {jobs}")
@@ -470,9 +472,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
         t0 = time.perf_counter()
         result = measure(setting, model=model, quick=quick, seed=seed, methods=methods)
         result["seconds"] = time.perf_counter() - t0
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "result": result}, indent=1, default=float), encoding="utf-8")
-        tmp.replace(path)
+        write_atomically(path, json.dumps({"key": key, "result": result}, indent=1, default=float))
         print(f"# {setting.name}: {result['seconds']:.0f} s", flush=True)
         results.append(result)
     table = settings_table(results) + "\n\n" + markdown_table(results)

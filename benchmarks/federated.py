@@ -83,15 +83,15 @@ def run_variant(name: str, model: str, size: dict[str, int], seed: int, root: Pa
     data = base_config(model, size, seed, out)
     level2 = {**data["task"], "options": {"level": 2, "max_operand": 12}}
     if name == "centralized":
+        from teamplay.distributed.compose import make_trainer
         from teamplay.training.setup import load_items
-        from teamplay.training.trainer import Trainer
 
         steps = size["clients"] * size["rounds"] * size["local_steps"]
         cfg = build_config(TrainConfig, {**data, "steps": steps, "checkpoint_every": steps})
         task, items = load_items(cfg.task)
         items += load_items(build_config(TrainConfig, {"task": level2}).task)[1]
         _, eval_items = load_items(cfg.eval_task)
-        result = Trainer(cfg, task=task, items=items, eval_items=eval_items).train()
+        result = make_trainer(cfg, task=task, items=items, eval_items=eval_items).train()
         return {"accuracy": result.eval_after.team_accuracy, "bytes": 0.0}
     from teamplay.federated.run import run_federated
 

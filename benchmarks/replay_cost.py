@@ -73,7 +73,7 @@ def measure(kind: str, method: str, options: dict, reuse_prefix: bool, problems:
     from teamplay.training.replay import RolloutReplayEngine
     from teamplay.training.rollout import RolloutJob, RolloutRunner
     from teamplay.training.setup import env_factory
-    from teamplay.training.trainer import group_episodes
+    from teamplay.training.stages import group_episodes
 
     task = get_task("arith")
     items = task.load("train", limit=problems, seed=seed)

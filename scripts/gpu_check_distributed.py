@@ -123,7 +123,7 @@ def check_vllm_vs_hf(model_dir: Path) -> bool:
 
 def check_distributed_step(model_dir: Path, work: Path) -> bool:
     from teamplay.config import TrainConfig, build_config
-    from teamplay.distributed.trainer import DistributedTrainer
+    from teamplay.distributed.compose import make_trainer
     from tests.training.fixtures import FirstTokenTask
 
     cfg = build_config(TrainConfig, {
@@ -137,7 +137,7 @@ def check_distributed_step(model_dir: Path, work: Path) -> bool:
                                       "learner": {"num_cpus": 1, "num_gpus": 0.3}}}})
     task = FirstTokenTask("".join(chr(c) for c in range(32, 127)))
     t0 = time.perf_counter()
-    [metrics] = DistributedTrainer(cfg, task=task, items=task.load("train", limit=8)).train().history
+    [metrics] = make_trainer(cfg, task=task, items=task.load("train", limit=8)).train().history
     ok = metrics["rollout_episodes"] == 16 and (work / "run" / "checkpoints" / "step-000001").is_dir()
     print(f"{'PASS' if ok else 'FAIL'} distributed step, 2 rollout workers on the GPU + NCCL learner: "
           f"{metrics['rollout_episodes']} episodes, {metrics['optimizer_steps']} optimiser steps, "

@@ -401,8 +401,8 @@ def train_command(
 ) -> None:
     """Train a team: rollouts, credit, per-role LoRA updates, held-out eval, checkpoints."""
     from teamplay.config import TrainConfig
+    from teamplay.distributed.compose import make_trainer
     from teamplay.training.run_folder import check_run_folder
-    from teamplay.training.trainer import Trainer
 
     overrides = _shortcut_overrides(**{"output_dir": output, "steps": steps}) + list(set_)
     cfg = load_config(TrainConfig, config, overrides)
@@ -411,18 +411,17 @@ def train_command(
     def on_eval(label: str) -> None:
         err_console.print(f"held-out evaluation ({label}) ...")
 
-    if cfg.distributed is not None:  # rollout workers and learner ranks on a Ray cluster
-        from teamplay.distributed.trainer import DistributedTrainer as Trainer
-    # built before the progress bar: a run that cannot work is refused before anything is shown
-    trainer = Trainer(cfg, on_eval=on_eval)
-    with progress_bar() as bar:
-        job = bar.add_task("train", total=cfg.steps)
+    bar = progress_bar()  # shown once entered, below
+    job = bar.add_task("train", total=cfg.steps)
 
-        def on_step(step: int, metrics: dict) -> None:
-            bar.update(job, completed=step, description=(
-                f"train · reward {metrics['reward_mean']:.2f} · {metrics['seconds']:.0f}s/step"))
+    def on_step(step: int, metrics: dict) -> None:
+        bar.update(job, completed=step, description=(
+            f"train · reward {metrics['reward_mean']:.2f} · {metrics['seconds']:.0f}s/step"))
 
-        trainer.on_step = on_step
+    # built before the progress bar shows: a run that cannot work is refused before anything is shown
+    # (with `distributed:`, rollout workers and learner ranks on a Ray cluster)
+    trainer = make_trainer(cfg, on_eval=on_eval, on_step=on_step)
+    with bar:
         bar.update(job, completed=trainer.state.step)
         result = trainer.train(resume=resume, overwrite=overwrite)
     table = Table(title=f"held-out {cfg.eval_task.name if cfg.eval_task else '-'}: before and after")
@@ -459,9 +458,9 @@ def sweep_command(
 ) -> None:
     """Train every grid point x seed (resumable) and tabulate mean ± 95% CI over seeds."""
     from teamplay.config import TrainConfig, read_yaml
+    from teamplay.distributed.compose import make_trainer
     from teamplay.errors import ConfigError
     from teamplay.training.sweep import parse_grid, parse_seeds, plan, run_sweep, write_results
-    from teamplay.training.trainer import Trainer
 
     if parallel < 1:
         raise ConfigError(f"--parallel: at least 1 run at a time, got {parallel}")
@@ -475,7 +474,7 @@ def sweep_command(
     def train(cfg, resume):
         with progress_bar() as bar:
             job = bar.add_task(Path(cfg.output_dir).name, total=cfg.steps)
-            trainer = Trainer(cfg, on_step=lambda step, m: bar.update(
+            trainer = make_trainer(cfg, on_step=lambda step, m: bar.update(
                 job, completed=step, description=f"{Path(cfg.output_dir).name} · reward {m['reward_mean']:.2f}"))
             bar.update(job, completed=trainer.state.step)
             trainer.train(resume=resume)

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "teamplay"
 
 #: floor of each top-level module or package of teamplay; a module may import its own floor and below
 FLOORS = {
-    "errors": 0, "records": 0, "registry": 0, "hub": 0,
+    "errors": 0, "records": 0, "registry": 0, "hub": 0, "atomic": 0,
     "agents": 1,
     "envs": 2,
     "credit": 3,

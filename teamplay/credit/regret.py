@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from teamplay.atomic import write_atomically
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.errors import DataError
 
@@ -171,16 +171,7 @@ class RegretMatcher:
         """Write :meth:`state_dict` as JSON atomically (temporary file in the same folder + rename)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.state_dict(), fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, json.dumps(self.state_dict()))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RegretMatcher:

@@ -9,8 +9,11 @@
 - ``sharding``: FSDP2 sharding of a learner rank's model (``learner_strategy: fsdp``) and the
   gathers that keep checkpoints in the single-process format.
 - ``weights``: adapter-only, versioned weight sync.
-- ``trainer``: ``DistributedTrainer``, the single-process trainer's step on those parts.
+- ``parts``: the trainer's ``Runner`` and ``Learner`` on those actors (``ray_parts``).
+- ``compose``: ``make_trainer(cfg)``, the composition root every entry point trains through: the
+  in-process parts without ``distributed:``, the Ray parts with it.
+- ``sweep``: a sweep's runs in parallel, each a Ray task.
 
-Nothing here is imported by the single-process path; a config without ``distributed:`` never
-imports ray.
+A config without ``distributed:`` never imports ray (``compose`` imports ``parts`` only for a
+distributed run).
 """

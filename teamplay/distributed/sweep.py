@@ -68,7 +68,7 @@ def _train_one(config: dict[str, Any], resume: str | None, threads: int, stop_fi
     (``Preempted``, which reaches the driver as the task's error)."""
     import torch
 
-    from teamplay.training.trainer import Trainer
+    from teamplay.distributed.compose import make_trainer
 
     torch.set_num_threads(threads)
     cfg = build_config(TrainConfig, config)
@@ -90,7 +90,7 @@ def _train_one(config: dict[str, Any], resume: str | None, threads: int, stop_fi
         watcher = threading.Thread(target=watch, args=(preemption,), daemon=True)
         watcher.start()
         try:
-            holder["trainer"] = trainer = Trainer(cfg)
+            holder["trainer"] = trainer = make_trainer(cfg)
             if preemption.requested:  # asked while the model loaded: nothing trained, nothing to save
                 raise Preempted(preemption.signum, "before the first step finished; no checkpoint written yet")
             trainer.train(resume=resume)

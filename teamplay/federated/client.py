@@ -11,8 +11,10 @@ One round at a site, for a ``train`` message from the server (see ``teamplay.fed
     3. upload ``delta = local - global`` (top-k with error feedback under a sparse budget, else
        dense) with scalar reward statistics; save the site state of this round.
 
-The site state lives in ``<state dir>/site-<k>/round-<r>.pt``, written atomically; the state a
-round restored and the newer ones are kept, the others deleted. Why restore the last aggregated
+The site state of round r is an ordinary trainer checkpoint, ``<state dir>/site-<k>/checkpoints/
+step-<r>`` (numbered by round; written whole or not at all, with a manifest of SHA-256 sums, the
+error-feedback residual among its tensors); the state a round restored and the newer ones are
+kept, the others deleted. Why restore the last aggregated
 round rather than the latest file: a round the server left this site out of (it raised, its reply
 came too late or failed the server's checks) is undone, so the site's state is a function of the
 rounds the server used, which its log records. A late site may or may not have written its state
@@ -25,11 +27,9 @@ makes every round a resume, so the resume path is the path every round takes.
 from __future__ import annotations
 
 import json
-import os
-import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -40,8 +40,7 @@ from teamplay.federated.partition import partition, problem_type
 from teamplay.federated.strategies import ErrorFeedback, SparseUpdate, calibration_weight, top_k
 from teamplay.federated.wire import get_vector, param_layout, set_vector
 from teamplay.records import TaskItem
-
-_ROUND_FILE = re.compile(r"^round-(\d{6})\.pt$")
+from teamplay.training.checkpoint import LoadedCheckpoint, checkpoint_dir, list_checkpoints, load_checkpoint
 
 
 @dataclass(frozen=True)
@@ -88,26 +87,10 @@ def site_config(cfg: FederatedConfig, site: int, state_dir: Path) -> FederatedCo
 def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: np.ndarray,
                state_dir: Path, team_model=None) -> tuple[SparseUpdate, dict[str, float]]:
     """One round at site ``site`` (steps 1-3 of the module doc); returns the upload and metrics."""
-    from teamplay.training.checkpoint import TrainerState, rng_state, set_rng_state
-    from teamplay.training.trainer import Trainer
+    from teamplay.distributed.compose import make_trainer
 
     task, shard = shard_of(cfg, site)
     scfg = site_config(cfg, site, state_dir)
-    trainer = Trainer(scfg, team_model=team_model, task=task, items=shard)
-    trainable = list(trainer.trainable)
-    layout = param_layout(trainer.team_model, trainable)
-    folder = Path(scfg.output_dir)
-    feedback = ErrorFeedback(layout.size)
-    if order.restore_round > 0:
-        saved = _load_state(folder, order.restore_round)
-        trainer.optimizer.load_state_dict(saved["optimizer"])
-        trainer.scheduler.load_state_dict(saved["scheduler"])
-        trainer.state = TrainerState(**{k: (tuple(v) if k == "data_order" else v)
-                                        for k, v in saved["state"].items()})
-        set_rng_state(saved["rng"])
-        feedback = ErrorFeedback(layout.size, saved["residual"])
-    set_vector(trainer.team_model, layout, trainable, global_vec)
-
     stats = _GroupStats(cfg.federated.partition_key)
     fg = cfg.federated.fedgrpo
     calibrate = cfg.federated.strategy == "fedgrpo" and fg.calibration and bool(order.calibration)
@@ -121,9 +104,21 @@ def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: n
             return 1.0  # a type the federation has not reported yet: nothing to compare with
         return calibration_weight(target, float(rewards.mean()), fg.calibration_strength, *fg.calibration_clip)
 
-    trainer.group_hook = hook
-    for _ in range(cfg.federated.local_steps):
-        trainer.step()
+    trainer = make_trainer(scfg, team_model=team_model, task=task, items=shard, group_hook=hook)
+    trainable = list(trainer.trainable)
+    layout = param_layout(trainer.team_model, trainable)
+    folder = Path(scfg.output_dir)
+    feedback = ErrorFeedback(layout.size)
+    if order.restore_round > 0:
+        saved = _load_state(folder, order.restore_round)
+        trainer.restore(saved)  # its adapters are the site's own: the global ones replace them below
+        feedback = ErrorFeedback(layout.size, saved.tensors["residual"].numpy())
+    set_vector(trainer.team_model, layout, trainable, global_vec)
+    try:
+        for _ in range(cfg.federated.local_steps):
+            trainer.step()
+    finally:
+        trainer.close()
     drills = {d.kind for d in cfg.federated.failure_drills if d.site == site and d.round == order.round}
     if "raise" in drills:
         raise RuntimeError(f"failure drill: site {site} raises in round {order.round} (federated.failure_drills)")
@@ -131,11 +126,9 @@ def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: n
     delta = get_vector(trainer.team_model, layout, trainable) - global_vec
     sparse = cfg.federated.strategy == "fedgrpo" and fg.sparse
     update = feedback.compress(delta, order.entries) if sparse else top_k(delta, layout.size)
-    _save_state(folder, order.round, order.restore_round, {
-        "round": order.round, "optimizer": trainer.optimizer.state_dict(),
-        "scheduler": trainer.scheduler.state_dict(), "state": trainer.state.__dict__, "rng": rng_state(),
-        "residual": feedback.residual,
-    })
+    trainer.checkpoint(number=order.round, extra={"round": order.round},
+                       tensors={"residual": torch.from_numpy(feedback.residual)}, prune=False)
+    _prune_states(folder, order.round, order.restore_round)
     if "nan" in drills:  # the upload goes bad on its way out; the site's own state stays clean
         bad = update.values.astype(np.float32, copy=True)
         bad[::300] = np.nan
@@ -173,56 +166,25 @@ class _GroupStats:
         return out
 
 
-def _load_state(folder: Path, round_: int) -> dict[str, Any]:
-    path = folder / f"round-{round_:06d}.pt"
-    if not path.is_file():
+def _load_state(folder: Path, round_: int) -> LoadedCheckpoint:
+    """The site's checkpoint of round ``round_`` (verified against its manifest: a damaged one is a
+    ``CheckpointError`` naming the file)."""
+    path = checkpoint_dir(folder, round_)
+    if not path.is_dir():
         raise ConfigError(f"{path}: missing; the server aggregated this site's round {round_} and the "
                           f"site must start from its state of that round (was the site's state-dir moved?)")
-    try:  # weights_only: tensors and plain types only, so a supplied state file cannot run code
-        return _from_plain(torch.load(path, weights_only=True))
-    except Exception as exc:  # a pickle with code, or a damaged file
-        raise ConfigError(f"{path}: not a teamplay site state that loads without running code "
-                          f"({type(exc).__name__}); remove it to restart this site") from None
+    return load_checkpoint(path)
 
 
-def _to_plain(data: Any) -> Any:
-    """``data`` with numpy arrays as tagged tensors, so ``torch.load(weights_only=True)`` reads it."""
-    if isinstance(data, np.ndarray):
-        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(data))}
-    if isinstance(data, dict):
-        return {k: _to_plain(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return type(data)(_to_plain(v) for v in data)
-    return data
-
-
-def _from_plain(data: Any) -> Any:
-    """The inverse of ``_to_plain``."""
-    if isinstance(data, dict):
-        if set(data) == {"__ndarray__"}:
-            return data["__ndarray__"].numpy()
-        return {k: _from_plain(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return type(data)(_from_plain(v) for v in data)
-    return data
-
-
-def _save_state(folder: Path, round_: int, restored: int, data: dict[str, Any]) -> None:
-    """Write the state of ``round_`` atomically; delete states no later round can restore: those
+def _prune_states(folder: Path, round_: int, restored: int) -> None:
+    """After writing the state of ``round_``: delete the states no later round can restore, those
     before ``restored`` (the server's last aggregated round only grows) and those between it and
     ``round_`` (rounds the server did not aggregate, else it would have named a later one). Newer
-    files stay: a late copy of an older round may finish after a newer round wrote its own."""
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"round-{round_:06d}.pt"
-    tmp = folder / f".tmp-{final.name}-{os.getpid()}"
-    torch.save(_to_plain(data), tmp)
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    rounds = sorted(int(m.group(1)) for p in folder.iterdir() if (m := _ROUND_FILE.match(p.name)))
-    for old in rounds:
-        if old < round_ and old != restored:
-            (folder / f"round-{old:06d}.pt").unlink(missing_ok=True)
+    ones stay: a late copy of an older round may finish after a newer round wrote its own."""
+    for path in list_checkpoints(folder):
+        number = int(path.name.removeprefix("step-"))
+        if number < round_ and number != restored:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------- Flower glue

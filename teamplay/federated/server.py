@@ -51,8 +51,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -64,8 +62,9 @@ import numpy as np
 import yaml
 
 from teamplay.agents.roles import NO_TRAINABLE_ROLE
+from teamplay.atomic import write_atomically
 from teamplay.config import FederatedConfig
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.federated import strategies
 from teamplay.federated.screen import RoundSpec, SiteRefusedWarning, SiteResult, TooFewSitesError, screen
 from teamplay.federated.wire import encode_update, get_vector, param_layout, record_bytes, set_vector, type_stats
@@ -75,6 +74,9 @@ logger = logging.getLogger("teamplay.federated")
 #: seconds between polls for a round's replies, the longest a signal waits to abandon the wait
 #: (Flower's own ``send_and_receive`` polls every 0.1 s in simulation, every 3 s in deployment)
 POLL_SECONDS = 0.5
+#: a server checkpoint's state file, and the files it must hold
+SERVER_STATE = "server_state.json"
+SERVER_FILES = (SERVER_STATE, "config.yaml")
 
 
 @dataclass
@@ -103,8 +105,15 @@ class FederatedServer:
     def __init__(self, cfg: FederatedConfig, resume: str | None = None, on_round=None) -> None:
         from teamplay.federated.client import shards
         from teamplay.training.rollout import RolloutRunner
-        from teamplay.training.setup import build_backend, build_team_model, env_factory, load_items, sampling_params
-        from teamplay.training.trainer import seed_everything
+        from teamplay.training.setup import (
+            build_backend,
+            build_team_model,
+            env_factory,
+            load_items,
+            resolve_device,
+            sampling_params,
+            seed_everything,
+        )
 
         self.cfg = cfg
         self.run_dir = Path(cfg.output_dir)
@@ -118,7 +127,7 @@ class FederatedServer:
             eval_task, self.eval_items = load_items(cfg.eval_task)
             make_env, _ = env_factory(eval_task, cfg.protocol, team)
             self.eval_task = eval_task
-        self.team_model = build_team_model(cfg.model, team, cfg.seed)
+        self.team_model = build_team_model(cfg.model, team, cfg.seed, device=resolve_device(cfg.model.device))
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         if not self.trainable:
             raise ConfigError(NO_TRAINABLE_ROLE)
@@ -154,8 +163,7 @@ class FederatedServer:
     def _run(self, grid) -> None:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False),
-                                                  encoding="utf-8")
+        write_atomically(self.run_dir / "config.yaml", yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         log = self.run_dir / "federated.jsonl"
         _truncate(log, self.state.round if self.state.round else -1)  # a fresh start keeps no line of an earlier one
         if self.state.round == 0 and self.eval_items:
@@ -276,41 +284,45 @@ class FederatedServer:
 
     # ------------------------------------------------------------------------- checkpoints
     def _checkpoint(self) -> None:
-        from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints
+        """The global adapters, the server state and the config, in a checkpoint folder of the trainer's
+        format (``checkpoint.write_checkpoint``: written whole or not at all, with a manifest of
+        SHA-256 sums), named by round."""
+        from teamplay.training.checkpoint import write_checkpoint
         from teamplay.training.nonfinite import check_finite_adapters
 
         params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         check_finite_adapters(params, f"checkpoint round {self.state.round}")
-        final = checkpoint_dir(self.run_dir, self.state.round)
-        tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.team_model.save_adapters(tmp / "adapters")
-        (tmp / "server_state.json").write_text(json.dumps(self.state.__dict__), encoding="utf-8")
-        (tmp / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
-                                         encoding="utf-8")
-        for path in tmp.rglob("*"):
-            if path.is_file():
-                with path.open("rb") as f:
-                    os.fsync(f.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+
+        def fill(folder: Path) -> None:
+            self.team_model.save_adapters(folder / "adapters")
+            (folder / SERVER_STATE).write_text(json.dumps(self.state.__dict__), encoding="utf-8")
+            (folder / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
+                                                encoding="utf-8")
+
+        write_checkpoint(self.run_dir, self.state.round, fill, self.cfg.keep_checkpoints)
         self.saved_round = self.state.round
-        for old in list_checkpoints(self.run_dir)[:-self.cfg.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
 
     def _resume(self, resume: str) -> None:
-        from teamplay.training.checkpoint import latest_checkpoint
+        """Continue from the newest intact checkpoint (``auto``; damaged ones are skipped with a
+        warning) or the one at ``resume``; a damaged or foreign folder is a one-line error."""
+        from teamplay.training.checkpoint import CheckpointError, newest_intact_checkpoint, verify_checkpoint
 
-        path = latest_checkpoint(self.run_dir) if resume == "auto" else Path(resume)
-        if path is None:
-            return  # nothing to resume: a fresh run
-        state_file = path / "server_state.json"
-        if not state_file.is_file():
-            raise ConfigError(f"--resume {resume}: {path} is not a federated checkpoint (no server_state.json)")
+        if resume == "auto":
+            path, damaged = newest_intact_checkpoint(self.run_dir, SERVER_FILES)
+            for exc in damaged:
+                warnings.warn(f"skipping damaged checkpoint: {exc}", TeamplayWarning, stacklevel=2)
+            if path is None:
+                if damaged:
+                    raise CheckpointError(f"--resume auto: every checkpoint of {self.run_dir} is damaged "
+                                          f"({damaged[-1]}); start over with --overwrite")
+                return  # nothing to resume: a fresh run
+        else:
+            path = Path(resume)
+            if not (path / SERVER_STATE).is_file():
+                raise ConfigError(f"--resume {resume}: {path} is not a federated checkpoint (no {SERVER_STATE})")
+            verify_checkpoint(path, SERVER_FILES)
         self.team_model.load_adapters(path / "adapters")
-        saved = json.loads(state_file.read_text(encoding="utf-8"))
+        saved = json.loads((path / SERVER_STATE).read_text(encoding="utf-8"))
         # written before sites restored their last aggregated round: the last round's sites restore it
         saved.setdefault("restore", {str(s): saved["round"] for s in saved.get("aggregated", [])})
         self.state = ServerState(**saved)

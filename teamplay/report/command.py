@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from teamplay.atomic import write_atomically
 from teamplay.errors import TeamplayError
 from teamplay.report.data import EvalData, RunData, folder_label, load_folder
 from teamplay.report.federated import federated_page, is_federated
@@ -71,9 +72,7 @@ def report_command(run_dirs: list[Path], compare: bool, output: Path | None) -> 
         title = f"teamplay {kind} report · {labels[0]}"
     page = render_page(title, inputs, build_figures(inputs, out_dir))
     path = out_dir / PAGE
-    tmp = path.with_name(PAGE + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)  # a browser reloading the page never sees half a file
+    write_atomically(path, page)  # a browser reloading the page never sees half a file
     return path
 
 

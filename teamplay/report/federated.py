@@ -16,6 +16,7 @@ from html import escape as esc
 from pathlib import Path
 from typing import Any
 
+from teamplay.atomic import write_atomically
 from teamplay.errors import DataError
 from teamplay.report.plots import DPI, FIGSIZE, PALETTE, Plot, _legend, _save, _style, mathtext_safe, plt
 
@@ -143,7 +144,5 @@ def federated_page(run_dirs: list[Path], out_dir: Path) -> Path:
             f"style-src 'unsafe-inline'\"><style>{style}</style></head><body><h1>{esc(title)}</h1>{body}"
             f"</body></html>")
     path = out_dir / "index.html"
-    tmp = path.with_name("index.html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, page)
     return path

@@ -28,9 +28,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from teamplay.atomic import write_atomically  # noqa: E402
 from teamplay.report.analysis import FREE_RIDER_THRESHOLD, agent_credit  # noqa: E402
 from teamplay.report.data import RunData, StepMetrics  # noqa: E402
-from teamplay.training.atomic import write_atomically  # noqa: E402
 from teamplay.training.evaluation import EvalMetrics  # noqa: E402
 from teamplay.training.sweep import t_quantile_975  # noqa: E402
 

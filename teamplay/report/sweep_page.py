@@ -22,6 +22,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from teamplay.atomic import write_atomically
 from teamplay.errors import DataError
 from teamplay.report.data import RunData, load_run
 from teamplay.report.html import CSS, figure
@@ -37,7 +38,6 @@ from teamplay.report.plots import (
     mathtext_safe,
     plot_learning_curves,
 )
-from teamplay.training.atomic import write_atomically
 from teamplay.training.metrics import read_metrics
 from teamplay.training.sweep import Cell, Results, Sweep, is_done, load_sweep, summarize
 

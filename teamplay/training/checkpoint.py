@@ -25,12 +25,14 @@ last ``keep`` checkpoints are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import random
 import re
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from teamplay.atomic import replace_folder
 from teamplay.errors import ConfigError, TeamplayError
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
@@ -51,6 +54,10 @@ STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_tensors.safetensors"
 EXTRA_JSON = "extra_state.json"
 CONFIG_YAML = "config.yaml"
+#: the prefix of the extra tensors' names in STATE_TENSORS
+EXTRA_TENSOR = "extra."
+#: the files every trainer checkpoint holds (besides its adapters and manifest)
+TRAINER_FILES = (STATE_JSON, STATE_TENSORS, CONFIG_YAML)
 #: the pickled trainer state of older versions: never loaded (a pickle can run code)
 LEGACY_PICKLE = "trainer_state.pt"
 FORMAT_VERSION = 1
@@ -92,6 +99,7 @@ class LoadedCheckpoint:
         rng: Python / NumPy / torch generator states (``set_rng_state`` restores them).
         extra: ``extra_state.json`` (controller tables, ...).
         config: the run config the checkpoint was written with (``config.yaml``).
+        tensors: the extra tensors saved with it (``save_checkpoint(extra_tensors=...)``), by name.
     """
 
     path: Path
@@ -101,6 +109,7 @@ class LoadedCheckpoint:
     rng: dict[str, Any]
     extra: dict[str, Any]
     config: dict[str, Any]
+    tensors: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------- RNG
@@ -154,36 +163,55 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
 
 # -------------------------------------------------------------------------------------- save
 def save_checkpoint(run_dir: Path, state: TrainerState, team_model, optimizer, scheduler,
-                    extra_state: dict[str, Any], config: dict[str, Any], keep: int) -> Path:
-    """Write a checkpoint atomically (temp folder, manifest, rename); prune to the last ``keep``.
+                    extra_state: dict[str, Any], config: dict[str, Any], keep: int | None,
+                    extra_tensors: dict[str, torch.Tensor] | None = None, number: int | None = None) -> Path:
+    """Write a checkpoint atomically (temp folder, manifest, rename); prune to the last ``keep``
+    (None: keep every one). ``extra_tensors`` are saved beside the optimiser state (read back as
+    ``LoadedCheckpoint.tensors``); ``number`` names the folder (default ``state.step``; a federated
+    site numbers its checkpoints by round).
 
     A failed write (disk full, read-only folder) removes its temporary folder and raises
     ``CheckpointError``; earlier checkpoints are untouched (pruning runs only after the rename).
     """
-    final = checkpoint_dir(run_dir, state.step)
+
+    def fill(folder: Path) -> None:
+        team_model.save_adapters(folder / "adapters")
+        meta, tensors = _split_trainer_state(state, optimizer.state_dict(), scheduler.state_dict(), rng_state())
+        tensors.update({f"{EXTRA_TENSOR}{name}": t.detach().contiguous().cpu()
+                        for name, t in (extra_tensors or {}).items()})
+        save_file(tensors, folder / STATE_TENSORS)
+        (folder / STATE_JSON).write_text(json.dumps(meta), encoding="utf-8")
+        (folder / EXTRA_JSON).write_text(json.dumps(extra_state), encoding="utf-8")
+        (folder / CONFIG_YAML).write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+    return write_checkpoint(run_dir, state.step if number is None else number, fill, keep)
+
+
+def write_checkpoint(run_dir: Path, step: int, fill: Callable[[Path], None], keep: int | None) -> Path:
+    """The one way a checkpoint folder is written (the trainer's, the federated server's):
+    ``fill(folder)`` writes the files into a temporary folder, ``manifest.json`` records the size
+    and SHA-256 of each, and the folder replaces ``checkpoints/step-<step>`` whole; then the run
+    keeps its last ``keep`` checkpoints (None: every one).
+
+    A failed write (disk full, read-only folder) removes its temporary folder and raises
+    ``CheckpointError``; earlier checkpoints are untouched (pruning runs only after the rename).
+    """
+    final = checkpoint_dir(run_dir, step)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     try:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        team_model.save_adapters(tmp / "adapters")
-        meta, tensors = _split_trainer_state(state, optimizer.state_dict(), scheduler.state_dict(), rng_state())
-        save_file(tensors, tmp / STATE_TENSORS)
-        (tmp / STATE_JSON).write_text(json.dumps(meta), encoding="utf-8")
-        (tmp / EXTRA_JSON).write_text(json.dumps(extra_state), encoding="utf-8")
-        (tmp / CONFIG_YAML).write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        write_manifest(tmp, state.step)
-        _fsync_tree(tmp)
-        if final.exists():  # a previous run died after writing this step: replace it whole
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        fill(tmp)
+        write_manifest(tmp, step)
+        replace_folder(tmp, final)  # a previous run died after writing this step: replace it whole
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         reason = exc.strerror or str(exc)
         raise CheckpointError(f"could not write checkpoint {final}: {reason}"
                               f"{f' ({exc.filename})' if exc.filename else ''}; earlier checkpoints "
                               f"are intact") from None
-    for old in list_checkpoints(run_dir)[:-keep]:
+    for old in list_checkpoints(run_dir)[:-keep] if keep is not None else ():
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -222,11 +250,12 @@ def write_manifest(folder: Path, step: int) -> None:
 
 
 # -------------------------------------------------------------------------------------- load
-def verify_checkpoint(path: Path) -> None:
+def verify_checkpoint(path: Path, required: Sequence[str] = TRAINER_FILES) -> None:
     """Raise ``CheckpointError`` naming the first file of ``path`` that is missing or damaged.
 
     A file is damaged when its size or SHA-256 differs from ``manifest.json``; a checkpoint
     without a readable manifest is not a teamplay checkpoint (or one of an older version).
+    ``required``: the files the checkpoint must hold (a trainer's by default).
     """
     path = Path(path)
     manifest = path / MANIFEST
@@ -249,9 +278,9 @@ def verify_checkpoint(path: Path) -> None:
             raise CheckpointError(f"{file}: damaged ({file.stat().st_size} bytes, {size} when saved)")
         if _sha256(file) != digest:
             raise CheckpointError(f"{file}: damaged (its checksum differs from the one saved in {MANIFEST})")
-    for required in (STATE_JSON, STATE_TENSORS, CONFIG_YAML):
-        if required not in files:
-            raise CheckpointError(f"{path / required}: missing from the checkpoint")
+    for name in required:
+        if name not in files:
+            raise CheckpointError(f"{path / name}: missing from the checkpoint")
 
 
 def load_checkpoint(path: Path) -> LoadedCheckpoint:
@@ -282,19 +311,22 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
         optimizer = {"state": opt_state, "param_groups": meta["optimizer"]["param_groups"]}
         rng = {**meta["rng"], "torch": tensors["rng.torch"]}
         scheduler = meta["scheduler"]
+        saved = {name.removeprefix(EXTRA_TENSOR): t for name, t in tensors.items() if name.startswith(EXTRA_TENSOR)}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"{path / STATE_JSON}: malformed trainer state (field {exc})") from None
     if not isinstance(extra, dict) or not isinstance(config, dict):
         raise CheckpointError(f"{path}: {EXTRA_JSON} and {CONFIG_YAML} must each hold a mapping")
-    return LoadedCheckpoint(path, state, optimizer, scheduler, rng, extra, config)
+    return LoadedCheckpoint(path, state, optimizer, scheduler, rng, extra, config, saved)
 
 
-def newest_intact_checkpoint(run_dir: Path) -> tuple[Path | None, list[CheckpointError]]:
-    """The newest checkpoint of ``run_dir`` that verifies, and the errors of newer damaged ones."""
+def newest_intact_checkpoint(run_dir: Path, required: Sequence[str] = TRAINER_FILES
+                             ) -> tuple[Path | None, list[CheckpointError]]:
+    """The newest checkpoint of ``run_dir`` that verifies (holding ``required``), and the errors of
+    newer damaged ones."""
     damaged: list[CheckpointError] = []
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            verify_checkpoint(path)
+            verify_checkpoint(path, required)
         except CheckpointError as exc:
             damaged.append(exc)
             continue
@@ -350,10 +382,3 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _fsync_tree(root: Path) -> None:
-    for path in root.rglob("*"):
-        if path.is_file():
-            with path.open("rb") as f:
-                os.fsync(f.fileno())

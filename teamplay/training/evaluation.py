@@ -36,11 +36,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teamplay.atomic import write_atomically
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.lm_eval_compat import lm_eval_metrics
 from teamplay.errors import TeamplayWarning
 from teamplay.records import Episode, TaskItem
-from teamplay.training.atomic import write_atomically
 from teamplay.training.controllers import speak_rates
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.team_metrics import team_metrics

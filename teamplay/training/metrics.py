@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from teamplay.training.atomic import write_atomically
+from teamplay.atomic import write_atomically
 
 #: per-step counters of generated tokens: the episodes' own (``tokens``) and the counterfactual ones
 #: that are not in them (controllers valuing an unchosen speak; the replay engine's re-executions,

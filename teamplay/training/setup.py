@@ -7,6 +7,7 @@ thing everywhere.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -36,7 +37,6 @@ from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from teamplay.records import SamplingParams, TaskItem
 from teamplay.training.controllers import TeamControllers
-from teamplay.training.rollout import RolloutRunner
 
 #: the file of an exported team (``teamplay export``, ``teamplay.serving.export``) that describes it;
 #: its ``controllers.tables`` hold the learned speak/skip tables
@@ -309,19 +309,22 @@ class RunParts:
     make_eval_env: Callable[[], TeamEnv]
     team_model: Any
     backend: GenerationBackend
-    runner: RolloutRunner
+    #: the training rollouts' decoding (``rollout_sampling``)
+    sampling: SamplingParams
 
 
 def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | None = None,
               task: Task | None = None, items: Sequence[TaskItem] | None = None,
-              eval_items: Sequence[TaskItem] | None = None, rules_in_update: bool = False) -> RunParts:
+              eval_items: Sequence[TaskItem] | None = None, rules_in_update: bool = False,
+              backend_name: str | None = None) -> RunParts:
     """Wire a training run from its config: items, controllers, env factories (training decides with
     the controllers' "train" mode, held-out evaluation as ``teamplay eval`` would), the team model
-    and backend (built unless given), and the rollout runner.
+    and backend (built unless given), and the rollouts' decoding.
 
     ``task`` with ``items`` (and ``eval_items``) replace the config's task sections, for a task
     defined in Python. Errors are ConfigErrors raised before the model loads. ``rules_in_update``:
-    see :func:`rollout_sampling`.
+    see :func:`rollout_sampling`. ``backend_name`` replaces ``backend.name`` for this process's
+    backend (the driver of a distributed run generates with hf, whatever its workers use).
     """
     if task is not None:
         if not items:
@@ -356,11 +359,23 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         team_model = build_team_model(cfg.model, team, cfg.seed,
                                       device=resolve_device(cfg.model.device) if cfg.distributed is None else None)
     if backend is None:
-        backend = build_backend(cfg.model, cfg.backend, team, team_model=team_model,
+        backend_cfg = cfg.backend if backend_name is None else cfg.backend.model_copy(update={"name": backend_name})
+        backend = build_backend(cfg.model, backend_cfg, team, team_model=team_model,
                                 max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
     else:
         backend = mixed_backend(backend, team)  # a given model backend still plays only the LLM roles
-    runner = RolloutRunner(make_env, backend, rollout_sampling(cfg, rules_in_update), max_batch=cfg.backend.max_batch)
     return RunParts(task=train_task, items=train_items, eval_task=eval_task, eval_items=held_out,
                     controllers=controllers, team=team, make_env=make_env, make_eval_env=make_eval_env,
-                    team_model=team_model, backend=backend, runner=runner)
+                    team_model=team_model, backend=backend, sampling=rollout_sampling(cfg, rules_in_update))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch's global generators (torch picks a random seed per process
+    otherwise). Rollouts and minibatch orders use their own seeded generators; this covers
+    everything else, e.g. a user's task code."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

@@ -38,7 +38,6 @@ import io
 import itertools
 import json
 import math
-import os
 import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -46,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from teamplay.atomic import write_atomically
 from teamplay.config import TrainConfig, build_config, parse_overrides
 from teamplay.errors import ConfigError, DataError
 from teamplay.training.checkpoint import latest_checkpoint
@@ -526,6 +526,4 @@ def load_sweep(folder: Path) -> Sweep:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, text)

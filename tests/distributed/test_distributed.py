@@ -1,7 +1,7 @@
 """The Ray path on a local cluster with a tiny model: rollout workers, gloo learner ranks, faults.
 
 Actors take seconds each to start on a small machine, so they are built once per module: one
-DistributedTrainer (2 rollout workers, 1 learner rank) and one 2-rank gloo learner group.
+a distributed trainer (``make_trainer``: 2 rollout workers, 1 learner rank) and one 2-rank gloo learner group.
 """
 
 from __future__ import annotations
@@ -82,15 +82,15 @@ def learner_pair(trainer):
 
 @pytest.fixture(scope="module")
 def trainer(ray_cluster, tiny_model_dir, tmp_path_factory):
-    from teamplay.distributed.trainer import DistributedTrainer
+    from teamplay.distributed.compose import make_trainer
 
     folder = tmp_path_factory.mktemp("dist")
     cfg = train_config(tiny_model_dir, folder / "run", ray_cluster)
     task = PausingTask(PRINTABLE, arm_file=str(folder / "armed"))
-    t = DistributedTrainer(cfg, task=task, items=task.load("train", limit=6))
+    t = make_trainer(cfg, task=task, items=task.load("train", limit=6))
     t.arm_file = folder / "armed"
     yield t
-    t.shutdown()
+    t.close()
 
 
 def test_two_workers_greedy_equal_single_process(trainer):
@@ -98,7 +98,7 @@ def test_two_workers_greedy_equal_single_process(trainer):
     assert greedy.greedy
     jobs = [RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(trainer.items[:3]) for _ in range(2)]
     local = RolloutRunner(trainer.make_env, trainer.backend, greedy).run(jobs, seed=11)
-    remote = trainer.pool.run(jobs, seed=11, sampling=greedy)
+    remote = trainer.runner.pool.run(jobs, seed=11, sampling=greedy)
     assert len(remote) == len(local) == 6
     # both workers ran a shard (3 jobs each), and the shards came back in job order
     assert [ep.group_id for ep in remote] == [ep.group_id for ep in local]
@@ -153,11 +153,11 @@ RUN_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     sys.path.insert(0, {repo!r})
-    from teamplay.distributed.trainer import DistributedTrainer
+    from teamplay.distributed.compose import make_trainer
     from tests.distributed.test_distributed import PRINTABLE, PausingTask, train_config
     cfg = train_config(Path({model!r}), Path(sys.argv[1]), {address!r})
     task = PausingTask(PRINTABLE, arm_file=sys.argv[1] + ".never")
-    trainer = DistributedTrainer(cfg, task=task, items=task.load("train", limit=6))
+    trainer = make_trainer(cfg, task=task, items=task.load("train", limit=6))
     kill_after = int(os.environ.get("KILL_AFTER", "0"))
     def on_step(step, metrics):
         if step == kill_after:
@@ -177,7 +177,7 @@ def _adapters(run: Path, step: int) -> dict[str, torch.Tensor]:
 def test_worker_killed_mid_step_then_whole_run_killed_and_resumed(trainer, ray_cluster, tiny_model_dir, tmp_path):
     # 1. An uninterrupted distributed run of 3 steps, in which rollout worker 0 is killed by pid in
     #    the middle of step 2 (while it pauses in its first scoring call of that step).
-    victim = trainer.pool.pids[0]
+    victim = trainer.runner.pool.pids[0]
     killed: list[int] = []
 
     def killer() -> None:

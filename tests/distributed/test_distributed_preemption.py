@@ -1,4 +1,4 @@
-"""SIGTERM to ``teamplay train`` on a ``distributed:`` config (``DistributedTrainer``: a driver,
+"""SIGTERM to ``teamplay train`` on a ``distributed:`` config (``make_trainer``'s Ray parts: a driver,
 Ray rollout workers and a learner rank) stops it like a single-process run: at a step boundary,
 with the checkpoint of its last logged step, one ``warning:`` line, exit status 75 and the run lock
 released; ``--resume auto`` then finishes it to the numbers of a run never interrupted."""

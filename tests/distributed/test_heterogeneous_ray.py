@@ -2,7 +2,7 @@
 group per base, each worker holding only its base; greedy episodes equal the single-process
 heterogeneous runner; training moves each adapter and no base weight.
 
-One DistributedTrainer for the module: 2 groups x 2 rollout workers + 1 learner rank.
+One distributed trainer (``make_trainer``) for the module: 2 groups x 2 rollout workers + 1 learner rank.
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ def hetero_config(base_a, base_b, run_dir, address: str, **distributed) -> Train
 
 @pytest.fixture(scope="module")
 def hetero(ray_cluster, tmp_path_factory):
-    from teamplay.distributed.trainer import DistributedTrainer
+    from teamplay.distributed.compose import make_trainer
 
     folder = tmp_path_factory.mktemp("hetero")
     # two different bases: other seeds and other widths (hidden 32 vs 48)
     base_a = save_scaled_tiny(folder / "base-a", seed=1, hidden=32)
     base_b = save_scaled_tiny(folder / "base-b", seed=2, hidden=48)
     task = FirstTokenTask(PRINTABLE)
-    t = DistributedTrainer(hetero_config(base_a, base_b, folder / "run", ray_cluster),
+    t = make_trainer(hetero_config(base_a, base_b, folder / "run", ray_cluster),
                            task=task, items=task.load("train", limit=6))
     t.bases = (str(base_a), str(base_b))
     yield t
-    t.shutdown()
+    t.close()
 
 
 def _in_actor(actor, fn):
@@ -64,7 +64,7 @@ def _loaded(worker) -> tuple[list[str], tuple[str, ...]]:
 
 def test_one_group_per_base_each_worker_loads_only_its_base(hetero):
     base_a, base_b = hetero.bases
-    pool = hetero.pool
+    pool = hetero.runner.pool
     assert sorted(pool.groups) == sorted(hetero.bases)
     expected = {base_a: ("proposer",), base_b: ("reviewer",)}
     for base, group in pool.groups.items():
@@ -79,7 +79,7 @@ def test_greedy_episodes_equal_single_process_heterogeneous_runner(hetero):
     jobs = [RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(hetero.items[:3]) for _ in range(2)]
     # the driver's backend is the single-process heterogeneous one (a RoutingBackend over two hf backends)
     local = RolloutRunner(hetero.make_env, hetero.backend, greedy).run(jobs, seed=5)
-    remote = hetero.pool.run(jobs, seed=5, sampling=greedy)
+    remote = hetero.runner.pool.run(jobs, seed=5, sampling=greedy)
     assert len(remote) == len(local) == 6
     agents = set()
     for a, b in zip(local, remote, strict=True):
@@ -94,16 +94,16 @@ def test_greedy_episodes_equal_single_process_heterogeneous_runner(hetero):
 
 def test_dead_group_worker_is_replaced_and_its_requests_rerun(hetero):
     base_b = hetero.bases[1]
-    group = hetero.pool.groups[base_b]
+    group = hetero.runner.pool.groups[base_b]
     victim = group.pids[0]
     os.kill(victim, signal.SIGKILL)  # the reviewer base's worker 0 dies between steps
     greedy = sampling_params(hetero.cfg.eval_sampling)
     jobs = [RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(hetero.items[3:5]) for _ in range(2)]
     local = RolloutRunner(hetero.make_env, hetero.backend, greedy).run(jobs, seed=7)
-    remote = hetero.pool.run(jobs, seed=7, sampling=greedy)
+    remote = hetero.runner.pool.run(jobs, seed=7, sampling=greedy)
     # the first reviewer call has the 4 episodes' requests: worker 0's chunk is 2 of them, re-sent
     # to its replacement; nothing else restarted
-    assert hetero.pool.last_events == [RestartEvent(worker=0, pid=victim, jobs=2, error="ActorDiedError",
+    assert hetero.runner.pool.last_events == [RestartEvent(worker=0, pid=victim, jobs=2, error="ActorDiedError",
                                                     base=base_b)]
     assert group.pids[0] != victim and len(group.workers) == 2
     assert [[m.completion_ids for m in ep.messages] for ep in remote] == \
@@ -114,7 +114,7 @@ def test_two_steps_move_each_adapter_and_no_base(hetero):
     tm = hetero.team_model
     owned = {a: tm.base_of(a) for a in tm.adapter_names}
     adapters_before = {a: [p.detach().clone() for p in tm.adapter_parameters(a)] for a in owned}
-    learner = hetero.learner.ranks[0]
+    learner = hetero.learner.group.ranks[0]
 
     def base_weights(rank):
         return {f"{b}::{n}": p.detach().clone() for b, part in rank.team_model.parts.items()
@@ -146,7 +146,7 @@ def test_two_steps_move_each_adapter_and_no_base(hetero):
 
 
 def test_workers_per_group_beyond_the_cluster_is_one_config_error(ray_cluster, tmp_path):
-    from teamplay.distributed.trainer import DistributedTrainer
+    from teamplay.distributed.compose import make_trainer
     from teamplay.errors import ConfigError
 
     base_a = save_scaled_tiny(tmp_path / "base-a", seed=1, hidden=32)
@@ -156,4 +156,4 @@ def test_workers_per_group_beyond_the_cluster_is_one_config_error(ray_cluster, t
     # session cluster's 8 CPUs (1 group would need 5 and fit)
     cfg = hetero_config(base_a, base_b, tmp_path / "run", ray_cluster, rollout_workers=4)
     with pytest.raises(ConfigError, match=r"need 9 CPUs .*2 base model group\(s\) x 4 rollout workers"):
-        DistributedTrainer(cfg, task=task, items=task.load("train", limit=2))
+        make_trainer(cfg, task=task, items=task.load("train", limit=2))

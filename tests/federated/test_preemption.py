@@ -97,7 +97,8 @@ class Case(NamedTuple):
 
     #: (owner, name, call, *signals): on the call-th call of owner.name (counted from the run's
     #: start: train_site 1-2 are round 1's sites, 3-4 round 2's; _evaluate 1 is before round 1, 2
-    #: and 3 after rounds 1 and 2; save_adapters n is round n's checkpoint)
+    #: and 3 after rounds 1 and 2; save_adapters: in each round the 2 sites' checkpoints, then the
+    #: server's, so call 3n is round n's server checkpoint)
     hook: tuple
     status: int
     line: str  #: the one warning line (its start, for a second signal)
@@ -120,11 +121,11 @@ CASES = {
         "warning: preempted by SIGINT after round 1; checkpoint step-000001 written; resume with --resume auto",
         1, [0, 1], 3),
     "round 2's checkpoint is written": Case(  # past its evaluation: the round ends, and the run stops
-        (TeamModel, "save_adapters", 2, signal.SIGTERM), 75,
+        (TeamModel, "save_adapters", 6, signal.SIGTERM), 75,
         "warning: preempted by SIGTERM after round 2; checkpoint step-000002 written; resume with --resume auto",
         2, [0, 1, 2], 3),
     "two signals while round 2's checkpoint is written": Case(  # its line is logged; resume drops it
-        (TeamModel, "save_adapters", 2, signal.SIGTERM, signal.SIGTERM), 128 + signal.SIGTERM,
+        (TeamModel, "save_adapters", 6, signal.SIGTERM, signal.SIGTERM), 128 + signal.SIGTERM,
         "warning: second SIGTERM: stopped at once (a checkpoint being written is abandoned); the checkpoints "
         "written before are intact", 1, [0, 1, 2], 3),
 }

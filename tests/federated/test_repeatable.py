@@ -64,17 +64,24 @@ def test_two_runs_give_identical_rounds_and_adapters(tmp_path, flower_identity):
 
 
 def test_a_site_keeps_the_state_it_restored_and_newer_ones(tmp_path):
-    from teamplay.federated.client import _load_state, _save_state
+    from teamplay.federated.client import _load_state, _prune_states
+    from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints
+
+    def save(round_: int, restored: int) -> None:  # what a site does after a round: write, then prune
+        checkpoint_dir(tmp_path, round_).mkdir(parents=True, exist_ok=True)
+        _prune_states(tmp_path, round_, restored)
+
+    def kept() -> list[str]:
+        return [p.name for p in list_checkpoints(tmp_path)]
 
     for r in (1, 2, 3, 4, 5):  # each round restored the one before
-        _save_state(tmp_path, r, r - 1, {"round": r})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-000004.pt", "round-000005.pt"]
+        save(r, r - 1)
+    assert kept() == ["step-000004", "step-000005"]
     # a late copy of round 3 finishing now leaves the newer states alone
-    _save_state(tmp_path, 3, 2, {"round": 3})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-000003.pt", "round-000004.pt", "round-000005.pt"]
+    save(3, 2)
+    assert kept() == ["step-000003", "step-000004", "step-000005"]
     # round 6 restored round 4 (the server left this site out of round 5): 3 and 5 are never restored again
-    _save_state(tmp_path, 6, 4, {"round": 6})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-000004.pt", "round-000006.pt"]
-    assert _load_state(tmp_path, 4) == {"round": 4}
-    with pytest.raises(ConfigError, match=r"round-000005.pt: missing; the server aggregated this site's round 5"):
+    save(6, 4)
+    assert kept() == ["step-000004", "step-000006"]
+    with pytest.raises(ConfigError, match=r"step-000005: missing; the server aggregated this site's round 5"):
         _load_state(tmp_path, 5)

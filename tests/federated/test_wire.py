@@ -51,8 +51,13 @@ def test_a_site_reply_carries_only_the_update_and_scalar_statistics(tmp_path):
     for item in shard:
         for text in (item.prompt, item.id):
             assert text.encode() not in blob
-    # the site kept its state for the next round: optimiser, data position, residual
-    assert (tmp_path / "sites" / "site-0" / "round-000001.pt").is_file()
+    # the site kept its state for the next round (optimiser, data position, residual) as an
+    # ordinary checkpoint numbered by round
+    from teamplay.training.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(tmp_path / "sites" / "site-0" / "checkpoints" / "step-000001")
+    assert saved.extra["round"] == 1 and saved.state.step == cfg.federated.local_steps
+    assert saved.tensors["residual"].shape == (update.size,) and saved.optimizer["state"]
 
 
 def test_check_reply_refuses_anything_else():

@@ -143,7 +143,7 @@ def test_a_failed_metrics_rewrite_loses_no_history(tmp_path, monkeypatch):
     def die(_fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("teamplay.training.atomic.os.fsync", die)
+    monkeypatch.setattr("teamplay.atomic.os.fsync", die)
     with pytest.raises(OSError):
         logger.truncate_after(2)
     assert (tmp_path / "metrics.jsonl").read_text() == lines

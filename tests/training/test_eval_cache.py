@@ -12,7 +12,7 @@ from tests.training.test_trainer import make_trainer
 
 
 def _adapters(trainer) -> dict[str, torch.Tensor]:
-    return {f"{a}.{i}": p.detach().clone() for a, ps in trainer.params.items() for i, p in enumerate(ps)}
+    return {f"{a}.{i}": p.detach().clone() for a, ps in trainer.learner.params.items() for i, p in enumerate(ps)}
 
 
 def _with_eval(tmp_path, folder, overrides):

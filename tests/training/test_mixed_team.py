@@ -108,7 +108,7 @@ def test_training_only_the_llm_reviewer_against_a_scripted_proposer(tmp_path: Pa
     assert model.adapter_names == ("reviewer",)  # no adapter for the scripted proposer
     trainer = Trainer(cfg, team_model=model, backend=HFBackend(model, max_prompt_tokens=1024), task=task,
                       items=task.load("train", limit=8))
-    optimised = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    optimised = {id(p) for group in trainer.learner.optimizer.param_groups for p in group["params"]}
     assert optimised == {id(p) for p in model.adapter_parameters("reviewer")}
     before = {n: p.detach().clone() for n, p in model.model.named_parameters()}
     history = trainer.train().history

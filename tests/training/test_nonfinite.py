@@ -39,7 +39,7 @@ def small_trainer(tmp_path: Path, overrides: dict, **kwargs):
 
 
 def snapshot(trainer) -> dict[str, list[torch.Tensor]]:
-    return {a: [p.detach().clone() for p in ps] for a, ps in trainer.params.items()}
+    return {a: [p.detach().clone() for p in ps] for a, ps in trainer.learner.params.items()}
 
 
 def same(a: dict[str, list[torch.Tensor]], b: dict[str, list[torch.Tensor]]) -> bool:
@@ -153,10 +153,10 @@ def test_reward_and_advantage_ranges_are_logged(tmp_path):
 def test_a_checkpoint_of_nonfinite_adapters_is_refused(tmp_path):
     trainer = small_trainer(tmp_path, {"steps": 1})
     with torch.no_grad():
-        trainer.params[trainer.trainable[0]][0][0, 0] = NAN
+        trainer.learner.params[trainer.trainable[0]][0][0, 0] = NAN
     with pytest.raises(NonFiniteError, match=f"checkpoint step 0: adapter {trainer.trainable[0]!r} holds "
                                              "non-finite weights"):
-        trainer._checkpoint()
+        trainer.checkpoint()
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.records import Episode, Message, TaskItem
+from teamplay.training.parts import LocalParts
 from teamplay.training.samples import PolicySample, sample_positions
 from teamplay.training.stages import GroupWork, all_credited, make_groups, resolve_token_rows, with_samples
 from tests.training.test_trainer import make_trainer
@@ -21,9 +22,9 @@ def _scaling_hook(seen: list[tuple[str, np.ndarray]]):
 
 
 def test_step_records_carry_the_credit_layers_advantages(tmp_path):
-    trainer = make_trainer(tmp_path, {"steps": 1, "credit": {"method": "grpo", "options": {"scale_rewards": "batch"}}})
     seen: list[tuple[str, np.ndarray]] = []
-    trainer.group_hook = _scaling_hook(seen)
+    trainer = make_trainer(tmp_path, {"steps": 1, "credit": {"method": "grpo", "options": {"scale_rewards": "batch"}}},
+                           group_hook=_scaling_hook(seen))
     result = trainer.step()
     # the hook saw every group (4 problems x 8 episodes), with signal or not, in order
     assert len(seen) == result.metrics["groups"] == 4
@@ -51,18 +52,28 @@ def test_step_records_carry_the_credit_layers_advantages(tmp_path):
 
 
 def test_the_update_stage_calls_the_learner_seam_with_every_sample(tmp_path):
-    trainer = make_trainer(tmp_path, {"steps": 1})
-
     class CountingLearner:  # a stand-in Learner: records what the update stage hands it
-        def __init__(self) -> None:
+        def __init__(self, inner) -> None:
+            self.inner = inner  # the in-process learner, for everything but the update
             self.calls: list[tuple[list[PolicySample], int]] = []
 
         def update(self, samples, step):
             self.calls.append((list(samples), step))
             return {"optimizer_steps": 0, "loss": 0.25}
 
-    learner = CountingLearner()
-    trainer.updater = learner
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    class CountingParts(LocalParts):  # the in-process parts with the stand-in learner
+        def __call__(self, cfg, run, trainable):
+            runner, inner = super().__call__(cfg, run, trainable)
+            self.learner = CountingLearner(inner)
+            return runner, self.learner
+
+    parts = CountingParts()
+    trainer = make_trainer(tmp_path, {"steps": 1}, parts=parts)
+    learner = parts.learner
+    assert trainer.learner is learner
     result = trainer.step()
     assert len(learner.calls) == 1
     samples, step = learner.calls[0]

@@ -30,13 +30,13 @@ def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(
                                                            "roles": ["proposer"]}}},
                            team=TEAM, protocol="proposer_reviewer")
     captured = {}
-    real_update = trainer.updater.update
+    real_update = trainer.learner.update
 
     def spy(samples, step):
         captured["samples"] = samples
         return real_update(samples, step)
 
-    trainer.updater.update = spy  # the update stage's Learner seam
+    trainer.learner.update = spy  # the update stage's Learner seam
     result = trainer.step()
     metrics = result.metrics
     samples = captured["samples"]

@@ -27,7 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def make_trainer(tmp_path: Path, overrides: dict, team: Team | None = None, task=None,
-                 protocol: str = "single") -> Trainer:
+                 protocol: str = "single", **trainer_kwargs) -> Trainer:
+    """A Trainer of the tiny model on a first-token task; ``trainer_kwargs`` go to ``Trainer``
+    (``parts``, ``group_hook``, ...)."""
     task = task or FirstTokenTask(LETTERS)
     data = {
         "steps": 4, "protocol": {"name": protocol},
@@ -47,7 +49,7 @@ def make_trainer(tmp_path: Path, overrides: dict, team: Team | None = None, task
     resolved = TeamEnv(task, get_protocol(protocol, **cfg.protocol.options), team).team
     tm = tiny_team_model(resolved)
     return Trainer(cfg, team_model=tm, backend=HFBackend(tm, max_prompt_tokens=1024), task=task,
-                   items=task.load("train", limit=8))
+                   items=task.load("train", limit=8), **trainer_kwargs)
 
 
 @pytest.mark.parametrize("objective", ["grpo", "gspo"])

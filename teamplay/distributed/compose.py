@@ -1,0 +1,31 @@
+"""The composition root: every entry point that trains (``teamplay train``, both sweep modes, the
+federated site and server, the benchmarks) builds its trainer here, so ``distributed:`` and
+``model.device`` mean the same whichever way a run is started.
+
+``make_trainer(cfg, ...)`` is ``Trainer(cfg, ...)`` with the parts the config asks for: in-process
+(``teamplay.training.parts.local_parts``) without ``distributed:``, a Ray rollout pool and learner
+group (``teamplay.distributed.parts.ray_parts``) with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from teamplay.config import TrainConfig
+from teamplay.training.parts import PartsFactory, local_parts
+from teamplay.training.trainer import Trainer
+
+
+def parts_for(cfg: TrainConfig) -> PartsFactory:
+    """The runner and learner a run of ``cfg`` trains with."""
+    if cfg.distributed is None:
+        return local_parts
+    from teamplay.distributed.parts import ray_parts  # imports Ray only for a distributed run
+
+    return ray_parts
+
+
+def make_trainer(cfg: TrainConfig, **kwargs: Any) -> Trainer:
+    """A ``Trainer`` for ``cfg`` with the parts it asks for; ``kwargs`` as ``Trainer`` takes them
+    (``team_model``, ``backend``, ``task``, ``items``, ``eval_items``, ``on_step``, ``on_eval``)."""
+    return Trainer(cfg, parts=parts_for(cfg), **kwargs)

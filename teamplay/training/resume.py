@@ -1,0 +1,90 @@
+"""Which checkpoint a resumed run continues, and whether its config may continue it.
+
+``--resume auto`` takes the newest intact checkpoint of the run folder (damaged ones are skipped
+with a ``CheckpointWarning``); ``--resume PATH`` that folder. The checkpoint's config must equal
+the run's own in every field that shapes what the run learns (``RESUMABLE_CHANGES`` lists those a
+resumed run may change).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from teamplay.config import TrainConfig
+from teamplay.errors import ConfigError, TeamplayWarning
+from teamplay.training.checkpoint import CheckpointError, LoadedCheckpoint, load_checkpoint, newest_intact_checkpoint
+
+
+def checkpoint_to_resume(run_dir: Path, resume: str, cfg: TrainConfig) -> LoadedCheckpoint | None:
+    """The checkpoint ``resume`` names ("auto": the newest intact one of ``run_dir``; else a folder),
+    loaded and checked against ``cfg``; None when ``auto`` finds no checkpoint (a fresh run).
+
+    ``auto`` skips damaged checkpoints with a ``CheckpointWarning`` naming the bad file; a damaged
+    explicit path, every checkpoint damaged, or a config that differs from the checkpoint's in a
+    field that shapes the run is a ``TeamplayError``.
+    """
+    if resume == "auto":
+        path, damaged = newest_intact_checkpoint(run_dir)
+        for exc in damaged:
+            warnings.warn(CheckpointWarning(f"skipping damaged checkpoint: {exc}"), stacklevel=3)
+        if path is None:
+            if damaged:
+                raise CheckpointError(f"--resume auto: every checkpoint of {run_dir} is damaged "
+                                      f"({damaged[-1]}); start over with --overwrite")
+            return None
+    else:
+        path = Path(resume)
+        if not path.is_dir():
+            raise ConfigError(f"--resume {resume}: no such checkpoint folder")
+    data = load_checkpoint(path)
+    check_resumable(cfg.model_dump(mode="json"), with_defaults(type(cfg), data.config), path)
+    return data
+
+
+class CheckpointWarning(TeamplayWarning):
+    """A checkpoint was skipped on ``--resume auto`` because it is damaged; the message names the file."""
+
+
+#: config fields a resumed run may change: how long it runs and what it logs, never what it learns
+RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_task", "eval_sampling", "eval_every",
+                     "eval_curve_limit",
+                     "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
+                     # when a run gives up on non-finite steps, not what it learns
+                     "optim.max_nonfinite_steps",
+                     # the checkpoint format is the same with or without Ray
+                     "backend.max_batch", "model.checkpoint", "model.device", "distributed")
+
+
+def with_defaults(config_class: type[TrainConfig], saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config with the fields added since it was written at their defaults (a new
+    field's default keeps the old behaviour), so a newer version resumes an older run; a config that
+    no longer validates is returned as it is, and ``check_resumable`` names what differs."""
+    try:
+        return config_class.model_validate(saved).model_dump(mode="json")
+    except (ValueError, TypeError):
+        return saved
+
+
+def check_resumable(current: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+    """Raise ``ConfigError`` when ``current`` differs from the checkpoint's config in a field
+    outside ``RESUMABLE_CHANGES`` (the team, model, LoRA, data, credit, loss, optimiser, seed...):
+    the saved state would then mean something else, or not fit at all."""
+    mine, theirs = _flatten_config(current), _flatten_config(saved)
+    for key in sorted(set(mine) | set(theirs)):
+        if any(key == f or key.startswith(f + ".") for f in RESUMABLE_CHANGES):
+            continue
+        if mine.get(key, "(absent)") != theirs.get(key, "(absent)"):
+            raise ConfigError(f"--resume: {key} is {mine.get(key, '(absent)')!r} but checkpoint {path} was "
+                              f"trained with {theirs.get(key, '(absent)')!r}; resume with the run's own config "
+                              f"(its config.yaml) or train into a new --output folder")
+
+
+def _flatten_config(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten_config(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}

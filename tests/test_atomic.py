@@ -1,0 +1,98 @@
+"""teamplay.atomic: a file or folder is replaced whole or not at all, and no temporary is left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from teamplay.atomic import atomic_file, replace_folder, write_atomically
+
+
+def test_write_atomically_writes_text_as_utf8_and_bytes_as_they_are(tmp_path):
+    write_atomically(tmp_path / "a.txt", "é\n")
+    write_atomically(tmp_path / "b.bin", b"\x00\xff")
+    assert (tmp_path / "a.txt").read_bytes() == "é\n".encode()
+    assert (tmp_path / "b.bin").read_bytes() == b"\x00\xff"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.bin"]
+
+
+def test_a_failed_write_atomically_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("old\n")
+
+    def die(_fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("teamplay.atomic.os.fsync", die)
+    with pytest.raises(OSError, match="No space"):
+        write_atomically(path, "new\n")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+
+
+def test_atomic_file_puts_what_was_written_in_place(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text("old")
+    with atomic_file(path) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".") and tmp != path
+        with tmp.open("w", encoding="utf-8") as f:
+            json.dump({"round": 2}, f)
+        assert path.read_text() == "old"  # nothing is in place before the with ends
+    assert json.loads(path.read_text()) == {"round": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_an_exception_inside_atomic_file_keeps_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError, match="killed"), atomic_file(path) as tmp:
+        tmp.write_text("half of the ne")
+        raise RuntimeError("killed")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_failed_write_of_a_new_file_leaves_no_file(tmp_path, monkeypatch):
+    path = tmp_path / "round-000001.pt"
+
+    def die(_fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("teamplay.atomic.os.fsync", die)
+    with pytest.raises(OSError, match="No space"), atomic_file(path) as tmp:
+        tmp.write_bytes(b"payload")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_file_with_nothing_written_raises_and_leaves_nothing(tmp_path):
+    # a writer that never created the temporary file: the fsync fails, nothing is put in place
+    with pytest.raises(FileNotFoundError), atomic_file(tmp_path / "x.json"):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replace_folder_puts_the_staged_folder_in_place_of_the_old_one(tmp_path, monkeypatch):
+    final = tmp_path / "step-000002"
+    (final / "old").mkdir(parents=True)
+    (final / "old" / "stale.txt").write_text("stale")
+    staged = tmp_path / ".tmp-step-000002-1"
+    (staged / "adapters").mkdir(parents=True)
+    (staged / "adapters" / "a.bin").write_bytes(b"a")
+    (staged / "state.json").write_text("{}")
+    synced = []
+    monkeypatch.setattr("teamplay.atomic.os.fsync", synced.append)
+    replace_folder(staged, final)
+    assert len(synced) == 2  # every file of the staged folder
+    assert sorted(str(p.relative_to(final)) for p in final.rglob("*")) == ["adapters", "adapters/a.bin",
+                                                                           "state.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000002"]
+
+
+def test_replace_folder_creates_a_missing_folder(tmp_path):
+    staged = tmp_path / ".staged"
+    staged.mkdir()
+    (staged / "f").write_text("x")
+    replace_folder(staged, tmp_path / "final")
+    assert (tmp_path / "final" / "f").read_text() == "x"
+    assert not staged.exists()

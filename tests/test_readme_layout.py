@@ -1,0 +1,56 @@
+"""The README's Layout is the tree: every top-level module and package of ``teamplay`` is in it,
+every ``*.py`` it names exists, and the packages it describes file by file (the step and run shell,
+Ray, Flower, serving) list every module they hold."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "teamplay"
+#: packages whose Layout entry names each of their modules
+LISTED_FILE_BY_FILE = ("training", "distributed", "federated", "serving")
+
+
+def layout_block() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Layout"):]
+    return section[section.index("```") + 3:section.index("```", section.index("```") + 3)]
+
+
+def entries(block: str) -> dict[str, str]:
+    """Top-level entry name -> its text (an entry starts at 2 spaces of indent, continues deeper)."""
+    out: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        m = re.match(r"^  (\S+?)/?\s", line + " ")
+        if m and not line.startswith("   "):
+            current = m.group(1).removesuffix(".py")
+            out[current] = line
+        elif current is not None:
+            out[current] += "\n" + line
+    return out
+
+
+def test_every_top_level_module_and_package_is_in_the_layout():
+    block = layout_block()
+    names = {p.stem for p in PACKAGE.glob("*.py") if p.stem not in {"__init__", "__main__"}}
+    names |= {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    missing = sorted(n for n in names if not re.search(rf"\b{re.escape(n)}(\.py|/)", block))
+    assert missing == []
+
+
+def test_every_module_the_layout_names_exists():
+    block = layout_block()
+    named = set(re.findall(r"\b([a-z_0-9]+)\.py\b(?!:)", block))  # not "file.py:name"
+    existing = {p.stem for p in PACKAGE.rglob("*.py")}
+    assert sorted(named - existing) == []
+
+
+def test_packages_described_file_by_file_list_every_module():
+    by_entry = entries(layout_block())
+    for package in LISTED_FILE_BY_FILE:
+        text = by_entry[package]
+        modules = sorted(p.stem for p in (PACKAGE / package).glob("*.py") if p.stem != "__init__")
+        assert [m for m in modules if f"{m}.py" not in text] == [], package
