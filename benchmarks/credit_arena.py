@@ -155,7 +155,7 @@ def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dic
     """(the methods of ``labels`` the trainer accepts for this config, {label: why not} for the others)."""
     from teamplay.config import TrainConfig, build_config
     from teamplay.credit import credit_methods
-    from teamplay.training.setup import validate_run
+    from teamplay.training.setup import check_run
 
     known = credit_methods()
     ok, refused = {}, {}
@@ -165,7 +165,7 @@ def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dic
             refused[label] = "not registered in this version"
             continue
         try:
-            validate_run(build_config(TrainConfig, {**base, "credit": credit}))
+            check_run(build_config(TrainConfig, {**base, "credit": credit}))
         except ValueError as exc:
             refused[label] = str(exc).split(";")[0].removeprefix("credit.method: ")
             continue

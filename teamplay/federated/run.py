@@ -36,9 +36,9 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
     server partitions the training pool when it is built. SIGTERM or SIGINT: ``Preempted`` after
     the last completed round, or ``Interrupted`` on a second signal (module doc).
     """
-    from teamplay.training.setup import validate_run
+    from teamplay.training.setup import check_run
 
-    validate_run(cfg)  # task, protocol, credit method and its resources, before any data or model
+    check_run(cfg)  # task, protocol, credit method and its resources, before any data or model
     with preemption_handlers() as preemption:
         server = FederatedServer(cfg, resume=resume, on_round=on_round)
         if preemption.requested:  # while the model loaded: stop before Ray starts

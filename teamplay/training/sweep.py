@@ -51,7 +51,7 @@ from teamplay.errors import ConfigError, DataError
 from teamplay.training.checkpoint import latest_checkpoint
 from teamplay.training.metrics import BUDGET_KEYS, read_metrics
 from teamplay.training.preemption import Preempted, preemption_handlers
-from teamplay.training.setup import validate_run
+from teamplay.training.setup import check_run
 
 MANIFEST = "sweep.json"
 DONE = "done.json"
@@ -211,7 +211,7 @@ def plan(folder: Path, base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]
     sweep = Sweep(sweep.folder, sweep.base, sweep.grid, sweep.seeds, tuple(runs))
     for run in runs:
         try:
-            validate_run(sweep.config(run))
+            check_run(sweep.config(run))
         except ConfigError as exc:
             raise ConfigError(f"--grid {run.label}, seed {run.seed}: {exc}") from None
     return sweep

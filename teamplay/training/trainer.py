@@ -61,10 +61,8 @@ import yaml
 
 from teamplay.atomic import write_atomically
 from teamplay.config import TrainConfig
-from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
+from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.credit.characteristic import last_answer_scorer
-from teamplay.credit.token import get_token_credit
-from teamplay.credit.token.base import parse_token_options
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
@@ -91,7 +89,7 @@ from teamplay.training.resume import checkpoint_to_resume
 from teamplay.training.rollout import RolloutJob
 from teamplay.training.run_folder import claim_run_folder
 from teamplay.training.samples import TokenRule
-from teamplay.training.setup import build_run, sampling_params, seed_everything, validate_run
+from teamplay.training.setup import build_run, check_run, sampling_params, seed_everything
 from teamplay.training.stages import (
     GroupWork,
     all_credited,
@@ -164,8 +162,8 @@ class Trainer:
         self.cfg, self.run_dir = cfg, Path(cfg.output_dir)
         self.on_step, self.on_eval, self.group_hook = on_step, on_eval, group_hook
         # the config model checked its cross-field rules at load; what needs the registries (credit
-        # method, its options, resources and protocol) is checked here, before data or model load
-        validate_run(cfg)
+        # method, its options, resources and protocol) is checked here, once, before data or model load
+        checked = check_run(cfg)
         seed_everything(cfg.seed)
         run = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items, eval_items=eval_items,
                         rules_in_update=parts.resolves_token_rules, backend_name=parts.driver_backend)
@@ -174,17 +172,15 @@ class Trainer:
         self.controllers, self.team, self.team_model = run.controllers, run.team, run.team_model
         self.make_env, self.make_eval_env, self.backend = run.make_env, run.make_eval_env, run.backend
         self._token_keeps_zero_variance, self._token_rule = False, None
-        if cfg.credit.token is not None:
-            method = get_token_credit(cfg.credit.token.method)
-            token_options = parse_token_options(method, cfg.credit.token.options)
-            self._token_keeps_zero_variance = method.wants_zero_variance_groups(token_options)
+        method = checked.token_method
+        if method is not None:
+            self._token_keeps_zero_variance = method.wants_zero_variance_groups(checked.token_options)
             if method.row is not None and parts.resolves_token_rules:
                 # a per-message method: the update applies it from its own forward pass, no extra pass
-                self._token_rule = TokenRule(method.name, token_options)
+                self._token_rule = TokenRule(method.name, checked.token_options)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.credit_options = check_credit(cfg.credit.method, cfg.credit.options, None, None)  # parsed
-        needs = get_credit(cfg.credit.method).requires(self.credit_options)
+        self.credit_options, needs = checked.credit_options, checked.credit_needs
         self.replay = None
         if "replay" in needs:  # counterfactual re-executions with the current policies
             self.replay = RolloutReplayEngine(self.make_env, self.backend, sampling_params(cfg.sampling),
