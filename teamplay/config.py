@@ -107,6 +107,22 @@ class ModelConfig(_Section):
                                     "each Ray actor places its own copy and the driver's stays on the CPU.")
 
 
+class VLLMEngineConfig(_Section):
+    """vLLM engine arguments a run may set (``backend.engine``; only with ``backend.name: vllm``).
+    Unset fields keep vLLM's defaults; those the backend derives from the config (model, dtype,
+    max_model_len, LoRA sizes) are not here."""
+
+    max_num_batched_tokens: int | None = Field(None, ge=1, description="Tokens one engine step may "
+                                                                       "schedule (prefill chunk size).")
+    max_num_seqs: int | None = Field(None, ge=1, description="Sequences decoded together at most.")
+    enable_chunked_prefill: bool | None = Field(None, description="Split long prefills across steps.")
+    enable_prefix_caching: bool | None = Field(None, description="Reuse the KV cache of shared prompt "
+                                                                 "prefixes.")
+    seed: int | None = Field(None, description="The engine's own seed (each request is seeded anyway).")
+    tensor_parallel_size: int | None = Field(None, ge=1, description="GPUs one engine spans.")
+    swap_space: float | None = Field(None, ge=0.0, description="CPU swap space per GPU, GiB.")
+
+
 class BackendConfig(_Section):
     """Generation backend."""
 
@@ -121,6 +137,15 @@ class BackendConfig(_Section):
                                                                           "needs the rest).")
     enforce_eager: bool = Field(False, description="vllm: run without CUDA graphs (faster start, slower "
                                                    "decoding).")
+    engine: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig, description="vllm: further engine "
+                                                                                   "arguments.")
+
+    @model_validator(mode="after")
+    def _engine_only_for_vllm(self) -> BackendConfig:
+        if self.name != "vllm" and self.engine.model_dump(exclude_none=True):  # a dumped config holds Nones
+            raise ValueError(f"backend.engine: vLLM engine arguments, but backend.name is {self.name!r}; "
+                             f"set backend.name=vllm or drop backend.engine")
+        return self
 
 
 class SamplingConfig(_Section):

@@ -54,7 +54,9 @@ RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_
                      # when a run gives up on non-finite steps, not what it learns
                      "optim.max_nonfinite_steps",
                      # the checkpoint format is the same with or without Ray
-                     "backend.max_batch", "model.checkpoint", "model.device", "distributed")
+                     "backend.max_batch", "model.checkpoint", "model.device", "distributed",
+                     # how the vLLM engine schedules (each request carries its own seed)
+                     "backend.engine")
 
 
 def with_defaults(config_class: type[TrainConfig], saved: dict[str, Any]) -> dict[str, Any]:

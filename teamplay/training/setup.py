@@ -148,7 +148,8 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
         return get_backend("vllm", team_model=team_model, max_prompt_tokens=backend_cfg.max_prompt_tokens,
                            max_new_tokens=max_new_tokens,
                            gpu_memory_utilization=backend_cfg.gpu_memory_utilization,
-                           enforce_eager=backend_cfg.enforce_eager)
+                           enforce_eager=backend_cfg.enforce_eager,
+                           **backend_cfg.engine.model_dump(exclude_none=True))
     return get_backend(backend_cfg.name, team_model=team_model,
                        max_prompt_tokens=backend_cfg.max_prompt_tokens)
 

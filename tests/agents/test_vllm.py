@@ -71,6 +71,33 @@ def test_engine_arguments_come_from_the_config(monkeypatch, tiny_folder):
     b.close()
 
 
+def test_engine_options_of_the_config_reach_the_engine(monkeypatch, tiny_folder):
+    fake = fake_vllm.install(monkeypatch)
+    cfg = build_config(TrainConfig, {"backend": {"name": "vllm", "max_prompt_tokens": 100, "engine": {
+        "max_num_batched_tokens": 16384, "enable_chunked_prefill": False, "max_num_seqs": 64, "seed": 3}},
+        "model": {"dtype": "bfloat16"}}).backend
+    b = build_backend(ModelConfig(dtype="bfloat16"), cfg, TEAM, team_model=team_model(tiny_folder), max_new_tokens=20)
+    (engine,) = fake.engines
+    # the ones set, and nothing else: unset options keep vLLM's defaults
+    assert {k: engine.kwargs[k] for k in ("max_num_batched_tokens", "enable_chunked_prefill", "max_num_seqs",
+                                          "seed")} == {"max_num_batched_tokens": 16384,
+                                                       "enable_chunked_prefill": False, "max_num_seqs": 64, "seed": 3}
+    assert "tensor_parallel_size" not in engine.kwargs and "swap_space" not in engine.kwargs
+    b.close()
+
+
+@pytest.mark.parametrize(("backend_section", "message"), [
+    ({"name": "vllm", "engine": {"max_num_batched_token": 8}}, "max_num_batched_token"),  # a typo
+    ({"name": "vllm", "engine": {"max_num_seqs": 0}}, "max_num_seqs"),
+    ({"name": "vllm", "engine": {"model": "other"}}, "engine.model"),  # derived by the backend
+    ({"name": "hf", "engine": {"max_num_seqs": 8}}, "backend.engine: vLLM engine arguments, but backend.name is 'hf'"),
+])
+def test_bad_engine_options_are_refused_in_one_line_at_load(backend_section, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        build_config(TrainConfig, {"backend": backend_section, "model": {"dtype": "bfloat16"}})
+    assert "\n" not in str(info.value)
+
+
 def test_trainer_sizes_the_engine_for_its_longest_sampling_section(monkeypatch, tmp_path, tiny_folder):
     from teamplay.training.trainer import Trainer
     from tests.training.fixtures import FirstTokenTask
@@ -139,23 +166,39 @@ def test_derived_engine_arguments_cannot_be_overridden(monkeypatch, tmp_path, ti
         backend(monkeypatch, tmp_path, tiny_folder, max_model_len=99, dtype="float32")
 
 
-def test_generate_sends_one_mixed_adapter_call_and_reads_the_sampled_tokens_logprobs(monkeypatch, tmp_path,
-                                                                                   tiny_folder):
+def test_generate_sends_one_call_per_kind_of_policy_and_reads_the_sampled_tokens_logprobs(monkeypatch, tmp_path,
+                                                                                        tiny_folder):
     b, fake = backend(monkeypatch, tmp_path, tiny_folder, max_new_tokens=4)
     reqs = [request("proposer"), request("reviewer"), request(None), request("proposer")]
     out = b.generate(reqs, SamplingParams(max_new_tokens=3, temperature=0.7, seed=5))
-    (call,) = fake.engines[0].calls
-    assert [r.lora_name if r else None for r in call.loras] == ["proposer@1", "reviewer@1", None, "proposer@1"]
-    assert call.loras[0] is call.loras[3] and call.loras[0].lora_int_id != call.loras[1].lora_int_id
-    assert call.loras[0].lora_path.endswith("v000000/proposer")
-    params = [p.kwargs for p in call.params]
+    # the base-policy request goes alone: on vLLM's CPU build a request without an adapter batched
+    # with LoRA requests is served the last LoRA slot's adapter; every LoRA request shares one call
+    lora, base = fake.engines[0].calls
+    assert base.loras == [None]
+    assert [r.lora_name for r in lora.loras] == ["proposer@1", "reviewer@1", "proposer@1"]
+    assert lora.loras[0] is lora.loras[2] and lora.loras[0].lora_int_id != lora.loras[1].lora_int_id
+    assert lora.loras[0].lora_path.endswith("v000000/proposer")
+    params = [p.kwargs for p in base.params + lora.params]
     assert {(p["max_tokens"], p["temperature"], p["logprobs"], p["top_k"]) for p in params} == {(3, 0.7, 0, -1)}
     assert len({p["seed"] for p in params}) == 4  # one seed per request, so identical prompts differ
+    # each request keeps the seed of its position in the batch, whichever call it went into
+    alone = b.generate([request(None)], SamplingParams(max_new_tokens=3, temperature=0.7, seed=5))
+    assert fake.engines[0].calls[-1].params[0].kwargs["seed"] != base.params[0].kwargs["seed"]
+    assert base.params[0].kwargs["seed"] == b._sampling(SamplingParams(max_new_tokens=3, temperature=0.7, seed=5),
+                                                        2).kwargs["seed"]
+    assert len(alone) == 1
     for g in out:
         # the sampled token's entries (-0.1, -0.2, -0.3), never the decoy's -0.01
         assert g.logprobs == pytest.approx((-0.1, -0.2, -0.3))
-        assert len(g.completion_ids) == 3 and g.prompt_ids == tuple(call.prompts[0])
+        assert len(g.completion_ids) == 3 and g.prompt_ids == tuple(lora.prompts[0])
     assert [g.adapter for g in out] == ["proposer", "reviewer", None, "proposer"]
+
+
+def test_a_batch_of_only_lora_or_only_base_requests_is_one_engine_call(monkeypatch, tmp_path, tiny_folder):
+    b, fake = backend(monkeypatch, tmp_path, tiny_folder, max_new_tokens=4)
+    b.generate([request("proposer"), request("reviewer")], SamplingParams(max_new_tokens=2))
+    b.generate([request(None), request(None)], SamplingParams(max_new_tokens=2))
+    assert [len(c.loras) for c in fake.engines[0].calls] == [2, 2]
 
 
 def test_a_completion_cut_by_the_context_before_max_new_tokens_is_an_error(monkeypatch, tmp_path, tiny_folder):

@@ -217,7 +217,8 @@ class VLLMBackend(GenerationBackend):
             shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
     def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams) -> list[Generation]:
-        """One ``Generation`` per request, in order; all adapters go into one engine call."""
+        """One ``Generation`` per request, in order: every LoRA request in one engine call, the
+        requests without an adapter (base policy) in another."""
         from vllm.inputs import TokensPrompt
 
         check_temperature(sampling.temperature, "temperature")
@@ -230,11 +231,22 @@ class VLLMBackend(GenerationBackend):
                 raise ConfigError(f"request of {r.agent} names adapter {r.adapter!r}; served: "
                                   f"{sorted(self._requests)}")
         prompts = [build_reply_ids(self.tokenizer, r.chat, self.max_prompt_tokens, r.reply_prefix) for r in requests]
-        params = [self._sampling(sampling, i) for i in range(len(requests))]
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=ids) for ids, _ in prompts], sampling_params=params,
-            lora_request=[self._requests.get(r.adapter) if r.adapter else None for r in requests],
-            use_tqdm=False)
+        params = [self._sampling(sampling, i) for i in range(len(requests))]  # seeds by position in the batch
+        outputs: list[Any] = [None] * len(requests)
+        # requests without an adapter (the base policy, e.g. counterfactual replays with removal:
+        # base_policy) never share an engine call with LoRA requests: vLLM's CPU LoRA kernels index a
+        # request without an adapter with -1 and so serve it the last LoRA slot's adapter, silently
+        base = [i for i, r in enumerate(requests) if not r.adapter]
+        lora = [i for i, r in enumerate(requests) if r.adapter]
+        for part in (lora, base):
+            if not part:
+                continue
+            done = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=prompts[i][0]) for i in part], sampling_params=[params[i] for i in part],
+                lora_request=[self._requests.get(requests[i].adapter) if requests[i].adapter else None for i in part],
+                use_tqdm=False)
+            for i, out in zip(part, done, strict=True):
+                outputs[i] = out
         results = []
         for r, (ids, truncated), out in zip(requests, prompts, outputs, strict=True):
             completion = out.outputs[0]
