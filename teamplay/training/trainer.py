@@ -61,12 +61,9 @@ import yaml
 
 from teamplay.atomic import write_atomically
 from teamplay.config import TrainConfig
-from teamplay.credit import CreditBatch, CreditResources, assign
-from teamplay.credit.characteristic import last_answer_scorer
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
-from teamplay.training.answer_probability import AnswerProbability
 from teamplay.training.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
@@ -77,6 +74,7 @@ from teamplay.training.checkpoint import (
     set_rng_state,
 )
 from teamplay.training.controllers import speak_rates
+from teamplay.training.credit_stage import CreditStage
 from teamplay.training.data_order import first_state, next_problems
 from teamplay.training.episode_log import episode_lines
 from teamplay.training.evaluation import EvalMetrics, cached_untrained_eval, evaluate
@@ -84,7 +82,6 @@ from teamplay.training.metrics import MetricsLogger, generated_tokens
 from teamplay.training.nonfinite import NonFiniteGuard, check_finite_adapters
 from teamplay.training.parts import Learner, PartsFactory, Runner, local_parts
 from teamplay.training.preemption import UNLOGGED_STEP, Preempted, Preemption, StopRequested, preemption_handlers
-from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.resume import checkpoint_to_resume
 from teamplay.training.rollout import RolloutJob
 from teamplay.training.run_folder import claim_run_folder
@@ -180,16 +177,8 @@ class Trainer:
                 self._token_rule = TokenRule(method.name, checked.token_options)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.credit_options, needs = checked.credit_options, checked.credit_needs
-        self.replay = None
-        if "replay" in needs:  # counterfactual re-executions with the current policies
-            self.replay = RolloutReplayEngine(self.make_env, self.backend, sampling_params(cfg.sampling),
-                                              max_batch=cfg.backend.max_batch, seed=cfg.seed)
-        self.answer_probability = None
-        if "answer_probability" in needs:
-            self.answer_probability = AnswerProbability(
-                self.team_model, self.team, {it.id: it for it in self.items}, self.task.answer_instruction,
-                max_prompt_tokens=cfg.backend.max_prompt_tokens)
+        self.credit = CreditStage(cfg, checked, run)
+        self.credit_options, self.replay = checked.credit_options, self.credit.replay
         # built last: a run that cannot work is refused before a cluster starts
         self.runner: Runner
         self.learner: Learner
@@ -335,7 +324,8 @@ class Trainer:
     def step(self) -> StepResult:
         """One training step, as a pipeline of stages over one ``GroupWork`` per group (see
         ``teamplay.training.stages``): rollout -> credit (replays prefetched) -> token credit ->
-        samples -> update -> metrics. Each stage is a method or function that can be read alone."""
+        samples -> update -> metrics. Each stage is a method, function or part that can be read alone
+        (the credit stage is ``credit``, a ``teamplay.training.credit_stage.CreditStage``)."""
         self._share_state()
         step, t0 = self.state.step, time.perf_counter()
         problems, self.state = next_problems(self.state, self.items, self.cfg.seed, self.cfg.rollout.problems_per_step)
@@ -345,12 +335,11 @@ class Trainer:
         controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
         active = self._active_adapters(step)
         groups = make_groups(episodes, by_id, self.group_hook)
-        work = self._credit([g for g in groups if g.has_signal or self._token_keeps_zero_variance], episodes, step)
+        work = self.credit([g for g in groups if g.has_signal or self._token_keeps_zero_variance], episodes, step)
         work = self._samples(self._token_credit(work, active), active)
         t_credit = time.perf_counter() - t0 - t_rollout
         work, update = self._update(work, step, active)
-        metrics = step_metrics(episodes, groups, work, active, update, self.learner.lr,
-                               self.replay.stats.to_dict() if self.replay is not None else None)
+        metrics = step_metrics(episodes, groups, work, active, update, self.learner.lr, self.credit.metrics())
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
                         "credit_seconds": t_credit, **self.runner.step_metrics()})
         spent = self.state.generated_tokens + generated_tokens(metrics)
@@ -375,27 +364,6 @@ class Trainer:
         stats = self.controllers.learn(episodes, lambda answer, pid: task.score_answer(answer, by_id[pid]) >= 0.5)
         return {"speak_rate": speak_rates(episodes), "speak_prob_average": self.controllers.summary(),
                 "controller_updates": stats.updates, "counterfactual_tokens": stats.counterfactual_tokens}
-
-    def _credit(self, groups: Sequence[GroupWork], episodes: Sequence[Episode], step: int) -> list[GroupWork]:
-        """The credit method's advantages for each group, times the group's scale. Every batch
-        carries the step's rewards (``batch_rewards``, for ``scale_rewards: batch``); with replay
-        credit, every replay the method will ask for runs first, in one batch."""
-        step_rewards = tuple(float(ep.reward) for ep in episodes)
-        groups = [dataclasses.replace(g, batch=CreditBatch(
-            episodes=g.episodes, item=g.item, score=self.task.score, extract=self.task.extract,
-            resources=dataclasses.replace(self._credit_resources(g.item), batch_rewards=step_rewards)))
-            for g in groups]
-        if self.replay is not None:  # every replay the step's credit will ask for, in one batch
-            self.replay.begin_step(step, sum(ep.tokens for ep in episodes))
-            self.replay.prefetch(lambda batch: assign(self.cfg.credit.method, batch, self.credit_options),
-                                 [g.batch for g in groups])
-        out = []
-        for g in groups:
-            advantages = assign(self.cfg.credit.method, g.batch, self.credit_options)
-            if g.scale != 1.0:
-                advantages = [a * g.scale for a in advantages]
-            out.append(dataclasses.replace(g, advantages=tuple(advantages)))
-        return out
 
     def _token_credit(self, groups: list[GroupWork], active: set[str]) -> list[GroupWork]:
         """With ``credit.token`` (and no token rule the update applies itself): token statistics in
@@ -428,30 +396,12 @@ class Trainer:
     def episode_log(self, result: StepResult) -> list[dict[str, Any]]:
         """The first ``log_episodes`` credited episodes of a step as episodes.jsonl lines
         (``teamplay.training.episode_log``)."""
-        return episode_lines(result.credited, result.token_advantages, self.cfg.log_episodes, self._credit_record,
+        return episode_lines(result.credited, result.token_advantages, self.cfg.log_episodes, self.credit.record,
                              self.team_model)
 
     def _active_adapters(self, step: int) -> set[str]:
         k = self.cfg.alternate_roles_every
         return {self.trainable[(step // k) % len(self.trainable)]} if k else set(self.trainable)
-
-    def _credit_record(self, episode: Episode) -> dict[str, Any]:
-        """How the episode's messages were valued, for reports: the method and, for replay-based
-        methods, every counterfactual value behind the advantages (coalition, start, value, k)."""
-        record: dict[str, Any] = {"method": self.cfg.credit.method,
-                                  "options": self.credit_options.model_dump(mode="json")}
-        if self.replay is not None:
-            record["replay_values"] = self.replay.coalition_values(episode)
-        return record
-
-    def _credit_resources(self, item: TaskItem) -> CreditResources:
-        """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer of
-        masked transcripts (the last answer still visible, scored against this item) and the
-        generation backend."""
-        task = self.task
-        return CreditResources(
-            transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
-            backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
 
     def _evaluate_untrained(self, items: Sequence[TaskItem] | None = None) -> EvalMetrics:
         """The held-out evaluation before training, read from ``eval_cache`` when a run with the same

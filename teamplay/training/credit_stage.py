@@ -1,0 +1,80 @@
+"""The step's credit stage: the configured credit method's advantages for each group, with the
+resources expensive methods ask for (a transcript scorer, the backend, counterfactual replays,
+answer probabilities), every replay of a step prefetched in one batch."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from teamplay.config import TrainConfig
+from teamplay.credit import CreditBatch, CreditResources, assign
+from teamplay.credit.characteristic import last_answer_scorer
+from teamplay.envs.tasks.base import Task
+from teamplay.records import Episode, TaskItem
+from teamplay.training.answer_probability import AnswerProbability
+from teamplay.training.replay import RolloutReplayEngine
+from teamplay.training.setup import CheckedRun, RunParts, sampling_params
+from teamplay.training.stages import GroupWork
+
+
+class CreditStage:
+    """Turns groups into credited groups (``__call__``) and says how an episode was valued
+    (``record``). Built once per run from the checked config and its wiring; it owns the replay
+    engine (``replay``, when the method re-executes) and the answer-probability scorer (when the
+    method asks for one)."""
+
+    def __init__(self, cfg: TrainConfig, checked: CheckedRun, run: RunParts) -> None:
+        self.method, self.options = cfg.credit.method, checked.credit_options
+        self.task: Task = run.task
+        self.backend = run.backend
+        self.replay: RolloutReplayEngine | None = None
+        if "replay" in checked.credit_needs:  # counterfactual re-executions with the current policies
+            self.replay = RolloutReplayEngine(run.make_env, run.backend, sampling_params(cfg.sampling),
+                                              max_batch=cfg.backend.max_batch, seed=cfg.seed)
+        self.answer_probability: AnswerProbability | None = None
+        if "answer_probability" in checked.credit_needs:
+            self.answer_probability = AnswerProbability(
+                run.team_model, run.team, {it.id: it for it in run.items}, run.task.answer_instruction,
+                max_prompt_tokens=cfg.backend.max_prompt_tokens)
+
+    def __call__(self, groups: Sequence[GroupWork], episodes: Sequence[Episode], step: int) -> list[GroupWork]:
+        """The method's advantages for each group, times the group's scale. Every batch carries the
+        step's rewards (``batch_rewards``, for ``scale_rewards: batch``); with replay credit, every
+        replay the method will ask for runs first, in one batch."""
+        step_rewards = tuple(float(ep.reward) for ep in episodes)
+        groups = [dataclasses.replace(g, batch=CreditBatch(
+            episodes=g.episodes, item=g.item, score=self.task.score, extract=self.task.extract,
+            resources=dataclasses.replace(self.resources(g.item), batch_rewards=step_rewards))) for g in groups]
+        if self.replay is not None:
+            self.replay.begin_step(step, sum(ep.tokens for ep in episodes))
+            self.replay.prefetch(lambda batch: assign(self.method, batch, self.options), [g.batch for g in groups])
+        out = []
+        for g in groups:
+            advantages = assign(self.method, g.batch, self.options)
+            if g.scale != 1.0:
+                advantages = [a * g.scale for a in advantages]
+            out.append(dataclasses.replace(g, advantages=tuple(advantages)))
+        return out
+
+    def resources(self, item: TaskItem) -> CreditResources:
+        """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer
+        of masked transcripts (the last answer still visible, scored against ``item``), the
+        generation backend, the replay engine and the answer-probability scorer."""
+        task = self.task
+        return CreditResources(
+            transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
+            backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
+
+    def record(self, episode: Episode) -> dict[str, Any]:
+        """How the episode's messages were valued, for reports: the method and, for replay-based
+        methods, every counterfactual value behind the advantages (coalition, start, value, k)."""
+        record: dict[str, Any] = {"method": self.method, "options": self.options.model_dump(mode="json")}
+        if self.replay is not None:
+            record["replay_values"] = self.replay.coalition_values(episode)
+        return record
+
+    def metrics(self) -> dict[str, Any]:
+        """The replay engine's statistics of the step (empty without replays)."""
+        return self.replay.stats.to_dict() if self.replay is not None else {}
