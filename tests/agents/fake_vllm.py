@@ -66,8 +66,10 @@ def default_script(prompt_ids: list[int], params: Any, lora: LoRARequest | None)
 
 
 def install(monkeypatch: Any, version: str = "0.11.0", fail: BaseException | None = None,
-            script: Any = default_script) -> types.ModuleType:
-    """Install the fake ``vllm``; returns it (``.engines`` lists every ``LLM`` built)."""
+            script: Any = default_script, cpu: bool | None = None) -> types.ModuleType:
+    """Install the fake ``vllm``; returns it (``.engines`` lists every ``LLM`` built). ``cpu``:
+    with a ``vllm.platforms`` module whose ``current_platform.is_cpu()`` says so (None: no such
+    module, as in older releases)."""
 
     class SamplingParams:
         def __init__(self, **kwargs: Any) -> None:
@@ -111,6 +113,13 @@ def install(monkeypatch: Any, version: str = "0.11.0", fail: BaseException | Non
     for name, mod in (("vllm", module), ("vllm.lora", lora), ("vllm.lora.request", request),
                       ("vllm.inputs", inputs)):
         monkeypatch.setitem(sys.modules, name, mod)
+    if cpu is not None:
+        platforms = types.ModuleType("vllm.platforms")
+        platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: cpu)
+        module.platforms = platforms
+        monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    else:
+        monkeypatch.setitem(sys.modules, "vllm.platforms", None)  # `import vllm.platforms` fails
     return module
 
 

