@@ -31,7 +31,7 @@ from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.backends.routing import RoutingBackend
 from teamplay.agents.roles import Team
 from teamplay.config import LoraConfig, WorkerResources
-from teamplay.distributed.cluster import import_ray
+from teamplay.distributed.actors import ActorGroup
 from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
@@ -66,87 +66,55 @@ class WorkerGroup:
 
     def __init__(self, base: str, spec: WorkerSpec, workers: int, resources: WorkerResources,
                  max_staleness: int, max_restarts: int, events: list[RestartEvent]) -> None:
-        self.ray = import_ray()
         self.base, self.spec = base, spec
         self.adapters = spec.team.adapter_names()
         self.max_staleness, self.max_restarts, self.events = max_staleness, max_restarts, events
-        self._actor_cls = self.ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
-                                          max_restarts=0)(RolloutWorker)
-        self.workers = [self._actor_cls.remote(spec) for _ in range(workers)]
-        self.pids = self.ray.get([w.pid.remote() for w in self.workers])
-        self.versions = [0] * workers
         # a worker loads the first published adapters whatever their version: it never read
         # model.checkpoint, so its own start-up adapters are only the run's fresh ones
-        self.loaded = [False] * workers
-        self.latest: AdapterWeights | None = None
-        self._latest_ref = None
+        self.actors = ActorGroup(RolloutWorker, lambda k: (spec,), workers, resources, max_staleness,
+                                 load_first=True)
         self.sync_bytes = 0  # adapter bytes sent to this group's workers since the pool last reset it
         self.used_versions: set[int] = set()  # adapter versions of the generate calls since then
 
+    @property
+    def workers(self) -> list[Any]:
+        return self.actors.actors
+
+    @property
+    def pids(self) -> list[int]:
+        return self.actors.pids
+
     def publish(self, weights: AdapterWeights) -> None:
         """This base's adapters at a new version; workers load them lazily before their next call."""
-        self.latest = weights
-        self._latest_ref = self.ray.put(weights)
+        self.actors.publish(weights)
 
     @property
     def version(self) -> int:
-        return self.latest.version if self.latest is not None else 0
-
-    def _sync(self, k: int, force: bool = False) -> None:
-        if self.latest is None:
-            return
-        if force or not self.loaded[k] or self.versions[k] < self.version - self.max_staleness:
-            self.workers[k].load_weights.remote(self._latest_ref)  # runs before the next call on k
-            self.versions[k], self.loaded[k] = self.version, True
-            self.sync_bytes += self.latest.nbytes
+        return self.actors.version
 
     def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams) -> list[Generation]:
         """``requests`` cut into contiguous chunks, one per worker, run in parallel; in request order."""
-        n = len(self.workers)
-        bounds = [round(k * len(requests) / n) for k in range(n + 1)]
-        chunks = {k: (bounds[k], bounds[k + 1]) for k in range(n) if bounds[k + 1] > bounds[k]}
         min_version = max(0, self.version - self.max_staleness)
-        pending: dict[Any, int] = {}
 
-        def submit(k: int) -> None:
-            lo, hi = chunks[k]
-            self._sync(k)
-            pending[self.workers[k].generate.remote(list(requests[lo:hi]), sampling, min_version)] = k
+        def submit(k: int, worker: Any, lo: int, hi: int) -> Any:
+            self.sync_bytes += self.actors.sync(k)
+            return worker.generate.remote(list(requests[lo:hi]), sampling, min_version)
 
-        for k in chunks:
-            submit(k)
-        results: dict[int, list[Generation]] = {}
-        while pending:
-            [ready], _ = self.ray.wait(list(pending), num_returns=1)
-            k = pending.pop(ready)
-            try:
-                results[k], version = self.ray.get(ready)
-            except self.ray.exceptions.RayActorError as exc:
-                if len(self.events) >= self.max_restarts:
-                    raise RuntimeError(f"rollout worker {k} of base {self.base!r} died and the step already "
-                                       f"restarted {len(self.events)} worker(s) (distributed.max_restarts="
-                                       f"{self.max_restarts}): {exc}") from None
-                lo, hi = chunks[k]
-                self.events.append(RestartEvent(worker=k, pid=self.pids[k], jobs=hi - lo,
-                                                error=type(exc).__name__, base=self.base))
-                self._replace(k)
-                submit(k)
-                continue
-            self.used_versions.add(version)
-        return [g for k in sorted(results) for g in results[k]]
+        def died(k: int, exc: BaseException, lo: int, hi: int) -> None:
+            if len(self.events) >= self.max_restarts:
+                raise RuntimeError(f"rollout worker {k} of base {self.base!r} died and the step already "
+                                   f"restarted {len(self.events)} worker(s) (distributed.max_restarts="
+                                   f"{self.max_restarts}): {exc}") from None
+            self.events.append(RestartEvent(worker=k, pid=self.pids[k], jobs=hi - lo, error=type(exc).__name__,
+                                            base=self.base))
 
-    def _replace(self, k: int) -> None:
-        """A fresh actor in place of dead worker ``k``, loaded with this base's current adapters."""
-        self.ray.kill(self.workers[k], no_restart=True)
-        self.workers[k] = self._actor_cls.remote(self.spec)
-        self.pids[k] = self.ray.get(self.workers[k].pid.remote())
-        self.versions[k], self.loaded[k] = 0, False
-        self._sync(k, force=True)
+        results, replaced_bytes = self.actors.map_chunks(len(requests), submit, died)
+        self.sync_bytes += replaced_bytes
+        self.used_versions.update(version for _, version in results.values())
+        return [g for k in sorted(results) for g in results[k][0]]
 
     def shutdown(self) -> None:
-        for w in self.workers:
-            self.ray.kill(w, no_restart=True)
-        self.workers = []
+        self.actors.shutdown()
 
 
 class GroupBackend(GenerationBackend):

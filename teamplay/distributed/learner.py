@@ -38,6 +38,7 @@ import torch
 
 from teamplay.agents.roles import Team
 from teamplay.config import TrainConfig
+from teamplay.distributed.actors import ActorGroup
 from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import TeamplayError
@@ -183,15 +184,15 @@ class LearnerGroup:
     """``world`` learner ranks as Ray actors, joined in one torch.distributed group."""
 
     def __init__(self, cfg: TrainConfig, team: Team) -> None:
-        ray = self.ray = import_ray()
+        self.ray = import_ray()
         dist_cfg = cfg.distributed
         assert dist_cfg is not None
-        res = dist_cfg.resources.learner
-        cls = ray.remote(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_restarts=0)(LearnerRank)
         world = dist_cfg.learner_workers
         self.sharded = dist_cfg.learner_strategy == "fsdp" and world > 1
-        self.ranks = [cls.remote(cfg, team, rank, world) for rank in range(world)]
-        self.pids = self._get([r.pid.remote() for r in self.ranks])
+        # ranks are never replaced: a dead one stops the run (``LearnerDied``)
+        self.actors = ActorGroup(LearnerRank, lambda rank: (cfg, team, rank, world), world,
+                                 dist_cfg.resources.learner)
+        self.ranks, self.pids = self.actors.actors, self.actors.pids
         host, port = self._get(self.ranks[0].rendezvous.remote())
         self._get([r.init_group.remote(host, port) for r in self.ranks])
 
@@ -221,8 +222,7 @@ class LearnerGroup:
         return [getattr(r, method).remote(*args) for r in self.ranks]
 
     def shutdown(self) -> None:
-        for r in self.ranks:
-            self.ray.kill(r, no_restart=True)
+        self.actors.shutdown()
         self.ranks = []
 
     def _get(self, refs):

@@ -31,7 +31,7 @@ from typing import Any
 
 from teamplay.agents.roles import Team
 from teamplay.config import BackendConfig, ModelConfig, WorkerResources
-from teamplay.distributed.cluster import import_ray
+from teamplay.distributed.actors import ActorGroup
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, TurnRequest
 from teamplay.training.rollout import RolloutJob, RolloutRunner, RolloutStats
@@ -141,44 +141,32 @@ class RolloutPool:
 
     def __init__(self, spec: WorkerSpec, workers: int, resources: WorkerResources, sampling,
                  max_staleness: int = 0, max_restarts: int = 3) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
-        self.ray = import_ray()
         self.spec = spec
         self.sampling = sampling
         self.max_staleness = max_staleness
         self.max_restarts = max_restarts
-        self._actor_cls = self.ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
-                                          max_restarts=0)(RolloutWorker)
-        self.workers = [self._actor_cls.remote(spec) for _ in range(workers)]
-        self.pids = self.ray.get([w.pid.remote() for w in self.workers])
-        self.versions = [0] * workers
-        self.latest: AdapterWeights | None = None
-        self._latest_ref = None
+        self.actors = ActorGroup(RolloutWorker, lambda k: (spec,), workers, resources, max_staleness)
         self.last_stats: RolloutStats | None = None
         self.last_events: list[RestartEvent] = []
         self.last_versions: list[int] = []  # adapter versions the last run's shards used
         self.sync_bytes = 0  # adapter bytes sent to workers by the last run call
 
+    @property
+    def workers(self) -> list[Any]:
+        return self.actors.actors
+
+    @property
+    def pids(self) -> list[int]:
+        return self.actors.pids
+
     # --------------------------------------------------------------------------- weights
     def publish(self, weights: AdapterWeights) -> None:
         """Make ``weights`` the current version; workers load it lazily before their next shard."""
-        self.latest = weights
-        self._latest_ref = self.ray.put(weights)  # one copy in the object store, shared by all workers
+        self.actors.publish(weights)
 
     @property
     def version(self) -> int:
-        return self.latest.version if self.latest is not None else 0
-
-    def _sync(self, k: int, force: bool = False) -> int:
-        """Queue a weight load on worker ``k`` if it lags too far; returns the bytes sent."""
-        if self.latest is None:
-            return 0
-        if force or self.versions[k] < self.version - self.max_staleness:
-            self.workers[k].load_weights.remote(self._latest_ref)
-            self.versions[k] = self.version
-            return self.latest.nbytes
-        return 0
+        return self.actors.version
 
     # --------------------------------------------------------------------------- running
     def run(self, jobs: Sequence[RolloutJob], seed: int = 0,
@@ -190,37 +178,22 @@ class RolloutPool:
         ``env`` names the worker's env factory and ``sampling`` replaces the pool's decoding."""
         start = time.perf_counter()
         sampling = sampling or self.sampling
-        n = len(self.workers)
-        bounds = [round(k * len(jobs) / n) for k in range(n + 1)]
-        shards = {k: (bounds[k], bounds[k + 1]) for k in range(n) if bounds[k + 1] > bounds[k]}
         min_version = max(0, self.version - self.max_staleness)
         self.last_events = []
         self.sync_bytes = 0
-        pending: dict[Any, int] = {}
 
-        def submit(k: int) -> None:
-            lo, hi = shards[k]
-            self.sync_bytes += self._sync(k)
-            ref = self.workers[k].run.remote(list(jobs[lo:hi]), seed + lo, sampling, env, min_version)
-            pending[ref] = k
+        def submit(k: int, worker: Any, lo: int, hi: int) -> Any:
+            self.sync_bytes += self.actors.sync(k)
+            return worker.run.remote(list(jobs[lo:hi]), seed + lo, sampling, env, min_version)
 
-        for k in shards:
-            submit(k)
-        results: dict[int, tuple[list[Episode], RolloutStats, int]] = {}
-        while pending:
-            [ready], _ = self.ray.wait(list(pending), num_returns=1)
-            k = pending.pop(ready)
-            try:
-                results[k] = self.ray.get(ready)
-            except self.ray.exceptions.RayActorError as exc:
-                if len(self.last_events) >= self.max_restarts:
-                    raise RuntimeError(f"rollout worker {k} died and the step already restarted "
-                                       f"{len(self.last_events)} worker(s) (distributed.max_restarts="
-                                       f"{self.max_restarts}): {exc}") from None
-                self.last_events.append(RestartEvent(worker=k, pid=self.pids[k], jobs=shards[k][1] - shards[k][0],
-                                                     error=type(exc).__name__))
-                self._replace(k)
-                submit(k)
+        def died(k: int, exc: BaseException, lo: int, hi: int) -> None:
+            if len(self.last_events) >= self.max_restarts:
+                raise RuntimeError(f"rollout worker {k} died and the step already restarted "
+                                   f"{len(self.last_events)} worker(s) (distributed.max_restarts="
+                                   f"{self.max_restarts}): {exc}") from None
+            self.last_events.append(RestartEvent(worker=k, pid=self.pids[k], jobs=hi - lo, error=type(exc).__name__))
+
+        results, _ = self.actors.map_chunks(len(jobs), submit, died)
         episodes: list[Episode] = []
         for k in sorted(results):
             eps, _, version = results[k]
@@ -238,15 +211,5 @@ class RolloutPool:
             generate_seconds=max((s.generate_seconds for s in stats), default=0.0))
         return episodes
 
-    def _replace(self, k: int) -> None:
-        """A fresh actor in place of dead worker ``k``, loaded with the current adapters."""
-        self.ray.kill(self.workers[k], no_restart=True)
-        self.workers[k] = self._actor_cls.remote(self.spec)
-        self.pids[k] = self.ray.get(self.workers[k].pid.remote())
-        self.versions[k] = 0
-        self._sync(k, force=True)
-
     def shutdown(self) -> None:
-        for w in self.workers:
-            self.ray.kill(w, no_restart=True)
-        self.workers = []
+        self.actors.shutdown()
