@@ -174,14 +174,22 @@ def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, proto
 
 
 def parse_options(method: CreditMethod, options: BaseModel | Mapping[str, Any] | None) -> BaseModel:
-    if isinstance(options, method.options):
+    """``options`` parsed by the method's options model (an instance of it passes as it is)."""
+    return validate_options(method.options, options, "credit.options", f"method {method.name!r}")
+
+
+def validate_options(model: type[BaseModel], options: BaseModel | Mapping[str, Any] | None, field: str,
+                     owner: str) -> BaseModel:
+    """``options`` parsed by ``model`` (an instance of it passes as it is); the first problem is one
+    ``ConfigError`` line naming the config ``field`` and the ``owner`` (the method) of the options."""
+    if isinstance(options, model):
         return options
     try:
-        return method.options.model_validate(dict(options or {}))
+        return model.model_validate(dict(options or {}))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"credit.options.{where}: {first['msg']} (method {method.name!r})") from None
+        raise ConfigError(f"{field}.{where}: {first['msg']} ({owner})") from None
 
 
 class CreditOutputError(TeamplayError, RuntimeError):

@@ -114,3 +114,26 @@ class ActorGroup:
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
         self.actors = []
+
+
+class OnActors:
+    """What a pool or group built on an ``ActorGroup`` (its ``actors``) shows of it: the workers,
+    their process ids, and the adapters published to them."""
+
+    actors: ActorGroup
+
+    @property
+    def workers(self) -> list[Any]:
+        return self.actors.actors
+
+    @property
+    def pids(self) -> list[int]:
+        return self.actors.pids
+
+    def publish(self, weights: AdapterWeights) -> None:
+        """Make ``weights`` the current version; workers load it lazily before their next call."""
+        self.actors.publish(weights)
+
+    @property
+    def version(self) -> int:
+        return self.actors.version

@@ -31,7 +31,7 @@ from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.backends.routing import RoutingBackend
 from teamplay.agents.roles import Team
 from teamplay.config import LoraConfig, WorkerResources
-from teamplay.distributed.actors import ActorGroup
+from teamplay.distributed.actors import ActorGroup, OnActors
 from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
@@ -51,7 +51,7 @@ def group_spec(spec: WorkerSpec, base: str, adapters: Sequence[str]) -> WorkerSp
     return dataclasses.replace(spec, model=model, team=Team(roles=roles), make_envs={})
 
 
-class WorkerGroup:
+class WorkerGroup(OnActors):
     """The rollout workers of one base: parallel generate calls, restarts, adapter versions.
 
     Args:
@@ -75,22 +75,6 @@ class WorkerGroup:
                                  load_first=True)
         self.sync_bytes = 0  # adapter bytes sent to this group's workers since the pool last reset it
         self.used_versions: set[int] = set()  # adapter versions of the generate calls since then
-
-    @property
-    def workers(self) -> list[Any]:
-        return self.actors.actors
-
-    @property
-    def pids(self) -> list[int]:
-        return self.actors.pids
-
-    def publish(self, weights: AdapterWeights) -> None:
-        """This base's adapters at a new version; workers load them lazily before their next call."""
-        self.actors.publish(weights)
-
-    @property
-    def version(self) -> int:
-        return self.actors.version
 
     def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams) -> list[Generation]:
         """``requests`` cut into contiguous chunks, one per worker, run in parallel; in request order."""

@@ -31,7 +31,7 @@ from typing import Any
 
 from teamplay.agents.roles import Team
 from teamplay.config import BackendConfig, ModelConfig, WorkerResources
-from teamplay.distributed.actors import ActorGroup
+from teamplay.distributed.actors import ActorGroup, OnActors
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, TurnRequest
 from teamplay.training.rollout import RolloutJob, RolloutRunner, RolloutStats
@@ -127,7 +127,7 @@ class RestartEvent:
     base: str = ""
 
 
-class RolloutPool:
+class RolloutPool(OnActors):
     """``n`` rollout workers sharing each run's jobs; a drop-in for ``RolloutRunner.run``.
 
     Args:
@@ -150,23 +150,6 @@ class RolloutPool:
         self.last_events: list[RestartEvent] = []
         self.last_versions: list[int] = []  # adapter versions the last run's shards used
         self.sync_bytes = 0  # adapter bytes sent to workers by the last run call
-
-    @property
-    def workers(self) -> list[Any]:
-        return self.actors.actors
-
-    @property
-    def pids(self) -> list[int]:
-        return self.actors.pids
-
-    # --------------------------------------------------------------------------- weights
-    def publish(self, weights: AdapterWeights) -> None:
-        """Make ``weights`` the current version; workers load it lazily before their next shard."""
-        self.actors.publish(weights)
-
-    @property
-    def version(self) -> int:
-        return self.actors.version
 
     # --------------------------------------------------------------------------- running
     def run(self, jobs: Sequence[RolloutJob], seed: int = 0,

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from teamplay.credit.registry import CreditBatch, CreditOutputError
-from teamplay.errors import ConfigError
+from teamplay.credit.registry import CreditBatch, CreditOutputError, validate_options
 from teamplay.registry import Registry, decorated
 
 Need = Literal["entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs"]
@@ -167,14 +166,8 @@ def get_token_credit(name: str) -> TokenMethod:
 
 
 def parse_token_options(method: TokenMethod, options: BaseModel | dict | None) -> BaseModel:
-    if isinstance(options, method.options):
-        return options
-    try:
-        return method.options.model_validate(dict(options or {}))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"credit.token.options.{where}: {first['msg']} (token method {method.name!r})") from None
+    """``options`` parsed by the token method's options model (one ``ConfigError`` line if not)."""
+    return validate_options(method.options, options, "credit.token.options", f"token method {method.name!r}")
 
 
 def group_token_stats(batch: CreditBatch) -> GroupTokenStats:
