@@ -14,6 +14,7 @@ known names, so ``teamplay`` prints one ``error:`` line.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -47,7 +48,8 @@ def import_user_file(path: str | Path, field: str) -> Any:
     key = file.resolve()
     if key in _USER_MODULES:
         return _USER_MODULES[key]
-    module_name = f"teamplay_user_{file.stem}_{abs(hash(str(key)))}"
+    # named by the file's path (not by hash(), which differs between processes)
+    module_name = f"teamplay_user_{file.stem}_{hashlib.sha256(str(key).encode()).hexdigest()[:16]}"
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
         raise ConfigError(f"{field}: {path}: cannot import this file as a Python module")
@@ -66,6 +68,12 @@ def import_user_file(path: str | Path, field: str) -> Any:
         raise ConfigError(f"{field}: importing {path} failed: {type(exc).__name__}: {exc}") from exc
     _USER_MODULES[key] = module
     return module
+
+
+def user_modules() -> list[Any]:
+    """The modules imported from users' files in this process (``import_user_file``), in import
+    order: a process that ships objects of them elsewhere (Ray workers) sends them by value."""
+    return list(_USER_MODULES.values())
 
 
 def decorated(kind: type[T], attribute: str, decorator: str) -> Callable[[Any, str], T]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from teamplay.config import DistributedConfig
 from teamplay.errors import ConfigError
+from teamplay.registry import user_modules
 
 
 def import_ray() -> Any:
@@ -22,6 +23,15 @@ def import_ray() -> Any:
         raise ConfigError("distributed.engine: ray is not installed; install the extra: "
                           "pip install 'teamplay[ray]'") from None
     return ray
+
+
+def ship_user_code() -> None:
+    """Make Ray pickle the classes and functions of users' files (tasks, protocols, credit methods
+    loaded from ``file.py:name``) by value: a worker process never imported those files, and could
+    not import the module they live in by its name."""
+    pickler = import_ray().cloudpickle
+    for module in user_modules():
+        pickler.register_pickle_by_value(module)
 
 
 def connect(cfg: DistributedConfig) -> bool:

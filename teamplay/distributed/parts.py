@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from teamplay.config import TrainConfig
-from teamplay.distributed.cluster import check_capacity, connect, import_ray
+from teamplay.distributed.cluster import check_capacity, connect, import_ray, ship_user_code
 from teamplay.distributed.groups import BaseGroupsPool
 from teamplay.distributed.learner import LearnerGroup
 from teamplay.distributed.rollout import RolloutPool, WorkerSpec
@@ -156,6 +156,7 @@ class RayParts:
         owns_cluster = connect(dist)
         pool: Pool | None = None
         try:
+            ship_user_code()  # a task, protocol or credit method from a user's file reaches the workers
             team_model = run.team_model
             # a heterogeneous team: one worker group per base that owns an adapter
             owner = ({a: team_model.base_of(a) for a in team_model.adapter_names}

@@ -34,3 +34,19 @@ def test_a_sequential_sweep_over_a_distributed_config_trains_on_ray(ray_cluster,
     # what only the Ray runner reports: the episodes the workers produced and the adapter versions
     assert step["rollout_episodes"] == 4  # 2 problems x 2 episodes, all from the worker pool
     assert step["rollout_weights_version"] == [0] and step["rollout_restarts"] == 0
+
+
+@pytest.mark.slow  # about 30 s: one 1-step run on Ray with a task from a user's file
+def test_a_task_from_a_users_file_reaches_the_rollout_workers(ray_cluster, tmp_path):
+    # the file is imported in the driver only, under a module name no worker can import: Ray must
+    # ship its classes by value (before, the workers failed with ModuleNotFoundError)
+    from teamplay.config import TrainConfig, build_config
+    from teamplay.distributed.compose import make_trainer
+    from tests.federated.fakes import FRACTIONAL_TASK
+
+    data = json.loads(sweep_config(tmp_path).read_text())
+    data.update(task={"name": FRACTIONAL_TASK, "split": "train", "limit": 4}, eval_task=None, steps=1,
+                output_dir=str(tmp_path / "run"),
+                distributed={"address": ray_cluster, "rollout_workers": 1, "learner_workers": 1})
+    [step] = make_trainer(build_config(TrainConfig, data)).train().history
+    assert step["rollout_episodes"] == 4 and 0 < step["reward_mean"] < 1
