@@ -634,6 +634,10 @@ class FederatedConfig(TrainConfig):
             # the regret tables would have to be federated and kept per site: not built yet
             raise ValueError("controllers.enabled: learned speak/skip controllers are not supported in "
                              "federated runs; set controllers.enabled=false")
+        if self.distributed is not None:
+            # each site is one process (a Flower SuperNode, or a Ray actor of the simulation)
+            raise ValueError("distributed: a federated run's sites train in one process each; drop the "
+                             "distributed section (federated.clients sets how many sites run)")
         lo, hi = self.federated.fedgrpo.calibration_clip
         if not 0 < lo <= 1 <= hi:
             raise ValueError(f"federated.fedgrpo.calibration_clip: need 0 < lo <= 1 <= hi, got [{lo}, {hi}]")

@@ -1,0 +1,29 @@
+"""A federated config refuses, at load and in one line, the TrainConfig fields a federated run has
+no use for: the run's length, a token budget, controllers, and a ``distributed:`` section."""
+
+from __future__ import annotations
+
+import pytest
+
+from teamplay.config import FederatedConfig, build_config
+from teamplay.errors import ConfigError
+from tests.federated.fakes import tiny_config
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"steps": 7}, "steps/eval_every: not used by a federated run"),
+    ({"eval_every": 2}, "steps/eval_every: not used by a federated run"),
+    ({"token_budget": 1000}, "token_budget: a federated run's length"),
+    ({"controllers": {"enabled": True}}, "controllers.enabled: learned speak/skip controllers"),
+    ({"distributed": {"rollout_workers": 1}}, "distributed: a federated run's sites train in one process each"),
+])
+def test_fields_a_federated_run_cannot_use_are_refused_at_load(tmp_path, extra, message):
+    data = {**tiny_config(tmp_path), **extra}
+    with pytest.raises(ConfigError, match=message) as info:
+        build_config(FederatedConfig, data)
+    assert "\n" not in str(info.value)
+
+
+def test_the_same_config_without_them_loads(tmp_path):
+    cfg = build_config(FederatedConfig, tiny_config(tmp_path))
+    assert cfg.steps == cfg.federated.rounds * cfg.federated.local_steps and cfg.distributed is None
