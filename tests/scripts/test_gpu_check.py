@@ -84,3 +84,13 @@ def test_log_probs_from_before_temperature_scaling_fail_the_check(monkeypatch, c
     found = results(capsys.readouterr().out)
     assert found["sampled-logprobs-match-trainer-T0.7"] == found["sampled-logprobs-are-processed"] == "FAIL"
     assert found["sampled-seed-reproducible"] == found["sampled-group-diverse"] == "PASS"
+
+
+def test_cpu_mode_needs_vllm_but_no_gpu(monkeypatch, gpu_check):
+    import torch
+
+    fake_vllm.install(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.requirements().startswith("cuda: torch sees no CUDA GPU")
+    assert gpu_check.requirements(cpu=True) is None
+    assert gpu_check.parse_args(["--cpu"]).cpu and not gpu_check.parse_args([]).cpu
