@@ -436,7 +436,7 @@ def _write_valid(path: Path, fmt: str, data: list[tuple[str, int]], bom: bool, l
             writer = csv.DictWriter(f, ["id", "question", "answer"])
             writer.writeheader()
             writer.writerows(records)
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")  # as written: read_text would turn a "\r" in a field into "\n"
     path.write_bytes(("\ufeff" if bom else "").encode() + text.encode("utf-8"))
     return path
 
