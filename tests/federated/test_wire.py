@@ -57,7 +57,8 @@ def test_a_site_reply_carries_only_the_update_and_scalar_statistics(tmp_path):
 
     saved = load_checkpoint(tmp_path / "sites" / "site-0" / "checkpoints" / "step-000001")
     assert saved.extra["round"] == 1 and saved.state.step == cfg.federated.local_steps
-    assert saved.tensors["residual"].shape == (update.size,) and saved.optimizer["state"]
+    # (the optimiser's moments exist only if a group had reward variance: its param groups always)
+    assert tuple(saved.tensors["residual"].shape) == (update.size,) and saved.optimizer["param_groups"]
 
 
 def test_check_reply_refuses_anything_else():
