@@ -36,7 +36,7 @@ accuracy over training, on a fixed subset of the first 64 problems) and after tr
     python -m benchmarks.credit_arena --parallel 2                 # noisy_q0 and noisy_q05, 5 seeds
     python -m benchmarks.credit_arena --setting pr --parallel 2    # proposer/reviewer (longer)
     python -m benchmarks.credit_arena --quick                      # a smoke run of the pipeline
-    python -m benchmarks.credit_arena --full --parallel 2          # 10 seeds; resumes over sittings
+    python -m benchmarks.credit_arena --full --parallel 2          # 10 seeds; resumes where it stopped
 
 The runs are a ``teamplay sweep`` per setting (``runs/credit_arena-<setting>[-quick|-full]``):
 running the same command again skips finished runs and resumes an interrupted one; the table says
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="the credit arena: calibrate, then compare credit methods")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--quick", action="store_true", help="smoke sizes (writes nothing)")
-    group.add_argument("--full", action="store_true", help="10 seeds per method (resumes over several sittings)")
+    group.add_argument("--full", action="store_true", help="10 seeds per method (run the same command again to resume where it stopped)")
     parser.add_argument("--setting", nargs="*", choices=SETTINGS, default=list(DEFAULT_SETTINGS))
     parser.add_argument("--model", default=EMBEDDED_MODEL)
     parser.add_argument("--threads", type=int, default=1)
