@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="the credit arena: calibrate, then compare credit methods")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--quick", action="store_true", help="smoke sizes (writes nothing)")
-    group.add_argument("--full", action="store_true", help="10 seeds per method (run the same command again to resume where it stopped)")
+    group.add_argument("--full", action="store_true", help="10 seeds per method (resumes where it stopped)")
     parser.add_argument("--setting", nargs="*", choices=SETTINGS, default=list(DEFAULT_SETTINGS))
     parser.add_argument("--model", default=EMBEDDED_MODEL)
     parser.add_argument("--threads", type=int, default=1)
