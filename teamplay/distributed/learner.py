@@ -110,12 +110,13 @@ class LearnerRank:
         # the optimiser and updater are built in init_group, after FSDP2 (if any) replaced the parameters
 
     def _build_optimizer(self) -> None:
+        from teamplay.training.parts import build_optimizer
         from teamplay.training.update import PolicyUpdater
 
         cfg, trainable = self.cfg, self.trainable
         params = {a: self.team_model.adapter_parameters(a) for a in trainable}
         self.params = [p for a in trainable for p in params[a]]  # the single-process trainer's order
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        self.optimizer = build_optimizer(cfg.optim, self.params)
         self.group = ShardedGroup(self.rank, self.world) if self.sharded else TorchGroup(self.rank, self.world)
         self.updater = PolicyUpdater(cfg, self.team_model, params, self.optimizer,
                                      group=self.group if self.world > 1 else None)

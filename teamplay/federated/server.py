@@ -64,7 +64,7 @@ import yaml
 from teamplay.agents.roles import NO_TRAINABLE_ROLE
 from teamplay.atomic import write_atomically
 from teamplay.config import FederatedConfig
-from teamplay.errors import ConfigError, TeamplayWarning
+from teamplay.errors import ConfigError
 from teamplay.federated import strategies
 from teamplay.federated.screen import RoundSpec, SiteRefusedWarning, SiteResult, TooFewSitesError, screen
 from teamplay.federated.wire import encode_update, get_vector, param_layout, record_bytes, set_vector, type_stats
@@ -305,19 +305,13 @@ class FederatedServer:
     def _resume(self, resume: str) -> None:
         """Continue from the newest intact checkpoint (``auto``; damaged ones are skipped with a
         warning) or the one at ``resume``; a damaged or foreign folder is a one-line error."""
-        from teamplay.training.checkpoint import CheckpointError, newest_intact_checkpoint, verify_checkpoint
+        from teamplay.training.checkpoint import verify_checkpoint
+        from teamplay.training.resume import resume_path
 
-        if resume == "auto":
-            path, damaged = newest_intact_checkpoint(self.run_dir, SERVER_FILES)
-            for exc in damaged:
-                warnings.warn(f"skipping damaged checkpoint: {exc}", TeamplayWarning, stacklevel=2)
-            if path is None:
-                if damaged:
-                    raise CheckpointError(f"--resume auto: every checkpoint of {self.run_dir} is damaged "
-                                          f"({damaged[-1]}); start over with --overwrite")
-                return  # nothing to resume: a fresh run
-        else:
-            path = Path(resume)
+        path = resume_path(self.run_dir, resume, SERVER_FILES)  # "auto": verified already
+        if path is None:
+            return  # nothing to resume: a fresh run
+        if resume != "auto":
             if not (path / SERVER_STATE).is_file():
                 raise ConfigError(f"--resume {resume}: {path} is not a federated checkpoint (no {SERVER_STATE})")
             verify_checkpoint(path, SERVER_FILES)

@@ -9,10 +9,8 @@ from typing import Any
 import numpy as np
 
 from teamplay.records import Episode
+from teamplay.training.stages import TokenRows
 from teamplay.training.token_stats import text_offsets
-
-#: per episode, per message its token advantages [C] or ``None``
-TokenRows = Sequence[Sequence[np.ndarray | None]]
 
 
 def episode_lines(credited: Sequence[tuple[Episode, np.ndarray]], token_advantages: TokenRows | None, limit: int,

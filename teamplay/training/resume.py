@@ -9,42 +9,54 @@ resumed run may change).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from teamplay.config import TrainConfig
 from teamplay.errors import ConfigError, TeamplayWarning
-from teamplay.training.checkpoint import CheckpointError, LoadedCheckpoint, load_checkpoint, newest_intact_checkpoint
-
-
-def checkpoint_to_resume(run_dir: Path, resume: str, cfg: TrainConfig) -> LoadedCheckpoint | None:
-    """The checkpoint ``resume`` names ("auto": the newest intact one of ``run_dir``; else a folder),
-    loaded and checked against ``cfg``; None when ``auto`` finds no checkpoint (a fresh run).
-
-    ``auto`` skips damaged checkpoints with a ``CheckpointWarning`` naming the bad file; a damaged
-    explicit path, every checkpoint damaged, or a config that differs from the checkpoint's in a
-    field that shapes the run is a ``TeamplayError``.
-    """
-    if resume == "auto":
-        path, damaged = newest_intact_checkpoint(run_dir)
-        for exc in damaged:
-            warnings.warn(CheckpointWarning(f"skipping damaged checkpoint: {exc}"), stacklevel=3)
-        if path is None:
-            if damaged:
-                raise CheckpointError(f"--resume auto: every checkpoint of {run_dir} is damaged "
-                                      f"({damaged[-1]}); start over with --overwrite")
-            return None
-    else:
-        path = Path(resume)
-        if not path.is_dir():
-            raise ConfigError(f"--resume {resume}: no such checkpoint folder")
-    data = load_checkpoint(path)
-    check_resumable(cfg.model_dump(mode="json"), with_defaults(type(cfg), data.config), path)
-    return data
+from teamplay.training.checkpoint import (
+    TRAINER_FILES,
+    CheckpointError,
+    LoadedCheckpoint,
+    load_checkpoint,
+    newest_intact_checkpoint,
+)
 
 
 class CheckpointWarning(TeamplayWarning):
     """A checkpoint was skipped on ``--resume auto`` because it is damaged; the message names the file."""
+
+
+def resume_path(run_dir: Path, resume: str, required: Sequence[str] = TRAINER_FILES) -> Path | None:
+    """The checkpoint folder ``resume`` names: "auto" the newest intact one of ``run_dir`` holding
+    ``required`` (damaged ones skipped with a ``CheckpointWarning`` naming the bad file; None when
+    there is none: a fresh run; every one damaged is a ``CheckpointError``), else that folder (not
+    yet verified; a missing one is a ``ConfigError``)."""
+    if resume != "auto":
+        path = Path(resume)
+        if not path.is_dir():
+            raise ConfigError(f"--resume {resume}: no such checkpoint folder")
+        return path
+    path, damaged = newest_intact_checkpoint(run_dir, required)
+    for exc in damaged:
+        warnings.warn(CheckpointWarning(f"skipping damaged checkpoint: {exc}"), stacklevel=3)
+    if path is None and damaged:
+        raise CheckpointError(f"--resume auto: every checkpoint of {run_dir} is damaged "
+                              f"({damaged[-1]}); start over with --overwrite")
+    return path
+
+
+def checkpoint_to_resume(run_dir: Path, resume: str, cfg: TrainConfig) -> LoadedCheckpoint | None:
+    """The checkpoint ``resume`` names (``resume_path``), loaded and checked against ``cfg``; None
+    when ``auto`` finds no checkpoint. A damaged explicit path or a config that differs from the
+    checkpoint's in a field that shapes the run is a ``TeamplayError``."""
+    path = resume_path(run_dir, resume)
+    if path is None:
+        return None
+    data = load_checkpoint(path)
+    check_resumable(cfg.model_dump(mode="json"), with_defaults(type(cfg), data.config), path)
+    return data
 
 
 #: config fields a resumed run may change: how long it runs and what it logs, never what it learns
