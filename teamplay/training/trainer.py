@@ -178,7 +178,6 @@ class Trainer:
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         self.credit = CreditStage(cfg, checked, run)
-        self.credit_options, self.replay = checked.credit_options, self.credit.replay
         # built last: a run that cannot work is refused before a cluster starts
         self.runner: Runner
         self.learner: Learner
@@ -192,6 +191,16 @@ class Trainer:
         self._saved_step: int | None = None
         #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.preemption``)
         self.preemption = Preemption()
+
+    @property
+    def credit_options(self):
+        """The credit method's parsed options (the credit stage's)."""
+        return self.credit.options
+
+    @property
+    def replay(self):
+        """The replay engine of counterfactual re-executions, or None (the credit stage's)."""
+        return self.credit.replay
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None, overwrite: bool = False) -> TrainResult:
