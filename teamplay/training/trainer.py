@@ -52,11 +52,13 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
 
 from teamplay.atomic import write_atomically
@@ -140,9 +142,12 @@ class Trainer:
     ``team_model`` and ``backend`` may be passed in (tests pass a tiny model); otherwise they are
     built from the config. ``task`` with ``items`` (and ``eval_items``) replace the config's task
     sections, for a task defined in Python. ``on_step(step, metrics)`` is called after each step,
-    ``on_eval(label)`` before each held-out evaluation. ``group_hook(item, rewards [G]) -> scale``
-    sees every group of a step (signal or not) and scales its advantages (federated sites record
-    reward statistics and calibrate with it).
+    ``on_eval(label)`` before each held-out evaluation. ``on_start(trainer)`` is called by each
+    ``train`` call once the run's state is in place (fresh, or restored by ``resume``), right before
+    the call's first step: what it sets, every step of the call sees (a federated site loads the
+    global adapters over its restored ones). ``group_hook(item, rewards [G]) -> scale`` sees every
+    group of a step (signal or not) and scales its advantages (federated sites record reward
+    statistics and calibrate with it).
 
     Two parts do the step's outside work, each behind a small interface
     (``teamplay.training.parts``): ``runner`` produces the episodes and ``learner`` applies the
@@ -155,9 +160,11 @@ class Trainer:
                  items: Sequence[TaskItem] | None = None, eval_items: Sequence[TaskItem] | None = None,
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,
                  on_eval: Callable[[str], None] | None = None, parts: PartsFactory = local_parts,
-                 group_hook: Callable[[TaskItem, np.ndarray], float] | None = None) -> None:
+                 group_hook: Callable[[TaskItem, np.ndarray], float] | None = None,
+                 on_start: Callable[[Trainer], None] | None = None) -> None:
         self.cfg, self.run_dir = cfg, Path(cfg.output_dir)
         self.on_step, self.on_eval, self.group_hook = on_step, on_eval, group_hook
+        self.on_start = on_start
         # the config model checked its cross-field rules at load; what needs the registries (credit
         # method, its options, resources and protocol) is checked here, once, before data or model load
         checked = check_run(cfg)
@@ -187,6 +194,9 @@ class Trainer:
         self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
         self.state = first_state(cfg.seed, len(self.items))
         self.extra_state: dict[str, Any] = {}
+        #: named tensors saved with every checkpoint and restored with it (``checkpoint(tensors=...)``:
+        #: a federated site's error-feedback residual); read them in ``on_start`` after a resume
+        self.extra_tensors: dict[str, torch.Tensor] = {}
         #: the step of the checkpoint written or restored last (a preempted run writes one if it is behind)
         self._saved_step: int | None = None
         #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.preemption``)
@@ -203,22 +213,36 @@ class Trainer:
         return self.credit.replay
 
     # ----------------------------------------------------------------------------- the loop
-    def train(self, resume: str | None = None, overwrite: bool = False) -> TrainResult:
-        """Run until ``cfg.steps``; ``resume`` = "auto" (latest intact checkpoint if any) or a folder.
+    def train(self, resume: str | None = None, overwrite: bool = False, steps: int | None = None,
+              save: Callable[[Trainer], Path] | None = None, signals: bool = True) -> TrainResult:
+        """Run until the run is ``finished``, or for at most ``steps`` more steps in this call;
+        ``resume`` = "auto" (latest intact checkpoint if any) or a checkpoint folder.
+
+        The call checkpoints its last step (and every ``checkpoint_every`` steps before it). A call
+        that ends before the run is finished is a pause: ``train(resume="auto")`` continues it to
+        the same metrics lines and adapters as one call to the end. The held-out evaluation of the
+        untrained team runs on a fresh start, the final one only when the run finishes
+        (``eval_after`` is None after a pause). ``save(trainer)`` writes the checkpoint that ends the
+        call, with ``checkpoint(...)`` (default: ``checkpoint()``): a federated site names it by
+        round, adds its error-feedback residual computed from the trained adapters, and prunes by
+        round itself. ``on_start`` (see the class) runs right before the call's first step.
 
         The run folder is locked for the whole call (a second trainer on it stops at once); a
         folder that already holds a run is refused unless ``resume`` continues it or
         ``overwrite`` deletes it first (``teamplay.training.run_folder``). SIGTERM or SIGINT stops
         the run at the next safe point, after checkpointing its last completed step (``Preempted``;
-        a second signal stops at once: ``teamplay.training.preemption``). The parts are closed
-        when it returns.
+        a second signal stops at once: ``teamplay.training.preemption``); with ``signals=False``
+        they are left to the caller (a federated site: its server abandons the round). The parts
+        are closed when it returns.
         """
+        if steps is not None and steps < 1:
+            raise ValueError(f"train(steps={steps}): a call takes at least one step (None: to the end)")
         start = time.perf_counter()
         try:
             lock = claim_run_folder(self.run_dir, resume, overwrite)
             try:
-                with preemption_handlers() as self.preemption:
-                    return self._train(resume, start)
+                with preemption_handlers() if signals else nullcontext(Preemption()) as self.preemption:
+                    return self._train(resume, start, steps, save or type(self).checkpoint)
             finally:
                 self.preemption = Preemption()  # the handlers are gone: nothing sets this one
                 lock.release()
@@ -231,7 +255,8 @@ class Trainer:
         self.learner.close()
         self.runner.close()  # last: a runner that started a cluster ends it
 
-    def _train(self, resume: str | None, start: float) -> TrainResult:
+    def _train(self, resume: str | None, start: float, steps: int | None,
+               save: Callable[[Trainer], Path]) -> TrainResult:
         resumed = resume is not None and self._resume(resume)
         # written only once the resume checks passed: a refused resume leaves the run's config as it was
         write_atomically(self.run_dir / "config.yaml",
@@ -258,8 +283,12 @@ class Trainer:
                                curve, evaluate=bool(self.eval_items))
                 if self.on_step is not None:
                     self.on_step(unlogged["step"], unlogged["metrics"])
-            while self._go_on():
+            if self.on_start is not None:  # after the evaluations above: they describe the state as restored
+                self.on_start(self)
+            taken = 0
+            while self._go_on(taken, steps):
                 result = self.step()
+                taken += 1
                 metrics, step = result.metrics, result.step
                 last, stop = self.finished, self.nonfinite.tripped  # stop: too many non-finite steps in a row
                 due = bool(self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0)
@@ -268,11 +297,13 @@ class Trainer:
                 if stop:  # before the checkpoint: the last one written stays the last good one
                     last_good = latest_checkpoint(self.run_dir)
                     raise self.nonfinite.error(step, str(last_good) if last_good is not None else None)
-                if step % self.cfg.checkpoint_every == 0 or last:
+                if last or taken == steps:  # the call ends here
+                    save(self)
+                elif step % self.cfg.checkpoint_every == 0:
                     self.checkpoint()
                 if self.on_step is not None:
                     self.on_step(step, metrics)
-            if self.eval_items:
+            if self.eval_items and self.finished:
                 eval_after = self._evaluate("after")
                 last_line = {"heldout_final": eval_after.to_dict()}
                 if curve is not None:
@@ -284,12 +315,13 @@ class Trainer:
             logger.close()
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after, time.perf_counter() - start, history)
 
-    def _go_on(self) -> bool:
-        """Whether the loop takes another step: not once ``finished``, and not after a SIGTERM or
-        SIGINT (then the last completed step is checkpointed and ``Preempted`` raised)."""
+    def _go_on(self, taken: int, limit: int | None) -> bool:
+        """Whether the loop takes another step: not once ``finished`` or once this call took
+        ``limit`` steps, and not after a SIGTERM or SIGINT (then the last completed step is
+        checkpointed and ``Preempted`` raised)."""
         if self.preemption.requested:
             raise self._preempted()
-        return not self.finished
+        return not self.finished and (limit is None or taken < limit)
 
     def _log_step(self, step: int, metrics: dict[str, Any], episodes: list[dict[str, Any]], logger: MetricsLogger,
                   history: list[dict[str, Any]], curve: Sequence[TaskItem] | None, evaluate: bool) -> None:
@@ -445,15 +477,17 @@ class Trainer:
         """Write a checkpoint of the run as it is now (``checkpoint.save_checkpoint``): adapters,
         optimiser and schedule, data position, RNG states, controller tables, config. ``number``
         names it (default: the step), ``extra`` joins its ``extra_state.json``, ``tensors`` (named
-        tensors) are saved with it; ``prune``: keep only the last ``keep_checkpoints`` (a federated
-        site prunes by round itself). Non-finite adapters are never written (``NonFiniteError``)."""
+        tensors) join ``extra_tensors`` in it; ``prune``: keep only the last ``keep_checkpoints`` (a
+        federated site prunes by round itself). Non-finite adapters are never written
+        (``NonFiniteError``)."""
         check_finite_adapters(self.learner.params, f"checkpoint step {self.state.step}")
         if self.controllers is not None:
             self.extra_state["controllers"] = self.controllers.state_dict()
         optimizer, scheduler = self.learner.checkpoint_state()
         path = save_checkpoint(self.run_dir, self.state, self.team_model, optimizer, scheduler,
                                {**self.extra_state, **(extra or {})}, self.cfg.model_dump(mode="json"),
-                               self.cfg.keep_checkpoints if prune else None, extra_tensors=tensors, number=number)
+                               self.cfg.keep_checkpoints if prune else None,
+                               extra_tensors={**self.extra_tensors, **(tensors or {})}, number=number)
         self._saved_step = self.state.step
         return path
 
@@ -469,8 +503,8 @@ class Trainer:
 
     def restore(self, data: LoadedCheckpoint) -> None:
         """Continue from a loaded checkpoint (``checkpoint.load_checkpoint``): its adapters,
-        optimiser and schedule, data position, RNG states and extra state. State that does not fit
-        this team is a ``TeamplayError``; ``train(resume=...)`` checks the config before it."""
+        optimiser and schedule, data position, RNG states, extra state and tensors. State that does
+        not fit this team is a ``TeamplayError``; ``train(resume=...)`` checks the config before it."""
         path = data.path
         if self.controllers is not None and "controllers" not in data.extra:
             raise ConfigError(f"--resume: checkpoint {path} has no controller tables but "
@@ -483,6 +517,6 @@ class Trainer:
                                   f"adapters ({exc}); resume with the run's own config") from None
         set_rng_state(data.rng)
         self.state, self._saved_step, self._shared = data.state, data.state.step, False
-        self.extra_state = dict(data.extra)
+        self.extra_state, self.extra_tensors = dict(data.extra), dict(data.tensors)
         if self.controllers is not None:
             self.controllers.load_state_dict(self.extra_state["controllers"])
