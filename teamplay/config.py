@@ -440,17 +440,17 @@ class DistributedConfig(_Section):
                                             description="Ray resources per worker.")
 
 
-class TrainConfig(_Section):
-    """A whole training run (`teamplay train`)."""
+class TeamTrainingConfig(_Section):
+    """The sections every run that trains a team sets: data, team, model, decoding, credit, loss,
+    optimiser, rollouts, logs. ``TrainConfig`` adds what only a single run has (its length,
+    evaluation schedule, checkpoints, controllers, Ray scale-out); ``FederatedConfig`` adds the
+    federation, and builds each site's ``TrainConfig`` from these sections."""
 
     task: TaskConfig = Field(default_factory=lambda: TaskConfig(split="train"), description="Training items.")
     eval_task: TaskConfig | None = Field(None, description="Held-out items (None = no held-out eval).")
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="Team protocol.")
     team: Team | None = Field(None, description="Roles; None uses the protocol's default team.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Base model and LoRA.")
-    controllers: ControllerConfig = Field(
-        default_factory=ControllerConfig, description="Learned speak/skip controllers, trained by regret "
-                                                      "matching alongside the adapters.")
     backend: BackendConfig = Field(default_factory=BackendConfig, description="Generation backend.")
     sampling: SamplingConfig = Field(
         default_factory=lambda: SamplingConfig(temperature=1.0), description="Decoding for training "
@@ -461,27 +461,8 @@ class TrainConfig(_Section):
     objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig, description="Loss.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimiser.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Rollout sizes.")
-    steps: int = Field(10, ge=1, description="Training steps.")
-    token_budget: int | None = Field(
-        None, ge=1, description="Stop after the step at which the run has generated this many tokens: its "
-                                "episodes' plus the counterfactual ones of replays, continuations and "
-                                "controllers (so methods can be compared at equal cost). `steps` stays "
-                                "the upper bound and the LR schedule's length. None = `steps` only.")
     alternate_roles_every: int | None = Field(
         None, ge=1, description="Train one adapter at a time, switching every k steps (None = all).")
-    eval_every: int | None = Field(None, ge=1, description="Held-out eval every N steps (and at the "
-                                                           "start and end); None = start and end only.")
-    eval_curve_limit: int | None = Field(
-        None, ge=1, description="Learning curve at a fraction of the cost: the evaluations every `eval_every` "
-                                "steps use the first N held-out problems, and the run also logs "
-                                "`heldout_curve` (those N problems) before training, at each of those steps "
-                                "and after training. None = every evaluation uses every held-out problem.")
-    eval_cache: str | None = Field(
-        None, description="Folder that keeps the held-out evaluation of the untrained team for reuse by "
-                          "every run it equals (same model, team, protocol, controllers, tasks, eval "
-                          "decoding, backend and seed: credit, loss and optimiser cannot change it). "
-                          "`teamplay sweep` sets it for its runs. None = each run evaluates.")
-    checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Keep the last k checkpoints.")
     output_dir: str = Field("runs/train", description="Run folder.")
     seed: int = Field(0, description="Seed of data order, rollouts and minibatches.")
@@ -489,11 +470,9 @@ class TrainConfig(_Section):
                                                    "episodes.jsonl (for reports).")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     wandb_project: str | None = Field(None, description="Also log to this wandb project (needs wandb).")
-    distributed: DistributedConfig | None = Field(
-        None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
 
     @model_validator(mode="after")
-    def _rollouts_can_train(self) -> TrainConfig:
+    def _rollouts_can_train(self) -> TeamTrainingConfig:
         """Rules that involve several sections (checked at load, before any model is built)."""
         if self.backend.name == "scripted":
             raise ValueError("backend.name: training needs a model backend (hf or vllm), not 'scripted'")
@@ -508,6 +487,46 @@ class TrainConfig(_Section):
             self.team.require_trainable()
         _check_backend_fits_model(self.backend, self.model)
         return self
+
+    @model_validator(mode="after")
+    def _token_credit_fits_objective(self) -> TeamTrainingConfig:
+        token = self.credit.token
+        if token is not None and self.objective.kl_beta > 0:
+            from teamplay.credit.token import get_token_credit
+
+            if get_token_credit(token.method).excludes_kl:
+                raise ValueError(f"credit.token.method: {token.method!r} replaces the KL penalty; "
+                                 f"set objective.kl_beta to 0")
+        return self
+
+
+class TrainConfig(TeamTrainingConfig):
+    """A whole training run (`teamplay train`)."""
+
+    controllers: ControllerConfig = Field(
+        default_factory=ControllerConfig, description="Learned speak/skip controllers, trained by regret "
+                                                      "matching alongside the adapters.")
+    steps: int = Field(10, ge=1, description="Training steps.")
+    token_budget: int | None = Field(
+        None, ge=1, description="Stop after the step at which the run has generated this many tokens: its "
+                                "episodes' plus the counterfactual ones of replays, continuations and "
+                                "controllers (so methods can be compared at equal cost). `steps` stays "
+                                "the upper bound and the LR schedule's length. None = `steps` only.")
+    eval_every: int | None = Field(None, ge=1, description="Held-out eval every N steps (and at the "
+                                                           "start and end); None = start and end only.")
+    eval_curve_limit: int | None = Field(
+        None, ge=1, description="Learning curve at a fraction of the cost: the evaluations every `eval_every` "
+                                "steps use the first N held-out problems, and the run also logs "
+                                "`heldout_curve` (those N problems) before training, at each of those steps "
+                                "and after training. None = every evaluation uses every held-out problem.")
+    eval_cache: str | None = Field(
+        None, description="Folder that keeps the held-out evaluation of the untrained team for reuse by "
+                          "every run it equals (same model, team, protocol, controllers, tasks, eval "
+                          "decoding, backend and seed: credit, loss and optimiser cannot change it). "
+                          "`teamplay sweep` sets it for its runs. None = each run evaluates.")
+    checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
+    distributed: DistributedConfig | None = Field(
+        None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
 
     @model_validator(mode="after")
     def _distributed_fits(self) -> TrainConfig:
@@ -525,17 +544,6 @@ class TrainConfig(_Section):
             raise ValueError("objective.loss_agg: token_mean normalises by the token count of a whole minibatch "
                              "and does not split over learner ranks; use seq_mean_token_mean or "
                              "distributed.learner_workers=1")
-        return self
-
-    @model_validator(mode="after")
-    def _token_credit_fits_objective(self) -> TrainConfig:
-        token = self.credit.token
-        if token is not None and self.objective.kl_beta > 0:
-            from teamplay.credit.token import get_token_credit
-
-            if get_token_credit(token.method).excludes_kl:
-                raise ValueError(f"credit.token.method: {token.method!r} replaces the KL penalty; "
-                                 f"set objective.kl_beta to 0")
         return self
 
 
@@ -608,36 +616,53 @@ class FederatedSection(_Section):
                                                                                  "round (fault rehearsal).")
 
 
-class FederatedConfig(TrainConfig):
-    """A federated run (`teamplay federate`): TrainConfig's sections per site, plus `federated`.
+_LENGTH = ("not used by a federated run (set federated.rounds and federated.local_steps; the global team "
+           "is evaluated after every round)")
+#: the fields only a single run has (``TrainConfig``'s own), and why a federated run has none of them
+SINGLE_RUN_ONLY = {
+    "steps": f"steps/eval_every: {_LENGTH}",
+    "eval_every": f"steps/eval_every: {_LENGTH}",
+    "token_budget": "token_budget: a federated run's length is federated.rounds x federated.local_steps; a "
+                    "token budget would stop sites at different rounds",
+    # the regret tables would have to be federated and kept per site: not built yet
+    "controllers": "controllers{enabled}: learned speak/skip controllers are not supported in federated runs; "
+                   "drop the controllers section",
+    # each site is one process (a Flower SuperNode, or a Ray actor of the simulation)
+    "distributed": "distributed: a federated run's sites train in one process each; drop the distributed "
+                   "section (federated.clients sets how many sites run)",
+    "checkpoint_every": "checkpoint_every: a federated run checkpoints the global team, and each site its "
+                        "state, after every round; drop it",
+    "eval_curve_limit": "eval_curve_limit: the server evaluates the global team on every held-out problem "
+                        "after every round; drop it (or set eval_task.limit)",
+    "eval_cache": "eval_cache: the server evaluates the untrained team once per run, not from a cache; drop it",
+}
 
-    Each site trains ``federated.local_steps`` ordinary steps per round, so a site's LR schedule
-    spans ``rounds * local_steps`` steps: ``steps`` is derived, ``eval_every`` and
-    ``checkpoint_every`` are unused (the global team is evaluated and checkpointed after every
-    round, each site saves its state after every round).
+
+class FederatedConfig(TeamTrainingConfig):
+    """A federated run (`teamplay federate`): the sections every site trains with, plus `federated`.
+
+    Each site trains ``federated.local_steps`` ordinary steps per round, so its Trainer runs a
+    ``TrainConfig`` of ``rounds * local_steps`` steps (``teamplay.federated.client.site_config``).
+    The fields only a single run has (``SINGLE_RUN_ONLY``) are not here: a config that sets one is
+    refused with one line saying why.
     """
 
     federated: FederatedSection = Field(default_factory=FederatedSection, description="Federation.")
     output_dir: str = Field("runs/federated", description="Run folder.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_single_run_fields(cls, data: Any) -> Any:
+        """A single run's field, refused with its reason (rather than pydantic's "unknown field")."""
+        if isinstance(data, Mapping):
+            for name, why in SINGLE_RUN_ONLY.items():
+                if name in data:
+                    enabled = isinstance(data[name], Mapping) and data[name].get("enabled") is True
+                    raise ValueError(why.format(enabled=".enabled" if enabled else ""))
+        return data
+
     @model_validator(mode="after")
-    def _derived_fields(self) -> FederatedConfig:
-        derived = self.federated.rounds * self.federated.local_steps
-        # a dumped config (config.yaml, the copy sent to sites) carries the derived value: accepted
-        if ("steps" in self.model_fields_set and self.steps != derived) or self.eval_every is not None:
-            raise ValueError("steps/eval_every: not used by a federated run (set federated.rounds and "
-                             "federated.local_steps; the global team is evaluated after every round)")
-        if self.token_budget is not None:
-            raise ValueError("token_budget: a federated run's length is federated.rounds x "
-                             "federated.local_steps; a token budget would stop sites at different rounds")
-        if self.controllers.enabled:
-            # the regret tables would have to be federated and kept per site: not built yet
-            raise ValueError("controllers.enabled: learned speak/skip controllers are not supported in "
-                             "federated runs; set controllers.enabled=false")
-        if self.distributed is not None:
-            # each site is one process (a Flower SuperNode, or a Ray actor of the simulation)
-            raise ValueError("distributed: a federated run's sites train in one process each; drop the "
-                             "distributed section (federated.clients sets how many sites run)")
+    def _federation_fits(self) -> FederatedConfig:
         lo, hi = self.federated.fedgrpo.calibration_clip
         if not 0 < lo <= 1 <= hi:
             raise ValueError(f"federated.fedgrpo.calibration_clip: need 0 < lo <= 1 <= hi, got [{lo}, {hi}]")
@@ -650,7 +675,6 @@ class FederatedConfig(TrainConfig):
             if extra.name != self.task.name:
                 raise ValueError(f"federated.extra_tasks: task {extra.name!r} differs from task.name "
                                  f"{self.task.name!r}; one task (verifier) per run")
-        self.__dict__["steps"] = derived  # not via setattr: it would mark steps as user-set
         return self
 
     def _robust_fits(self) -> None:

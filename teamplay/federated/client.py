@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from teamplay.config import FederatedConfig, build_config
+from teamplay.config import FederatedConfig, TeamTrainingConfig, TrainConfig, build_config
 from teamplay.errors import ConfigError
 from teamplay.federated.partition import partition, problem_type
 from teamplay.federated.strategies import ErrorFeedback, SparseUpdate, calibration_weight, top_k
@@ -78,10 +78,18 @@ def shard_of(cfg: FederatedConfig, site: int):
     return task, all_shards[site]
 
 
-def site_config(cfg: FederatedConfig, site: int, state_dir: Path) -> FederatedConfig:
-    """The site's Trainer config: its own folder and seed (rollouts and data order differ by site)."""
-    return cfg.model_copy(update={"output_dir": str(state_dir / f"site-{site}"),
-                                  "seed": cfg.seed + 1009 * (site + 1), "tensorboard": False})
+def site_config(cfg: FederatedConfig, site: int, state_dir: Path) -> TrainConfig:
+    """The site's Trainer config: the federated run's shared sections, ``rounds x local_steps``
+    steps (the length of its LR schedule), its own folder and seed (rollouts and data order differ
+    by site), no TensorBoard or wandb logs (the server logs the run), and no checkpoint but the one
+    that ends each round (``checkpoint_every`` = the run's length: a periodic one, named by step
+    and pruned by ``keep_checkpoints``, would delete the round states a later round restores)."""
+    steps = cfg.federated.rounds * cfg.federated.local_steps
+    # the sections as they are (not re-validated from a dump, which would mark every default as set)
+    shared = {name: getattr(cfg, name) for name in TeamTrainingConfig.model_fields}
+    return TrainConfig(**{**shared, "steps": steps, "checkpoint_every": steps,
+                          "output_dir": str(state_dir / f"site-{site}"), "seed": cfg.seed + 1009 * (site + 1),
+                          "tensorboard": False, "wandb_project": None})
 
 
 def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: np.ndarray,

@@ -41,9 +41,10 @@ def default_license(team: TeamFile) -> str:
 def model_card(team: TeamFile, config: dict, run_dir: Path | None, step: int | None, license: str) -> str:
     """The whole ``README.md``: metadata header, then the sections of the body.
 
-    ``config`` is the run's training config (a dumped ``TrainConfig``); ``run_dir`` the run folder
-    whose ``metrics.jsonl`` holds the held-out evaluations (None: a checkpoint outside a run);
-    ``step`` the exported checkpoint's step (evaluations after it are not this team's).
+    ``config`` is the run's training config (a dumped ``TrainConfig``, or ``FederatedConfig``);
+    ``run_dir`` the run folder whose ``metrics.jsonl`` holds the held-out evaluations (None: a
+    checkpoint outside a run); ``step`` the exported checkpoint's step, a federated run's round
+    (evaluations after it are not this team's).
     """
     header = yaml.safe_dump(card_metadata(team, license), sort_keys=False)
     body = [_intro(team, config), _team_section(team), _results_section(team, run_dir, step),
@@ -121,11 +122,13 @@ def _training_section(config: dict, step: int | None) -> str:
     method = credit_methods().get(credit["method"])
     summary = f": {method.summary}" if method is not None else ""
     token = credit.get("token")
+    shown = "?" if step is None else step
+    federated = config.get("federated")  # a federated run's checkpoints are numbered by round
+    of = f"round {shown} of {federated['rounds']}" if federated else f"step {shown} of {config['steps']}"
     lines = ["## Training", "",
              f"Credit method `{credit['method']}`{summary} (options `{_inline(credit.get('options') or {})}`"
              + (f"; token credit `{token['method']}`" if token else "") + ").",
-             f"Objective `{config['objective']['name']}`; the exported adapters are those of step "
-             f"{step if step is not None else '?'} of {config['steps']}.", "",
+             f"Objective `{config['objective']['name']}`; the exported adapters are those of {of}.", "",
              "Training config (`teamplay train --config`):", "", "```yaml",
              yaml.safe_dump(config, sort_keys=False).rstrip(), "```"]
     return "\n".join(lines)

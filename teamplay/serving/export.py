@@ -21,7 +21,7 @@ from pathlib import Path
 
 from teamplay.agents.roles import Team
 from teamplay.agents.team_model import ADAPTER_CONFIG, ADAPTER_WEIGHTS, swap_folder
-from teamplay.config import EvalConfig, FederatedConfig, TrainConfig, build_config, read_yaml
+from teamplay.config import EvalConfig, FederatedConfig, TeamTrainingConfig, TrainConfig, build_config, read_yaml
 from teamplay.errors import ConfigError, TeamplayError
 from teamplay.serving.card import default_license, hub_id, model_card
 from teamplay.serving.team_file import (
@@ -46,13 +46,14 @@ class RunSource:
     Fields:
         checkpoint: the checkpoint folder (verified) whose adapters and controller tables are used.
         run_dir: the run folder (its metrics.jsonl), or None for a checkpoint outside one.
-        config: the training config the checkpoint was written with.
+        config: the training config the checkpoint was written with (a ``TrainConfig``, or the
+            ``FederatedConfig`` of a federated run's global team).
         step: the checkpoint's step (round of a federated run), or None when its name has none.
     """
 
     checkpoint: Path
     run_dir: Path | None
-    config: TrainConfig
+    config: TeamTrainingConfig
     step: int | None
 
 
@@ -74,18 +75,20 @@ def load_team_config(path: Path, overrides: list[str] | None = None) -> EvalConf
     return build_config(EvalConfig, data, overrides or [])
 
 
-def run_eval_data(cfg: TrainConfig, checkpoint: Path) -> dict:
+def run_eval_data(cfg: TeamTrainingConfig, checkpoint: Path) -> dict:
     """The sections of an ``EvalConfig`` that evaluates ``checkpoint`` of a run with config ``cfg``."""
-    return {
+    data = {
         "task": (cfg.eval_task or cfg.task).model_dump(mode="json"),
         "protocol": cfg.protocol.model_dump(mode="json"),
         "team": cfg.team.model_dump(mode="json", exclude_none=True) if cfg.team is not None else None,
         "model": {**cfg.model.model_dump(mode="json"), "checkpoint": str(checkpoint)},
-        "controllers": cfg.controllers.model_dump(mode="json"),
         "backend": cfg.backend.model_dump(mode="json"),
         "sampling": cfg.eval_sampling.model_dump(mode="json"),
         "seed": cfg.seed,
     }
+    if isinstance(cfg, TrainConfig):  # a federated run has no controllers
+        data["controllers"] = cfg.controllers.model_dump(mode="json")
+    return data
 
 
 def find_run(path: Path) -> RunSource:
@@ -114,7 +117,7 @@ def find_run(path: Path) -> RunSource:
                      step=int(match.group(1)) if match else None)
 
 
-def _train_config(path: Path) -> TrainConfig:
+def _train_config(path: Path) -> TeamTrainingConfig:
     if not path.is_file():
         raise ConfigError(f"{path}: missing; the run's training config is needed to describe its team")
     data = read_yaml(path)
@@ -184,7 +187,7 @@ def describe_team(source: RunSource) -> TeamFile:
         for role in team.roles))
     task = cfg.eval_task or cfg.task
     controllers = None
-    if cfg.controllers.enabled:
+    if isinstance(cfg, TrainConfig) and cfg.controllers.enabled:  # a federated run has no controllers
         tables = load_controllers(cfg.controllers, source.checkpoint).state_dict()["tables"]
         controllers = ExportedControllers(**cfg.controllers.model_dump(), tables=tables)
     return TeamFile(

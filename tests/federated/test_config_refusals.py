@@ -1,12 +1,14 @@
 """A federated config refuses, at load and in one line, the TrainConfig fields a federated run has
-no use for: the run's length, a token budget, controllers, and a ``distributed:`` section."""
+no use for: the run's length, a token budget, controllers, and a ``distributed:`` section; it does
+not have them (each site's Trainer gets a TrainConfig built from it)."""
 
 from __future__ import annotations
 
 import pytest
 
-from teamplay.config import FederatedConfig, build_config
+from teamplay.config import SINGLE_RUN_ONLY, FederatedConfig, build_config
 from teamplay.errors import ConfigError
+from teamplay.federated.client import site_config
 from tests.federated.fakes import tiny_config
 
 
@@ -26,4 +28,7 @@ def test_fields_a_federated_run_cannot_use_are_refused_at_load(tmp_path, extra, 
 
 def test_the_same_config_without_them_loads(tmp_path):
     cfg = build_config(FederatedConfig, tiny_config(tmp_path))
-    assert cfg.steps == cfg.federated.rounds * cfg.federated.local_steps and cfg.distributed is None
+    # a federated config has none of them; each site's trainer gets its single-run config from it
+    assert not set(SINGLE_RUN_ONLY) & set(FederatedConfig.model_fields)
+    site = site_config(cfg, 0, tmp_path / "sites")
+    assert site.steps == cfg.federated.rounds * cfg.federated.local_steps and site.distributed is None
