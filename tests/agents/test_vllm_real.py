@@ -49,6 +49,8 @@ def served(tmp_path_factory):
     backend.close()
 
 
+pytestmark = pytest.mark.vllm
+
 GREEDY = SamplingParams(max_new_tokens=8)
 
 
@@ -94,3 +96,81 @@ def test_a_reload_changes_only_the_reloaded_role(served):
     after = backend.generate(batch, GREEDY)
     assert after[0].completion_ids != before[0].completion_ids
     assert after[1].completion_ids == before[1].completion_ids
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_behaviour_logprobs_match_the_trainers(served, temperature):
+    """The log-probs a rollout keeps are the trainer's at the sampling temperature (the ratio's
+    denominator), not the T=1 ones: at T=0.7 the two differ clearly, and vLLM matches the first."""
+    backend, tm = served
+    sampled = backend.generate([request("proposer", k % 3) for k in range(6)],
+                               SamplingParams(max_new_tokens=8, temperature=temperature, seed=7))
+
+    def mean_delta(at: float) -> float:
+        deltas = []
+        for g in sampled:
+            with torch.no_grad():
+                logp, _ = tm.completion_logprobs([g.prompt_ids], [g.completion_ids], g.adapter, temperature=at)
+            deltas.append((logp[0, :len(g.completion_ids)].float() - torch.tensor(g.logprobs)).abs())
+        return float(torch.cat(deltas).mean())
+
+    assert mean_delta(temperature) < 2e-2  # bfloat16 on both sides
+    if temperature != 1.0:
+        assert mean_delta(1.0) > 1e-1
+
+
+FIRST_LETTER_TASK = '''
+from teamplay.envs.tasks.base import Task
+from teamplay.records import TaskItem
+
+
+class FirstLetter(Task):
+    """Reward 1 when the first generated character is a lowercase letter (byte-level tiny tokenizer)."""
+
+    name = "first_letter"
+    splits = ("train", "test")
+    answer_instruction = "Say anything."
+
+    def load(self, split="test", source=None, limit=None, seed=0):
+        return [TaskItem(id=f"fl/{split}/{i}", prompt=f"Problem {i}: speak.", reference="")
+                for i in range(limit or 8)]
+
+    def extract(self, completion):
+        return completion[:1] or None
+
+    def score(self, completion, item):
+        return float(completion[:1].isalpha() and completion[:1].islower())
+'''
+
+
+def test_one_step_of_teamplay_train_with_the_vllm_backend(tmp_path):
+    """`teamplay train` with `backend: vllm` takes a step whose importance ratio is 1: the engine's
+    behaviour log-probs equal the learner's before its first update (bfloat16 on both sides)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = save_tiny(tmp_path / "tiny", hidden=256)
+    (tmp_path / "first_letter.py").write_text(FIRST_LETTER_TASK)
+    config = tmp_path / "train.yaml"
+    config.write_text(json.dumps({
+        "model": {"name": str(model), "dtype": "bfloat16", "lora": {"r": 8, "alpha": 16}},
+        "backend": {"name": "vllm", "max_prompt_tokens": 512, "enforce_eager": True,
+                    "gpu_memory_utilization": 0.3},
+        "task": {"name": f"{tmp_path / 'first_letter.py'}:FirstLetter", "split": "train", "limit": 8},
+        "protocol": {"name": "single"},
+        "rollout": {"problems_per_step": 4, "group_size": 8},
+        "sampling": {"max_new_tokens": 4, "temperature": 1.0},
+        "optim": {"lr": 1e-3, "minibatch_size": 4096, "epochs": 1},  # one minibatch: before any update
+        "steps": 1, "tensorboard": False, "output_dir": str(tmp_path / "run"),
+    }))
+    teamplay = Path(sys.executable).parent / "teamplay"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    done = subprocess.run([str(teamplay), "train", "--config", str(config)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    step = next(line for line in lines if line["step"] == 1 and "samples" in line)
+    assert step["samples"] > 0, "no group had reward variance: nothing to compare"
+    assert abs(step["ratio_mean"] - 1) < 1e-2

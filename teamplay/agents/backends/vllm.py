@@ -245,7 +245,15 @@ class VLLMBackend(GenerationBackend):
         shutil.rmtree(previous, ignore_errors=True)
 
     def close(self) -> None:
-        """Remove the temporary adapter folder (when this backend created it)."""
+        """Stop the engine's processes and remove the temporary adapter folder (when this backend
+        created it). Idempotent.
+
+        Why stop the engine here rather than leave it to interpreter exit: vLLM's exit hooks log
+        while the streams they write to may already be closed (under pytest, or a caller that
+        redirected its output), which prints "Logging error" tracebacks after a clean run."""
+        core = getattr(getattr(getattr(self, "llm", None), "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
         if self._own_dir:
             shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
