@@ -1,27 +1,35 @@
 """The site: a Flower ClientApp that trains the team on its private shard.
 
-One round at a site, for a ``train`` message from the server (see ``teamplay.federated.wire``):
+One round at a site, for a ``train`` message from the server (see ``teamplay.federated.wire``),
+is one call of the site's ``Trainer.train`` (the same Trainer, credit and objective, run lock,
+metrics log and checkpoints as `teamplay train`) on its shard, ``local_steps`` steps long:
 
-    1. rebuild the site's Trainer (the same Trainer, credit and objective as `teamplay train`) on
-       its shard, and restore the site's state saved at the end of the last round the server
-       aggregated this site in (the order names it): AdamW moments, LR schedule, data position,
-       RNG states, error-feedback residual;
-    2. load the global adapters, run ``local_steps`` ordinary training steps; with calibration on,
-       each group's advantages are scaled by ``calibration_weight`` of its problem type;
-    3. upload ``delta = local - global`` (top-k with error feedback under a sparse budget, else
-       dense) with scalar reward statistics; save the site state of this round.
+    1. resume from the site's checkpoint of the last round the server aggregated this site in (the
+       order names it; none: a fresh start): AdamW moments, LR schedule, data position, RNG
+       states, error-feedback residual;
+    2. once that state is in place (``on_start``), load the global adapters over the restored
+       ones; run ``local_steps`` ordinary training steps; with calibration on, each group's
+       advantages are scaled by ``calibration_weight`` of its problem type;
+    3. when the call checkpoints its last step (``save``): compute the upload ``delta = local -
+       global`` (top-k with error feedback under a sparse budget, else dense) and write the
+       checkpoint of this round with the new residual; the reply carries the upload and scalar
+       reward statistics.
 
 The site state of round r is an ordinary trainer checkpoint, ``<state dir>/site-<k>/checkpoints/
-step-<r>`` (numbered by round; written whole or not at all, with a manifest of SHA-256 sums, the
-error-feedback residual among its tensors); the state a round restored and the newer ones are
-kept, the others deleted. Why restore the last aggregated
-round rather than the latest file: a round the server left this site out of (it raised, its reply
-came too late or failed the server's checks) is undone, so the site's state is a function of the
-rounds the server used, which its log records. A late site may or may not have written its state
-before the next round starts; a killed server resumes from a round after which sites went on; a
-site folder may hold an earlier run's states: none of that changes what a site restores. Rebuilding
-the Trainer each round costs a model load (under a second for the embedded model once cached) and
-makes every round a resume, so the resume path is the path every round takes.
+step-<r>`` (numbered by round, since a site's step count depends on the rounds it was left out of;
+written whole or not at all, with a manifest of SHA-256 sums, the error-feedback residual among
+its tensors); the state a round restored and the newer ones are kept, the others deleted. The
+site folder's ``metrics.jsonl`` holds a line per step of the rounds that state descends from (a
+resume drops the lines past it). Why restore the last aggregated round rather than the latest
+file: a round the server left this site out of (it raised, its reply came too late or failed the
+server's checks) is undone, so the site's state is a function of the rounds the server used, which
+its log records. A late site may or may not have written its state before the next round starts;
+a killed server resumes from a round after which sites went on; a site folder may hold an earlier
+run's states: none of that changes what a site restores. Two rounds never train in one site folder
+at once: the run lock refuses the second, which fails (the server leaves the site out of that
+round, so it is undone like any other). Rebuilding the Trainer each round costs a model load
+(under a second for the embedded model once cached) and makes every round a resume, so the resume
+path is the path every round takes.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from teamplay.federated.partition import partition, problem_type
 from teamplay.federated.strategies import ErrorFeedback, SparseUpdate, calibration_weight, top_k
 from teamplay.federated.wire import get_vector, param_layout, set_vector
 from teamplay.records import TaskItem
-from teamplay.training.checkpoint import LoadedCheckpoint, checkpoint_dir, list_checkpoints, load_checkpoint
+from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints
 
 
 @dataclass(frozen=True)
@@ -112,31 +120,36 @@ def train_site(cfg: FederatedConfig, site: int, order: RoundOrder, global_vec: n
             return 1.0  # a type the federation has not reported yet: nothing to compare with
         return calibration_weight(target, float(rewards.mean()), fg.calibration_strength, *fg.calibration_clip)
 
-    trainer = make_trainer(scfg, team_model=team_model, task=task, items=shard, group_hook=hook)
+    drills = {d.kind for d in cfg.federated.failure_drills if d.site == site and d.round == order.round}
+    sparse = cfg.federated.strategy == "fedgrpo" and fg.sparse
+    uploads: list[SparseUpdate] = []
+
+    def start_from_global(trainer) -> None:  # the site's state is restored: its adapters become the global ones
+        set_vector(trainer.team_model, layout, trainable, global_vec)
+
+    def save_round(trainer) -> Path:
+        """The round's upload, and its checkpoint holding the residual that upload leaves."""
+        if "raise" in drills:  # after training, before anything of the round is saved or sent
+            raise RuntimeError(f"failure drill: site {site} raises in round {order.round} (federated.failure_drills)")
+        residual = trainer.extra_tensors.get("residual")  # the restored round's (absent: a fresh site)
+        feedback = ErrorFeedback(layout.size, None if residual is None else residual.numpy())
+        delta = get_vector(trainer.team_model, layout, trainable) - global_vec
+        uploads.append(feedback.compress(delta, order.entries) if sparse else top_k(delta, layout.size))
+        return trainer.checkpoint(number=order.round, extra={"round": order.round},
+                                  tensors={"residual": torch.from_numpy(feedback.residual)}, prune=False)
+
+    trainer = make_trainer(scfg, team_model=team_model, task=task, items=shard, group_hook=hook,
+                           on_start=start_from_global)
     trainable = list(trainer.trainable)
     layout = param_layout(trainer.team_model, trainable)
     folder = Path(scfg.output_dir)
-    feedback = ErrorFeedback(layout.size)
-    if order.restore_round > 0:
-        saved = _load_state(folder, order.restore_round)
-        trainer.restore(saved)  # its adapters are the site's own: the global ones replace them below
-        feedback = ErrorFeedback(layout.size, saved.tensors["residual"].numpy())
-    set_vector(trainer.team_model, layout, trainable, global_vec)
-    try:
-        for _ in range(cfg.federated.local_steps):
-            trainer.step()
-    finally:
-        trainer.close()
-    drills = {d.kind for d in cfg.federated.failure_drills if d.site == site and d.round == order.round}
-    if "raise" in drills:
-        raise RuntimeError(f"failure drill: site {site} raises in round {order.round} (federated.failure_drills)")
-
-    delta = get_vector(trainer.team_model, layout, trainable) - global_vec
-    sparse = cfg.federated.strategy == "fedgrpo" and fg.sparse
-    update = feedback.compress(delta, order.entries) if sparse else top_k(delta, layout.size)
-    trainer.checkpoint(number=order.round, extra={"round": order.round},
-                       tensors={"residual": torch.from_numpy(feedback.residual)}, prune=False)
+    # a site the server never aggregated starts over: nothing in its folder is a state this run restores
+    resume = str(_state_path(folder, order.restore_round)) if order.restore_round > 0 else None
+    # the server owns SIGTERM/SIGINT: it abandons the round, and this site's state of it is never restored
+    trainer.train(resume=resume, overwrite=resume is None, steps=cfg.federated.local_steps, save=save_round,
+                  signals=False)
     _prune_states(folder, order.round, order.restore_round)
+    [update] = uploads
     if "nan" in drills:  # the upload goes bad on its way out; the site's own state stays clean
         bad = update.values.astype(np.float32, copy=True)
         bad[::300] = np.nan
@@ -174,14 +187,14 @@ class _GroupStats:
         return out
 
 
-def _load_state(folder: Path, round_: int) -> LoadedCheckpoint:
-    """The site's checkpoint of round ``round_`` (verified against its manifest: a damaged one is a
-    ``CheckpointError`` naming the file)."""
+def _state_path(folder: Path, round_: int) -> Path:
+    """The site's checkpoint folder of round ``round_``; a missing one is a ``ConfigError`` (the
+    resume verifies it against its manifest: a damaged one is a ``CheckpointError`` naming the file)."""
     path = checkpoint_dir(folder, round_)
     if not path.is_dir():
         raise ConfigError(f"{path}: missing; the server aggregated this site's round {round_} and the "
                           f"site must start from its state of that round (was the site's state-dir moved?)")
-    return load_checkpoint(path)
+    return path
 
 
 def _prune_states(folder: Path, round_: int, restored: int) -> None:

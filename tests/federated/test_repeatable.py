@@ -64,7 +64,7 @@ def test_two_runs_give_identical_rounds_and_adapters(tmp_path, flower_identity):
 
 
 def test_a_site_keeps_the_state_it_restored_and_newer_ones(tmp_path):
-    from teamplay.federated.client import _load_state, _prune_states
+    from teamplay.federated.client import _prune_states, _state_path
     from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints
 
     def save(round_: int, restored: int) -> None:  # what a site does after a round: write, then prune
@@ -84,4 +84,4 @@ def test_a_site_keeps_the_state_it_restored_and_newer_ones(tmp_path):
     save(6, 4)
     assert kept() == ["step-000004", "step-000006"]
     with pytest.raises(ConfigError, match=r"step-000005: missing; the server aggregated this site's round 5"):
-        _load_state(tmp_path, 5)
+        _state_path(tmp_path, 5)
