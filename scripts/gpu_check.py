@@ -266,7 +266,9 @@ class GPUCheck:
         total = sum(s[t].logprob for t, s in zip(tokens, steps, strict=False)) if keyed else float("nan")
         r.check("greedy-cumulative-logprob", abs(total - raw.cumulative_logprob) <= 1e-3 * max(1, len(tokens)),
                 f"sum {total:.5f} vs cumulative_logprob {raw.cumulative_logprob:.5f}")
-        mean, worst = self.trainer_logprobs(first, temperature=1.0)
+        # the LoRA requests only: whether a base request is served the base policy when it shares a
+        # call with LoRA ones is mixed-adapters' question, and this check must fail for log-probs alone
+        mean, worst = self.trainer_logprobs(first[:3], temperature=1.0)
         r.check("greedy-logprobs-match-trainer-T1", mean <= LOGP_TOL,
                 f"mean |delta| {mean:.4f} (tol {LOGP_TOL}), max {worst:.4f}, bf16")
 
