@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,10 +147,12 @@ def test_partitions_cover_every_problem_once():
 def test_federated_config_refuses_what_it_cannot_honour():
     from teamplay.config import FederatedConfig, build_config
     from teamplay.errors import ConfigError
+    from teamplay.federated.client import site_config
 
     ok = build_config(FederatedConfig, {"federated": {"rounds": 3, "local_steps": 2}})
-    assert ok.steps == 6  # a site's LR schedule spans rounds x local steps
-    assert build_config(FederatedConfig, ok.model_dump(mode="json")).steps == 6  # the copy sent to sites
+    assert site_config(ok, 0, Path("sites")).steps == 6  # a site's LR schedule spans rounds x local steps
+    sent = build_config(FederatedConfig, ok.model_dump(mode="json"))  # the copy sent to sites
+    assert site_config(sent, 0, Path("sites")).steps == 6
     bad = [({"steps": 3}, "steps/eval_every"),
            ({"controllers": {"enabled": True}}, "controllers.enabled"),
            ({"federated": {"clients": 2, "failure_drills": [{"site": 2, "round": 1}]}}, "site 2 does not exist"),
