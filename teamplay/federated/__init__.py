@@ -8,6 +8,7 @@ adapter updates and scalar reward statistics leave a site. Modules:
     wire        the flat adapter vector and what a reply may hold
     screen      the server's checks of each site result before it is aggregated
     client      the ClientApp: one site's round
-    server      the ServerApp: rounds, aggregation, evaluation, checkpoints, resume
+    strategy    the round policy (a Flower Strategy): what each site is asked, what replies make
+    server      the ServerApp: drives the strategy's rounds; evaluation, checkpoints, resume
     run         ``teamplay federate``: Flower's simulation engine on this machine
 """

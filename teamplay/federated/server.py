@@ -1,25 +1,25 @@
-"""The server: a Flower ServerApp that runs the rounds, aggregates, evaluates and checkpoints.
+"""The server: a Flower ServerApp that runs the rounds, evaluates, logs and checkpoints.
 
-One round:
+The round policy is a Flower ``Strategy``, ``teamplay.federated.strategy.TeamStrategy``; the server
+drives it round by round (``Strategy.start`` would not resume, checkpoint, or stop on a signal while
+it waits). One round:
 
-    1. send every site (Flower node) a ``train`` message: the global adapter vector, its upload
-       budget in entries (``split_budget`` of the last round's signals; dense under FedAvg or with
-       sparse upload off), the round each site restores its state of, the calibration table and
+    1. ``configure_train``: every site (Flower node) gets a ``train`` message: the global adapter
+       vector, its upload budget, the round it restores its state of, the calibration table and
        the run's config;
-    2. wait up to ``federated.round_timeout`` for the replies (as Flower's ``send_and_receive``). A
-       reply that carries an error (the site raised) or never came (timeout) is a failure; a reply
-       that fails the checks of ``teamplay.federated.screen`` (wrong shapes, NaN or inf, a count
-       beyond its shard, another round, an outlying norm) is refused with one ``warning:`` line
-       naming the site and the reason. Both are left out and counted in the round's log line; the
-       round goes on with the rest, and stops the run with one error when fewer than
-       ``federated.min_sites`` are left;
-    3. weights: FedAvg by shard size, or Fed-GRPO signal weights; ``global += update``, the update
-       being ``federated.robust.aggregator`` of the valid deltas (the weighted mean by default);
-    4. the calibration table takes the round's per-type mean rewards; held-out accuracy of the
-       global team; one line in ``federated.jsonl`` (weights, signals, bytes per site and in total,
-       compression ratio, failures, refusals); an atomic checkpoint ``checkpoints/step-<round>/``
-       (the global adapters in PEFT format, so `teamplay eval --checkpoint RUN` works, and
-       ``server_state.json``), refused if the adapters are not finite.
+    2. wait up to ``federated.round_timeout`` for the replies (as Flower's ``send_and_receive``);
+    3. ``aggregate_train``: failures (a site raised, or no reply in time) and refusals (the checks
+       of ``teamplay.federated.screen``: wrong shapes, NaN or inf, a count beyond its shard,
+       another round, an outlying norm; one ``warning:`` line each) are left out and counted in
+       the round's log line; the round goes on with the rest, and stops the run with one error
+       when fewer than ``federated.min_sites`` are left; the weighted, robust aggregate of the
+       valid deltas becomes the global adapters, and the calibration table takes the round's
+       per-type mean rewards;
+    4. held-out accuracy of the global team; one line in ``federated.jsonl`` (weights, signals,
+       bytes per site and in total, compression ratio, failures, refusals); an atomic checkpoint
+       ``checkpoints/step-<round>/`` (the global adapters in PEFT format, so `teamplay eval
+       --checkpoint RUN` works, and the strategy's ``server_state.json``), refused if the adapters
+       are not finite.
 
 ``--resume auto`` reads the latest checkpoint and continues with the next round; each site
 restores its own state of the last round the server aggregated it in (``teamplay.federated.client``).
@@ -38,8 +38,8 @@ left in its temporary folder, the previous one intact.
 
 Repeatable: two runs of one config and seed log the same rounds (all but ``seconds`` and Flower's
 node ids, random per run) and end with the same adapters, provided the same sites are left out of
-the same rounds. Everything the server computes from a round's replies is ordered by site, never by
-arrival, and the calibration table's sums are exact (``math.fsum``), so the order in which sites
+the same rounds. Everything the strategy computes from a round's replies is ordered by site, never
+by arrival, and the calibration table's sums are exact (``math.fsum``), so the order in which sites
 finish does not reach the numbers; a round a site was left out of is undone at that site, so
 whether a late site finished in the background does not either.
 
@@ -50,27 +50,22 @@ claimed example count); the partition is the config's, so the server can compute
 from __future__ import annotations
 
 import json
-import logging
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
+from flwr.app import Array, ArrayRecord, ConfigRecord
 
 from teamplay.agents.roles import NO_TRAINABLE_ROLE
 from teamplay.atomic import write_atomically
 from teamplay.config import FederatedConfig
 from teamplay.errors import ConfigError
-from teamplay.federated import strategies
-from teamplay.federated.screen import RoundSpec, SiteRefusedWarning, SiteResult, TooFewSitesError, screen
-from teamplay.federated.wire import encode_update, get_vector, param_layout, record_bytes, set_vector, type_stats
+from teamplay.federated.strategy import ServerState, TeamStrategy
+from teamplay.federated.wire import get_vector, param_layout, set_vector
 from teamplay.training.preemption import Preempted, Preemption, StopRequested, preemption_handlers
 
-logger = logging.getLogger("teamplay.federated")
 #: seconds between polls for a round's replies, the longest a signal waits to abandon the wait
 #: (Flower's own ``send_and_receive`` polls every 0.1 s in simulation, every 3 s in deployment)
 POLL_SECONDS = 0.5
@@ -79,28 +74,9 @@ SERVER_STATE = "server_state.json"
 SERVER_FILES = (SERVER_STATE, "config.yaml")
 
 
-@dataclass
-class ServerState:
-    """What a resumed server needs besides the global adapters (``server_state.json``).
-
-    Fields:
-        round: rounds completed.
-        calibration: global mean reward per problem type.
-        signals: each site's signal in the last round it completed (by site index, as text).
-        aggregated: sites aggregated in the last completed round.
-        restore: each site's last aggregated round (by site index, as text; absent: none yet),
-            the state it starts its next round from.
-    """
-
-    round: int = 0
-    calibration: dict[str, float] = field(default_factory=dict)
-    signals: dict[str, float] = field(default_factory=dict)
-    aggregated: list[int] = field(default_factory=list)
-    restore: dict[str, int] = field(default_factory=dict)
-
-
 class FederatedServer:
-    """The global team and the round logic; ``run(grid)`` is the ServerApp's main."""
+    """The global team, the run's rounds and its checkpoints; ``run(grid)`` is the ServerApp's main.
+    ``strategy`` (a ``TeamStrategy``) is the round policy."""
 
     def __init__(self, cfg: FederatedConfig, resume: str | None = None, on_round=None) -> None:
         from teamplay.federated.client import shards
@@ -120,7 +96,7 @@ class FederatedServer:
         self.on_round = on_round
         seed_everything(cfg.seed)
         task, site_shards = shards(cfg)
-        self.shard_sizes = tuple(len(shard) for shard in site_shards)
+        shard_sizes = tuple(len(shard) for shard in site_shards)
         make_env, team = env_factory(task, cfg.protocol, cfg.team)
         self.eval_items: list = []
         if cfg.eval_task is not None:
@@ -137,13 +113,18 @@ class FederatedServer:
         # before each turn of a held-out evaluation: a safe point to abandon the round at
         self.runner = RolloutRunner(make_env, backend, sampling_params(cfg.eval_sampling),
                                     max_batch=cfg.backend.max_batch, before_generate=lambda: self.preemption.check())
-        self.state = ServerState()
+        self.strategy = TeamStrategy(cfg, self.layout.size, shard_sizes)
         #: set by SIGTERM/SIGINT while ``run`` runs (``teamplay.training.preemption``)
         self.preemption = Preemption()
         #: the round of the checkpoint written or restored last (0: none)
         self.saved_round = 0
         if resume:
             self._resume(resume)
+
+    @property
+    def state(self) -> ServerState:
+        """The strategy's state: rounds done, calibration table, signals, restore rounds."""
+        return self.strategy.state
 
     # ------------------------------------------------------------------------------ rounds
     def run(self, grid) -> None:
@@ -168,9 +149,9 @@ class FederatedServer:
         _truncate(log, self.state.round if self.state.round else -1)  # a fresh start keeps no line of an earlier one
         if self.state.round == 0 and self.eval_items:
             _append(log, {"round": 0, "heldout": self._evaluate()})
-        nodes = _wait_for_nodes(grid, cfg.federated.clients, timeout=max(60.0, cfg.federated.round_timeout))
+        self.strategy.summary()
         while self._go_on():
-            record = self.round(grid, nodes, self.state.round + 1, log)
+            record = self.round(grid, self.state.round + 1, log)
             if self.on_round is not None:
                 self.on_round(record)
 
@@ -180,63 +161,21 @@ class FederatedServer:
         self.preemption.check()
         return self.state.round < self.cfg.federated.rounds
 
-    def round(self, grid, nodes: list[int], rnd: int, log: Path) -> dict[str, Any]:
+    def round(self, grid, rnd: int, log: Path) -> dict[str, Any]:
         """Run round ``rnd`` (steps 1-4 of the module doc), log it, checkpoint; returns its record.
 
         The log line goes first: a kill before the checkpoint leaves a line that resume drops."""
-        from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
-
         t0 = time.perf_counter()
-        cfg, fed = self.cfg, self.cfg.federated
-        global_vec = get_vector(self.team_model, self.layout, self.trainable)
-        conf = ConfigRecord({
-            "round": rnd, "restore": json.dumps(self.state.restore), "entries": json.dumps(self._entries()),
-            "calibration": json.dumps(self.state.calibration), "run_config": json.dumps(cfg.model_dump(mode="json")),
-        })
-        content = RecordDict({"global": ArrayRecord({"vector": Array(global_vec)}), "config": conf})
-        messages = [Message(content, dst_node_id=node, message_type="train", group_id=str(rnd)) for node in nodes]
-        replies = _exchange(grid, messages, fed.round_timeout, self.preemption.check)
+        arrays = ArrayRecord({"vector": Array(get_vector(self.team_model, self.layout, self.trainable))})
+        run_config = ConfigRecord({"run_config": json.dumps(self.cfg.model_dump(mode="json"))})
+        messages = list(self.strategy.configure_train(rnd, arrays, run_config, grid))
+        replies = _exchange(grid, messages, self.cfg.federated.round_timeout, self.preemption.check)
         # the last safe point before anything of the round is applied: sites the same signal
         # reached (a Ctrl-C reaches a process group) may have failed, and must not shape the aggregate
         self.preemption.check()
-
-        failed = _failures(replies, nodes, fed.round_timeout)
-        for failure in failed:
-            logger.warning("round %d: node %s left out: %s", rnd, failure["node"], failure["error"])
-        spec = RoundSpec(rnd, tuple(nodes), self.shard_sizes, self.layout.size, fed.robust.max_norm_ratio)
-        results, refused = screen([reply for reply in replies if not reply.has_error()], spec)
-        for refusal in refused:
-            warnings.warn(SiteRefusedWarning(refusal.message(rnd)), stacklevel=2)
-        if len(results) < fed.min_sites:
-            raise TooFewSitesError(_too_few(rnd, len(results), fed.min_sites, failed, refused))
-
-        weights = self._weights(results)
-        options = strategies.AggregatorOptions(fed.robust.trim_fraction, fed.robust.clip_factor)
-        new = strategies.aggregate(global_vec, [r.delta for r in results], weights, fed.robust.aggregator, options)
-        set_vector(self.team_model, self.layout, self.trainable, new)
-        order = [r.site for r in results]  # sorted by site
-        sites = {r.site: _site_record(r, w) for r, w in zip(results, weights, strict=True)}
-        self.state = ServerState(
-            round=rnd,
-            calibration=strategies.global_type_means([type_stats(r.metrics) for r in results],
-                                                     self.state.calibration),
-            signals={**self.state.signals, **{str(s): sites[s]["signal"] for s in order}},
-            aggregated=order,
-            restore={**self.state.restore, **{str(s): rnd for s in order}})
-        dense = strategies.SparseUpdate(self.layout.size, np.zeros(0, np.int32),
-                                        np.zeros(self.layout.size, np.float32), dense=True)
-        dense_bytes = record_bytes(encode_update(dense))  # what a dense upload serialises to
-        total = sum(site["bytes"] for site in sites.values())
-        record: dict[str, Any] = {
-            "round": rnd, "sites": {str(s): sites[s] for s in order}, "failed": failed,
-            "refused": [r.to_dict() for r in refused],
-            "counts": {"asked": len(nodes), "aggregated": len(results), "failed": len(failed),
-                       "refused": len(refused)},
-            "aggregator": fed.robust.aggregator,
-            "bytes_total": total, "dense_bytes_per_site": dense_bytes,
-            "compression": (dense_bytes * len(order) / total) if total else None,
-            "calibration": self.state.calibration,
-        }
+        new, _ = self.strategy.aggregate_train(rnd, replies)
+        set_vector(self.team_model, self.layout, self.trainable, new["vector"].numpy())
+        record = self.strategy.log_fields()
         if self.eval_items:
             record["heldout"] = self._evaluate()
         record["seconds"] = time.perf_counter() - t0
@@ -253,28 +192,6 @@ class FederatedServer:
         from teamplay.training.checkpoint import checkpoint_dir
 
         return Preempted(signum, f"after round {done}; checkpoint {checkpoint_dir(self.run_dir, done).name} written")
-
-    def _entries(self) -> dict[str, int]:
-        """Entries each site may upload this round (site index as text -> k)."""
-        fed = self.cfg.federated
-        n, k = self.layout.size, fed.clients
-        if fed.strategy != "fedgrpo" or not fed.fedgrpo.sparse:
-            return {str(s): n for s in range(k)}
-        # sites without a past signal (round 1) get the mean of the known ones, or all equal
-        known = [self.state.signals[str(s)] for s in range(k) if str(s) in self.state.signals]
-        fill = float(np.mean(known)) if known else 1.0
-        signals = [self.state.signals.get(str(s), fill) for s in range(k)]
-        split = strategies.split_budget(fed.fedgrpo.budget, n, signals, fed.fedgrpo.weight_floor)
-        return {str(s): split[s] for s in range(k)}
-
-    def _weights(self, results: list[SiteResult]) -> np.ndarray:
-        """Each site's share [K]: FedAvg's or Fed-GRPO's, or equal under an unweighted aggregator."""
-        fed = self.cfg.federated
-        if not strategies.AGGREGATORS[fed.robust.aggregator].weighted:
-            return np.full(len(results), 1.0 / len(results))
-        if fed.strategy == "fedgrpo" and fed.fedgrpo.signal_weighting:
-            return strategies.signal_weights([r.metrics["signal"] for r in results], fed.fedgrpo.weight_floor)
-        return strategies.fedavg_weights([r.metrics["shard_size"] for r in results])
 
     def _evaluate(self) -> dict[str, Any]:
         from teamplay.training.evaluation import evaluate
@@ -319,7 +236,7 @@ class FederatedServer:
         saved = json.loads((path / SERVER_STATE).read_text(encoding="utf-8"))
         # written before sites restored their last aggregated round: the last round's sites restore it
         saved.setdefault("restore", {str(s): saved["round"] for s in saved.get("aggregated", [])})
-        self.state = ServerState(**saved)
+        self.strategy.state = ServerState(**saved)
         self.saved_round = self.state.round
 
 
@@ -338,50 +255,6 @@ def _exchange(grid, messages: list, timeout: float, check: Callable[[], None]) -
         if not waiting or time.monotonic() >= deadline:
             return replies
         time.sleep(POLL_SECONDS)
-
-
-def _wait_for_nodes(grid, count: int, timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= count:
-            return nodes[:count]
-        if time.monotonic() > deadline:
-            raise ConfigError(f"federated.clients: {count} sites expected, {len(nodes)} connected within "
-                              f"{timeout:g} s")
-        time.sleep(0.2)
-
-
-def _failures(replies: list, nodes: list[int], timeout: float) -> list[dict[str, Any]]:
-    """Nodes whose reply carries an error (the site raised) or that sent none in time, sorted by
-    error then node (not by arrival)."""
-    failed = [{"node": r.metadata.src_node_id, "error": _short(r.error.reason)} for r in replies if r.has_error()]
-    answered = {r.metadata.src_node_id for r in replies}
-    failed += [{"node": node, "error": f"no reply within {timeout:g} s"} for node in nodes if node not in answered]
-    return sorted(failed, key=lambda f: (f["error"], f["node"]))
-
-
-def _site_record(result: SiteResult, weight: float) -> dict[str, Any]:
-    """A site's entry in the round's log line."""
-    m, update = result.metrics, result.update
-    return {"node": result.node, "bytes": result.bytes,
-            "entries": int(update.size if update.dense else update.indices.size),
-            "signal": float(m["signal"]), "reward_mean": float(m["reward_mean"]), "groups": int(m["groups"]),
-            "shard_size": int(m["shard_size"]), "site_step": int(m["site_step"]), "weight": float(weight)}
-
-
-def _too_few(rnd: int, valid: int, needed: int, failed: list[dict[str, Any]], refused: list) -> str:
-    why = [f"node {f['node']}: {f['error']}" for f in failed]
-    why += [f"site {r.site if r.site is not None else '?'}: {r.reason}" for r in refused]
-    return (f"round {rnd}: {valid} valid site result(s), fewer than federated.min_sites = {needed} "
-            f"({len(failed)} failed, {len(refused)} refused: {'; '.join(why) or 'no site answered'}); "
-            f"nothing of round {rnd} was applied or checkpointed")
-
-
-def _short(reason: str) -> str:
-    """The last line of a remote traceback (the exception and its message)."""
-    lines = [line.strip() for line in str(reason).splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "unknown error"
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:
