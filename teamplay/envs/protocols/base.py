@@ -27,7 +27,8 @@ None: every turn speaks. Learned controllers (``teamplay.training.controllers``,
 in through the ``controller`` option.
 
 Subclassing (see ``configs/protocols/example_protocol.py``): set ``name``, ``roles`` (with default
-prompts and counts), ``Options`` if the protocol takes options, and implement ``schedule``,
+prompts and counts), ``Options`` if the protocol takes options (``count_option_roles`` where an
+``n_agents`` option sets the count of roles), and implement ``schedule``,
 ``instruction`` and ``final_answer``; override ``visible``, ``update``, ``may_skip``,
 ``turn_metadata`` or ``new_state`` where the defaults (see everything, no state, never skip) do not
 fit.
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -197,6 +198,7 @@ class Protocol(ABC):
         Options: pydantic model of the protocol's options (``extra="forbid"``).
         skip_means: per stage, what a skipped (or removed) turn means.
         answer_roles: roles whose answers can be the team's (None: all).
+        count_option_roles: roles whose agent count the ``n_agents`` option sets.
     """
 
     name: ClassVar[str] = ""
@@ -212,6 +214,10 @@ class Protocol(ABC):
     #: stages whose turns judge the pending answer (RIGHT/WRONG) instead of answering; their
     #: requests carry ``expects="verdict"`` so any policy, scripted or learned, knows the task
     verdict_stages: ClassVar[frozenset[str]] = frozenset()
+    #: roles whose agent count the protocol's ``n_agents`` option sets when it is given (None: the
+    #: team decides): ``role_specs`` gives them that count and ``validate_team`` refuses a team
+    #: whose count disagrees
+    count_option_roles: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         self.options = _validate_options(self.name or type(self).__name__, self.Options, options)
@@ -219,8 +225,12 @@ class Protocol(ABC):
     # ---- team -------------------------------------------------------------------------------
 
     def role_specs(self) -> tuple[RoleSpec, ...]:
-        """The roles with counts adjusted by options (override when an option sets a count)."""
-        return self.roles
+        """The roles with counts adjusted by options: ``n_agents`` for ``count_option_roles``
+        (override when another option sets a count)."""
+        n = self._count_option()
+        if n is None:
+            return self.roles
+        return tuple(replace(s, count=n) if s.name in self.count_option_roles else s for s in self.roles)
 
     def default_team(self) -> Team:
         """One ``Role`` per ``RoleSpec`` with its default count (prompts stay None: defaults apply)."""
@@ -249,6 +259,12 @@ class Protocol(ABC):
         if missing:
             raise ConfigError(f"team.roles: protocol {self.name!r} needs role(s) {', '.join(missing)} "
                               f"(team has: {', '.join(sorted(present))})")
+        for name in self.count_option_roles:
+            check_count_option(self, team, name, self._count_option())
+
+    def _count_option(self) -> int | None:
+        """The ``n_agents`` option of a protocol with ``count_option_roles`` (None: not set)."""
+        return getattr(self.options, "n_agents", None) if self.count_option_roles else None
 
     def agent_order(self, team: Team) -> list[str]:
         """Agent ids in protocol order: roles in ``roles`` order, instances by index."""

@@ -23,7 +23,6 @@ from teamplay.envs.protocols.base import (
     RoleSpec,
     SkippableOptions,
     TurnSpec,
-    check_count_option,
     latest_per_agent,
     majority_of_latest,
 )
@@ -52,16 +51,10 @@ class Debate(Protocol):
     name = "debate"
     Options = DebateOptions
     roles = (RoleSpec("debater", DEBATER_PROMPT, count=3, min_count=2),)
+    count_option_roles = ("debater",)
     skip_means = MappingProxyType({
         "answer": "no first answer: the others read nothing from it and it does not vote",
         "debate": "keep: the debater's latest earlier answer is what the others read and what votes"})
-
-    def role_specs(self) -> tuple[RoleSpec, ...]:
-        return (RoleSpec("debater", DEBATER_PROMPT, count=self.options.n_agents or 3, min_count=2),)
-
-    def validate_team(self, team: Team) -> None:
-        super().validate_team(team)
-        check_count_option(self, team, "debater", self.options.n_agents)
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
         agents = team.role("debater").agent_ids()

@@ -51,7 +51,6 @@ from teamplay.envs.protocols.base import (
     RoleSpec,
     SkippableOptions,
     TurnSpec,
-    check_count_option,
 )
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.records import Message, TaskItem
@@ -180,16 +179,7 @@ class ProposerReviewer(Protocol):
         "propose": "keep: the pending answer stands (the first proposal skipped: no answer yet)",
         "review": "silence: no verdict, so the next proposal is not asked to revise"})
     answer_roles = ("proposer",)
-
-    def role_specs(self) -> tuple[RoleSpec, ...]:
-        n = self.options.n_agents or 1
-        return (RoleSpec("proposer", PROPOSER_PROMPT, count=n),
-                RoleSpec("reviewer", REVIEWER_PROMPT, count=n))
-
-    def validate_team(self, team: Team) -> None:
-        super().validate_team(team)
-        check_count_option(self, team, "proposer", self.options.n_agents)
-        check_count_option(self, team, "reviewer", self.options.n_agents)
+    count_option_roles = ("proposer", "reviewer")
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
         n_prop, n_rev = team.role("proposer").count, team.role("reviewer").count

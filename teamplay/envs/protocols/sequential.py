@@ -50,9 +50,7 @@ class Sequential(Protocol):
     name = "sequential"
     Options = SequentialOptions
     roles = (RoleSpec("solver", MEMBER_PROMPT, count=3),)
-
-    def role_specs(self) -> tuple[RoleSpec, ...]:
-        return (RoleSpec("solver", MEMBER_PROMPT, count=self.options.n_agents or 3),)
+    count_option_roles = ("solver",)
 
     def validate_team(self, team: Team) -> None:
         # any role names are welcome here; only the chain length can disagree with the option

@@ -18,7 +18,6 @@ from teamplay.envs.protocols.base import (
     ReplyPrefixOptions,
     RoleSpec,
     TurnSpec,
-    check_count_option,
     majority_of_latest,
 )
 from teamplay.envs.protocols.registry import register_protocol
@@ -41,14 +40,7 @@ class Vote(Protocol):
     name = "vote"
     Options = VoteOptions
     roles = (RoleSpec("solver", SOLVER_PROMPT, count=3),)
-
-    def role_specs(self) -> tuple[RoleSpec, ...]:
-        n = self.options.n_agents
-        return (RoleSpec("solver", SOLVER_PROMPT, count=n or 3),)
-
-    def validate_team(self, team: Team) -> None:
-        super().validate_team(team)
-        check_count_option(self, team, "solver", self.options.n_agents)
+    count_option_roles = ("solver",)
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
         return tuple(TurnSpec(agent=a, role="solver", stage="solve", round=0)
