@@ -167,6 +167,45 @@ def arith_items(n: int, split: str = "test", seed: int = 0):
     return task, task.load(split, limit=n, seed=seed)
 
 
+@dataclass(frozen=True)
+class ArithRollouts:
+    """An arith level-1 rollout set-up on a model (``arith_rollouts``).
+
+    Fields:
+        task: the arith task (level 1).
+        items: its problems.
+        make_env: builds a fresh env of the protocol with its default team (``env_factory``).
+        backend: ``HFBackend`` on ``load_team_model``'s team model, prompts cut at 1,536 tokens.
+        runner: ``RolloutRunner`` of ``make_env`` and ``backend`` with the set-up's sampling.
+        jobs: ``group`` jobs per problem, in problem order; problem ``p``'s group id is ``p{p}``.
+    """
+
+    task: Any
+    items: list[Any]
+    make_env: Callable[[], Any]
+    backend: Any
+    runner: Any
+    jobs: list[Any]
+
+
+def arith_rollouts(model: str, protocol: str, n_problems: int, group: int, max_new_tokens: int,
+                   temperature: float, options: dict[str, Any] | None = None, split: str = "test") -> ArithRollouts:
+    """The first ``n_problems`` arith items of ``split`` played by ``protocol`` (with ``options``)
+    on ``model`` through ``RolloutRunner``, ``group`` episodes per problem."""
+    from teamplay.agents.backends.hf import HFBackend
+    from teamplay.config import ProtocolConfig
+    from teamplay.records import SamplingParams
+    from teamplay.training.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.setup import env_factory
+
+    task, items = arith_items(n_problems, split=split)
+    make_env, team = env_factory(task, ProtocolConfig(name=protocol, options=options or {}), None)
+    backend = HFBackend(load_team_model(model, team), max_prompt_tokens=1536)
+    runner = RolloutRunner(make_env, backend, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature))
+    jobs = [RolloutJob(item, f"p{p}") for p, item in enumerate(items) for _ in range(group)]
+    return ArithRollouts(task, items, make_env, backend, runner, jobs)
+
+
 # ---------------------------------------------------------------------------------- BENCHMARKS.md
 def marker(name: str, end: bool) -> str:
     return f"<!-- bench:{name}:{'end' if end else 'start'} -->"

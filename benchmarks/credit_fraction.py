@@ -19,15 +19,7 @@ solver sees only the problem) and the table says so.
 from __future__ import annotations
 
 from benchmarks import credit_speed
-from benchmarks.common import (
-    EMBEDDED_MODEL,
-    Result,
-    arith_items,
-    fmt_pct,
-    load_team_model,
-    markdown_table,
-    script_main,
-)
+from benchmarks.common import EMBEDDED_MODEL, Result, arith_rollouts, fmt_pct, markdown_table, script_main
 
 #: the target: credit under this fraction of generation time, for teams up to 8 agents
 TARGET = 0.02
@@ -36,19 +28,11 @@ EPISODES_PER_PROBLEM = 8
 
 def generation_seconds_per_message(model: str, n_problems: int, group: int, max_new_tokens: int) -> dict:
     """Sampled rollouts of a 4-agent vote team; seconds, messages and tokens of the measured run."""
-    from teamplay.agents.backends.hf import HFBackend
-    from teamplay.config import ProtocolConfig
-    from teamplay.records import SamplingParams
-    from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import env_factory
-
-    task, items = arith_items(n_problems, split="train")
-    make_env, team = env_factory(task, ProtocolConfig(name="vote", options={"n_agents": 4}), None)
-    backend = HFBackend(load_team_model(model, team), max_prompt_tokens=1536)
-    runner = RolloutRunner(make_env, backend, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0))
-    jobs = [RolloutJob(item, f"p{p}") for p, item in enumerate(items) for _ in range(group)]
-    runner.run(jobs[:1], seed=10_000)  # warm-up
-    runner.run(jobs, seed=0)
+    setup = arith_rollouts(model, "vote", n_problems, group, max_new_tokens, temperature=1.0,
+                           options={"n_agents": 4}, split="train")
+    runner = setup.runner
+    runner.run(setup.jobs[:1], seed=10_000)  # warm-up
+    runner.run(setup.jobs, seed=0)
     stats = runner.last_stats
     return {"episodes": stats.episodes, "messages": stats.requests, "tokens": stats.tokens,
             "seconds": stats.seconds, "seconds_per_message": stats.seconds / stats.requests}

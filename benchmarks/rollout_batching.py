@@ -16,15 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmarks.common import (
-    EMBEDDED_MODEL,
-    Result,
-    arith_items,
-    fmt_ratio,
-    load_team_model,
-    markdown_table,
-    script_main,
-)
+from benchmarks.common import EMBEDDED_MODEL, Result, arith_rollouts, fmt_ratio, markdown_table, script_main
 
 #: the target ratio (batched tokens/s over one-at-a-time tokens/s) on a 2-core CPU
 TARGET = 3.0
@@ -61,18 +53,8 @@ class Comparison:
 
 def compare(model: str, protocol: str, options: dict, n_problems: int, max_new_tokens: int) -> Comparison:
     """Run ``n_problems`` arith jobs batched and one at a time under ``protocol``; see the module doc."""
-    from teamplay.agents.backends.hf import HFBackend
-    from teamplay.config import ProtocolConfig
-    from teamplay.records import SamplingParams
-    from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import env_factory
-
-    task, items = arith_items(n_problems)
-    make_env, team = env_factory(task, ProtocolConfig(name=protocol, options=options), None)
-    team_model = load_team_model(model, team)
-    backend = HFBackend(team_model, max_prompt_tokens=1536)
-    runner = RolloutRunner(make_env, backend, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
-    jobs = [RolloutJob(item, f"g{i}") for i, item in enumerate(items)]
+    setup = arith_rollouts(model, protocol, n_problems, 1, max_new_tokens, temperature=0.0, options=options)
+    runner, jobs = setup.runner, setup.jobs
 
     runner.run(jobs[:1])  # warm-up: first-call allocations and kernel selection are not measured
     batched = runner.run(jobs)

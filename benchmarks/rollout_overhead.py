@@ -23,15 +23,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import (
-    EMBEDDED_MODEL,
-    Result,
-    arith_items,
-    fmt_pct,
-    load_team_model,
-    markdown_table,
-    script_main,
-)
+from benchmarks.common import EMBEDDED_MODEL, Result, arith_rollouts, fmt_pct, markdown_table, script_main
 
 #: the target: total overhead under this fraction of the generation time
 TARGET = 0.10
@@ -74,34 +66,24 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     """``quick``: 2 problems x 2 episodes, 8 new tokens, one run of each variant; otherwise 8 x 4,
     48 new tokens, and the fastest of 3 interleaved runs of each variant."""
     import teamplay.credit.methods  # noqa: F401  (registers the credit methods)
-    from teamplay.agents.backends.hf import HFBackend
-    from teamplay.config import ProtocolConfig
     from teamplay.credit import CreditBatch, assign
-    from teamplay.records import SamplingParams
-    from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import env_factory
 
     n_problems, group, max_new, repeats = (2, 2, 8, 1) if quick else (8, 4, 48, 3)
-    task, items = arith_items(n_problems)
-    make_env, team = env_factory(task, ProtocolConfig(name="single"), None)
-    team_model = load_team_model(model, team)
-    backend = HFBackend(team_model, max_prompt_tokens=1536)
-    sampling = SamplingParams(max_new_tokens=max_new, temperature=0.0)
-    runner = RolloutRunner(make_env, backend, sampling)
-    jobs = [RolloutJob(item, f"p{p}") for p, item in enumerate(items) for _ in range(group)]
+    setup = arith_rollouts(model, "single", n_problems, group, max_new, temperature=0.0)
+    runner, jobs = setup.runner, setup.jobs
 
     # the raw variant's inputs: each env's first (and, for `single`, only) turn request
     requests = []
     for i, job in enumerate(jobs):
-        env = make_env()
+        env = setup.make_env()
         env.reset(seed=i, options={"item": job.item, "group_id": job.group_id})
         requests.append(env.infos[env.agent_selection]["turn"])
 
     runner.run(jobs[:1])  # warm-up
-    item_of = {f"p{p}": item for p, item in enumerate(items)}
+    item_of = {f"p{p}": item for p, item in enumerate(setup.items)}
     raw_runs, ours = [], []
     for _ in range(repeats):  # interleaved, so slow phases of a busy machine hit both variants
-        seconds, raw_tokens = raw_generate(backend, requests, max_new)
+        seconds, raw_tokens = raw_generate(setup.backend, requests, max_new)
         raw_runs.append(seconds)
         episodes = runner.run(jobs)
         stats = runner.last_stats
@@ -115,7 +97,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
         for method in ("grpo", "shapley"):
             start = time.perf_counter()
             for gid, eps in by_group.items():
-                assign(method, CreditBatch(tuple(eps), item_of[gid], task.score, task.extract))
+                assign(method, CreditBatch(tuple(eps), item_of[gid], setup.task.score, setup.task.extract))
             credit_seconds[method] = time.perf_counter() - start
         ours.append((stats.seconds + sum(credit_seconds.values()), stats, credit_seconds))
     # the fastest run of each variant: the one least disturbed by other processes
