@@ -13,6 +13,8 @@ prefixes the same way for one answer and stays in a usable range. The policy is 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,10 +26,11 @@ from teamplay.records import ChatMessage, Episode, TaskItem
 ANSWER_LEAD = "The answer is \\boxed{"
 
 
+@dataclass(frozen=True, eq=False, repr=False)  # a scorer: compared by identity, no repr of the model
 class AnswerProbability:
     """``prob(episode, n) -> float`` and ``prob.many([(episode, n), ...]) -> float64 [N]``.
 
-    Args:
+    Fields:
         team_model: the ``TeamModel`` (its tokenizer and ``completion_logprobs``).
         team: the team (the adapter of each agent's role).
         items: problems by id (the gold answer is ``item.reference``).
@@ -36,14 +39,12 @@ class AnswerProbability:
         batch_size: rows per forward pass.
     """
 
-    def __init__(self, team_model, team: Team, items: dict[str, TaskItem], instruction: str,
-                 max_prompt_tokens: int = 2048, batch_size: int = 32) -> None:
-        self.team_model = team_model
-        self.team = team
-        self.items = items
-        self.instruction = instruction
-        self.max_prompt_tokens = max_prompt_tokens
-        self.batch_size = batch_size
+    team_model: Any
+    team: Team
+    items: dict[str, TaskItem]
+    instruction: str
+    max_prompt_tokens: int = 2048
+    batch_size: int = 32
 
     def __call__(self, episode: Episode, n: int) -> float:
         return float(self.many([(episode, n)])[0])
