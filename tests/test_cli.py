@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from teamplay.cli import app
-from tests.tiny import save_tiny
+from tests.tiny import save_tiny, tiny_train_config
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 GSM8K_TEST = DATA / "gsm8k" / "test.jsonl"
@@ -91,18 +91,10 @@ def test_malformed_yaml_config_names_file_and_line(tmp_path):
 def test_train_then_resume_then_eval_checkpoint(tmp_path):
     model = save_tiny(tmp_path / "tiny")
     config = tmp_path / "train.yaml"
-    config.write_text(json.dumps({  # JSON is YAML
-        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
-        "backend": {"max_prompt_tokens": 1024},
-        "task": {"name": "arith", "split": "train", "limit": 16},
-        "eval_task": {"name": "arith", "split": "test", "limit": 4},
-        "protocol": {"name": "single"},
-        "rollout": {"problems_per_step": 2, "group_size": 4},
-        "sampling": {"max_new_tokens": 4, "temperature": 1.0},
-        "eval_sampling": {"max_new_tokens": 4},
-        "steps": 2, "checkpoint_every": 1, "tensorboard": False,
-        "output_dir": str(tmp_path / "run"),
-    }))
+    config.write_text(json.dumps(tiny_train_config(  # JSON is YAML
+        model, tmp_path / "run", limit=16, max_prompt_tokens=1024, problems_per_step=2, group_size=4,
+        max_new_tokens=4, eval_task={"name": "arith", "split": "test", "limit": 4},
+        eval_sampling={"max_new_tokens": 4}, steps=2, checkpoint_every=1)))
     result = invoke("train", "--config", config)
     assert result.exit_code == 0, result.output
     assert "before" in result.output and "after" in result.output

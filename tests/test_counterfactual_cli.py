@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from teamplay.cli import app
-from tests.tiny import save_tiny
+from tests.tiny import save_tiny, tiny_train_config
 
 # a user task with signal for a random tiny model: a lower-case first character (~10% of bytes)
 LOWER_TASK = textwrap.dedent('''
@@ -49,19 +49,13 @@ def test_counterfactual_method_trains_from_a_config(tmp_path, name):
     (tmp_path / "lower.py").write_text(LOWER_TASK)
     model = save_tiny(tmp_path / "tiny")
     config = tmp_path / "train.yaml"
-    config.write_text(json.dumps({
-        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
-        "backend": {"max_prompt_tokens": 512},
-        "task": {"name": f"{tmp_path / 'lower.py'}:LowerTask", "split": "train", "limit": 4},
+    config.write_text(json.dumps(tiny_train_config(
+        model, tmp_path / "run", task_name=f"{tmp_path / 'lower.py'}:LowerTask", problems_per_step=2, group_size=4,
+        max_new_tokens=2,
         # 3 rounds: a review can change the final proposal (with 2 it never matters, and replay
         # Shapley then needs no generation at all)
-        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
-        "rollout": {"problems_per_step": 2, "group_size": 4},
-        "sampling": {"max_new_tokens": 2, "temperature": 1.0},
-        "credit": CREDITS[name], "optim": {"lr": 0.01},
-        "steps": 2, "checkpoint_every": 2, "tensorboard": False, "log_episodes": 8,
-        "output_dir": str(tmp_path / "run"),
-    }))
+        protocol={"name": "proposer_reviewer", "options": {"rounds": 3}},
+        credit=CREDITS[name], optim={"lr": 0.01}, steps=2, checkpoint_every=2, log_episodes=8)))
     result = CliRunner().invoke(app, ["train", "--config", str(config)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     run = tmp_path / "run"

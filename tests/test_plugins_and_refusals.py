@@ -21,7 +21,7 @@ from teamplay.cli import app
 from teamplay.credit import CREDIT, credit_methods
 from teamplay.envs.protocols import protocol_names
 from teamplay.training.setup import TRAINER_RESOURCES
-from tests.tiny import save_tiny
+from tests.tiny import save_tiny, tiny_train_config
 
 runner = CliRunner()
 
@@ -89,17 +89,8 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def train_config(tmp_path: Path, model: str | Path, **sections) -> Path:
-    data = {
-        "model": {"name": str(model), "lora": {"r": 4, "alpha": 8}},
-        "backend": {"max_prompt_tokens": 512},
-        "task": {"name": "arith", "split": "train", "limit": 4},
-        "protocol": {"name": "single"},
-        "rollout": {"problems_per_step": 1, "group_size": 2},
-        "sampling": {"max_new_tokens": 3, "temperature": 1.0},
-        "steps": 1, "checkpoint_every": 1, "tensorboard": False, "log_episodes": 4,
-        "output_dir": str(tmp_path / "run"),
-    }
-    data.update(sections)
+    data = tiny_train_config(model, tmp_path / "run", **{"steps": 1, "checkpoint_every": 1, "log_episodes": 4,
+                                                        **sections})
     path = tmp_path / "train.yaml"
     path.write_text(json.dumps(data))  # JSON is YAML
     return path

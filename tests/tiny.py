@@ -9,12 +9,14 @@ ChatML instruct models), ``<pad>`` and ``<|im_start|>``. The ``chat_template`` i
     <|im_start|>system\\n...<|im_end|>\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n
 
 Nothing is downloaded. Outputs of the random model are gibberish but deterministic for a seed,
-which is all that generation, log-prob and trainer tests need.
+which is all that generation, log-prob and trainer tests need. ``tiny_train_config()`` is the
+config of a short ``teamplay train`` run of a saved tiny model.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -92,3 +94,23 @@ def save_tiny(folder: Path, seed: int = 0, **kwargs: int) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def tiny_train_config(model: str | Path, output_dir: str | Path, *, task_name: str = "arith", limit: int = 4,
+                      lora_r: int = 4, max_prompt_tokens: int = 512, problems_per_step: int = 1,
+                      group_size: int = 2, max_new_tokens: int = 3, **fields: Any) -> dict[str, Any]:
+    """A ``teamplay train`` config (as the dict a YAML file holds; JSON is YAML) of a short run of
+    the tiny model saved at ``model``, writing to ``output_dir``: the first ``limit`` problems of
+    ``task_name``'s train split, protocol single, a LoRA adapter of rank ``lora_r`` (alpha
+    ``2 * lora_r``), prompts cut at ``max_prompt_tokens``, ``problems_per_step`` problems a step with
+    ``group_size`` episodes each, up to ``max_new_tokens`` sampled at temperature 1, no TensorBoard.
+    ``fields`` add top-level fields or replace them whole (``protocol``, ``steps``, ``task``, ...)."""
+    return {
+        "model": {"name": str(model), "lora": {"r": lora_r, "alpha": 2 * lora_r}},
+        "backend": {"max_prompt_tokens": max_prompt_tokens},
+        "task": {"name": task_name, "split": "train", "limit": limit},
+        "protocol": {"name": "single"},
+        "rollout": {"problems_per_step": problems_per_step, "group_size": group_size},
+        "sampling": {"max_new_tokens": max_new_tokens, "temperature": 1.0},
+        "tensorboard": False, "output_dir": str(output_dir), **fields,
+    }

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from teamplay.cli import app
+from tests.tiny import tiny_train_config
 
 runner = CliRunner()
 
@@ -37,17 +38,9 @@ def error_line(result) -> str:
 def train_config(folder: Path, model: Path, run: Path) -> Path:
     """A two-step run of the tiny model on arith, one checkpoint per step (JSON is YAML)."""
     path = folder / "train.yaml"
-    path.write_text(json.dumps({
-        "model": {"name": str(model), "lora": {"r": 2, "alpha": 4}},
-        "backend": {"max_prompt_tokens": 512},
-        "task": {"name": "arith", "split": "train", "limit": 8},
-        "protocol": {"name": "single"},
-        "rollout": {"problems_per_step": 2, "group_size": 2},
-        "sampling": {"max_new_tokens": 2, "temperature": 1.0},
-        "optim": {"lr": 0.05},
-        "steps": 2, "checkpoint_every": 1, "keep_checkpoints": 3, "tensorboard": False,
-        "output_dir": str(run),
-    }))
+    path.write_text(json.dumps(tiny_train_config(
+        model, run, limit=8, lora_r=2, problems_per_step=2, max_new_tokens=2,
+        optim={"lr": 0.05}, steps=2, checkpoint_every=1, keep_checkpoints=3)))
     return path
 
 

@@ -11,6 +11,7 @@ import textwrap
 from safetensors.torch import load_file
 
 from tests.reliability.helpers import EVEN_TASK, error_line, invoke
+from tests.tiny import tiny_train_config
 
 PLUGIN = EVEN_TASK + textwrap.dedent('''
     """A user's task with reward variance on the tiny model, and a credit method gone bad."""
@@ -49,17 +50,10 @@ def config(tmp_path, model, method: str, **extra) -> object:
     plugin = tmp_path / "my_plugin.py"
     plugin.write_text(PLUGIN + METHODS[method])
     path = tmp_path / "train.yaml"
-    path.write_text(json.dumps({
-        "model": {"name": str(model), "lora": {"r": 2, "alpha": 4}},
-        "backend": {"max_prompt_tokens": 512},
-        "task": {"name": f"{plugin}:EvenTask", "split": "train", "limit": 4},
-        "protocol": {"name": "single"},
-        "credit": {"method": f"{plugin}:{method}"},
-        "rollout": {"problems_per_step": 2, "group_size": 8},
-        "sampling": {"max_new_tokens": 2, "temperature": 1.0},
-        "steps": 4, "checkpoint_every": 1, "keep_checkpoints": 5, "tensorboard": False,
-        "output_dir": str(tmp_path / "run"), **extra,
-    }))
+    path.write_text(json.dumps(tiny_train_config(
+        model, tmp_path / "run", task_name=f"{plugin}:EvenTask", lora_r=2, problems_per_step=2, group_size=8,
+        max_new_tokens=2, credit={"method": f"{plugin}:{method}"},
+        **{"steps": 4, "checkpoint_every": 1, "keep_checkpoints": 5, **extra})))
     return path
 
 

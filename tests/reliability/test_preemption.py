@@ -47,6 +47,7 @@ from tests.reliability.helpers import (
     slow_train_script,
     warning_line,
 )
+from tests.tiny import tiny_train_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,19 +79,11 @@ def make_config(tmp_path_factory, tiny_model):
 
     def make(run: Path) -> Path:
         path = run.parent / f"{run.name}.yaml"
-        path.write_text(json.dumps({  # JSON is YAML
-            "model": {"name": str(tiny_model), "lora": {"r": 2, "alpha": 4}},
-            "backend": {"max_prompt_tokens": 512},
-            "task": {"name": f"{plugin}:EvenTask", "split": "train", "limit": 4},
-            "eval_task": {"name": f"{plugin}:EvenTask", "split": "test", "limit": 2},
-            "protocol": {"name": "single"},
-            "rollout": {"problems_per_step": 2, "group_size": 4},
-            "sampling": {"max_new_tokens": 2, "temperature": 1.0},
-            "eval_sampling": {"max_new_tokens": 2},
-            "optim": {"lr": 0.05},
-            "steps": 4, "eval_every": 3, "checkpoint_every": 4, "keep_checkpoints": 5, "tensorboard": False,
-            "output_dir": str(run),
-        }))
+        path.write_text(json.dumps(tiny_train_config(  # JSON is YAML
+            tiny_model, run, task_name=f"{plugin}:EvenTask", lora_r=2, problems_per_step=2, group_size=4,
+            max_new_tokens=2, eval_task={"name": f"{plugin}:EvenTask", "split": "test", "limit": 2},
+            eval_sampling={"max_new_tokens": 2}, optim={"lr": 0.05},
+            steps=4, eval_every=3, checkpoint_every=4, keep_checkpoints=5)))
         return path
 
     return make
