@@ -78,8 +78,10 @@ def test_dgpo_softmax_variant_hand_worked():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.floats(-3, 3), st.floats(0, 1),
-       st.one_of(st.none(), st.floats(0.05, 5)), st.integers(0, 2**31 - 1))
+# no subnormal advantage: the bounds below divide the row by it, and A * w of a subnormal A keeps
+# too few bits for w to come back (A = 5e-324 gives w in {0, 1, 2})
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.floats(-3, 3, allow_subnormal=False),
+       st.floats(0, 1), st.one_of(st.none(), st.floats(0.05, 5)), st.integers(0, 2**31 - 1))
 def test_dgpo_conserves_each_message_total(lengths, adv, mix, temperature, seed):
     rng = np.random.default_rng(seed)
     ep = episode(lengths)
