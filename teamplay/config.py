@@ -328,9 +328,14 @@ class ObjectiveConfig(_Section):
     """The policy-gradient objective.
 
     Combinations with no meaning are refused at load, never silently dropped: GSPO has its own
-    sequence-level aggregation and no KL term, so ``loss_agg``, ``kl_beta``, ``kl_clamp`` and
-    ``dual_clip`` are refused with it; ``logratio_clamp`` is GSPO's only; ``kl_clamp`` needs
-    ``kl_beta > 0``; ``norm_tokens`` belongs to ``loss_agg: seq_mean_token_sum_norm``.
+    sequence-level aggregation and no KL term, so ``loss_agg``, ``kl_beta``, ``kl_clamp``,
+    ``dual_clip`` and ``norm_tokens`` are refused with it unless they keep their defaults;
+    ``logratio_clamp`` is GSPO's only; ``kl_clamp`` needs ``kl_beta > 0``; ``norm_tokens`` belongs
+    to ``loss_agg: seq_mean_token_sum_norm``.
+
+    Every rule reads the values, never which fields were given: a dumped config (``model_dump``,
+    every field given) must validate to the same config, since the federated sites, ``--resume``,
+    ``export`` and ``eval --team`` all read a run's config back from its dump.
     """
 
     name: Literal["grpo", "gspo"] = Field("grpo", description="grpo: token-level ratio; gspo: "
@@ -355,15 +360,16 @@ class ObjectiveConfig(_Section):
     @model_validator(mode="after")
     def _meaningful_combination(self) -> ObjectiveConfig:
         """A field the chosen objective ignores is refused, never silently dropped."""
-        given = self.model_fields_set
         if self.name == "gspo":
             for name, why in (("loss_agg", "gspo aggregates per sequence (length-normalised ratio)"),
                               ("kl_beta", "the gspo objective has no KL term"),
                               ("kl_clamp", "the gspo objective has no KL term"),
                               ("dual_clip", "dual-clip is defined for the token ratio of grpo"),
                               ("norm_tokens", "gspo aggregates per sequence")):
-                # kl_beta: 0 is accepted (it means "no KL", which GSPO is); any other value given is refused
-                if name in given and not (name == "kl_beta" and self.kl_beta == 0):
+                # each default is what gspo does anyway: no KL (kl_beta 0, kl_clamp None), no dual
+                # clip, and a mean over each sequence's tokens then over sequences (seq_mean_token_mean,
+                # norm_tokens None); so a default, given or not, drops nothing
+                if getattr(self, name) != type(self).model_fields[name].default:
                     raise ValueError(f"objective.{name}: {why}, so it does not apply to name 'gspo'; "
                                      f"remove it or use objective.name: grpo")
         elif self.logratio_clamp is not None:
