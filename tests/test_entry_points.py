@@ -77,5 +77,4 @@ def test_the_composition_root_picks_in_process_parts_without_distributed(tmp_pat
     assert parts_for(cfg) is local_parts
     trainer = make_trainer(cfg)
     assert isinstance(trainer.runner, LocalRunner) and isinstance(trainer.learner, LocalLearner)
-    assert trainer.learner.resolves_token_rules
     trainer.close()

@@ -90,10 +90,12 @@ class MultiBaseTeamModel:
                                                       share_prompts=share_prompts)
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                           adapter: str, temperature: float = 1.0, return_distributions: bool = False):
+                           adapter: str, temperature: float = 1.0, return_distributions: bool = False,
+                           share_prompts: bool = True):
         """Log-probs under ``adapter``'s own base with adapters disabled (the KL reference)."""
         return self.part(adapter).reference_logprobs(prompt_ids, completion_ids, adapter, temperature,
-                                                     return_distributions=return_distributions)
+                                                     return_distributions=return_distributions,
+                                                     share_prompts=share_prompts)
 
     # ------------------------------------------------------------------ save / load
     def save_adapters(self, folder: str | Path) -> Path:

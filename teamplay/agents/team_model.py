@@ -319,13 +319,15 @@ class TeamModel:
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                            adapter: str | None = None, temperature: float = 1.0,
-                           return_distributions: bool = False):
+                           return_distributions: bool = False, share_prompts: bool = True):
         """``completion_logprobs`` of the reference policy of ``adapter`` (the base model with
         adapters disabled), without gradients. ``adapter`` only names whose reference is meant: with
-        one base every adapter has the same one (a multi-base team routes it to the adapter's base)."""
+        one base every adapter has the same one (a multi-base team routes it to the adapter's base).
+        ``share_prompts=False`` runs one forward pass whatever the prompts (sharded ranks must all
+        run the same number)."""
         with torch.no_grad(), self.disabled_adapters():
             return self.completion_logprobs(prompt_ids, completion_ids, adapter=None, temperature=temperature,
-                                            return_distributions=return_distributions, share_prompts=True)
+                                            return_distributions=return_distributions, share_prompts=share_prompts)
 
     # ------------------------------------------------------------------ save / load
     def save_adapters(self, folder: str | Path) -> Path:

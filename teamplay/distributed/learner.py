@@ -12,7 +12,9 @@ optimiser state dict is interchangeable with a checkpoint's). ``PolicyUpdater`` 
 with this rank's share of every minibatch; gradients are summed with one all-reduce of the flat
 LoRA gradient per optimiser step. That is DDP's arithmetic without DDP's wrapper: the wrapper's
 per-bucket hooks assume one forward pass per step over the same parameters, while a team step
-runs one pass per adapter and leaves the other adapters' parameters unused.
+runs one pass per adapter and leaves the other adapters' parameters unused. A per-message token
+rule is applied inside the update here too, from the forward pass of the rank that scores the
+sample, as in one process; ``LearnerGroup.resolved_tokens`` joins the rows the ranks resolved.
 
 ``distributed.learner_strategy: fsdp`` is for a base that does not fit one device: each rank then
 shards the frozen base and the LoRA parameters with torch's FSDP2 ``fully_shard`` (every decoder
@@ -72,6 +74,13 @@ class TorchGroup:
             n = p.numel()
             p.grad = flat[offset:offset + n].view_as(p).clone()
             offset += n
+
+    def share_resolved(self, resolved: dict[int, tuple[float, ...]]) -> dict[int, tuple[float, ...]]:
+        import torch.distributed as dist
+
+        parts: list[dict[int, tuple[float, ...]] | None] = [None] * self.world
+        dist.all_gather_object(parts, resolved)
+        return {i: row for part in parts for i, row in (part or {}).items()}
 
     def _device(self) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
@@ -158,11 +167,14 @@ class LearnerRank:
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
 
-    def update(self, samples: Sequence[PolicySample], step: int, lr: float) -> dict[str, Any]:
-        """One step's update at learning rate ``lr`` (the driver's schedule)."""
+    def update(self, samples: Sequence[PolicySample], step: int,
+               lr: float) -> tuple[dict[str, Any], dict[int, tuple[float, ...]]]:
+        """One step's update at learning rate ``lr`` (the driver's schedule): this rank's metrics and
+        the token rows its updater resolved, by index into ``samples`` (the whole step's list)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        return self.updater.update(samples, step)
+        metrics = self.updater.update(samples, step)
+        return metrics, self.updater.resolved_tokens
 
     def weights(self, version: int) -> AdapterWeights:
         """The full adapters (sharded: a collective, every rank must call it)."""
@@ -194,6 +206,8 @@ class LearnerGroup:
         self.actors = ActorGroup(LearnerRank, lambda rank: (cfg, team, rank, world), world,
                                  dist_cfg.resources.learner)
         self.ranks, self.pids = self.actors.actors, self.actors.pids
+        #: the token rows the ranks' last update resolved (per-message token rules), by sample index
+        self.resolved_tokens: dict[int, tuple[float, ...]] = {}
         host, port = self._get(self.ranks[0].rendezvous.remote())
         self._get([r.init_group.remote(host, port) for r in self.ranks])
 
@@ -202,10 +216,12 @@ class LearnerGroup:
         self._get([r.load_state.remote(w, o) for r in self.ranks])
 
     def update(self, samples: Sequence[PolicySample], step: int, lr: float) -> dict[str, Any]:
-        """Every rank updates on its shares; returns rank 0's metrics."""
+        """Every rank updates on its shares; returns rank 0's metrics. The token rows each rank
+        resolved in its shares join in ``resolved_tokens`` (by index into ``samples``)."""
         ref = self.ray.put(list(samples))
         results = self._get([r.update.remote(ref, step, lr) for r in self.ranks])
-        return results[0]
+        self.resolved_tokens = {i: row for _, rows in results for i, row in rows.items()}
+        return results[0][0]
 
     def weights(self, version: int) -> AdapterWeights:
         return self._first(self._get(self._gather("weights", version)))

@@ -106,17 +106,18 @@ class DriverLearner(OptimizerOwner):
     workers. The driver's optimiser only holds rank 0's state for checkpoints (and the state a
     resumed run sends out); the schedule is the driver's.
 
-    Each rank scores only its share of a minibatch, so per-message token rules are not applied
-    inside the update: the trainer computes token statistics before it (``resolves_token_rules``).
+    Per-message token rules are applied inside the ranks' update, each sample's by the rank that
+    scores it; ``resolved_tokens`` holds the rows of the last update, joined over the ranks.
     """
-
-    resolves_token_rules = False
 
     def __init__(self, cfg: TrainConfig, group: LearnerGroup, pool: Pool, team_model,
                  trainable: Sequence[str]) -> None:
         super().__init__(cfg, team_model, trainable)
         self.group, self.pool, self.team_model = group, pool, team_model
-        self.resolved_tokens: dict[int, tuple[float, ...]] = {}
+
+    @property
+    def resolved_tokens(self) -> dict[int, tuple[float, ...]]:
+        return self.group.resolved_tokens
 
     def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
         out = self.group.update(samples, step, self.lr)
@@ -146,7 +147,6 @@ class RayParts:
     capacity, starts the rollout workers and learner ranks. Anything that fails on the way ends
     what was started (and the cluster, if it started it)."""
 
-    resolves_token_rules = False
     driver_backend = "hf"
 
     def __call__(self, cfg: TrainConfig, run: RunParts, trainable: Sequence[str]) -> tuple[PoolRunner, DriverLearner]:

@@ -59,17 +59,16 @@ class Learner(Protocol):
 
     ``update(samples, step)`` runs every epoch and minibatch of the step and returns its metrics (at
     least ``optimizer_steps``; an optimiser step it skipped for a non-finite loss or gradient is
-    listed in ``nonfinite_skips``). A learner with ``resolves_token_rules`` applies per-message
-    token rules inside its update and leaves the token advantages it computed in
-    ``resolved_tokens`` (by sample index). ``end_step()`` advances the schedule (once per trainer
-    step, also when no update happened); ``lr`` is the current learning rate. ``share_state(version)``
-    makes every copy of the adapters and optimiser state equal to the trainer's team model (before
-    the first step or evaluation, and after a resume). ``checkpoint_state()`` returns the optimiser
-    and scheduler whose state a checkpoint saves; ``load_state(optimizer, scheduler)`` restores them
-    from one (raising ValueError/KeyError/TypeError when they do not fit).
+    listed in ``nonfinite_skips``). It applies per-message token rules (``PolicySample.token_rule``)
+    inside its update and leaves the token advantages it computed in ``resolved_tokens`` (by index
+    into ``samples``). ``end_step()`` advances the schedule (once per trainer step, also when no
+    update happened); ``lr`` is the current learning rate. ``share_state(version)`` makes every copy
+    of the adapters and optimiser state equal to the trainer's team model (before the first step or
+    evaluation, and after a resume). ``checkpoint_state()`` returns the optimiser and scheduler
+    whose state a checkpoint saves; ``load_state(optimizer, scheduler)`` restores them from one
+    (raising ValueError/KeyError/TypeError when they do not fit).
     """
 
-    resolves_token_rules: bool
     resolved_tokens: dict[int, tuple[float, ...]]
     params: dict[str, list[torch.nn.Parameter]]
 
@@ -91,12 +90,9 @@ class Learner(Protocol):
 
 class PartsFactory(Protocol):
     """Builds a run's ``(Runner, Learner)`` from its wiring (``setup.RunParts``) and trainable
-    adapters. ``resolves_token_rules`` (read before the run is wired: it decides what the rollouts
-    record) says whether its learner applies per-message token rules inside the update;
-    ``driver_backend`` names the generation backend of the trainer's own process when it must
-    differ from the config's (``None``: the config's)."""
+    adapters. ``driver_backend`` names the generation backend of the trainer's own process when it
+    must differ from the config's (``None``: the config's)."""
 
-    resolves_token_rules: bool
     driver_backend: str | None
 
     def __call__(self, cfg: TrainConfig, run: Any, trainable: Sequence[str]) -> tuple[Runner, Learner]: ...
@@ -184,8 +180,6 @@ class LocalLearner(OptimizerOwner):
     """The in-process learner: ``PolicyUpdater`` on the trainable adapters of the trainer's own team
     model. A vLLM backend reloads the adapters after each update."""
 
-    resolves_token_rules = True
-
     def __init__(self, cfg: TrainConfig, team_model, trainable: Sequence[str], backend) -> None:
         super().__init__(cfg, team_model, trainable)
         self.updater = PolicyUpdater(cfg, team_model, self.params, self.optimizer)
@@ -211,7 +205,6 @@ class LocalLearner(OptimizerOwner):
 class LocalParts:
     """The in-process ``PartsFactory``: ``LocalRunner`` and ``LocalLearner``."""
 
-    resolves_token_rules = True
     driver_backend = None
 
     def __call__(self, cfg: TrainConfig, run: Any, trainable: Sequence[str]) -> tuple[LocalRunner, LocalLearner]:

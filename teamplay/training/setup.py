@@ -96,15 +96,13 @@ def sampling_params(cfg: SamplingConfig, seed: int | None = None, entropies: boo
                           top_p=cfg.top_p, top_k=cfg.top_k, seed=seed, entropies=entropies)
 
 
-def rollout_sampling(cfg: TrainConfig, rules_in_update: bool = False) -> SamplingParams:
+def rollout_sampling(cfg: TrainConfig) -> SamplingParams:
     """The training rollouts' sampling: ``cfg.sampling``, recording token entropies when the
-    token-level credit method reads them from the messages. ``rules_in_update``: the trainer applies
-    per-message methods (``row``) inside its update, from the update's own forward pass, so such a
-    method reads no recorded entropies."""
+    token-level credit method reads them from the messages. A per-message method (``row``) reads
+    them from the update's own forward pass instead (every learner applies it there)."""
     token = cfg.credit.token
     method = get_token_credit(token.method) if token is not None else None
-    wants = (method is not None and "entropies" in method.needs
-             and not (rules_in_update and method.row is not None))
+    wants = method is not None and "entropies" in method.needs and method.row is None
     return sampling_params(cfg.sampling, entropies=wants)
 
 
@@ -340,16 +338,15 @@ class RunParts:
 
 def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | None = None,
               task: Task | None = None, items: Sequence[TaskItem] | None = None,
-              eval_items: Sequence[TaskItem] | None = None, rules_in_update: bool = False,
-              backend_name: str | None = None) -> RunParts:
+              eval_items: Sequence[TaskItem] | None = None, backend_name: str | None = None) -> RunParts:
     """Wire a training run from its config: items, controllers, env factories (training decides with
     the controllers' "train" mode, held-out evaluation as ``teamplay eval`` would), the team model
     and backend (built unless given), and the rollouts' decoding.
 
     ``task`` with ``items`` (and ``eval_items``) replace the config's task sections, for a task
-    defined in Python. Errors are ConfigErrors raised before the model loads. ``rules_in_update``:
-    see :func:`rollout_sampling`. ``backend_name`` replaces ``backend.name`` for this process's
-    backend (the driver of a distributed run generates with hf, whatever its workers use).
+    defined in Python. Errors are ConfigErrors raised before the model loads. ``backend_name``
+    replaces ``backend.name`` for this process's backend (the driver of a distributed run generates
+    with hf, whatever its workers use).
     """
     if task is not None:
         if not items:
@@ -391,7 +388,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         backend = mixed_backend(backend, team)  # a given model backend still plays only the LLM roles
     return RunParts(task=train_task, items=train_items, eval_task=eval_task, eval_items=held_out,
                     controllers=controllers, team=team, make_env=make_env, make_eval_env=make_eval_env,
-                    team_model=team_model, backend=backend, sampling=rollout_sampling(cfg, rules_in_update))
+                    team_model=team_model, backend=backend, sampling=rollout_sampling(cfg))
 
 
 def seed_everything(seed: int) -> None:

@@ -79,10 +79,9 @@ class Learner(Protocol):
 
     ``update(samples, step)`` runs every epoch and minibatch of the step and returns its metrics
     (at least ``optimizer_steps``; an optimiser step it skipped for a non-finite loss or gradient
-    is listed in ``nonfinite_skips``, which the trainer warns about and counts). A learner that
-    applies token rules inside the update (the trainer's ``resolves_token_rules``) also leaves the
-    token advantages it computed in ``resolved_tokens`` (by sample index), for the step's records
-    and logs.
+    is listed in ``nonfinite_skips``, which the trainer warns about and counts). It applies the
+    samples' per-message token rules inside the update and leaves the token advantages it computed
+    in ``resolved_tokens`` (by sample index), for the step's records and logs.
     """
 
     def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]: ...

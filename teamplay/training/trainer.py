@@ -11,7 +11,8 @@ What one step really does:
        with `credit.token`, one batched no-grad pass computes the token statistics the token
        method declares (entropies, reference or teacher log-probs, ...) and the token method
        spreads each message's advantage over its tokens (for the listed roles; the others keep
-       one advantage per message, in the same step);
+       one advantage per message, in the same step); a per-message method (``dgpo``) is applied
+       in step 5 instead, from the update's own forward pass (on every learner, distributed too);
     5. for `epochs` passes over shuffled minibatches of messages, each minibatch split by the
        adapter that wrote each message: log-probs under the current adapter, the reference
        log-probs with adapters disabled (only when the KL weight is > 0), the GRPO (token ratio)
@@ -170,7 +171,7 @@ class Trainer:
         checked = check_run(cfg)
         seed_everything(cfg.seed)
         run = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items, eval_items=eval_items,
-                        rules_in_update=parts.resolves_token_rules, backend_name=parts.driver_backend)
+                        backend_name=parts.driver_backend)
         self.task, self.items = run.task, run.items
         self.eval_task, self.eval_items = run.eval_task, run.eval_items
         self.controllers, self.team, self.team_model = run.controllers, run.team, run.team_model
@@ -179,8 +180,8 @@ class Trainer:
         method = checked.token_method
         if method is not None:
             self._token_keeps_zero_variance = method.wants_zero_variance_groups(checked.token_options)
-            if method.row is not None and parts.resolves_token_rules:
-                # a per-message method: the update applies it from its own forward pass, no extra pass
+            if method.row is not None:
+                # a per-message method: every learner applies it from its update's own forward pass
                 self._token_rule = TokenRule(method.name, checked.token_options)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]

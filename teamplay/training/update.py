@@ -24,6 +24,14 @@ collectively. There each rank runs one pass per adapter of the whole minibatch; 
 no sample in the rank's share runs one of the minibatch's samples of that adapter with weight 0
 (it adds nothing to the gradient and nothing to the metrics), and a non-finite loss does not
 stop the passes (the step is then skipped on every rank).
+
+Per-message token rules (``PolicySample.token_rule``) take the same route on every learner: a
+sample's token advantages come from the forward pass that first scores it (epoch 1, on the rank
+whose share holds it), are kept for the later epochs and left in ``resolved_tokens`` keyed by the
+sample's index in the update's list. With several ranks, the ranks share what they resolved before
+the next epoch (it may hand a sample to another rank), and a lock-step group decides whether an
+adapter's pass needs the reference over the whole minibatch, so every rank runs it or none does
+(on the plain path, one forward pass whatever the prompts of its share: the KL term's too).
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ from teamplay.training.nonfinite import SkippedUpdate, finite_gradient_flags
 from teamplay.training.samples import PolicySample
 from teamplay.training.token_stats import stats_from_distributions
 
+#: the token statistics read from the reference policy's pass
+REFERENCE_NEEDS = frozenset({"ref_logprobs", "hellinger"})
+
 
 class DataParallel(Protocol):
     """What the updater needs of a data-parallel group (``world == 1``: a no-op group)."""
@@ -56,6 +67,10 @@ class DataParallel(Protocol):
 
     def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Replace each parameter's gradient by the sum over ranks (a missing gradient counts as 0)."""
+
+    def share_resolved(self, resolved: dict[int, tuple[float, ...]]) -> dict[int, tuple[float, ...]]:
+        """The union of every rank's ``resolved`` token rows (by sample index; a sample is resolved
+        by one rank, or by each with equal rows)."""
 
 
 class PolicyUpdater:
@@ -89,11 +104,7 @@ class PolicyUpdater:
         temperature = self.cfg.sampling.temperature
         params = [p for ps in self.params.values() for p in ps]
         lockstep = bool(getattr(self.group, "lockstep", False))
-        if lockstep and any(s.token_rule is not None for s in samples):
-            # a rule's extra reference pass would run on the ranks whose share holds such a sample
-            # only; the distributed trainer computes token advantages in the driver instead
-            raise ValueError("token rules are resolved in the driver for a lock-step (FSDP) learner; "
-                             "send samples with token_advantages")
+        rules = any(s.token_rule is not None for s in samples)
         for epoch in range(cfg.epochs):
             rng = np.random.default_rng([self.cfg.seed, step, epoch])
             order = rng.permutation(len(samples))
@@ -112,7 +123,11 @@ class PolicyUpdater:
                             placeholders.setdefault(samples[i].adapter, [int(i)])
                 for adapter, indices in sorted({**by_adapter, **placeholders}.items()):
                     part = [samples[i] for i in indices]
-                    loss, s, entropy = self.loss(adapter, part, temperature, indices)
+                    # lock step: the whole minibatch's share of this adapter decides the reference pass
+                    reference = self._needs_reference(samples, [int(i) for i in mb if samples[i].adapter == adapter]) \
+                        if lockstep else None
+                    loss, s, entropy = self.loss(adapter, part, temperature, indices,
+                                                 resolve=adapter not in placeholders, reference=reference)
                     # len(mb): the whole minibatch; a placeholder pass only keeps the ranks in step
                     weight = 0.0 if adapter in placeholders else len(part) / len(mb) / cfg.grad_accum
                     if not torch.isfinite(loss):
@@ -151,6 +166,10 @@ class PolicyUpdater:
                     self.optimizer.step()
                     self.optimizer.zero_grad(set_to_none=True)
                     optimizer_steps += 1
+            if rules and self.group is not None and epoch + 1 < cfg.epochs:
+                # the next epoch may score a sample on another rank: it must use the rows of the
+                # sample's first scoring, as one process would, not resolve them again
+                self.resolved_tokens = self.group.share_resolved(self.resolved_tokens)
             stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
             stats["clip_fraction"].extend(clip_epoch)
         out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
@@ -161,28 +180,36 @@ class PolicyUpdater:
         return out
 
     def loss(self, adapter: str, part: Sequence[PolicySample], temperature: float,
-             indices: Sequence[int] | None = None):
+             indices: Sequence[int] | None = None, resolve: bool = True, reference: bool | None = None):
         """Loss of one adapter's share of a minibatch, its stats, and the sampled-token entropy.
 
         The entropy is estimated as the mean of -log p of the sampled tokens (an unbiased estimate
         of the policy's per-token entropy under its own samples; no full-vocabulary pass needed).
         ``indices`` (the samples' positions in the update's list) key ``resolved_tokens``.
+        ``resolve``: apply the token rules of the samples not resolved yet (False for a lock-step
+        placeholder pass: another rank resolves its sample). ``reference``: whether to run the
+        reference pass; ``None`` decides from this share (the KL term, the rules' needs); a bool is
+        a lock-step group's decision over the whole minibatch, and the reference then takes the
+        plain path (one forward pass, where the shared-prompt path's count depends on the prompts).
         """
         obj = self.cfg.objective
         indices = list(indices) if indices is not None else list(range(len(part)))
         prompts = [list(s.prompt_ids) for s in part]
         completions = [list(s.completion_ids) for s in part]
-        pending = [k for k, s in enumerate(part) if s.token_rule is not None and indices[k] not in self.resolved_tokens]
-        ref = None
+        pending = self._pending(part, indices) if resolve else []
         if pending:  # token rules read this pass's full distributions (and the reference's)
             logp_all, targets, mask = self.team_model.completion_logprobs(
                 prompts, completions, adapter=adapter, temperature=temperature, return_distributions=True)  # [b, C, V]
             logp = _masked(logp_all.gather(-1, targets[..., None]).squeeze(-1), mask)  # [b, C]
-            ref = self._resolve_tokens(adapter, part, indices, pending, prompts, completions, logp_all.detach(),
-                                       targets, temperature)
         else:
             logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
                                                              temperature=temperature)  # [b, C], [b, C]
+        lq = ref = None  # the reference's distributions [b, C, V] (for rules) and token log-probs [b, C]
+        if self._wants_reference([part[k] for k in pending]) if reference is None else reference:
+            lq, ref = self._reference(adapter, prompts, completions, temperature, distributions=bool(pending),
+                                      share_prompts=reference is None)
+        if pending:
+            self._resolve_tokens(part, indices, pending, logp_all.detach(), lq, targets)
         # built where the log-probs live (the learner's GPU when there is one)
         old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype, logp.device)  # [b, C]
         if any(s.token_advantages is not None or s.token_rule is not None for s in part):
@@ -194,11 +221,38 @@ class PolicyUpdater:
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
-        if obj.kl_beta > 0 and ref is None:  # the reference policy of this adapter: its base, adapters disabled
-            ref, _ = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature)
         loss, stats = objective_loss(obj, logp, old, ref if obj.kl_beta > 0 else None, adv, mask,
                                      norm_tokens=self.cfg.sampling.max_new_tokens)
         return loss, stats, entropy
+
+    def _pending(self, part: Sequence[PolicySample], indices: Sequence[int]) -> list[int]:
+        """Positions in ``part`` of the samples with a token rule not resolved yet."""
+        return [k for k, s in enumerate(part) if s.token_rule is not None and indices[k] not in self.resolved_tokens]
+
+    def _wants_reference(self, pending: Sequence[PolicySample]) -> bool:
+        """Whether a pass runs the reference policy: for the KL term, or for a rule of ``pending`` that reads it."""
+        needs = set().union(*(get_token_credit(s.token_rule.method).needs for s in pending if s.token_rule))
+        return self.cfg.objective.kl_beta > 0 or bool(needs & REFERENCE_NEEDS)
+
+    def _needs_reference(self, samples: Sequence[PolicySample], indices: Sequence[int]) -> bool:
+        """A lock-step group's reference decision for one adapter's pass: over ``samples[indices]``,
+        that adapter's samples of the whole minibatch, the same on every rank (the ranks share their
+        resolved rows before each epoch, so they agree on which are pending)."""
+        part = [samples[i] for i in indices]
+        return self._wants_reference([part[k] for k in self._pending(part, indices)])
+
+    def _reference(self, adapter: str, prompts: list[list[int]], completions: list[list[int]], temperature: float,
+                   distributions: bool, share_prompts: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The reference pass (adapters disabled, no grad): its full distributions [b, C, V] when
+        ``distributions`` (else ``None``) and the sampled tokens' log-probs [b, C] (0 on padding)."""
+        if not distributions:
+            ref, _ = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
+                                                        share_prompts=share_prompts)  # [b, C]
+            return None, ref
+        lq, targets, mask = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
+                                                               return_distributions=True,
+                                                               share_prompts=share_prompts)  # [b, C, V]
+        return lq, _masked(lq.gather(-1, targets[..., None]).squeeze(-1), mask)  # [b, C]
 
     def _tokens_of(self, sample: PolicySample, index: int) -> Sequence[float]:
         if sample.token_advantages is not None:
@@ -207,26 +261,19 @@ class PolicyUpdater:
             return self.resolved_tokens[index]
         return (sample.advantage,) * len(sample.completion_ids)
 
-    def _resolve_tokens(self, adapter: str, part: Sequence[PolicySample], indices: Sequence[int],
-                        pending: Sequence[int], prompts: list[list[int]], completions: list[list[int]],
-                        logp_all: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor | None:
-        """Token advantages of the ``pending`` samples of ``part`` from this pass's distributions
-        ``logp_all`` [b, C, V] (detached) and, when a rule needs the reference, one reference pass,
-        whose token log-probs [b, C] are returned (masked) for the KL term; ``None`` without one."""
+    def _resolve_tokens(self, part: Sequence[PolicySample], indices: Sequence[int], pending: Sequence[int],
+                        logp_all: torch.Tensor, lq: torch.Tensor | None, targets: torch.Tensor) -> None:
+        """Token advantages of the ``pending`` samples of ``part`` into ``resolved_tokens``, from this
+        pass's distributions ``logp_all`` [b, C, V] (detached) and the reference's ``lq`` [b, C, V]
+        (``None`` when no rule reads it)."""
         methods = {part[k].token_rule.method: get_token_credit(part[k].token_rule.method) for k in pending}
         needs = set().union(*(m.needs for m in methods.values()))
-        lq = ref = None
-        if needs & {"ref_logprobs", "hellinger"} or self.cfg.objective.kl_beta > 0:
-            lq, _, mask = self.team_model.reference_logprobs(prompts, completions, adapter, temperature=temperature,
-                                                             return_distributions=True)  # [b, C, V]
-            ref = _masked(lq.gather(-1, targets[..., None]).squeeze(-1), mask)  # [b, C]
         fields = stats_from_distributions(logp_all, lq, targets, [len(s.completion_ids) for s in part], needs)
         for k in pending:
             rule = part[k].token_rule
             stats = TokenStats(logprobs=np.asarray(part[k].old_logprobs, dtype=np.float64), **fields[k])
             row = message_tokens(methods[rule.method], part[k].advantage, stats, rule.options)
             self.resolved_tokens[indices[k]] = tuple(float(x) for x in row)
-        return ref
 
 
 def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype,

@@ -102,7 +102,34 @@ def test_fsdp_refuses_several_bases_but_takes_token_credit():
             "distributed": {"learner_workers": 2, "learner_strategy": "fsdp"}})
     with pytest.raises(ConfigError, match="distributed.learner_strategy"):
         build_config(TrainConfig, {"distributed": {"learner_strategy": "zero3"}})
-    # token credit is computed in the driver (token_advantages on the samples), so FSDP ranks keep in step
+    # a per-message rule runs inside the ranks' update: they decide its reference pass together, so they keep in step
     cfg = build_config(TrainConfig, {"credit": {"token": {"method": "dgpo"}},
                                      "distributed": {"learner_workers": 2, "learner_strategy": "fsdp"}})
     assert cfg.distributed.learner_strategy == "fsdp" and cfg.credit.token.method == "dgpo"
+
+
+def test_fsdp_ranks_take_the_reference_pass_of_a_kl_term_in_lock_step(ray_cluster, tiny_model_dir, tmp_path):
+    # every prompt starts with one head (a team's system prompt) and completions have 1 to 3 tokens:
+    # the shared-prompt reference path would run 1 to 3 forward passes depending on a rank's share,
+    # and sharded ranks that gather a different number of times never meet; lock step takes the plain path
+    import dataclasses
+
+    from teamplay.distributed.learner import LearnerGroup
+
+    cfg = fsdp_config(tiny_model_dir, tmp_path / "run", ray_cluster)
+    cfg = cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"kl_beta": 0.1})})
+    tm = build_team_model(cfg.model, cfg.team, cfg.seed)
+    head = tuple(range(40, 52))
+    samples = [dataclasses.replace(s, prompt_ids=head + s.prompt_ids) for s in random_samples(tm, seed=2)]
+    params = {a: tm.adapter_parameters(a) for a in tm.adapter_names}
+    optimizer = torch.optim.AdamW([p for a in tm.adapter_names for p in params[a]], lr=cfg.optim.lr)
+    fresh, before = optimizer.state_dict(), AdapterWeights.of(tm, version=0)
+    assert PolicyUpdater(cfg, tm, params, optimizer).update(samples, step=0)["optimizer_steps"] == 1
+    group = LearnerGroup(cfg, cfg.team)
+    try:
+        group.load_state(before, fresh)
+        assert group.update(samples, step=0, lr=cfg.optim.lr)["optimizer_steps"] == 1
+        assert _worst(before, AdapterWeights.of(tm, version=1)) > 1e-3
+        assert _worst(AdapterWeights.of(tm, version=1), group.weights(version=1)) <= 1e-6
+    finally:
+        group.shutdown()

@@ -104,7 +104,7 @@ def _dgpo_step(tmp_path, resolve_in_update: bool):
         for p in trainer.team_model.trainable_parameters():
             p.add_(0.05 * torch.randn_like(p))
     if not resolve_in_update:
-        trainer._token_rule = None  # what the distributed trainer does: the statistics pass first
+        trainer._token_rule = None  # the statistics pass first (the route of a method without a row rule)
     result = trainer.step()
     return result, [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
 
@@ -207,7 +207,7 @@ def test_rollouts_record_entropies_only_for_a_method_that_reads_them_from_the_me
     dgpo = make_trainer(tmp_path / "d", {"steps": 1, "credit": {"token": {"method": "dgpo"}}})
     assert s_trace.runner.sampling.entropies  # read from the messages
     assert not dgpo.runner.sampling.entropies  # computed from the update's own forward pass
-    assert rollout_sampling(dgpo.cfg).entropies  # a trainer whose update runs elsewhere records them
+    assert not rollout_sampling(dgpo.cfg).entropies  # the Ray workers' rollouts too: every learner applies it
     assert not rollout_sampling(make_trainer(tmp_path / "g", {"steps": 1}).cfg).entropies
 
 
