@@ -11,6 +11,11 @@ Layout of ``RUN/checkpoints/step-000010/``:
     config.yaml             the run's config
     manifest.json           size and SHA-256 of every file above, written last
 
+A federated server's checkpoint (``teamplay.federated.server``) has the same format with other
+files: the global adapters, ``config.yaml`` and the strategy's ``server_state.json``. What reads a
+checkpoint's team (``eval --checkpoint``, ``export``, ``--team``) takes either kind
+(``resolve_checkpoint_dir``); a trainer resumes only from a trainer's (``load_checkpoint``).
+
 Nothing in a checkpoint is a pickle: JSON and safetensors cannot carry code, so reading a
 checkpoint someone else supplied cannot run theirs. A folder that still holds the pickled
 ``trainer_state.pt`` of older versions is refused, never unpickled.
@@ -58,6 +63,9 @@ CONFIG_YAML = "config.yaml"
 EXTRA_TENSOR = "extra."
 #: the files every trainer checkpoint holds (besides its adapters and manifest)
 TRAINER_FILES = (STATE_JSON, STATE_TENSORS, CONFIG_YAML)
+#: the files every checkpoint holds, a trainer's or a federated server's (besides its adapters and
+#: manifest): what reading its team needs (the config describes the team the adapters belong to)
+TEAM_FILES = (CONFIG_YAML,)
 #: the pickled trainer state of older versions: never loaded (a pickle can run code)
 LEGACY_PICKLE = "trainer_state.pt"
 FORMAT_VERSION = 1
@@ -335,11 +343,13 @@ def newest_intact_checkpoint(run_dir: Path, required: Sequence[str] = TRAINER_FI
 
 
 def resolve_checkpoint_dir(path: str | Path) -> Path:
-    """A run folder's latest checkpoint, or ``path`` itself (a checkpoint or adapters folder).
+    """A run folder's latest checkpoint, or ``path`` itself (a checkpoint or adapters folder):
+    where ``eval --checkpoint``, ``export`` and ``--team`` read a team from.
 
-    A checkpoint (anything with a manifest or a trainer state) is verified first. Raises
-    ``ConfigError`` when the path does not exist or a run folder has no checkpoint yet, and
-    ``CheckpointError`` naming the damaged file.
+    A checkpoint (anything with a manifest or a trainer state) is verified first: every file its
+    manifest lists, and ``TEAM_FILES``, so a federated server's checkpoint (no trainer state) is
+    read like a trainer's. Raises ``ConfigError`` when the path does not exist or a run folder has
+    no checkpoint yet, and ``CheckpointError`` naming the damaged file.
     """
     path = Path(path)
     if not path.exists():
@@ -350,7 +360,7 @@ def resolve_checkpoint_dir(path: str | Path) -> Path:
             raise ConfigError(f"run folder {path} has no complete checkpoint yet")
         path = latest
     if any((path / name).exists() for name in (MANIFEST, STATE_JSON, STATE_TENSORS)):
-        verify_checkpoint(path)
+        verify_checkpoint(path, TEAM_FILES)
     return path
 
 

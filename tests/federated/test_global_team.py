@@ -8,14 +8,22 @@ The run: 2 sites, 1 round, in-process (``tests.federated.fakes.FakeGrid``): the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
 
+from teamplay.agents.team_model import ADAPTER_WEIGHTS
+from teamplay.cli import app
 from teamplay.config import FederatedConfig, build_config
 from teamplay.federated.server import FederatedServer
 from teamplay.federated.wire import get_vector
+from teamplay.serving.team_file import read_team_file
+from teamplay.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, resolve_adapters_dir
 from tests.federated.fakes import FRACTIONAL_TASK, FakeGrid, log_of, real_sites, tiny_config
 
 
@@ -43,3 +51,47 @@ def test_gspo_sites_train_a_round(gspo_run):
     (record,) = log_of(Path(data["output_dir"]))
     assert sorted(record["sites"]) == ["0", "1"] and record["failed"] == []
     assert not np.array_equal(before, after)
+
+
+def _invoke(*args) -> object:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_eval_checkpoint_and_team_read_the_global_team(gspo_run, tmp_path):
+    # what the README's federated section shows: `teamplay eval ... --checkpoint runs/federated_demo`
+    data, _, _ = gspo_run
+    run, tiny = Path(data["output_dir"]), Path(data["model"]["name"])
+    newest = list_checkpoints(run)[-1]
+    assert resolve_adapters_dir(run) == newest / "adapters"  # what --checkpoint loads its adapters from
+    for how in (["--checkpoint", run], ["--checkpoint", newest], ["--team", run]):
+        out = tmp_path / f"eval-{len(list(tmp_path.iterdir()))}"
+        _invoke("eval", *how, "--model", tiny, "--protocol", "single", "--task", "arith", "--limit", 1,
+                "--max-new-tokens", 3, "-o", out)
+        results = json.loads((out / "results.json").read_text())
+        assert results["config"]["model"]["checkpoint"] == str(newest if how[0] == "--team" else how[1])
+
+
+def test_export_writes_the_global_adapters(gspo_run, tmp_path):
+    data, _, _ = gspo_run
+    run = Path(data["output_dir"])
+    newest = list_checkpoints(run)[-1]
+    _invoke("export", run, "-o", tmp_path / "export")
+    exported = read_team_file(tmp_path / "export")
+    assert list(exported.adapters) == ["solver"]
+    for name, entry in exported.adapters.items():
+        mine = load_file(tmp_path / "export" / entry.path / ADAPTER_WEIGHTS)
+        server = load_file(newest / "adapters" / name / ADAPTER_WEIGHTS)
+        assert mine.keys() == server.keys() and all(torch.equal(mine[k], server[k]) for k in mine)
+    # the adapters the round moved (LoRA B starts at zero): the export is not the untrained team
+    assert any(k.endswith("lora_B.weight") and mine[k].abs().sum() > 0 for k in mine)
+
+
+def test_a_trainer_resume_still_refuses_a_server_checkpoint(gspo_run):
+    # a server checkpoint holds the global adapters, not a trainer's state: what eval and export
+    # read from it is there, what a trainer resumes from is not
+    data, _, _ = gspo_run
+    newest = list_checkpoints(Path(data["output_dir"]))[-1]
+    with pytest.raises(CheckpointError, match="trainer_state.json: missing"):
+        load_checkpoint(newest)
