@@ -65,9 +65,9 @@ test-vllm: install-vllm
 	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/agents/test_vllm_real.py tests/agents/test_vllm.py
 
 # The suite runs as two pytest processes, one per core: the tests that start Ray or Flower clusters
-# (tests/distributed, tests/federated) in one, everything else in the other. Both always run to the
+# (tests/distributed, tests/federated, tests/equivalence) in one, everything else in the other. Both always run to the
 # end; the cluster half's report follows the other's, and either failing fails the target.
-CLUSTER_TESTS := tests/distributed tests/federated
+CLUSTER_TESTS := tests/distributed tests/federated tests/equivalence
 
 test: install
 	# the report test drives a real headless chromium (Debian's package; skipped if absent)

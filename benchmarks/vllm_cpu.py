@@ -9,11 +9,13 @@ sampling at T=0.7 with 48 new tokens) run three ways in one process, one after t
   float32);
 * ``vllm bf16``: the vllm backend on vLLM's CPU build, the learner in bfloat16.
 
-Each variant is a fresh ``Trainer`` of the same config (same seed, so the same adapters at the start
-and the same problems), measured on: the rollouts of the demo's step size (4 problems x 4 episodes)
-and of a larger batch (16 x 4), as generated tokens per second of wall time (the two dtypes and
-engines sample different tokens, so each row counts its own); then two training steps (rollouts,
-controller and credit, the LoRA update, and for vLLM the adapter reload), their mean wall time.
+Each variant is a ``Trainer`` of the same config (same seed, so the same adapters at the start and
+the same problems), measured on: the rollouts of the demo's step size (4 problems x 4 episodes) and
+of a larger batch (16 x 4), as generated tokens per second of wall time (the two dtypes and engines
+sample different tokens, so each row counts its own; the better of 2 repeats); then two training
+steps (rollouts, controller and credit, the LoRA update, and for vLLM the adapter reload), their
+mean wall time. The three trainers live side by side and take turns (variant by variant within each
+repeat and each step), so a change in the machine's load falls on all three alike.
 Every variant gets one core: one torch thread for hf and for the learner, and vLLM's engine bound
 to one core (``VLLM_CPU_OMP_THREADS_BIND``), so the ratios compare engines, not thread counts.
 
@@ -32,7 +34,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, set_threads
@@ -55,15 +57,20 @@ class Rollouts:
         return self.tokens / self.seconds
 
 
-@dataclass(frozen=True)
+@dataclass
 class Measured:
-    """One variant: its rollouts per batch size (problems -> Rollouts) and its training steps."""
+    """One variant: its rollouts per batch size (problems -> one Rollouts per repeat) and its
+    training steps' wall times and generated tokens."""
 
     label: str
     start_seconds: float
-    rollouts: dict[int, Rollouts]
-    step_seconds: tuple[float, ...]
-    step_tokens: tuple[int, ...]
+    rollouts: dict[int, list[Rollouts]] = field(default_factory=dict)
+    step_seconds: list[float] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+
+    def best(self, problems: int) -> Rollouts:
+        """The repeat with the most tokens/s (the least disturbed by anything else on the machine)."""
+        return max(self.rollouts[problems], key=lambda r: r.tokens_per_second)
 
     @property
     def step_mean(self) -> float:
@@ -87,45 +94,52 @@ def config(backend: str, dtype: str, output: Path, quick: bool, model: str):
     return build_config(TrainConfig, raw)
 
 
-def measure(label: str, backend: str, dtype: str, sizes: tuple[int, ...], steps: int, quick: bool, model: str,
-            workdir: Path) -> Measured:
-    """Build the variant's trainer, time its rollouts at each size and ``steps`` training steps."""
-    from teamplay.training.metrics import generated_tokens
+def rollouts(trainer, problems: int, tag: str) -> Rollouts:
+    """Time the training rollouts of the trainer's first ``problems`` problems (group_size each)."""
     from teamplay.training.rollout import RolloutJob
+
+    jobs = [RolloutJob(item=item, group_id=f"{tag}:{k}") for k, item in enumerate(trainer.items[:problems])
+            for _ in range(trainer.cfg.rollout.group_size)]
+    t0 = time.perf_counter()
+    episodes = trainer.runner.run(jobs, seed=2)
+    return Rollouts(len(jobs), sum(e.tokens for e in episodes), time.perf_counter() - t0)
+
+
+def measure_all(sizes: tuple[int, ...], repeats: int, steps: int, quick: bool, model: str,
+                workdir: Path) -> list[Measured]:
+    """Every variant's trainer, then the measurements interleaved (variant by variant within each
+    repeat and each step), so a change in the machine's load falls on every variant alike."""
+    from teamplay.training.metrics import generated_tokens
     from teamplay.training.trainer import Trainer
 
-    cfg = config(backend, dtype, workdir / label.replace(" ", "-"), quick, model)
-    start = time.perf_counter()
-    trainer = Trainer(cfg)
-    started = time.perf_counter() - start
-    group = cfg.rollout.group_size
+    trainers, measured = [], []
     try:
-        def batch(problems: int, tag: str) -> list:
-            return [RolloutJob(item=item, group_id=f"{tag}:{k}") for k, item in enumerate(trainer.items[:problems])
-                    for _ in range(group)]
-
-        trainer.runner.run(batch(1, "warm-up"), seed=1)  # first-call allocations and kernel selection
-        rollouts = {}
-        for problems in sizes:
-            jobs = batch(problems, f"b{problems}")
-            t0 = time.perf_counter()
-            episodes = trainer.runner.run(jobs, seed=2)
-            rollouts[problems] = Rollouts(len(jobs), sum(e.tokens for e in episodes), time.perf_counter() - t0)
-            print(f"  {label}: {problems} x {group} rollouts, {rollouts[problems].tokens} tokens in "
-                  f"{rollouts[problems].seconds:.1f} s", flush=True)
-        seconds, tokens = [], []
+        for label, backend, dtype in VARIANTS:
+            cfg = config(backend, dtype, workdir / label.replace(" ", "-"), quick, model)
+            start = time.perf_counter()
+            trainers.append(Trainer(cfg))
+            measured.append(Measured(label, time.perf_counter() - start))
+            rollouts(trainers[-1], 1, "warm-up")  # first-call allocations and kernel selection
+        for repeat in range(repeats):
+            for problems in sizes:
+                for trainer, m in zip(trainers, measured, strict=True):
+                    r = rollouts(trainer, problems, f"r{repeat}b{problems}")
+                    m.rollouts.setdefault(problems, []).append(r)
+                    print(f"  {m.label}: {problems} x 4 rollouts, {r.tokens} tokens in {r.seconds:.1f} s", flush=True)
         for _ in range(steps):
-            t0 = time.perf_counter()
-            metrics = trainer.step().metrics
-            seconds.append(time.perf_counter() - t0)
-            tokens.append(generated_tokens(metrics))
-            print(f"  {label}: step {trainer.state.step} in {seconds[-1]:.1f} s", flush=True)
+            for trainer, m in zip(trainers, measured, strict=True):
+                t0 = time.perf_counter()
+                metrics = trainer.step().metrics
+                m.step_seconds.append(time.perf_counter() - t0)
+                m.step_tokens.append(generated_tokens(metrics))
+                print(f"  {m.label}: step {trainer.state.step} in {m.step_seconds[-1]:.1f} s", flush=True)
     finally:
-        trainer.close()
-        close = getattr(trainer.backend, "close", None)  # the vLLM engine's processes end here, before
-        if close is not None:                             # the next variant starts
-            close()
-    return Measured(label, started, rollouts, tuple(seconds), tuple(tokens))
+        for trainer in trainers:
+            trainer.close()
+            close = getattr(trainer.backend, "close", None)  # a vLLM engine's processes end here
+            if close is not None:
+                close()
+    return measured
 
 
 def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
@@ -135,10 +149,9 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     # one core per variant (see the module doc); the KV cache in GiB on the CPU build (default 4)
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    sizes, steps = ((1,), 1) if quick else ((4, 16), 2)
+    sizes, repeats, steps = ((1,), 1, 1) if quick else ((4, 16), 2, 2)
     with tempfile.TemporaryDirectory() as tmp:
-        measured = [measure(label, backend, dtype, sizes, steps, quick, model, Path(tmp))
-                    for label, backend, dtype in VARIANTS]
+        measured = measure_all(sizes, repeats, steps, quick, model, Path(tmp))
     base = measured[0]
     header = ["variant", "start (s)"]
     for problems in sizes:
@@ -148,24 +161,24 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     for m in measured:
         row = [m.label, f"{m.start_seconds:.0f}"]
         for problems in sizes:
-            r = m.rollouts[problems]
+            r = m.best(problems)
             row += [f"{r.tokens_per_second:.1f} ({r.tokens} in {r.seconds:.0f} s)",
-                    fmt_ratio(r.tokens_per_second / base.rollouts[problems].tokens_per_second)]
+                    fmt_ratio(r.tokens_per_second / base.best(problems).tokens_per_second)]
         row += [" / ".join(f"{s:.0f}" for s in m.step_seconds) + f" (mean {m.step_mean:.0f})",
                 fmt_ratio(base.step_mean / m.step_mean)]
         rows.append(row)
     vllm, bf16 = measured[2], measured[1]
     big = sizes[-1]
-    speed = vllm.rollouts[big].tokens_per_second / base.rollouts[big].tokens_per_second
+    speed = vllm.best(big).tokens_per_second / base.best(big).tokens_per_second
     headline = (f"vLLM-CPU rollouts at {big}x4 episodes: {fmt_ratio(speed)} the tokens/s of the hf backend in "
-                f"float32 ({fmt_ratio(vllm.rollouts[big].tokens_per_second / bf16.rollouts[big].tokens_per_second)} "
+                f"float32 ({fmt_ratio(vllm.best(big).tokens_per_second / bf16.best(big).tokens_per_second)} "
                 f"hf in bfloat16); a training step {fmt_ratio(base.step_mean / vllm.step_mean)} as fast.")
     notes = ("Ratios: tokens/s over hf fp32's; for the step, hf fp32's wall time over the row's (above 1x: "
              "faster). Each variant samples its own tokens (dtype and engine change them), so each row "
              "counts what it generated. One core per variant; start = building the trainer (model load, "
              "and for vLLM the engine start).",)
     data = {"sizes": sizes, "variants": [{"label": m.label, "start_seconds": m.start_seconds,
-                                          "rollouts": {str(k): vars(v) for k, v in m.rollouts.items()},
+                                          "rollouts": {str(k): [vars(r) for r in v] for k, v in m.rollouts.items()},
                                           "step_seconds": m.step_seconds, "step_tokens": m.step_tokens}
                                          for m in measured]}
     return Result("vllm_cpu", markdown_table(header, rows), headline, None, notes, data)
