@@ -19,7 +19,7 @@ from teamplay.agents.roles import Team
 from teamplay.config import ProtocolConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import SamplingParams, TaskItem
-from teamplay.training.controllers import TeamControllers, speak_rates
+from teamplay.training.controllers import TeamControllers, speak_rates, task_judge
 from teamplay.training.rollout import RolloutJob, RolloutRunner
 from teamplay.training.setup import env_factory
 
@@ -38,11 +38,7 @@ def train_controllers(controllers: TeamControllers, task: Task, protocol: Protoc
                          f"{steps}, {problems_per_step}, {group_size}")
     make_env, _ = env_factory(task, protocol, team, controller=controllers.controller("train"))
     runner = RolloutRunner(make_env, backend, sampling or SamplingParams())
-    by_id = {item.id: item for item in items}
-
-    def judge(answer: str, problem_id: str) -> bool:
-        return task.score_answer(answer, by_id[problem_id]) >= 0.5
-
+    judge = task_judge(task, {item.id: item for item in items})
     history = []
     for step in range(steps):
         picked = [items[(step * problems_per_step + k) % len(items)] for k in range(problems_per_step)]

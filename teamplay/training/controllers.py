@@ -45,7 +45,7 @@ and any state never seen in training, speaks: silence has to be learned.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,8 +54,9 @@ import numpy as np
 from teamplay.config import STAGES, ControllerConfig, Mode
 from teamplay.credit.regret import SKIP, SPEAK, RegretMatcher, info_state, reviewer_reward, signed
 from teamplay.envs.protocols.base import Controller, ControllerChoice, TurnDecision
+from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
-from teamplay.records import ControllerDecision, Episode, Message
+from teamplay.records import ControllerDecision, Episode, Message, TaskItem
 
 #: ``judge(answer, problem_id)``: whether a (non-None) answer is correct
 Judge = Callable[[str, str], bool]
@@ -234,6 +235,14 @@ class TeamControllers:
                 updates[f"{entry.agent}/{entry.stage}"] += 1
         return LearnStats(updates=dict(updates), unvalued=unvalued, counterfactual_tokens=cf_tokens)
 
+    def learn_step(self, episodes: Sequence[Episode], judge: Judge) -> dict[str, Any]:
+        """``learn`` from one training step's episodes; returns the step's controller metrics:
+        ``speak_rate`` (``speak_rates``), ``speak_prob_average`` (``summary`` after the update),
+        ``controller_updates`` and ``counterfactual_tokens``."""
+        stats = self.learn(episodes, judge)
+        return {"speak_rate": speak_rates(episodes), "speak_prob_average": self.summary(),
+                "controller_updates": stats.updates, "counterfactual_tokens": stats.counterfactual_tokens}
+
 
 def information_state(decision: TurnDecision) -> tuple[tuple[str, str, str], dict[str, str | None]]:
     """The table key of a decision and the facts its action values need later
@@ -253,6 +262,12 @@ def information_state(decision: TurnDecision) -> tuple[tuple[str, str, str], dic
     agreement = "no_answer" if own is None else f"agree_{sum(a == own for a in others)}_of_{len(others)}"
     time = "last" if turn.round >= decision.rounds - 1 else "not_last"
     return ("debate", agreement, time), {"previous_answer": own}
+
+
+def task_judge(task: Task, items: Mapping[str, TaskItem]) -> Judge:
+    """The judge of ``task``: an answer is correct when the task scores it >= 0.5 on its problem
+    (``items`` by id)."""
+    return lambda answer, problem_id: task.score_answer(answer, items[problem_id]) >= 0.5
 
 
 def speak_rates(episodes: Iterable[Episode]) -> dict[str, float]:

@@ -42,6 +42,14 @@ class RolloutJob:
     env_seed: int | None = None
 
 
+def step_jobs(problems: Sequence[TaskItem], step: int, group_size: int) -> list[RolloutJob]:
+    """A training step's jobs: ``group_size`` per problem, in problem order, one group per problem
+    position (``s{step}:{k}:{id}``): a problem drawn twice in one step (a small training set) makes
+    two groups, not one group of 2G."""
+    return [RolloutJob(item=item, group_id=f"s{step}:{k}:{item.id}")
+            for k, item in enumerate(problems) for _ in range(group_size)]
+
+
 @dataclass(frozen=True)
 class RolloutStats:
     """What a ``run`` cost.

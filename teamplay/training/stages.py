@@ -87,6 +87,12 @@ class Learner(Protocol):
     def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]: ...
 
 
+def active_adapters(trainable: Sequence[str], step: int, every: int | None) -> set[str]:
+    """The adapters step ``step`` trains: every one of ``trainable``, or with
+    ``alternate_roles_every = every`` one at a time, each for ``every`` steps in turn."""
+    return {trainable[(step // every) % len(trainable)]} if every else set(trainable)
+
+
 def group_episodes(episodes: Sequence[Episode]) -> list[list[Episode]]:
     """The episodes by group id, in order of first appearance (rollout order within a group)."""
     groups: dict[str, list[Episode]] = {}

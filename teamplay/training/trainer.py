@@ -76,31 +76,30 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from teamplay.training.controllers import speak_rates
+from teamplay.training.controllers import task_judge
 from teamplay.training.credit_stage import CreditStage
 from teamplay.training.data_order import first_state, next_problems
 from teamplay.training.episode_log import episode_lines
-from teamplay.training.evaluation import EvalMetrics, cached_untrained_eval, evaluate
+from teamplay.training.evaluation import EvalMetrics
+from teamplay.training.held_out import HeldOutEvaluation
 from teamplay.training.metrics import MetricsLogger, generated_tokens
 from teamplay.training.nonfinite import NonFiniteGuard, check_finite_adapters
 from teamplay.training.parts import Learner, PartsFactory, Runner, local_parts
 from teamplay.training.preemption import UNLOGGED_STEP, Preempted, Preemption, StopRequested, preemption_handlers
 from teamplay.training.resume import checkpoint_to_resume
-from teamplay.training.rollout import RolloutJob
+from teamplay.training.rollout import step_jobs
 from teamplay.training.run_folder import claim_run_folder
-from teamplay.training.samples import TokenRule
-from teamplay.training.setup import build_run, check_run, sampling_params, seed_everything
+from teamplay.training.setup import build_run, check_run, seed_everything
 from teamplay.training.stages import (
     GroupWork,
+    active_adapters,
     all_credited,
     all_samples,
     all_token_rows,
     make_groups,
-    resolve_token_rows,
-    token_credit,
-    with_samples,
 )
 from teamplay.training.step_metrics import step_metrics
+from teamplay.training.token_stage import TokenStage
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,8 @@ class Trainer:
     (``teamplay.training.parts``): ``runner`` produces the episodes and ``learner`` applies the
     update and owns the optimiser and schedule. ``parts`` builds them: in-process by default; use
     ``teamplay.distributed.compose.make_trainer(cfg)`` to get the parts the config asks for. The
-    step's stages are the methods under "the step's stages".
+    step's stages are functions of ``teamplay.training.stages``, the run's ``credit`` and ``tokens``
+    parts and ``_update``; ``held_out`` (``teamplay.training.held_out``) runs the held-out evaluations.
     """
 
     def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
@@ -176,20 +176,15 @@ class Trainer:
         self.eval_task, self.eval_items = run.eval_task, run.eval_items
         self.controllers, self.team, self.team_model = run.controllers, run.team, run.team_model
         self.make_env, self.make_eval_env, self.backend = run.make_env, run.make_eval_env, run.backend
-        self._token_keeps_zero_variance, self._token_rule = False, None
-        method = checked.token_method
-        if method is not None:
-            self._token_keeps_zero_variance = method.wants_zero_variance_groups(checked.token_options)
-            if method.row is not None:
-                # a per-message method: every learner applies it from its update's own forward pass
-                self._token_rule = TokenRule(method.name, checked.token_options)
         # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.credit = CreditStage(cfg, checked, run)
+        self.credit, self.tokens = CreditStage(cfg, checked, run), TokenStage(cfg, checked)
         # built last: a run that cannot work is refused before a cluster starts
         self.runner: Runner
         self.learner: Learner
         self.runner, self.learner = parts(cfg, run, self.trainable)
+        self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation,
+                                          lambda: self.preemption.check())
         self._shared = False  # whether the learner's copies hold this trainer's adapters and optimiser state
         #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
         self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
@@ -268,20 +263,15 @@ class Trainer:
         # a step preempted in its evaluation loses its lines too: they are written below, once
         logger.truncate_after((self.state.step if resumed else -1) - (UNLOGGED_STEP in self.extra_state))
         eval_before = eval_after = None
-        limit = self.cfg.eval_curve_limit  # the learning curve's held-out problems
-        curve = None if limit is None or not self.eval_items else list(self.eval_items[:limit])
         history: list[dict[str, Any]] = []
         try:
             if not resumed and self.eval_items:
-                eval_before = self._evaluate_untrained()
-                first = {"heldout": eval_before.to_dict()}
-                if curve is not None:
-                    first["heldout_curve"] = self._evaluate_untrained(curve).to_dict()
+                eval_before, first = self.held_out.before(self.eval_items)
                 logger.log(0, first)
             unlogged = self.extra_state.pop(UNLOGGED_STEP, None)
             if unlogged is not None:  # preempted during that step's evaluation: evaluate and log it now
                 self._log_step(unlogged["step"], unlogged["metrics"], unlogged["episodes"], logger, history,
-                               curve, evaluate=bool(self.eval_items))
+                               evaluate=bool(self.eval_items))
                 if self.on_step is not None:
                     self.on_step(unlogged["step"], unlogged["metrics"])
             if self.on_start is not None:  # after the evaluations above: they describe the state as restored
@@ -293,7 +283,7 @@ class Trainer:
                 metrics, step = result.metrics, result.step
                 last, stop = self.finished, self.nonfinite.tripped  # stop: too many non-finite steps in a row
                 due = bool(self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0)
-                self._log_step(step, metrics, self.episode_log(result), logger, history, curve,
+                self._log_step(step, metrics, self.episode_log(result), logger, history,
                                evaluate=due and not (last or stop))
                 if stop:  # before the checkpoint: the last one written stays the last good one
                     last_good = latest_checkpoint(self.run_dir)
@@ -305,10 +295,7 @@ class Trainer:
                 if self.on_step is not None:
                     self.on_step(step, metrics)
             if self.eval_items and self.finished:
-                eval_after = self._evaluate("after")
-                last_line = {"heldout_final": eval_after.to_dict()}
-                if curve is not None:
-                    last_line["heldout_curve"] = self._evaluate("after (curve)", curve).to_dict()
+                eval_after, last_line = self.held_out.after(self.eval_items)
                 logger.log(self.state.step, last_line)
         except StopRequested:  # an evaluation abandoned at a stop asked for by a signal
             raise self._preempted() from None
@@ -325,7 +312,7 @@ class Trainer:
         return not self.finished and (limit is None or taken < limit)
 
     def _log_step(self, step: int, metrics: dict[str, Any], episodes: list[dict[str, Any]], logger: MetricsLogger,
-                  history: list[dict[str, Any]], curve: Sequence[TaskItem] | None, evaluate: bool) -> None:
+                  history: list[dict[str, Any]], evaluate: bool) -> None:
         """The step's held-out evaluation (when ``evaluate``), then its lines in metrics.jsonl and
         episodes.jsonl. An evaluation abandoned for a preemption leaves the step unlogged: its lines
         wait in ``extra_state`` (saved with the checkpoint), with the RNG as before the evaluation,
@@ -333,15 +320,13 @@ class Trainer:
         if evaluate:
             rng = rng_state()
             try:
-                heldout = self._evaluate(f"step {step}", curve).to_dict()
+                heldout = self.held_out.at_step(step, self.eval_items)
             except StopRequested:
                 set_rng_state(rng)
                 self.extra_state[UNLOGGED_STEP] = json.loads(json.dumps(
                     {"step": step, "metrics": metrics, "episodes": episodes}, default=float))
                 raise
-            metrics["heldout"] = heldout
-            if curve is not None:
-                metrics["heldout_curve"] = heldout
+            metrics.update(heldout)
         logger.log(step, metrics)
         logger.log_episodes(step, episodes)
         history.append({"step": step, **metrics})
@@ -367,18 +352,21 @@ class Trainer:
         """One training step, as a pipeline of stages over one ``GroupWork`` per group (see
         ``teamplay.training.stages``): rollout -> credit (replays prefetched) -> token credit ->
         samples -> update -> metrics. Each stage is a method, function or part that can be read alone
-        (the credit stage is ``credit``, a ``teamplay.training.credit_stage.CreditStage``)."""
+        (``credit``, a ``credit_stage.CreditStage``; ``tokens``, a ``token_stage.TokenStage``)."""
         self._share_state()
         step, t0 = self.state.step, time.perf_counter()
         problems, self.state = next_problems(self.state, self.items, self.cfg.seed, self.cfg.rollout.problems_per_step)
-        episodes = self._rollout(problems, step)
+        # G sampled episodes per problem, seeded by the run's seed and the step
+        jobs = step_jobs(problems, step, self.cfg.rollout.group_size)
+        episodes = self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
         t_rollout = time.perf_counter() - t0
         by_id = {item.id: item for item in problems}
-        controller_metrics = self._learn_controllers(episodes, by_id) if self.controllers else {}
-        active = self._active_adapters(step)
+        judge = task_judge(self.task, by_id)  # the controllers' regret updates value answers with it
+        controller_metrics = self.controllers.learn_step(episodes, judge) if self.controllers else {}
+        active = active_adapters(self.trainable, step, self.cfg.alternate_roles_every)
         groups = make_groups(episodes, by_id, self.group_hook)
-        work = self.credit([g for g in groups if g.has_signal or self._token_keeps_zero_variance], episodes, step)
-        work = self._samples(self._token_credit(work, active), active)
+        work = self.credit([g for g in groups if self.tokens.keeps(g)], episodes, step)
+        work = self.tokens.samples(work, self.team_model, active)
         t_credit = time.perf_counter() - t0 - t_rollout
         work, update = self._update(work, step, active)
         metrics = step_metrics(episodes, groups, work, active, update, self.learner.lr, self.credit.metrics())
@@ -391,37 +379,6 @@ class Trainer:
                           token_advantages=all_token_rows(work), groups=tuple(work))
 
     # ------------------------------------------------------------------ the step's stages
-    def _rollout(self, problems: Sequence[TaskItem], step: int) -> list[Episode]:
-        """G team episodes per problem (sampled decoding), seeded by the run's seed and the step."""
-        # the problem's position is in the group id: a problem drawn twice in one step (a small
-        # training set) makes two groups, not one group of 2G
-        jobs = [RolloutJob(item=item, group_id=f"s{step}:{k}:{item.id}")
-                for k, item in enumerate(problems) for _ in range(self.cfg.rollout.group_size)]
-        return self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
-
-    def _learn_controllers(self, episodes: Sequence[Episode], by_id: dict[str, TaskItem]) -> dict[str, Any]:
-        """Regret updates from this step's decision logs; the step's controller metrics."""
-        assert self.controllers is not None
-        task = self.task
-        stats = self.controllers.learn(episodes, lambda answer, pid: task.score_answer(answer, by_id[pid]) >= 0.5)
-        return {"speak_rate": speak_rates(episodes), "speak_prob_average": self.controllers.summary(),
-                "controller_updates": stats.updates, "counterfactual_tokens": stats.counterfactual_tokens}
-
-    def _token_credit(self, groups: list[GroupWork], active: set[str]) -> list[GroupWork]:
-        """With ``credit.token`` (and no token rule the update applies itself): token statistics in
-        one batched pass, then the token method per group (``stages.token_credit``)."""
-        token = self.cfg.credit.token
-        if token is None or not groups or self._token_rule is not None:
-            return groups
-        return token_credit(groups, self.team_model, token, active, self.cfg.sampling.temperature,
-                            chunk=max(1, min(8, self.cfg.optim.minibatch_size)))
-
-    def _samples(self, groups: list[GroupWork], active: set[str]) -> list[GroupWork]:
-        """Each group's policy samples; a token rule goes to the listed roles' samples."""
-        token = self.cfg.credit.token
-        rule_roles = set(token.roles) if token is not None and token.roles is not None else None
-        return with_samples(groups, active, self._token_rule, rule_roles)
-
     def _update(self, groups: list[GroupWork], step: int, active: set[str]) -> tuple[list[GroupWork], dict[str, Any]]:
         """The learner's update on the step's samples, the token rows a token rule resolved in it,
         the schedule advanced (also after a step without samples)."""
@@ -429,8 +386,7 @@ class Trainer:
         update = self.learner.update(samples, step) if samples else {"optimizer_steps": 0}
         # warns (one line) for a step whose loss or gradient was not finite; counts them in a row
         update = {**update, "nonfinite_streak": self.nonfinite.observe(step + 1, update)}
-        if self._token_rule is not None and groups:
-            groups = resolve_token_rows(groups, self.learner.resolved_tokens, active)
+        groups = self.tokens.resolved(groups, self.learner.resolved_tokens, active)
         self.learner.end_step()
         return groups, update
 
@@ -441,29 +397,12 @@ class Trainer:
         return episode_lines(result.credited, result.token_advantages, self.cfg.log_episodes, self.credit.record,
                              self.team_model)
 
-    def _active_adapters(self, step: int) -> set[str]:
-        k = self.cfg.alternate_roles_every
-        return {self.trainable[(step // k) % len(self.trainable)]} if k else set(self.trainable)
-
-    def _evaluate_untrained(self, items: Sequence[TaskItem] | None = None) -> EvalMetrics:
-        """The held-out evaluation before training, read from ``eval_cache`` when a run with the same
-        untrained team stored it (not with ``model.checkpoint``: its adapters are not fresh). ``items``:
-        the learning curve's first problems instead of all (cached under their own key)."""
-        label = "before" if items is None else "before (curve)"
-        if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
-            return self._evaluate(label, items)
-        config = self.cfg.model_dump(mode="json")
-        if items is not None:  # the first N distinct problems: the same evaluation as eval_task.limit = N
-            config["eval_task"] = {**(config.get("eval_task") or {}), "limit": len(items), "curve": True}
-        return cached_untrained_eval(Path(self.cfg.eval_cache), config, lambda: self._evaluate(label, items))
-
-    def _evaluate(self, label: str, items: Sequence[TaskItem] | None = None) -> EvalMetrics:
-        """The held-out evaluation of the current team on ``items`` (default: every held-out problem)."""
+    def _before_evaluation(self, label: str) -> None:
+        """Before each held-out evaluation (``held_out``): the learner's copies take this trainer's
+        state, then ``on_eval(label)``."""
         self._share_state()
         if self.on_eval is not None:
             self.on_eval(label)
-        runner = self.runner.held_out(sampling_params(self.cfg.eval_sampling), self.preemption.check)
-        return evaluate(runner, self.eval_task, self.eval_items if items is None else items, seed=self.cfg.seed)[1]
 
     # ------------------------------------------------------------------- the run's state
     def _share_state(self) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from teamplay.training import checkpoint
+from teamplay.training import checkpoint, held_out
 from teamplay.training import trainer as trainer_module
 from teamplay.training.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
 from teamplay.training.preemption import (
@@ -173,7 +173,7 @@ def test_a_signal_during_evaluation_abandons_it_and_resume_matches(tmp_path, mak
     run = tmp_path / "run"
     config = make_config(run)
     generated_while_evaluating = []
-    real_evaluate = trainer_module.evaluate
+    real_evaluate = held_out.evaluate
 
     def evaluate(runner, *args, **kwargs):  # counts the generate calls the evaluation makes
         backend = runner.backend
@@ -182,8 +182,8 @@ def test_a_signal_during_evaluation_abandons_it_and_resume_matches(tmp_path, mak
             "generate": lambda self, *a: (generated_while_evaluating.append(1), backend.generate(*a))[1]})()
         return real_evaluate(runner, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "evaluate", evaluate)
-    signal_on_call(monkeypatch, trainer_module, "evaluate", call, sig)  # 1: before training, 2: step 3, 3: after
+    monkeypatch.setattr(held_out, "evaluate", evaluate)
+    signal_on_call(monkeypatch, held_out, "evaluate", call, sig)  # 1: before training, 2: step 3, 3: after
     result = invoke("train", "--config", config)
     assert result.exit_code == 75, result.output
     name = signal.Signals(sig).name

@@ -104,7 +104,7 @@ def _dgpo_step(tmp_path, resolve_in_update: bool):
         for p in trainer.team_model.trainable_parameters():
             p.add_(0.05 * torch.randn_like(p))
     if not resolve_in_update:
-        trainer._token_rule = None  # the statistics pass first (the route of a method without a row rule)
+        trainer.tokens.rule = None  # the statistics pass first (the route of a method without a row rule)
     result = trainer.step()
     return result, [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
 
