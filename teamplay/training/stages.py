@@ -7,11 +7,9 @@
 Between the stages travels one ``GroupWork`` per group (the G episodes of one problem); each stage
 returns the records with what it computed added (``dataclasses.replace``: a record is never
 changed in place), so nothing is kept beside them in step by position. This module holds the
-stages that need nothing of the trainer but their arguments; ``Trainer`` holds those that read its
-parts (the runner, the task, the credit resources, the learner), each a small method.
-
-The update is the trainer's ``updater``, any object with the ``Learner`` interface: the
-in-process ``PolicyUpdater`` or a distributed learner behind the same method.
+stages that need nothing of the trainer but their arguments; the credit and token credit stages
+are parts of their own (``credit_stage.CreditStage``, ``token_stage.TokenStage``), and the update
+is the trainer's ``learner`` (``parts.Learner``: in-process or a cluster's learner group).
 """
 
 from __future__ import annotations
