@@ -49,8 +49,6 @@ optimiser and schedule; in-process parts by default, a Ray pool and learner grou
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -65,30 +63,20 @@ import yaml
 from teamplay.atomic import write_atomically
 from teamplay.config import TrainConfig
 from teamplay.envs.tasks.base import Task
-from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
-from teamplay.training.checkpoint import (
-    CheckpointError,
-    LoadedCheckpoint,
-    checkpoint_dir,
-    latest_checkpoint,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from teamplay.training.checkpoint import LoadedCheckpoint, TrainerState, latest_checkpoint
 from teamplay.training.controllers import task_judge
 from teamplay.training.credit_stage import CreditStage
-from teamplay.training.data_order import first_state, next_problems
 from teamplay.training.episode_log import episode_lines
 from teamplay.training.evaluation import EvalMetrics
 from teamplay.training.held_out import HeldOutEvaluation
 from teamplay.training.metrics import MetricsLogger, generated_tokens
-from teamplay.training.nonfinite import NonFiniteGuard, check_finite_adapters
+from teamplay.training.nonfinite import NonFiniteGuard
 from teamplay.training.parts import Learner, PartsFactory, Runner, local_parts
-from teamplay.training.preemption import UNLOGGED_STEP, Preempted, Preemption, StopRequested, preemption_handlers
-from teamplay.training.resume import checkpoint_to_resume
+from teamplay.training.preemption import Preemption, StopRequested, preemption_handlers
 from teamplay.training.rollout import step_jobs
 from teamplay.training.run_folder import claim_run_folder
+from teamplay.training.run_state import RunState
 from teamplay.training.setup import build_run, check_run, seed_everything
 from teamplay.training.stages import (
     GroupWork,
@@ -154,7 +142,9 @@ class Trainer:
     update and owns the optimiser and schedule. ``parts`` builds them: in-process by default; use
     ``teamplay.distributed.compose.make_trainer(cfg)`` to get the parts the config asks for. The
     step's stages are functions of ``teamplay.training.stages``, the run's ``credit`` and ``tokens``
-    parts and ``_update``; ``held_out`` (``teamplay.training.held_out``) runs the held-out evaluations.
+    parts and ``_update``; ``held_out`` (``teamplay.training.held_out``) runs the held-out evaluations;
+    ``run_state`` (``teamplay.training.run_state``) keeps what the run carries from step to step and
+    into its checkpoints (``state``, ``extra_tensors``; ``checkpoint``, ``restore``).
     """
 
     def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
@@ -185,34 +175,29 @@ class Trainer:
         self.runner, self.learner = parts(cfg, run, self.trainable)
         self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation,
                                           lambda: self.preemption.check())
-        self._shared = False  # whether the learner's copies hold this trainer's adapters and optimiser state
+        self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
         #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
         self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
-        self.state = first_state(cfg.seed, len(self.items))
-        self.extra_state: dict[str, Any] = {}
-        #: named tensors saved with every checkpoint and restored with it (``checkpoint(tensors=...)``:
-        #: a federated site's error-feedback residual); read them in ``on_start`` after a resume
-        self.extra_tensors: dict[str, torch.Tensor] = {}
-        #: the step of the checkpoint written or restored last (a preempted run writes one if it is behind)
-        self._saved_step: int | None = None
         #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.preemption``)
         self.preemption = Preemption()
 
     @property
-    def credit_options(self):
-        """The credit method's parsed options (the credit stage's)."""
-        return self.credit.options
+    def state(self) -> TrainerState:
+        """The steps done, the tokens generated and the data position (the ``run_state``'s)."""
+        return self.run_state.state
 
     @property
-    def replay(self):
-        """The replay engine of counterfactual re-executions, or None (the credit stage's)."""
-        return self.credit.replay
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        """Named tensors saved with every checkpoint and restored with it (``checkpoint(tensors=...)``:
+        a federated site's error-feedback residual); read them in ``on_start`` after a resume."""
+        return self.run_state.extra_tensors
 
     # ----------------------------------------------------------------------------- the loop
     def train(self, resume: str | None = None, overwrite: bool = False, steps: int | None = None,
               save: Callable[[Trainer], Path] | None = None, signals: bool = True) -> TrainResult:
-        """Run until the run is ``finished``, or for at most ``steps`` more steps in this call;
-        ``resume`` = "auto" (latest intact checkpoint if any) or a checkpoint folder.
+        """Run until the run is finished (``cfg.steps`` steps or ``token_budget`` tokens), or for at
+        most ``steps`` more steps in this call; ``resume`` = "auto" (latest intact checkpoint if
+        any) or a checkpoint folder.
 
         The call checkpoints its last step (and every ``checkpoint_every`` steps before it). A call
         that ends before the run is finished is a pause: ``train(resume="auto")`` continues it to
@@ -253,7 +238,7 @@ class Trainer:
 
     def _train(self, resume: str | None, start: float, steps: int | None,
                save: Callable[[Trainer], Path]) -> TrainResult:
-        resumed = resume is not None and self._resume(resume)
+        resumed = resume is not None and self.run_state.resume(resume)
         # written only once the resume checks passed: a refused resume leaves the run's config as it was
         write_atomically(self.run_dir / "config.yaml",
                          yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
@@ -261,14 +246,14 @@ class Trainer:
                                self.cfg.model_dump(mode="json"))
         # a fresh start (also --resume auto with no checkpoint yet) keeps no line of an earlier attempt;
         # a step preempted in its evaluation loses its lines too: they are written below, once
-        logger.truncate_after((self.state.step if resumed else -1) - (UNLOGGED_STEP in self.extra_state))
+        logger.truncate_after(self.run_state.logged_through(resumed))
         eval_before = eval_after = None
         history: list[dict[str, Any]] = []
         try:
             if not resumed and self.eval_items:
                 eval_before, first = self.held_out.before(self.eval_items)
                 logger.log(0, first)
-            unlogged = self.extra_state.pop(UNLOGGED_STEP, None)
+            unlogged = self.run_state.take_unlogged()
             if unlogged is not None:  # preempted during that step's evaluation: evaluate and log it now
                 self._log_step(unlogged["step"], unlogged["metrics"], unlogged["episodes"], logger, history,
                                evaluate=bool(self.eval_items))
@@ -281,7 +266,7 @@ class Trainer:
                 result = self.step()
                 taken += 1
                 metrics, step = result.metrics, result.step
-                last, stop = self.finished, self.nonfinite.tripped  # stop: too many non-finite steps in a row
+                last, stop = self.run_state.finished, self.nonfinite.tripped  # stop: too many non-finite steps in a row
                 due = bool(self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0)
                 self._log_step(step, metrics, self.episode_log(result), logger, history,
                                evaluate=due and not (last or stop))
@@ -294,68 +279,43 @@ class Trainer:
                     self.checkpoint()
                 if self.on_step is not None:
                     self.on_step(step, metrics)
-            if self.eval_items and self.finished:
+            if self.eval_items and self.run_state.finished:
                 eval_after, last_line = self.held_out.after(self.eval_items)
                 logger.log(self.state.step, last_line)
         except StopRequested:  # an evaluation abandoned at a stop asked for by a signal
-            raise self._preempted() from None
+            raise self.run_state.preempted(self.preemption) from None
         finally:
             logger.close()
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after, time.perf_counter() - start, history)
 
     def _go_on(self, taken: int, limit: int | None) -> bool:
-        """Whether the loop takes another step: not once ``finished`` or once this call took
+        """Whether the loop takes another step: not once the run is finished or once this call took
         ``limit`` steps, and not after a SIGTERM or SIGINT (then the last completed step is
         checkpointed and ``Preempted`` raised)."""
         if self.preemption.requested:
-            raise self._preempted()
-        return not self.finished and (limit is None or taken < limit)
+            raise self.run_state.preempted(self.preemption)
+        return not self.run_state.finished and (limit is None or taken < limit)
 
     def _log_step(self, step: int, metrics: dict[str, Any], episodes: list[dict[str, Any]], logger: MetricsLogger,
                   history: list[dict[str, Any]], evaluate: bool) -> None:
         """The step's held-out evaluation (when ``evaluate``), then its lines in metrics.jsonl and
-        episodes.jsonl. An evaluation abandoned for a preemption leaves the step unlogged: its lines
-        wait in ``extra_state`` (saved with the checkpoint), with the RNG as before the evaluation,
-        and the resumed run evaluates and logs them first, as this run would have."""
+        episodes.jsonl. An evaluation abandoned for a preemption leaves the step unlogged, to be
+        evaluated and logged first by the resumed run (``RunState.unlogged_on_stop``)."""
         if evaluate:
-            rng = rng_state()
-            try:
-                heldout = self.held_out.at_step(step, self.eval_items)
-            except StopRequested:
-                set_rng_state(rng)
-                self.extra_state[UNLOGGED_STEP] = json.loads(json.dumps(
-                    {"step": step, "metrics": metrics, "episodes": episodes}, default=float))
-                raise
-            metrics.update(heldout)
+            with self.run_state.unlogged_on_stop(step, metrics, episodes):
+                metrics.update(self.held_out.at_step(step, self.eval_items))
         logger.log(step, metrics)
         logger.log_episodes(step, episodes)
         history.append({"step": step, **metrics})
-
-    def _preempted(self) -> Preempted:
-        """Checkpoint the last completed step (unless written already) and say where the run stopped."""
-        assert self.preemption.signum is not None
-        step = self.state.step
-        if step == 0:
-            return Preempted(self.preemption.signum, "before the first step finished; no checkpoint written yet")
-        if self._saved_step != step:
-            self.checkpoint()
-        return Preempted(self.preemption.signum,
-                         f"after step {step}; checkpoint {checkpoint_dir(self.run_dir, step).name} written")
-
-    @property
-    def finished(self) -> bool:
-        """True once ``steps`` steps ran or the generated tokens reached ``token_budget``."""
-        budget = self.cfg.token_budget
-        return self.state.step >= self.cfg.steps or (budget is not None and self.state.generated_tokens >= budget)
 
     def step(self) -> StepResult:
         """One training step, as a pipeline of stages over one ``GroupWork`` per group (see
         ``teamplay.training.stages``): rollout -> credit (replays prefetched) -> token credit ->
         samples -> update -> metrics. Each stage is a method, function or part that can be read alone
         (``credit``, a ``credit_stage.CreditStage``; ``tokens``, a ``token_stage.TokenStage``)."""
-        self._share_state()
+        self.run_state.share()
         step, t0 = self.state.step, time.perf_counter()
-        problems, self.state = next_problems(self.state, self.items, self.cfg.seed, self.cfg.rollout.problems_per_step)
+        problems = self.run_state.next_problems(self.items, self.cfg.rollout.problems_per_step)
         # G sampled episodes per problem, seeded by the run's seed and the step
         jobs = step_jobs(problems, step, self.cfg.rollout.group_size)
         episodes = self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
@@ -372,9 +332,7 @@ class Trainer:
         metrics = step_metrics(episodes, groups, work, active, update, self.learner.lr, self.credit.metrics())
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
                         "credit_seconds": t_credit, **self.runner.step_metrics()})
-        spent = self.state.generated_tokens + generated_tokens(metrics)
-        metrics["generated_tokens_total"] = spent
-        self.state = dataclasses.replace(self.state, step=step + 1, generated_tokens=spent)
+        metrics["generated_tokens_total"] = self.run_state.end_step(generated_tokens(metrics))
         return StepResult(step=step + 1, metrics=metrics, credited=all_credited(work),
                           token_advantages=all_token_rows(work), groups=tuple(work))
 
@@ -400,63 +358,19 @@ class Trainer:
     def _before_evaluation(self, label: str) -> None:
         """Before each held-out evaluation (``held_out``): the learner's copies take this trainer's
         state, then ``on_eval(label)``."""
-        self._share_state()
+        self.run_state.share()
         if self.on_eval is not None:
             self.on_eval(label)
 
     # ------------------------------------------------------------------- the run's state
-    def _share_state(self) -> None:
-        """Before the first step or evaluation, and after a resume: the learner's copies (a cluster's
-        ranks and rollout workers) take this trainer's adapters and optimiser state."""
-        if not self._shared:
-            self.learner.share_state(self.state.step)
-            self._shared = True
-
     def checkpoint(self, number: int | None = None, extra: dict[str, Any] | None = None,
                    tensors: dict[str, Any] | None = None, prune: bool = True) -> Path:
-        """Write a checkpoint of the run as it is now (``checkpoint.save_checkpoint``): adapters,
-        optimiser and schedule, data position, RNG states, controller tables, config. ``number``
-        names it (default: the step), ``extra`` joins its ``extra_state.json``, ``tensors`` (named
-        tensors) join ``extra_tensors`` in it; ``prune``: keep only the last ``keep_checkpoints`` (a
-        federated site prunes by round itself). Non-finite adapters are never written
-        (``NonFiniteError``)."""
-        check_finite_adapters(self.learner.params, f"checkpoint step {self.state.step}")
-        if self.controllers is not None:
-            self.extra_state["controllers"] = self.controllers.state_dict()
-        optimizer, scheduler = self.learner.checkpoint_state()
-        path = save_checkpoint(self.run_dir, self.state, self.team_model, optimizer, scheduler,
-                               {**self.extra_state, **(extra or {})}, self.cfg.model_dump(mode="json"),
-                               self.cfg.keep_checkpoints if prune else None,
-                               extra_tensors={**self.extra_tensors, **(tensors or {})}, number=number)
-        self._saved_step = self.state.step
-        return path
-
-    def _resume(self, resume: str) -> bool:
-        """Restore the checkpoint ``resume`` names (``teamplay.training.resume``); False when
-        ``resume="auto"`` finds none (a fresh run). State that does not fit this team is a
-        ``TeamplayError``."""
-        data = checkpoint_to_resume(self.run_dir, resume, self.cfg)
-        if data is None:
-            return False
-        self.restore(data)
-        return True
+        """Write a checkpoint of the run as it is now; ``number`` names it (default: the step),
+        ``extra`` joins its ``extra_state.json``, ``tensors`` its ``extra_tensors``; ``prune``: keep
+        only the last ``keep_checkpoints`` (``RunState.save``)."""
+        return self.run_state.save(number, extra, tensors, prune)
 
     def restore(self, data: LoadedCheckpoint) -> None:
-        """Continue from a loaded checkpoint (``checkpoint.load_checkpoint``): its adapters,
-        optimiser and schedule, data position, RNG states, extra state and tensors. State that does
-        not fit this team is a ``TeamplayError``; ``train(resume=...)`` checks the config before it."""
-        path = data.path
-        if self.controllers is not None and "controllers" not in data.extra:
-            raise ConfigError(f"--resume: checkpoint {path} has no controller tables but "
-                              f"controllers.enabled is true; resume with the run's own config")
-        self.team_model.load_adapters(path / "adapters")
-        try:
-            self.learner.load_state(data.optimizer, data.scheduler)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"--resume: the optimizer state of {path} does not fit this team's "
-                                  f"adapters ({exc}); resume with the run's own config") from None
-        set_rng_state(data.rng)
-        self.state, self._saved_step, self._shared = data.state, data.state.step, False
-        self.extra_state, self.extra_tensors = dict(data.extra), dict(data.tensors)
-        if self.controllers is not None:
-            self.controllers.load_state_dict(self.extra_state["controllers"])
+        """Continue from a loaded checkpoint (``checkpoint.load_checkpoint``; ``RunState.restore``): a
+        ``TeamplayError`` when it does not fit this team (``train(resume=...)`` checks the config first)."""
+        self.run_state.restore(data)

@@ -49,7 +49,7 @@ def test_tracer_roles_with_gspo_and_controllers_train_checkpoint_and_resume(tmp_
 
     # resuming from step 1 restores its tables exactly, then step 2 rebuilds the same tables
     resumed = _trainer(tmp_path, steps=2)
-    resumed._resume(str(ckpts[0]))
+    resumed.run_state.resume(str(ckpts[0]))
     assert resumed.controllers.state_dict() == saved[0]
     resumed.step()
     assert resumed.controllers.state_dict() == saved[-1]

@@ -45,7 +45,7 @@ def test_continuation_sum_is_reward_minus_v0_on_real_episodes(tmp_path):
 
     items = trainer.items[:1]
     episodes = trainer.runner.run([RolloutJob(item=items[0], group_id="g")] * 3, seed=3)
-    engine = trainer.replay
+    engine = trainer.credit.replay
     engine.begin_step(0, sum(ep.tokens for ep in episodes))
     options = ContinuationOptions(samples=2, baseline="continuation", mode="mean_only")
     batch = CreditBatch(tuple(episodes), items[0], trainer.task.score, trainer.task.extract,

@@ -36,7 +36,7 @@ def test_step_records_carry_the_credit_layers_advantages(tmp_path):
         assert all(ep.problem_id == work.item.id for ep in work.episodes) and len(work.episodes) == 8
         expected = assign("grpo", CreditBatch(episodes=work.episodes, item=work.item,
                                               resources=CreditResources(batch_rewards=tuple(step_rewards))),
-                          trainer.credit_options)
+                          trainer.credit.options)
         assert len(work.advantages) == len(expected) == 8
         for got, want, ep in zip(work.advantages, expected, work.episodes, strict=True):
             np.testing.assert_array_equal(got, want * work.scale)
