@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
 
@@ -70,19 +69,6 @@ class GroupWork:
     def credited(self) -> tuple[tuple[Episode, np.ndarray], ...]:
         """``(episode, advantages [T_g])`` pairs, in episode order."""
         return tuple(zip(self.episodes, self.advantages, strict=True))
-
-
-class Learner(Protocol):
-    """The update stage's part (``Trainer.updater``): applies one step's update to the adapters.
-
-    ``update(samples, step)`` runs every epoch and minibatch of the step and returns its metrics
-    (at least ``optimizer_steps``; an optimiser step it skipped for a non-finite loss or gradient
-    is listed in ``nonfinite_skips``, which the trainer warns about and counts). It applies the
-    samples' per-message token rules inside the update and leaves the token advantages it computed
-    in ``resolved_tokens`` (by sample index), for the step's records and logs.
-    """
-
-    def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]: ...
 
 
 def active_adapters(trainable: Sequence[str], step: int, every: int | None) -> set[str]:
