@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -34,7 +35,7 @@ from teamplay.envs.protocols.base import Controller
 from teamplay.envs.tasks import TASKS, get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.records import SamplingParams, TaskItem
 from teamplay.training.controllers import TeamControllers
 
@@ -193,7 +194,7 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, device=N
     where every base (with its adapters) goes; None keeps it on the CPU. A single-process run and
     ``teamplay eval`` pass ``resolve_device(model.device)``, a Ray actor the GPU Ray gave it.
     """
-    from teamplay.agents.models import load_model
+    from teamplay.agents.models import load_model, slow_cpu_dtype
     from teamplay.agents.team_model import TeamModel
 
     lora, adapters_dir = lora_settings(model_cfg)
@@ -216,6 +217,8 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, device=N
     if device is not None and str(device) != "cpu":  # adapters included: peft put them beside their bases
         for part in getattr(team_model, "parts", {"": team_model}).values():
             part.model.to(device)
+    elif (slow := slow_cpu_dtype(model_cfg.dtype)) is not None:
+        warnings.warn(TeamplayWarning(slow), stacklevel=2)
     if adapters_dir is not None:
         team_model.load_adapters(adapters_dir)
     return team_model
