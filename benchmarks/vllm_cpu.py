@@ -135,10 +135,7 @@ def measure_all(sizes: tuple[int, ...], repeats: int, steps: int, quick: bool, m
                 print(f"  {m.label}: step {trainer.state.step} in {m.step_seconds[-1]:.1f} s", flush=True)
     finally:
         for trainer in trainers:
-            trainer.close()
-            close = getattr(trainer.backend, "close", None)  # a vLLM engine's processes end here
-            if close is not None:
-                close()
+            trainer.close()  # a vLLM engine the run started ends here
     return measured
 
 

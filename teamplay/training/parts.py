@@ -12,7 +12,8 @@ Life of the parts in a run: ``Learner.share_state(version)`` before the first st
 and again after a resume (a cluster sends the adapters and optimiser state out; in-process nothing
 moves); per step ``Runner.run`` -> credit -> ``Learner.update`` -> ``Learner.end_step``;
 ``Learner.checkpoint_state()`` when a checkpoint is written; ``close()`` of both when ``train``
-returns.
+returns (the in-process runner also closes the backend the run built; a Ray run's driver generates
+with hf, which holds nothing to free, and its rollout workers are killed with their backends).
 """
 
 from __future__ import annotations
@@ -134,12 +135,14 @@ def advance(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
 # ------------------------------------------------------------------------------ in-process parts
 class LocalRunner(RolloutRunner):
     """The in-process runner: the lock-step ``RolloutRunner`` over the training envs, and a fresh
-    one over the evaluation envs for each held-out evaluation."""
+    one over the evaluation envs for each held-out evaluation. With ``owns_backend`` (the run built
+    the backend: ``setup.RunParts.owns_backend``), ``close`` closes the backend too."""
 
     def __init__(self, make_env: Callable[[], TeamEnv], make_eval_env: Callable[[], TeamEnv], backend,
-                 sampling: SamplingParams, max_batch: int | None = None) -> None:
+                 sampling: SamplingParams, max_batch: int | None = None, owns_backend: bool = False) -> None:
         super().__init__(make_env, backend, sampling, max_batch=max_batch)
         self.make_eval_env = make_eval_env
+        self.owns_backend = owns_backend
 
     def held_out(self, sampling: SamplingParams, before_generate: Callable[[], None] | None) -> RolloutRunner:
         return RolloutRunner(self.make_eval_env, self.backend, sampling, max_batch=self.max_batch,
@@ -149,7 +152,11 @@ class LocalRunner(RolloutRunner):
         return {}
 
     def close(self) -> None:
-        """Nothing to free: the backend belongs to the trainer's team model."""
+        """Close the backend when the run built it: a vLLM engine's processes and KV cache would
+        otherwise live until the interpreter exits, and a sweep's next run would start its own beside
+        them. A backend passed in by the caller stays open."""
+        if self.owns_backend:
+            self.backend.close()
 
 
 class OptimizerOwner:
@@ -209,7 +216,7 @@ class LocalParts:
 
     def __call__(self, cfg: TrainConfig, run: Any, trainable: Sequence[str]) -> tuple[LocalRunner, LocalLearner]:
         runner = LocalRunner(run.make_env, run.make_eval_env, run.backend, run.sampling,
-                             max_batch=cfg.backend.max_batch)
+                             max_batch=cfg.backend.max_batch, owns_backend=run.owns_backend)
         return runner, LocalLearner(cfg, run.team_model, trainable, run.backend)
 
 

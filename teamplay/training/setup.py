@@ -337,6 +337,9 @@ class RunParts:
     backend: GenerationBackend
     #: the training rollouts' decoding (``rollout_sampling``)
     sampling: SamplingParams
+    #: whether ``build_run`` built ``backend`` (the run closes it when it ends: a vLLM engine's
+    #: processes and KV cache) or the caller passed it in (it stays the caller's to close)
+    owns_backend: bool
 
 
 def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | None = None,
@@ -344,7 +347,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
               eval_items: Sequence[TaskItem] | None = None, backend_name: str | None = None) -> RunParts:
     """Wire a training run from its config: items, controllers, env factories (training decides with
     the controllers' "train" mode, held-out evaluation as ``teamplay eval`` would), the team model
-    and backend (built unless given), and the rollouts' decoding.
+    and backend (built unless given: ``owns_backend``), and the rollouts' decoding.
 
     ``task`` with ``items`` (and ``eval_items``) replace the config's task sections, for a task
     defined in Python. Errors are ConfigErrors raised before the model loads. ``backend_name``
@@ -383,6 +386,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         # the driver of a distributed run keeps its copy (credit, checkpoints) on the CPU
         team_model = build_team_model(cfg.model, team, cfg.seed,
                                       device=resolve_device(cfg.model.device) if cfg.distributed is None else None)
+    owns_backend = backend is None
     if backend is None:
         backend_cfg = cfg.backend if backend_name is None else cfg.backend.model_copy(update={"name": backend_name})
         backend = build_backend(cfg.model, backend_cfg, team, team_model=team_model,
@@ -391,7 +395,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         backend = mixed_backend(backend, team)  # a given model backend still plays only the LLM roles
     return RunParts(task=train_task, items=train_items, eval_task=eval_task, eval_items=held_out,
                     controllers=controllers, team=team, make_env=make_env, make_eval_env=make_eval_env,
-                    team_model=team_model, backend=backend, sampling=rollout_sampling(cfg))
+                    team_model=team_model, backend=backend, sampling=rollout_sampling(cfg), owns_backend=owns_backend)
 
 
 def seed_everything(seed: int) -> None:

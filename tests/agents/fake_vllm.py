@@ -2,7 +2,8 @@
 
 ``install(monkeypatch)`` puts modules ``vllm``, ``vllm.lora``, ``vllm.lora.request`` and
 ``vllm.inputs`` into ``sys.modules`` with the few names the backend uses: ``LLM`` (records its
-keyword arguments and every ``generate`` call), ``SamplingParams`` (records its keyword arguments),
+keyword arguments, every ``generate`` call and whether ``llm_engine.engine_core.shutdown()`` stopped
+it: ``shut_down``), ``SamplingParams`` (records its keyword arguments),
 ``LoRARequest`` and ``TokensPrompt``. What the fake engine generates is set by a ``script``
 function ``(prompt_ids, params, lora_request) -> (token_ids, finish_reason)``; each step's
 log-prob mapping holds the sampled token with log-prob ``-(j + 1) / 10`` (step ``j``) and a decoy
@@ -79,9 +80,14 @@ def install(monkeypatch: Any, version: str = "0.11.0", fail: BaseException | Non
         def __init__(self, **kwargs: Any) -> None:
             self.kwargs = kwargs
             self.calls: list[Call] = []
+            self.shut_down = False
+            self.llm_engine = types.SimpleNamespace(engine_core=types.SimpleNamespace(shutdown=self._shutdown))
             if fail is not None:
                 raise fail
             module.engines.append(self)
+
+        def _shutdown(self) -> None:
+            self.shut_down = True
 
         def generate(self, prompts: list[dict], sampling_params: list[Any], lora_request: list[Any],
                      **kwargs: Any) -> list[RequestOutput]:

@@ -133,7 +133,42 @@ def test_trainer_sizes_the_engine_for_its_longest_sampling_section(monkeypatch, 
     task = FirstTokenTask("ab")
     trainer = Trainer(cfg, team_model=team_model(tiny_folder), task=task, items=task.load("train", limit=2))
     assert fake.engines[0].kwargs["max_model_len"] == 64 + 30  # eval's 30 new tokens > training's 8
-    trainer.backend.close()
+    trainer.close()
+    assert fake.engines[0].shut_down  # the engine the run started
+
+
+def test_a_trainer_stops_the_engine_its_run_started_and_never_one_passed_in(monkeypatch, tmp_path, tiny_folder):
+    from teamplay.agents.backends.vllm import VLLMBackend
+    from teamplay.training.trainer import Trainer
+    from tests.training.fixtures import FirstTokenTask
+
+    fake = fake_vllm.install(monkeypatch)
+    task = FirstTokenTask("ab")
+
+    def train(name: str, **kwargs) -> None:
+        cfg = build_config(TrainConfig, {
+            "backend": {"name": "vllm", "max_prompt_tokens": 512}, "model": {"dtype": "bfloat16"}, "steps": 1,
+            "sampling": {"max_new_tokens": 4, "temperature": 1.0}, "eval_sampling": {"max_new_tokens": 4},
+            "rollout": {"problems_per_step": 1, "group_size": 2}, "protocol": {"name": "proposer_reviewer"},
+            "output_dir": str(tmp_path / name), "tensorboard": False})
+        Trainer(cfg, task=task, items=task.load("train", limit=2), **kwargs).train()
+
+    train("built", team_model=team_model(tiny_folder))
+    assert [e.shut_down for e in fake.engines] == [True]  # the run started it: stopped when train returned
+    mine = VLLMBackend(team_model(tiny_folder), adapter_dir=tmp_path / "adapters", max_new_tokens=4)
+    train("passed", team_model=mine.team_model, backend=mine)
+    assert [e.shut_down for e in fake.engines] == [True, False]  # the caller's engine stays up for the caller
+    mine.close()
+    assert fake.engines[1].shut_down
+
+
+def test_routing_and_mixed_backends_close_the_backends_they_wrap(monkeypatch, tmp_path, tiny_folder):
+    from teamplay.agents.backends.mixed import MixedBackend
+    from teamplay.agents.backends.routing import RoutingBackend
+
+    b, fake = backend(monkeypatch, tmp_path, tiny_folder)
+    RoutingBackend({"base": MixedBackend(b, {})}, {}).close()
+    assert fake.engines[0].shut_down
 
 
 def test_float32_with_adapters_is_refused_in_one_line_before_the_engine_starts(monkeypatch, tmp_path, tiny_folder):

@@ -36,3 +36,9 @@ class GenerationBackend(ABC):
         update. A no-op for backends that generate with the trained model itself (``hf``); a backend
         that holds its own copy of the weights (``vllm``) reloads the adapters."""
         return None  # hf and scripted generate with the current weights: nothing to reload
+
+    def close(self) -> None:
+        """Free what the backend holds besides the model: a ``vllm`` engine's processes and KV cache.
+        A no-op for backends that hold nothing more (``hf``, ``scripted``). Idempotent; whoever
+        built the backend closes it (a trainer closes the one its run built, never one passed in)."""
+        return None

@@ -56,3 +56,7 @@ class MixedBackend(GenerationBackend):
     def sync_adapters(self) -> None:
         if self.model is not None:
             self.model.sync_adapters()
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model.close()

@@ -51,3 +51,7 @@ class RoutingBackend(GenerationBackend):
     def sync_adapters(self) -> None:
         for backend in self.backends.values():
             backend.sync_adapters()
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            backend.close()
