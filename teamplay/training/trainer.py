@@ -127,15 +127,15 @@ class TrainResult:
 class Trainer:
     """Trains a team from a ``TrainConfig``.
 
-    ``team_model`` and ``backend`` may be passed in (tests pass a tiny model); otherwise they are
-    built from the config. ``task`` with ``items`` (and ``eval_items``) replace the config's task
-    sections, for a task defined in Python. ``on_step(step, metrics)`` is called after each step,
-    ``on_eval(label)`` before each held-out evaluation. ``on_start(trainer)`` is called by each
-    ``train`` call once the run's state is in place (fresh, or restored by ``resume``), right before
-    the call's first step: what it sets, every step of the call sees (a federated site loads the
-    global adapters over its restored ones). ``group_hook(item, rewards [G]) -> scale`` sees every
-    group of a step (signal or not) and scales its advantages (federated sites record reward
-    statistics and calibrate with it).
+    ``team_model`` and ``backend`` may be passed in (tests pass a tiny model; a backend passed in
+    stays open: the caller's); otherwise they are built from the config. ``task`` with ``items``
+    (and ``eval_items``) replace the config's task sections, for a task defined in Python.
+    ``on_step(step, metrics)`` is called after each step, ``on_eval(label)`` before each held-out
+    evaluation. ``on_start(trainer)`` is called by each ``train`` call once the run's state is in
+    place (fresh, or restored by ``resume``), right before the call's first step: what it sets,
+    every step of the call sees (a federated site loads the global adapters over its restored ones).
+    ``group_hook(item, rewards [G]) -> scale`` sees every group of a step (signal or not) and scales
+    its advantages (federated sites record reward statistics and calibrate with it).
 
     Two parts do the step's outside work, each behind a small interface
     (``teamplay.training.parts``): ``runner`` produces the episodes and ``learner`` applies the
@@ -231,10 +231,10 @@ class Trainer:
             self.close()
 
     def close(self) -> None:
-        """Free what the parts hold (a cluster's actors; nothing in-process). ``train`` calls it when it
-        returns; call it yourself after driving ``step`` by hand. Idempotent."""
+        """Free what the parts hold (a cluster's actors; the backend the run built, not one passed in).
+        ``train`` calls it when it returns; call it yourself after driving ``step`` by hand. Idempotent."""
         self.learner.close()
-        self.runner.close()  # last: a runner that started a cluster ends it
+        self.runner.close()  # last: a runner that started a cluster ends it, the in-process one the backend
 
     def _train(self, resume: str | None, start: float, steps: int | None,
                save: Callable[[Trainer], Path]) -> TrainResult:
