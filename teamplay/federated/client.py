@@ -93,7 +93,7 @@ def site_config(cfg: FederatedConfig, site: int, state_dir: Path) -> TrainConfig
     that ends each round (``checkpoint_every`` = the run's length: a periodic one, named by step
     and pruned by ``keep_checkpoints``, would delete the round states a later round restores)."""
     steps = cfg.federated.rounds * cfg.federated.local_steps
-    # the sections as they are (not re-validated from a dump, which would mark every default as set)
+    # the shared sections as they are (validated already)
     shared = {name: getattr(cfg, name) for name in TeamTrainingConfig.model_fields}
     return TrainConfig(**{**shared, "steps": steps, "checkpoint_every": steps,
                           "output_dir": str(state_dir / f"site-{site}"), "seed": cfg.seed + 1009 * (site + 1),
