@@ -100,9 +100,8 @@ class TeamStrategy(Strategy):
         self.state = state if state is not None else ServerState()
         #: the last round's report (``aggregate_train``), None before the first
         self.report: RoundReport | None = None
-        self._nodes: list[int] | None = None  # the sites' nodes, found at the first round
-        self._asked: tuple[int, ...] = ()  # this round's: the nodes asked and the global vector [N]
-        self._global = np.zeros(0, np.float32)
+        self._nodes: tuple[int, ...] = ()  # the sites' nodes, found at the first round and asked every round
+        self._global = np.zeros(0, np.float32)  # this round's global vector [N]
 
     # --------------------------------------------------------------------------- training
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -113,16 +112,15 @@ class TeamStrategy(Strategy):
         The sites' nodes are the first ``federated.clients`` connected ones (sorted), waited for
         at the first round and kept for the run: a site that drops out later is a failure of the
         rounds it misses, not a reason to stop and wait."""
-        if self._nodes is None:
-            self._nodes = _wait_for_nodes(grid, self.fed.clients, timeout=max(60.0, self.fed.round_timeout))
+        if not self._nodes:
+            self._nodes = tuple(_wait_for_nodes(grid, self.fed.clients, timeout=max(60.0, self.fed.round_timeout)))
         self._global = arrays["vector"].numpy()
-        self._asked = tuple(self._nodes)
         orders = ConfigRecord({**config, "round": server_round, "restore": json.dumps(self.state.restore),
                                "entries": json.dumps(self.entries()),
                                "calibration": json.dumps(self.state.calibration)})
         content = RecordDict({"global": arrays, "config": orders})
         return [Message(content, dst_node_id=node, message_type="train", group_id=str(server_round))
-                for node in self._asked]
+                for node in self._nodes]
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -132,10 +130,10 @@ class TeamStrategy(Strategy):
         ``TooFewSitesError`` (nothing of the round applied) when fewer than ``min_sites``
         results are left."""
         fed, replies = self.fed, list(replies)
-        failed = _failures(replies, self._asked, fed.round_timeout)
+        failed = _failures(replies, self._nodes, fed.round_timeout)
         for failure in failed:
             logger.warning("round %d: node %s left out: %s", server_round, failure["node"], failure["error"])
-        spec = RoundSpec(server_round, self._asked, self.shard_sizes, self.size, fed.robust.max_norm_ratio)
+        spec = RoundSpec(server_round, self._nodes, self.shard_sizes, self.size, fed.robust.max_norm_ratio)
         results, refused = screen([reply for reply in replies if not reply.has_error()], spec)
         for refusal in refused:
             warnings.warn(SiteRefusedWarning(refusal.message(server_round)), stacklevel=2)
@@ -152,9 +150,9 @@ class TeamStrategy(Strategy):
             signals={**self.state.signals, **{str(r.site): float(r.metrics["signal"]) for r in results}},
             aggregated=[r.site for r in results],
             restore={**self.state.restore, **{str(r.site): server_round for r in results}})
-        self.report = RoundReport(server_round, self._asked, tuple(results), tuple(float(w) for w in weights),
+        self.report = RoundReport(server_round, self._nodes, tuple(results), tuple(float(w) for w in weights),
                                   tuple(failed), tuple(refused))
-        counts = {"asked": len(self._asked), "aggregated": len(results), "failed": len(failed),
+        counts = {"asked": len(self._nodes), "aggregated": len(results), "failed": len(failed),
                   "refused": len(refused), "bytes_total": sum(r.bytes for r in results)}
         return ArrayRecord({"vector": Array(new)}), MetricRecord(counts)
 
