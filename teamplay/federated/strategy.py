@@ -88,6 +88,11 @@ class RoundReport:
     failed: tuple[dict[str, Any], ...]
     refused: tuple[Refusal, ...]
 
+    def counts(self) -> dict[str, int]:
+        """Sites asked, aggregated, failed and refused."""
+        return {"asked": len(self.asked), "aggregated": len(self.results), "failed": len(self.failed),
+                "refused": len(self.refused)}
+
 
 class TeamStrategy(Strategy):
     """FedAvg or Fed-GRPO (``federated.strategy``) with robust aggregation, over the flat adapter
@@ -152,8 +157,7 @@ class TeamStrategy(Strategy):
             restore={**self.state.restore, **{str(r.site): server_round for r in results}})
         self.report = RoundReport(server_round, self._nodes, tuple(results), tuple(float(w) for w in weights),
                                   tuple(failed), tuple(refused))
-        counts = {"asked": len(self._nodes), "aggregated": len(results), "failed": len(failed),
-                  "refused": len(refused), "bytes_total": sum(r.bytes for r in results)}
+        counts = {**self.report.counts(), "bytes_total": sum(r.bytes for r in results)}
         return ArrayRecord({"vector": Array(new)}), MetricRecord(counts)
 
     def entries(self) -> dict[str, int]:
@@ -209,8 +213,7 @@ class TeamStrategy(Strategy):
         return {
             "round": report.round, "sites": sites, "failed": list(report.failed),
             "refused": [r.to_dict() for r in report.refused],
-            "counts": {"asked": len(report.asked), "aggregated": len(report.results), "failed": len(report.failed),
-                       "refused": len(report.refused)},
+            "counts": report.counts(),
             "aggregator": self.fed.robust.aggregator,
             "bytes_total": total, "dense_bytes_per_site": dense_bytes,
             "compression": (dense_bytes * len(sites) / total) if total else None,
