@@ -79,11 +79,9 @@ class Measured:
 
 def config(backend: str, dtype: str, output: Path, quick: bool, model: str):
     """The demo's config for one variant (``quick``: 8 new tokens)."""
-    import yaml
+    from teamplay.config import TrainConfig, build_config, read_yaml
 
-    from teamplay.config import TrainConfig, build_config
-
-    raw = yaml.safe_load(DEMO_CONFIG.read_text())
+    raw = read_yaml(DEMO_CONFIG)
     raw["model"] = {**raw["model"], "name": model, "dtype": dtype}
     raw["backend"] = {**raw["backend"], "name": backend}
     if backend == "vllm":
