@@ -353,16 +353,22 @@ def serve_command(
                                                                      "the folder's or config's name)."),
     max_batch: int = typer.Option(64, "--max-batch", help="Most episodes run together (one RolloutRunner.run)."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds a request may wait for its answer (then 504)."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="TEAMPLAY_API_KEY", show_default=False,
+                                       help="Every route but /health wants 'Authorization: Bearer KEY' "
+                                            "(the environment variable keeps it out of shell history)."),
 ) -> None:
     """Serve a team behind an OpenAI-compatible API: POST /v1/chat/completions, GET /v1/models.
     RUN_OR_EXPORT: a run folder, one of its checkpoints, or an export; or give --config instead."""
     if run_or_export is not None and config is not None:
         raise TeamplayError("serve: give a RUN_OR_EXPORT folder or --config, not both")
     try:
+        from teamplay.serving.auth import exposure_warning
         from teamplay.serving.server import ServeLimits, create_app, serve
     except ImportError as exc:  # fastapi/uvicorn missing: the serve extra is optional
         raise TeamplayError(f"teamplay serve needs FastAPI and uvicorn: pip install 'teamplay[serve]' "
                             f"({exc})") from None
+    if api_key is not None and not api_key.strip():
+        raise TeamplayError("serve: the API key (--api-key or TEAMPLAY_API_KEY) is empty")
     try:
         limits = ServeLimits(max_batch=max_batch, timeout_s=timeout)
     except ValueError as exc:
@@ -374,7 +380,10 @@ def serve_command(
     else:
         cfg = load_config(EvalConfig, config, list(set_))
     name = model_name or _served_name(run_or_export, config)
-    app_ = create_app(build_serve_engine(cfg), name, limits)
+    app_ = create_app(build_serve_engine(cfg), name, limits, api_key=api_key)
+    warning = exposure_warning(host, api_key)
+    if warning is not None:
+        typer.echo(warning, err=True)  # one line, never wrapped
 
     def ready(url: str) -> None:
         typer.echo(f"serving {name} at {url}/v1 (POST /v1/chat/completions, GET /v1/models, GET /health); "

@@ -23,6 +23,8 @@ status   when
          part; more than 4 ``stop`` strings; ``n`` above ``max_n``; the question longer than
          ``max_question_chars`` or more than ``max_messages`` messages
          (code ``context_length_exceeded``)
+401      a key is set (``--api-key``) and the request's ``Authorization: Bearer`` is not it
+         (code ``invalid_api_key``; ``/health`` needs no key)
 404      a ``model`` other than the served one (code ``model_not_found``); an unknown route
 413      a body larger than ``max_body_bytes``
 429      ``max_queue`` requests waiting already (code ``queue_full``)
@@ -52,6 +54,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
+from teamplay.serving.auth import BearerAuth
 from teamplay.serving.batcher import BatcherClosed, MicroBatcher, QueueFull
 from teamplay.serving.engine import EpisodeRequest, TeamEngine
 from teamplay.serving.render import render_completion
@@ -93,8 +96,11 @@ class ServeLimits:
             raise ValueError(f"timeout_s must be > 0 and max_wait_s >= 0, got {self.timeout_s}, {self.max_wait_s}")
 
 
-def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None = None) -> FastAPI:
-    """The FastAPI app serving ``engine``'s team as model ``model_name`` (see the module doc)."""
+def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None = None,
+               api_key: str | None = None) -> FastAPI:
+    """The FastAPI app serving ``engine``'s team as model ``model_name`` (see the module doc);
+    with ``api_key``, every route but ``/health`` wants ``Authorization: Bearer KEY``
+    (``teamplay.serving.auth``)."""
     limits = limits or ServeLimits()
     batcher: MicroBatcher[EpisodeRequest, list] = MicroBatcher(
         engine.run, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s, max_queue=limits.max_queue)
@@ -112,6 +118,8 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
                   lifespan=lifespan)
     app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
     _add_error_handlers(app)
+    if api_key is not None:
+        app.add_middleware(BearerAuth, key=api_key)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
