@@ -173,7 +173,10 @@ def test_every_method_and_protocol_pair_trains_or_is_refused_at_start(tmp_path, 
         for protocol in protocol_names():
             folder = tmp_path / f"{method}-{protocol}"
             folder.mkdir()
-            config = train_config(folder, tiny, credit={"method": method}, protocol={"name": protocol},
+            # split gives each agent its own problem: its items are pairs of the same task's
+            own = {"task": {"name": "tuples", "split": "train", "limit": 4,
+                            "options": {"task": "arith", "k": 2}}} if protocol == "split" else {}
+            config = train_config(folder, tiny, credit={"method": method}, protocol={"name": protocol}, **own,
                                   rollout={"problems_per_step": 1, "group_size": 2},
                                   sampling={"max_new_tokens": 2, "temperature": 1.0}, steps=1)
             result = invoke("train", "--config", config)
@@ -197,3 +200,5 @@ def test_every_method_and_protocol_pair_trains_or_is_refused_at_start(tmp_path, 
     assert outcomes["cosac", "vote"] == "refused" and outcomes["cosac", "sequential"] == "trained"
     assert outcomes["cosac", "proposer_reviewer"] == "trained"  # one fixed turn order, reviews by verdict
     assert outcomes["shape_max", "proposer_reviewer"] == "refused"
+    assert outcomes["oracle", "split"] == "trained" and outcomes["oracle", "sequential"] == "refused"
+    assert outcomes["shapley", "split"] == "trained"

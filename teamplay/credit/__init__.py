@@ -4,7 +4,7 @@ Importing this package registers the built-in methods; ``credit_methods()`` list
 ``assign(name, batch, options)`` runs one. See ``registry.py`` for the one signature they share.
 """
 
-from teamplay.credit import cal_grpo, continuation, cosac, methods, regret, token, turn_baselines  # noqa: F401  (registration)
+from teamplay.credit import cal_grpo, continuation, cosac, methods, oracle, regret, token, turn_baselines  # noqa: F401  (registration)
 from teamplay.credit.registry import (
     CREDIT,
     CreditBatch,

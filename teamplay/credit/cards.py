@@ -198,6 +198,22 @@ _CARDS: dict[str, _Text] = {
          "tests/credit/test_cosac.py::test_registered_cosac_credits_the_review_that_decided_the_outcome"),
         "no generation: one ridge fit over one-hot labels and an enumeration of continuations "
         "(max_nodes caps it)"),
+    "oracle": _Text(
+        "A*(a_i) = E[R | agent i's answer] - E[R], in closed form: (c_i - p_i) / K in an additive split "
+        "team, (c_i - p_i) prod_{j != i} p_j in a conjunctive one, (1 - q)(c - p) for a first answer a "
+        "scripted teammate spoils independently with probability q; p estimated by the group's mean, "
+        "scaled by the pooled std as shapley is, broadcast to the agent's messages.",
+        ("the team has the declared form: its reward is the mean (additive) or product (conjunctive) of "
+         "the agents' own answer scores, or the first answer kept or spoiled (checked on every "
+         "episode: a reward that breaks the rule is an error)",
+         "the agents answer independently given the problem (conjunctive, spoiler: the others' accuracy "
+         "enters as a constant)",
+         "the group's mean of an agent's scores is its accuracy on the problem (G draws: the baseline "
+         "error is of order 1 / sqrt(G))"),
+        ("tests/credit/test_oracle.py::test_oracle_equals_masking_shapley_on_the_additive_team",
+         "tests/credit/test_oracle.py::test_oracle_hand_worked_forms",
+         "tests/credit/test_oracle.py::test_oracle_refuses_a_team_of_another_form"),
+        "arithmetic on the agents' scores"),
     "tracer_roles": _Text(
         "TRACER's role rewards, not a causal contrast: a proposal gets +1 if its answer is correct "
         "and -1 otherwise; a review +1 / -1 when its verdict matches / contradicts the correctness of "

@@ -108,6 +108,8 @@ class CreditMethod:
         requires: ``requires(options) -> resource names`` the method needs with these options.
         protocols: the protocol names it works with (None: any protocol).
         cost: one line on what it costs beyond the rollout (for ``teamplay list`` and the README).
+        protocols_of: ``protocols_of(options) -> names``: the protocols it works with under these
+            options, a subset of ``protocols`` (None: ``protocols`` whatever the options).
     """
 
     name: str
@@ -117,6 +119,11 @@ class CreditMethod:
     requires: Callable[[BaseModel], frozenset[str]] = _needs_nothing
     protocols: frozenset[str] | None = None
     cost: str = "negligible"
+    protocols_of: Callable[[BaseModel], frozenset[str]] | None = None
+
+    def allowed_protocols(self, options: BaseModel) -> frozenset[str] | None:
+        """The protocols the method works with under ``options`` (None: any)."""
+        return self.protocols if self.protocols_of is None else frozenset(self.protocols_of(options))
 
 
 CREDIT: Registry[CreditMethod] = Registry(
@@ -127,16 +134,18 @@ CREDIT: Registry[CreditMethod] = Registry(
 def register_credit(name: str, options: type[BaseModel], summary: str, *,
                     requires: Callable[[BaseModel], frozenset[str]] | None = None,
                     protocols: Sequence[str] | None = None, cost: str = "negligible",
+                    protocols_of: Callable[[BaseModel], frozenset[str]] | None = None,
                     ) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering ``fn`` under ``name`` (a duplicate name is an error); the method declares
     what it ``requires`` (resource names, a function of its options) and the ``protocols`` it works
-    with. The decorated function keeps a ``credit_method`` attribute, which is how a user's file
+    with (``protocols_of``: the ones it works with under given options). The decorated function keeps a ``credit_method`` attribute, which is how a user's file
     named as ``credit.method: ./file.py:fn`` is found."""
 
     def wrap(fn: CreditFn) -> CreditFn:
         method = CreditMethod(name=name, fn=fn, options=options, summary=summary,
                               requires=requires or _needs_nothing,
-                              protocols=None if protocols is None else frozenset(protocols), cost=cost)
+                              protocols=None if protocols is None else frozenset(protocols), cost=cost,
+                              protocols_of=protocols_of)
         CREDIT.add(name, method)
         fn.credit_method = method  # type: ignore[attr-defined]
         return fn
@@ -161,9 +170,11 @@ def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, proto
     are in ``provided`` (None: not checked). Returns the parsed options; raises ConfigError."""
     method = get_credit(name)
     parsed = parse_options(method, options)
-    if protocol is not None and method.protocols is not None and protocol not in method.protocols:
-        raise ConfigError(f"credit.method: {method.name!r} works with the protocols "
-                          f"{', '.join(sorted(method.protocols))}, not {protocol!r}")
+    allowed = method.allowed_protocols(parsed)
+    if protocol is not None and allowed is not None and protocol not in allowed:
+        with_options = "" if method.protocols_of is None else " with these options"
+        raise ConfigError(f"credit.method: {method.name!r}{with_options} works with the protocols "
+                          f"{', '.join(sorted(allowed))}, not {protocol!r}")
     if provided is not None:
         missing = sorted(method.requires(parsed) - provided)
         if missing:

@@ -8,15 +8,31 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, CreditResources, assign
-from teamplay.credit.characteristic import last_answer_scorer
+from teamplay.credit.characteristic import Transcript, TranscriptScorer
+from teamplay.envs.protocols.base import Protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, TaskItem
 from teamplay.training.answer_probability import AnswerProbability
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.setup import CheckedRun, RunParts, sampling_params
 from teamplay.training.stages import GroupWork
+
+
+def protocol_scorer(protocol: Protocol, task: Task, item: TaskItem) -> TranscriptScorer:
+    """The transcript scorer of masking credit for ``item``: each masked transcript scores what
+    ``protocol.score_visible`` says its team reward would be (for the built-in protocols but
+    ``split``: the verifier on the last visible answer; for ``split``: the visible members' own
+    answers, so masking Shapley is the exact difference reward there)."""
+
+    def score(transcripts: Sequence[Transcript]) -> np.ndarray:
+        return np.array([protocol.score_visible(task, item, t.messages, t.withheld) for t in transcripts],
+                        dtype=np.float64)
+
+    return score
 
 
 class CreditStage:
@@ -28,6 +44,7 @@ class CreditStage:
     def __init__(self, cfg: TrainConfig, checked: CheckedRun, run: RunParts) -> None:
         self.method, self.options = cfg.credit.method, checked.credit_options
         self.task: Task = run.task
+        self.protocol: Protocol = run.make_env().protocol  # its rule scores masked transcripts
         self.backend = run.backend
         self.replay: RolloutReplayEngine | None = None
         if "replay" in checked.credit_needs:  # counterfactual re-executions with the current policies
@@ -60,11 +77,11 @@ class CreditStage:
 
     def resources(self, item: TaskItem) -> CreditResources:
         """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer
-        of masked transcripts (the last answer still visible, scored against ``item``), the
-        generation backend, the replay engine and the answer-probability scorer."""
-        task = self.task
+        of masked transcripts (the protocol's ``score_visible``: by default the last answer still
+        visible, scored against ``item``), the generation backend, the replay engine and the
+        answer-probability scorer."""
         return CreditResources(
-            transcript_scorer=last_answer_scorer(lambda answer: task.score_answer(answer, item)),
+            transcript_scorer=protocol_scorer(self.protocol, self.task, item),
             backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
 
     def record(self, episode: Episode) -> dict[str, Any]:

@@ -46,6 +46,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from teamplay.agents.roles import Role, Team
+from teamplay.envs.tasks.base import Task
 from teamplay.envs.voting import majority
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, ControllerDecision, Message, TaskItem, TurnRequest
@@ -338,6 +339,31 @@ class Protocol(ABC):
     def episode_metadata(self, state: ProtocolState) -> dict[str, Any]:
         """Protocol extras for ``Episode.metadata`` (verdicts, votes, ...)."""
         return {}
+
+    # ---- scoring ----------------------------------------------------------------------------
+
+    def check_task(self, task: Task, team: Team) -> None:  # noqa: B027  (optional hook)
+        """Raise ``ConfigError`` when ``task``'s items cannot be played by ``team`` under this
+        protocol (called once, when an env is built). Default: every task fits."""
+
+    def outcome(self, state: ProtocolState, task: Task, final: str | None,
+                answers: Mapping[str, str | None]) -> tuple[float, dict[str, float]]:
+        """(team reward, per agent the score of its own last answer) at the end of an episode.
+        Default: the verifier's score of the final answer, and of each agent's answer, against the
+        one problem of the episode."""
+        item = state.item
+        return (float(task.score_answer(final, item)),
+                {a: float(task.score_answer(ans, item)) for a, ans in answers.items()})
+
+    def score_visible(self, task: Task, item: TaskItem, messages: Sequence[Message],
+                      withheld: Sequence[bool]) -> float:
+        """The team reward of a transcript with the ``withheld`` messages masked (what masking
+        credit asks of a coalition), [T] flags for [T] messages. Default: the score of the last
+        visible answer (the team's answer becomes the latest answer still in the transcript)."""
+        for m, hidden in zip(reversed(messages), reversed(withheld), strict=True):
+            if not hidden and m.spoke and m.answer is not None:
+                return float(task.score_answer(m.answer, item))
+        return float(task.score_answer(None, item))
 
     def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
         """The ``TurnRequest`` of ``turn`` following the chat convention of this module."""

@@ -138,6 +138,7 @@ class EpisodeDriver:
         self.agents: tuple[str, ...] = tuple(protocol.agent_order(team))
         self.plan: tuple[TurnSpec, ...] = protocol.schedule(team)
         self._check_plan()
+        protocol.check_task(task, team)
         self.rounds = 1 + max((t.round for t in self.plan), default=-1)
         self.state: ProtocolState | None = None
         self.group_id = ""
@@ -333,15 +334,12 @@ class EpisodeDriver:
 
     def _finish(self) -> None:
         assert self.state is not None
-        item = self.state.item
         final = self.protocol.final_answer(self.state)
         initial = self._initial[0] if self._initial is not None else final
         answers = {a: self.state.last_answer(a) for a in self.agents}
-        self.result = EpisodeResult(
-            final_answer=final, initial_answer=initial,
-            reward=float(self.task.score_answer(final, item)),
-            agent_answers=answers,
-            agent_correct={a: float(self.task.score_answer(ans, item)) for a, ans in answers.items()})
+        reward, correct = self.protocol.outcome(self.state, self.task, final, answers)
+        self.result = EpisodeResult(final_answer=final, initial_answer=initial, reward=reward,
+                                    agent_answers=answers, agent_correct=correct)
 
     def decisions(self) -> tuple[ControllerDecision, ...]:
         """The controller decisions of the current episode so far."""

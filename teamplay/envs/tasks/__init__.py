@@ -8,6 +8,7 @@ math       ``DigitalLearningGmbH/MATH-lighteval``      LaTeX; normal form, then 
 math500    ``HuggingFaceH4/MATH-500``                  LaTeX; normal form, then math_verify
 gpqa       ``Idavidrein/gpqa`` (gpqa_diamond)          a letter A-D; choices shuffled per seed
 arith      generated (levels 1-5)                      an integer; exact numeric equality
+tuples     K items of another task per item            each part as that task scores it
 =========  ==========================================  =============================================
 
 A new benchmark is one module in this folder with a ``Task`` subclass decorated with
@@ -24,6 +25,7 @@ from teamplay.envs.tasks.base import TASKS, DatasetTask, Task, register_task
 from teamplay.envs.tasks.gpqa import GpqaTask
 from teamplay.envs.tasks.gsm8k import Gsm8kTask
 from teamplay.envs.tasks.math_tasks import Math500Task, MathTask
+from teamplay.envs.tasks.tuples import TupleTask
 from teamplay.errors import ConfigError
 
 
@@ -31,7 +33,7 @@ def task_names() -> list[str]:
     """Names ``get_task`` accepts, sorted.
 
     >>> task_names()
-    ['arith', 'gpqa', 'gsm8k', 'math', 'math500']
+    ['arith', 'gpqa', 'gsm8k', 'math', 'math500', 'tuples']
     """
     return TASKS.names()
 
@@ -51,4 +53,4 @@ def get_task(name: str, **options: Any) -> Task:
 
 
 __all__ = ["TASKS", "ArithTask", "DatasetTask", "GpqaTask", "Gsm8kTask", "Math500Task", "MathTask", "Task",
-           "get_task", "register_task", "task_names"]
+           "TupleTask", "get_task", "register_task", "task_names"]
