@@ -110,13 +110,20 @@ def continuation_credit(batch: CreditBatch, options: ContinuationOptions) -> lis
     Invariants: per episode ``sum_t A_t = (R - V(0)) / s`` (``s`` = std + eps, or 1); with
     ``baseline='group_mean'``, ``V(0)`` is the group's mean reward, so the episode totals sum to 0
     over the group; skipped messages get 0.
+
+    Edge case: with ``mode='std'`` a group whose rewards are all equal gets zeros (its std scale
+    is undefined: dividing continuation differences by ``0 + eps`` would make them 1e8 times too
+    large); ``mode='mean_only'`` credits such a group.
     """
     engine = batch.resources.need("replay", "method 'continuation'")
+    rewards = [ep.reward for ep in batch.episodes]
+    if options.mode == "std" and all(r == rewards[0] for r in rewards):
+        return [np.zeros(len(ep.messages)) for ep in batch.episodes]
     if not isinstance(engine, ReplayEngine):
         raise ValueError("credit method 'continuation' needs a replay engine "
                          "(teamplay.credit.replay.ReplayEngine) as the replay resource")
     values = episode_values(batch, options, engine)
     scale = 1.0
     if options.mode == "std":
-        scale = float(np.std([ep.reward for ep in batch.episodes])) + options.eps
+        scale = float(np.std(rewards)) + options.eps
     return [continuation_advantages(ep, v) / scale for ep, v in zip(batch.episodes, values, strict=True)]

@@ -2,7 +2,8 @@
 
 ``Trainer.step`` is a short pipeline:
 
-    rollout -> groups -> credit (replays prefetched first) -> token credit -> samples -> update -> metrics
+    rollout -> groups -> credit (replays prefetched first) -> informative groups -> token credit
+            -> samples -> update -> metrics
 
 Between the stages travels one ``GroupWork`` per group (the G episodes of one problem); each stage
 returns the records with what it computed added (``dataclasses.replace``: a record is never
@@ -47,8 +48,10 @@ class GroupWork:
         token_rows: with token-level credit, per episode per message its token advantages [C] or
             ``None`` (the scalar on every token), set by the token credit stage or, for a token
             rule the update applies, by the update stage; ``None`` without token-level credit.
-        samples: the group's policy samples in ``sample_positions`` order (set by the samples
-            stage; after an update that resolved token rules they carry the resolved tokens).
+        samples: the group's policy samples in ``positions`` order (set by the samples stage;
+            after an update that resolved token rules they carry the resolved tokens).
+        silent: the agents whose advantages are all zero in this group (set by ``informative``):
+            their messages make no samples, the group carrying nothing for them.
     """
 
     episodes: tuple[Episode, ...]
@@ -59,6 +62,7 @@ class GroupWork:
     advantages: tuple[np.ndarray, ...] = ()
     token_rows: TokenRows | None = None
     samples: tuple[PolicySample, ...] = ()
+    silent: frozenset[str] = frozenset()
 
     @property
     def has_signal(self) -> bool:
@@ -69,6 +73,35 @@ class GroupWork:
     def credited(self) -> tuple[tuple[Episode, np.ndarray], ...]:
         """``(episode, advantages [T_g])`` pairs, in episode order."""
         return tuple(zip(self.episodes, self.advantages, strict=True))
+
+    def positions(self, active: Collection[str]) -> list[tuple[int, int]]:
+        """``(episode g, message t)`` of each of the group's samples, in order: the messages
+        ``sample_positions`` trains, but those of ``silent`` agents."""
+        return [(g, t) for g, t in sample_positions(self.episodes, active)
+                if self.episodes[g].messages[t].agent not in self.silent]
+
+
+def silent_agents(work: GroupWork) -> frozenset[str]:
+    """The agents of a credited group whose advantages are all zero (on every message they wrote)."""
+    loud = {msg.agent for ep, adv in work.credited for msg, a in zip(ep.messages, adv, strict=True) if a != 0}
+    return frozenset(a for ep in work.episodes for a in ep.agents) - loud
+
+
+def informative(groups: Sequence[GroupWork]) -> list[GroupWork]:
+    """The zero-variance rule: a group is kept for an agent when that agent's advantages in it are
+    not all zero (not when the team rewards differ), so a per-agent method that credits the agents
+    of an all-equal-rewards group differently keeps that signal. Each kept group records its
+    ``silent`` agents; a group where every agent is silent is dropped.
+
+    For ``grpo`` this is the old rule: its advantages are all zero exactly when the rewards are all
+    equal (``group_advantage``), and with unequal rewards an agent is silent only if it spoke in
+    no episode whose reward differs from the group mean."""
+    out = []
+    for work in groups:
+        silent = silent_agents(work)
+        if silent != frozenset(a for ep in work.episodes for a in ep.agents):
+            out.append(dataclasses.replace(work, silent=silent))
+    return out
 
 
 def active_adapters(trainable: Sequence[str], step: int, every: int | None) -> set[str]:
@@ -132,10 +165,15 @@ def token_credit(groups: Sequence[GroupWork], team_model, token: TokenCreditConf
 def with_samples(groups: Sequence[GroupWork], active: Collection[str], token_rule: TokenRule | None = None,
                  rule_roles: Collection[str] | None = None) -> list[GroupWork]:
     """Each group's policy samples (``build_samples``: its token rows, or the token rule for
-    ``rule_roles``)."""
-    return [dataclasses.replace(work, samples=tuple(build_samples(
-        work.episodes, list(work.advantages), active, work.token_rows, token_rule=token_rule, rule_roles=rule_roles)))
-        for work in groups]
+    ``rule_roles``), but those of its ``silent`` agents."""
+    out = []
+    for work in groups:
+        samples = build_samples(work.episodes, list(work.advantages), active, work.token_rows,
+                                token_rule=token_rule, rule_roles=rule_roles)
+        kept = [s for (g, t), s in zip(sample_positions(work.episodes, active), samples, strict=True)
+                if work.episodes[g].messages[t].agent not in work.silent]
+        out.append(dataclasses.replace(work, samples=tuple(kept)))
+    return out
 
 
 def resolve_token_rows(groups: Sequence[GroupWork], resolved: dict[int, Sequence[float]],
@@ -147,7 +185,7 @@ def resolve_token_rows(groups: Sequence[GroupWork], resolved: dict[int, Sequence
     for work in groups:
         rows: list[list[np.ndarray | None]] = [[None] * len(ep.messages) for ep in work.episodes]
         samples = []
-        for (g, t), sample in zip(sample_positions(work.episodes, active), work.samples, strict=True):
+        for (g, t), sample in zip(work.positions(active), work.samples, strict=True):
             tokens = resolved.get(i)
             if tokens is not None:
                 rows[g][t] = np.asarray(tokens)

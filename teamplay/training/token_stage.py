@@ -10,6 +10,9 @@ The token method alone picks the route, the same on every learner (in-process or
 - any other method gets the token statistics it declares in one batched no-grad pass before the
   update (``stages.token_credit``), and the samples carry its token advantages.
 
+Every group enters the credit stage; after it, a group is kept for an agent when that agent's
+advantages are not all zero (``stages.informative``).
+
 Without ``credit.token`` every stage here leaves the groups as they are (samples with one
 advantage per message).
 """
@@ -21,7 +24,7 @@ from collections.abc import Collection, Sequence
 from teamplay.config import TrainConfig
 from teamplay.training.samples import TokenRule
 from teamplay.training.setup import CheckedRun
-from teamplay.training.stages import GroupWork, resolve_token_rows, token_credit, with_samples
+from teamplay.training.stages import GroupWork, informative, resolve_token_rows, token_credit, with_samples
 
 
 class TokenStage:
@@ -45,12 +48,18 @@ class TokenStage:
         self.rule = TokenRule(method.name, checked.token_options) if per_message else None
 
     def keeps(self, group: GroupWork) -> bool:
-        """Whether a group enters the credit stage: rewards that differ, or a method that wants it anyway."""
-        return group.has_signal or self.keeps_zero_variance
+        """Whether a group enters the credit stage: every group does. Whether it carries a signal is
+        decided per agent from its advantages after credit (``stages.informative``), not from its
+        rewards: a per-agent method may credit the agents of an all-equal-rewards group differently."""
+        return True
 
     def samples(self, groups: Sequence[GroupWork], team_model, active: Collection[str]) -> list[GroupWork]:
-        """Each credited group's policy samples (``stages.with_samples``), after its token rows
-        from the statistics pass when the method takes it; a rule goes to the listed roles' samples."""
+        """Each informative credited group's policy samples (``stages.informative``, then
+        ``stages.with_samples``), after its token rows from the statistics pass when the method
+        takes it; a rule goes to the listed roles' samples. A token method that gives all-equal
+        groups a signal of its own (``keeps_zero_variance``) keeps every group and every agent."""
+        if not self.keeps_zero_variance:
+            groups = informative(groups)
         if self.token is not None and groups and self.rule is None:
             groups = token_credit(groups, team_model, self.token, active, self.temperature, chunk=self.chunk)
         return with_samples(groups, active, self.rule, self.roles)
