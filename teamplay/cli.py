@@ -353,6 +353,8 @@ def serve_command(
                                                                      "the folder's or config's name)."),
     max_batch: int = typer.Option(64, "--max-batch", help="Most episodes run together (one RolloutRunner.run)."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds a request may wait for its answer (then 504)."),
+    drain: float = typer.Option(30.0, "--drain-timeout", help="At SIGTERM, seconds the requests in flight may "
+                                                             "take to finish before they are cancelled."),
     api_key: str | None = typer.Option(None, "--api-key", envvar="TEAMPLAY_API_KEY", show_default=False,
                                        help="Every route but /health wants 'Authorization: Bearer KEY' "
                                             "(the environment variable keeps it out of shell history)."),
@@ -370,7 +372,7 @@ def serve_command(
     if api_key is not None and not api_key.strip():
         raise TeamplayError("serve: the API key (--api-key or TEAMPLAY_API_KEY) is empty")
     try:
-        limits = ServeLimits(max_batch=max_batch, timeout_s=timeout)
+        limits = ServeLimits(max_batch=max_batch, timeout_s=timeout, drain_s=drain)
     except ValueError as exc:
         raise TeamplayError(f"serve: {exc}") from None
     if run_or_export is not None:
@@ -387,7 +389,7 @@ def serve_command(
 
     def ready(url: str) -> None:
         typer.echo(f"serving {name} at {url}/v1 (POST /v1/chat/completions, GET /v1/models, GET /health); "
-                   f"Ctrl-C stops")
+                   f"Ctrl-C or SIGTERM stops")
 
     try:
         serve(app_, host, port, on_ready=ready)

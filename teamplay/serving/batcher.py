@@ -13,15 +13,18 @@ queue. One collector task on the event loop repeats:
 
 Sizes are counted in episodes (a request's ``n``); a payload is never split, so one larger than
 ``max_batch`` runs as a batch of its own. A payload whose caller gave up (its ``submit`` was
-cancelled, e.g. by a timeout) is dropped before it runs. When ``run_batch`` raises on a batch of
+cancelled, e.g. by a timeout or a client that disconnected) leaves the queue at once, freeing its
+place; once running, its batch runs on and its result is dropped. When ``run_batch`` raises on a batch of
 several payloads, each is run again alone, so one bad request fails alone and the others still
-get their results.
+get their results; exceptions of the ``no_retry`` types (a run cancelled at shutdown) fail the
+whole batch at once. ``cancel`` fails every queued and running payload (graceful shutdown).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -59,10 +62,11 @@ class MicroBatcher(Generic[P, R]):
         max_batch: most payload sizes (episodes) per batch.
         max_wait_s: longest wait for more payloads after the first of a batch.
         max_queue: most payloads waiting; ``submit`` raises ``QueueFull`` beyond it.
+        no_retry: exception types that fail the whole batch, never re-run payload by payload.
     """
 
     def __init__(self, run_batch: Callable[[list[P]], Sequence[R]], *, max_batch: int, max_wait_s: float,
-                 max_queue: int) -> None:
+                 max_queue: int, no_retry: tuple[type[Exception], ...] = ()) -> None:
         if max_batch < 1 or max_queue < 1 or max_wait_s < 0:
             raise ValueError(f"max_batch and max_queue must be >= 1 and max_wait_s >= 0, got {max_batch}, "
                              f"{max_queue}, {max_wait_s}")
@@ -70,22 +74,37 @@ class MicroBatcher(Generic[P, R]):
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
+        self.no_retry = no_retry
         self.batches = 0
-        self._queue: asyncio.Queue[_Pending[P]] | None = None
-        self._carry: _Pending[P] | None = None
+        self._waiting: deque[_Pending[P]] = deque()  # oldest first; a caller that gives up leaves at once
+        self._wake: asyncio.Event | None = None
+        self._running: list[_Pending[P]] = []
         self._task: asyncio.Task | None = None
         self._executor: ThreadPoolExecutor | None = None
 
     @property
     def queued(self) -> int:
-        """Payloads waiting for a batch (not counting the one running)."""
-        return (self._queue.qsize() if self._queue is not None else 0) + (self._carry is not None)
+        """Payloads waiting for a batch (not counting the ones running)."""
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        """Payloads of the batch running now."""
+        return len(self._running)
 
     async def start(self) -> None:
         """Start the collector on the running event loop and the worker thread."""
-        self._queue = asyncio.Queue(maxsize=self.max_queue)
+        self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="teamplay-serve")
         self._task = asyncio.create_task(self._collect_forever(), name="teamplay-batcher")
+
+    def cancel(self, reason: str) -> None:
+        """Fail every queued and running payload with ``BatcherClosed(reason)``; the running batch's
+        results, when they come, are dropped (stopping that run is the caller's: see the server)."""
+        waiting, self._waiting = list(self._waiting), deque()
+        for pending in waiting + self._running:
+            if not pending.future.done():
+                pending.future.set_exception(BatcherClosed(reason))
 
     async def close(self) -> None:
         """Stop collecting; queued payloads fail with ``BatcherClosed``. A batch already running
@@ -95,28 +114,28 @@ class MicroBatcher(Generic[P, R]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        waiting = [self._carry] if self._carry is not None else []
-        while self._queue is not None and not self._queue.empty():
-            waiting.append(self._queue.get_nowait())
-        for pending in waiting:
-            if not pending.future.done():
-                pending.future.set_exception(BatcherClosed("the server is shutting down"))
-        self._carry = None
+        self.cancel("the server is shutting down")
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
     async def submit(self, payload: P, size: int = 1) -> R:
         """Queue ``payload`` (``size`` episodes) and wait for its result; raises ``QueueFull``,
-        ``BatcherClosed``, or what ``run_batch`` raised for it."""
-        if self._queue is None or self._task is None:
+        ``BatcherClosed``, or what ``run_batch`` raised for it. Cancelling the call (a timeout, a
+        client that disconnected) takes a queued payload out of the queue at once."""
+        if self._wake is None or self._task is None:
             raise BatcherClosed("the batcher is not running")
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        if len(self._waiting) >= self.max_queue:
+            raise QueueFull(f"{self.max_queue} requests are waiting already")
+        pending = _Pending(payload, size, asyncio.get_running_loop().create_future())
+        self._waiting.append(pending)
+        self._wake.set()
         try:
-            self._queue.put_nowait(_Pending(payload, size, future))
-        except asyncio.QueueFull:
-            raise QueueFull(f"{self.max_queue} requests are waiting already") from None
-        return await future
+            return await pending.future
+        except asyncio.CancelledError:
+            with contextlib.suppress(ValueError):  # ValueError: it left the queue already (running)
+                self._waiting.remove(pending)
+            raise
 
     async def _collect_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -125,7 +144,11 @@ class MicroBatcher(Generic[P, R]):
             if not batch:
                 continue
             self.batches += 1
-            outcomes = await loop.run_in_executor(self._executor, self._run_isolated, [p.payload for p in batch])
+            self._running = batch
+            try:
+                outcomes = await loop.run_in_executor(self._executor, self._run_isolated, [p.payload for p in batch])
+            finally:
+                self._running = []
             for pending, outcome in zip(batch, outcomes, strict=True):
                 if pending.future.done():
                     continue
@@ -136,35 +159,33 @@ class MicroBatcher(Generic[P, R]):
 
     async def _collect(self) -> list[_Pending[P]]:
         """One batch: the first payload and those already queued; when that is short of
-        ``max_batch``, what arrives within ``max_wait_s`` too. (A timed ``queue.get`` could drop a
-        payload on Python < 3.12 when its timeout and the item arrive together; a sleep cannot.)"""
-        assert self._queue is not None
-        first, self._carry = self._carry or await self._queue.get(), None
-        batch = [first]
+        ``max_batch``, what arrives within ``max_wait_s`` too."""
+        assert self._wake is not None
+        while not self._waiting:
+            self._wake.clear()
+            await self._wake.wait()
+        batch = [self._waiting.popleft()]
         if self._take_queued(batch) and self.max_wait_s > 0:
             await asyncio.sleep(self.max_wait_s)
             self._take_queued(batch)
         return batch
 
     def _take_queued(self, batch: list[_Pending[P]]) -> bool:
-        """Move queued payloads into ``batch`` while they fit; True when more would still fit."""
-        assert self._queue is not None
+        """Move queued payloads into ``batch`` while they fit; True when more would still fit. A
+        payload that does not fit stays first in the queue: never split, never reordered."""
         size = sum(p.size for p in batch)
-        while size < self.max_batch and self._carry is None and not self._queue.empty():
-            pending = self._queue.get_nowait()
-            if size + pending.size > self.max_batch:
-                self._carry = pending  # first of the next batch: never split, never reordered
-            else:
-                batch.append(pending)
-                size += pending.size
-        return size < self.max_batch and self._carry is None
+        while self._waiting and size + self._waiting[0].size <= self.max_batch:
+            pending = self._waiting.popleft()
+            batch.append(pending)
+            size += pending.size
+        return size < self.max_batch and not self._waiting
 
     def _run_isolated(self, payloads: list[P]) -> list[Any]:
         """``run_batch(payloads)``; when it raises, each payload alone (a failure as ``_Failed``)."""
         try:
             results = list(self.run_batch(payloads))
         except Exception as exc:  # noqa: BLE001 - re-run alone, so the failure lands on its own request
-            if len(payloads) == 1:
+            if len(payloads) == 1 or isinstance(exc, self.no_retry):
                 return [_Failed(exc)]
             return [self._run_isolated([p])[0] for p in payloads]
         if len(results) != len(payloads):

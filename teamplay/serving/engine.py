@@ -57,6 +57,10 @@ class EpisodeRequest:
     seed: int | None = None
 
 
+class RunCancelled(Exception):
+    """The engine was cancelled (the server is shutting down): the run stopped before a model call."""
+
+
 @dataclass(frozen=True)
 class EngineStats:
     """What the engine has run since start-up: ``runs`` ``RolloutRunner.run`` calls for ``requests``
@@ -107,10 +111,20 @@ class TeamEngine:
             self._items.setdefault(normalize_question(item.prompt), item)
         self._stats = EngineStats()
         self._lock = threading.Lock()
+        self._cancelled = threading.Event()
 
     @property
     def stats(self) -> EngineStats:
         return self._stats
+
+    def cancel(self) -> None:
+        """Stop the run in progress before its next model call (``RunCancelled``), and every later
+        one: the server is shutting down. Thread-safe."""
+        self._cancelled.set()
+
+    def _stop_if_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise RunCancelled("the server is shutting down")
 
     def item_for(self, question: str) -> tuple[TaskItem, bool]:
         """The served task's item with this prompt text, or a new item with no reference; and
@@ -156,7 +170,8 @@ class TeamEngine:
         sampled_seed = group[0].seed if len(group) == 1 and not group[0].sampling.greedy else None
         sampling = group[0].sampling if sampled_seed is None else dataclasses.replace(group[0].sampling,
                                                                                       seed=sampled_seed)
-        runner = RolloutRunner(self.make_env, self.backend, sampling, max_batch=self.generate_batch)
+        runner = RolloutRunner(self.make_env, self.backend, sampling, max_batch=self.generate_batch,
+                               before_generate=self._stop_if_cancelled)
         episodes = runner.run(jobs, seed=first if sampled_seed is None else sampled_seed)
         s = self._stats
         self._stats = EngineStats(s.runs + 1, s.requests + len(group), s.episodes + len(episodes))

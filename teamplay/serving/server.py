@@ -29,7 +29,8 @@ status   when
 413      a body larger than ``max_body_bytes``
 429      ``max_queue`` requests waiting already (code ``queue_full``)
 500      the team's run raised (the other requests of its batch are re-run without it)
-503      the server is shutting down
+499      (not sent: the client disconnected; counted in the metrics) its queued request is dropped
+503      the server is shutting down (SIGTERM: see ``teamplay.serving.shutdown``)
 504      no result within ``timeout_s`` (a request still queued is dropped, a running one finishes)
 =======  ==================================================================================
 """
@@ -37,7 +38,9 @@ status   when
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import socket
 import threading
 import time
@@ -56,9 +59,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from teamplay.serving.auth import BearerAuth
 from teamplay.serving.batcher import BatcherClosed, MicroBatcher, QueueFull
-from teamplay.serving.engine import EpisodeRequest, TeamEngine
+from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
 from teamplay.serving.render import render_completion
 from teamplay.serving.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
+from teamplay.serving.shutdown import Lifecycle, RefuseWhileDraining
 
 #: OpenAI's bound on stop sequences
 MAX_STOP = 4
@@ -77,6 +81,8 @@ class ServeLimits:
         max_body_bytes: largest request body; larger gets 413.
         max_question_chars: longest question (the last user message), in characters.
         max_messages: most messages per request.
+        drain_s: at SIGTERM, longest wait for the requests in flight before they are cancelled
+            (``teamplay.serving.shutdown``).
     """
 
     max_batch: int = 64
@@ -87,13 +93,15 @@ class ServeLimits:
     max_body_bytes: int = 1 << 20
     max_question_chars: int = 16_000
     max_messages: int = 256
+    drain_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_queue", "max_n", "max_body_bytes", "max_question_chars", "max_messages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0 or self.max_wait_s < 0:
-            raise ValueError(f"timeout_s must be > 0 and max_wait_s >= 0, got {self.timeout_s}, {self.max_wait_s}")
+        if self.timeout_s <= 0 or self.max_wait_s < 0 or self.drain_s < 0:
+            raise ValueError(f"timeout_s must be > 0, max_wait_s and drain_s >= 0, got {self.timeout_s}, "
+                             f"{self.max_wait_s}, {self.drain_s}")
 
 
 def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None = None,
@@ -103,11 +111,19 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     (``teamplay.serving.auth``)."""
     limits = limits or ServeLimits()
     batcher: MicroBatcher[EpisodeRequest, list] = MicroBatcher(
-        engine.run, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s, max_queue=limits.max_queue)
+        engine.run, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s, max_queue=limits.max_queue,
+        no_retry=(RunCancelled,))
     started = int(time.time())
+
+    async def cancel_all() -> None:
+        engine.cancel()  # the running run stops before its next model call
+        batcher.cancel("the server is shutting down: the request was cancelled")
+
+    lifecycle = Lifecycle(limits.drain_s, cancel_all)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        lifecycle.loop = asyncio.get_running_loop()
         await batcher.start()
         try:
             yield
@@ -117,8 +133,10 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     app = FastAPI(title="teamplay", summary=f"team {model_name} behind OpenAI's chat-completions API",
                   lifespan=lifespan)
     app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
+    app.state.lifecycle = lifecycle
     _add_error_handlers(app)
-    if api_key is not None:
+    app.add_middleware(RefuseWhileDraining, lifecycle=lifecycle)
+    if api_key is not None:  # outermost: a request without the key learns nothing, not even draining
         app.add_middleware(BearerAuth, key=api_key)
 
     @app.get("/health")
@@ -140,13 +158,17 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     # read, and every parse or validation failure gets OpenAI's 400 rather than FastAPI's 422
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> ChatCompletion:
+        with lifecycle.request():
+            return await _chat(request)
+
+    async def _chat(request: Request) -> ChatCompletion:
         body = _parse_request(await _read_json(request, limits.max_body_bytes))
         _check_model(body.model, model_name)
         item, known = engine.item_for(_question(body, limits))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         work = EpisodeRequest(request_id=request_id, item=item, n=body.n, seed=body.seed, sampling=engine.sampling_for(
             _max_tokens(body), body.temperature, body.top_p))
-        episodes = await _submit(batcher, work, limits.timeout_s)
+        episodes = await _until_disconnected(request, _submit(batcher, work, limits.timeout_s))
         return render_completion(request_id=request_id, model=model_name, created=int(time.time()), item=item,
                                  reference_known=known, episodes=episodes, task=engine.task.name,
                                  protocol=engine.protocol, stop=body.stop_strings())
@@ -259,6 +281,31 @@ async def _submit(batcher: MicroBatcher, work: EpisodeRequest, timeout_s: float)
         raise ApiError(500, f"the team's run failed: {type(exc).__name__}: {exc}", type="server_error") from None
 
 
+async def _until_disconnected(request: Request, work):
+    """``await work``, unless the client disconnects first: then ``work`` is cancelled (a queued
+    request is dropped before it runs) and a 499 (nginx's "client closed request") is raised, which
+    nobody reads but the metrics."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ApiError(499, "the client closed the connection", code="client_closed_request")
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (the body is read already: the next ASGI message is
+    the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     """Every error in OpenAI's shape: ours, the router's (404, 405), and any bug (500)."""
 
@@ -301,22 +348,37 @@ def url_of(sock: socket.socket) -> str:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, calling ``on_ready`` once it listens."""
+    """uvicorn's server, calling ``on_ready`` once it listens; SIGTERM drains the app first
+    (``teamplay.serving.shutdown``) and ends the process normally (exit 0) rather than by the
+    signal. Ctrl-C (SIGINT) stops as uvicorn does; a second SIGTERM stops at once."""
 
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None], lifecycle: Lifecycle) -> None:
         super().__init__(config)
         self.on_ready = on_ready
+        self.lifecycle = lifecycle
+        lifecycle.on_drained = self._exit
+
+    def _exit(self) -> None:
+        self.should_exit = True
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
         if not self.should_exit:
             self.on_ready()
 
+    def handle_exit(self, sig: int, frame) -> None:
+        if sig != signal.SIGTERM:
+            super().handle_exit(sig, frame)
+        elif self.lifecycle.draining:
+            self.should_exit = True
+        else:  # not recorded as captured: uvicorn would raise it again after shutting down
+            self.lifecycle.begin_drain()
+
 
 def _uvicorn_server(app: FastAPI, on_ready: Callable[[], None]) -> _Server:
     # access logs off: one line per request would flood a terminal under load; no websockets route
     config = uvicorn.Config(app, log_level="warning", access_log=False, ws="none", timeout_graceful_shutdown=5)
-    return _Server(config, on_ready)
+    return _Server(config, on_ready, app.state.lifecycle)
 
 
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from teamplay.serving.batcher import MicroBatcher, QueueFull
+from teamplay.serving.batcher import BatcherClosed, MicroBatcher, QueueFull
 
 
 def _batcher(run_batch, **limits) -> MicroBatcher:
@@ -77,3 +77,34 @@ def test_a_payload_whose_caller_gave_up_is_not_run_and_the_queue_is_bounded():
 
     asyncio.run(main())
     assert ran == ["first", "last"]
+
+
+def test_a_caller_that_gives_up_frees_its_queue_place_at_once_and_cancel_fails_everything():
+    release = []
+
+    def run_batch(payloads):
+        while not release:
+            time.sleep(0.01)
+        return payloads
+
+    async def main():
+        batcher = _batcher(run_batch, max_batch=1, max_wait_s=0.0, max_queue=1)
+        await batcher.start()
+        first = asyncio.create_task(batcher.submit("first"))
+        await asyncio.sleep(0.05)  # "first" runs
+        gone = asyncio.create_task(batcher.submit("gone"))
+        await asyncio.sleep(0.01)
+        assert (batcher.queued, batcher.running) == (1, 1)
+        gone.cancel()
+        await asyncio.sleep(0)
+        assert batcher.queued == 0  # not when the running batch ends: now
+        kept = asyncio.create_task(batcher.submit("kept"))  # the freed place takes a new payload
+        await asyncio.sleep(0.01)
+        batcher.cancel("stopping")
+        results = await asyncio.gather(first, kept, return_exceptions=True)
+        release.append(True)
+        await batcher.close()
+        return results
+
+    first, kept = asyncio.run(main())
+    assert isinstance(first, BatcherClosed) and isinstance(kept, BatcherClosed) and str(kept) == "stopping"
