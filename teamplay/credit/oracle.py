@@ -104,4 +104,5 @@ def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray
     """
     agents = _same_team(batch)
     adv = group_credit_advantage(oracle_values(batch, options), options.ddof, options.mode, options.eps)
-    return [_broadcast(ep, dict(zip(agents, a.tolist(), strict=True))) for ep, a in zip(batch.episodes, adv, strict=True)]
+    return [_broadcast(ep, dict(zip(agents, a.tolist(), strict=True)))
+            for ep, a in zip(batch.episodes, adv, strict=True)]

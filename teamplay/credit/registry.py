@@ -138,8 +138,9 @@ def register_credit(name: str, options: type[BaseModel], summary: str, *,
                     ) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering ``fn`` under ``name`` (a duplicate name is an error); the method declares
     what it ``requires`` (resource names, a function of its options) and the ``protocols`` it works
-    with (``protocols_of``: the ones it works with under given options). The decorated function keeps a ``credit_method`` attribute, which is how a user's file
-    named as ``credit.method: ./file.py:fn`` is found."""
+    with (``protocols_of``: the ones it works with under given options). The decorated function
+    keeps a ``credit_method`` attribute, which is how a user's file named as
+    ``credit.method: ./file.py:fn`` is found."""
 
     def wrap(fn: CreditFn) -> CreditFn:
         method = CreditMethod(name=name, fn=fn, options=options, summary=summary,
