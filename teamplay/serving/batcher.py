@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 P = TypeVar("P")
@@ -47,6 +48,7 @@ class _Pending(Generic[P]):
     payload: P
     size: int
     future: asyncio.Future
+    queued_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -63,10 +65,12 @@ class MicroBatcher(Generic[P, R]):
         max_wait_s: longest wait for more payloads after the first of a batch.
         max_queue: most payloads waiting; ``submit`` raises ``QueueFull`` beyond it.
         no_retry: exception types that fail the whole batch, never re-run payload by payload.
+        on_batch: called as each batch starts with its payloads' seconds in the queue (metrics).
     """
 
     def __init__(self, run_batch: Callable[[list[P]], Sequence[R]], *, max_batch: int, max_wait_s: float,
-                 max_queue: int, no_retry: tuple[type[Exception], ...] = ()) -> None:
+                 max_queue: int, no_retry: tuple[type[Exception], ...] = (),
+                 on_batch: Callable[[list[float]], None] | None = None) -> None:
         if max_batch < 1 or max_queue < 1 or max_wait_s < 0:
             raise ValueError(f"max_batch and max_queue must be >= 1 and max_wait_s >= 0, got {max_batch}, "
                              f"{max_queue}, {max_wait_s}")
@@ -75,6 +79,7 @@ class MicroBatcher(Generic[P, R]):
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
         self.no_retry = no_retry
+        self.on_batch = on_batch
         self.batches = 0
         self._waiting: deque[_Pending[P]] = deque()  # oldest first; a caller that gives up leaves at once
         self._wake: asyncio.Event | None = None
@@ -91,6 +96,11 @@ class MicroBatcher(Generic[P, R]):
     def running(self) -> int:
         """Payloads of the batch running now."""
         return len(self._running)
+
+    @property
+    def running_size(self) -> int:
+        """Episodes (payload sizes) of the batch running now."""
+        return sum(p.size for p in self._running)
 
     async def start(self) -> None:
         """Start the collector on the running event loop and the worker thread."""
@@ -145,6 +155,9 @@ class MicroBatcher(Generic[P, R]):
                 continue
             self.batches += 1
             self._running = batch
+            if self.on_batch is not None:
+                now = time.monotonic()
+                self.on_batch([now - p.queued_at for p in batch])
             try:
                 outcomes = await loop.run_in_executor(self._executor, self._run_isolated, [p.payload for p in batch])
             finally:

@@ -8,6 +8,7 @@ Routes:
   ``teamplay`` holds every episode's transcript and per-role usage (``teamplay.serving.render``).
 * ``GET /v1/models`` (and ``/v1/models/{id}``): the one served model, whose id is the team's name.
 * ``GET /health``: ``{"status": "ok", ...}`` with the queue length and the runs so far.
+* ``GET /metrics``: Prometheus text format (``teamplay.serving.metrics``).
 
 Throughput: concurrent requests are collected by a ``MicroBatcher`` (up to ``max_batch`` episodes,
 waiting at most ``max_wait_s`` for more) and run as ONE ``RolloutRunner.run`` in a single worker
@@ -52,7 +53,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -60,6 +61,7 @@ from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from teamplay.serving.auth import BearerAuth
 from teamplay.serving.batcher import BatcherClosed, MicroBatcher, QueueFull
 from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
+from teamplay.serving.metrics import CountRequests, ServeMetrics
 from teamplay.serving.render import render_completion
 from teamplay.serving.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from teamplay.serving.shutdown import Lifecycle, RefuseWhileDraining
@@ -113,6 +115,8 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     batcher: MicroBatcher[EpisodeRequest, list] = MicroBatcher(
         engine.run, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s, max_queue=limits.max_queue,
         no_retry=(RunCancelled,))
+    metrics = ServeMetrics(queued=lambda: batcher.queued, in_flight=lambda: batcher.running_size)
+    batcher.on_batch, engine.on_run = metrics.observe_waits, metrics.observe_run
     started = int(time.time())
 
     async def cancel_all() -> None:
@@ -133,11 +137,16 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     app = FastAPI(title="teamplay", summary=f"team {model_name} behind OpenAI's chat-completions API",
                   lifespan=lifespan)
     app.state.engine, app.state.batcher, app.state.limits = engine, batcher, limits
-    app.state.lifecycle = lifecycle
+    app.state.lifecycle, app.state.metrics = lifecycle, metrics
     _add_error_handlers(app)
     app.add_middleware(RefuseWhileDraining, lifecycle=lifecycle)
-    if api_key is not None:  # outermost: a request without the key learns nothing, not even draining
+    if api_key is not None:  # a request without the key learns nothing, not even draining
         app.add_middleware(BearerAuth, key=api_key)
+    app.add_middleware(CountRequests, metrics=metrics)  # outermost: every answer counted, 401s too
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -1,0 +1,107 @@
+"""``GET /metrics`` of ``teamplay serve``: Prometheus text format, written by ``prometheus_client``.
+
+Every series lives in the app's own ``CollectorRegistry`` (two apps in one process, as in the
+tests, never share counters). What is exported:
+
+==========================================  =========  ==================================================
+name                                        type       what
+==========================================  =========  ==================================================
+``teamplay_requests_total{route,status}``   counter    HTTP requests answered, by route and status (401s,
+                                                       503s while draining and 499 disconnects included)
+``teamplay_request_latency_seconds``        histogram  chat-completion requests: post to answer
+``teamplay_queue_wait_seconds``             histogram  a chat request's wait from queued to its run's start
+``teamplay_episodes_per_run``               histogram  episodes of each team run (batch size)
+``teamplay_generated_tokens_total``         counter    completion tokens the team generated
+``teamplay_episodes_total``                 counter    episodes run
+``teamplay_in_flight_episodes``             gauge      episodes of the run going on now
+``teamplay_queued_requests``                gauge      chat requests waiting for a run
+==========================================  =========  ==================================================
+
+``route`` is one of the served paths or ``other`` (an unknown path is not a label value: a client
+could otherwise make the series grow without bound).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from teamplay.records import Episode
+
+#: the route label values; any other path counts as "other"
+ROUTES = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+#: seconds: a scripted team answers in milliseconds, a CPU model in tens of seconds
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250)
+#: episodes per run: powers of two up to a large --max-batch
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class ServeMetrics:
+    """The server's series (see the module doc).
+
+    Args:
+        queued: the number of chat requests waiting now (read at each scrape).
+        in_flight: the number of episodes running now (read at each scrape).
+    """
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, queued: Callable[[], int], in_flight: Callable[[], int]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("teamplay_requests", "HTTP requests answered, by route and status",
+                                ["route", "status"], registry=r)
+        self.latency = Histogram("teamplay_request_latency_seconds", "Chat-completion requests, post to answer",
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_wait = Histogram("teamplay_queue_wait_seconds", "Chat requests' wait from queued to their "
+                                    "run's start", buckets=LATENCY_BUCKETS, registry=r)
+        self.episodes_per_run = Histogram("teamplay_episodes_per_run", "Episodes of each team run",
+                                          buckets=BATCH_BUCKETS, registry=r)
+        self.generated_tokens = Counter("teamplay_generated_tokens", "Completion tokens the team generated",
+                                        registry=r)
+        self.episodes = Counter("teamplay_episodes", "Episodes run", registry=r)
+        Gauge("teamplay_in_flight_episodes", "Episodes of the run going on now", registry=r).set_function(in_flight)
+        Gauge("teamplay_queued_requests", "Chat requests waiting for a run", registry=r).set_function(queued)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def observe_run(self, episodes: Sequence[Episode]) -> None:
+        """One team run ended with ``episodes`` (called from the worker thread: the client is thread-safe)."""
+        self.episodes_per_run.observe(len(episodes))
+        self.episodes.inc(len(episodes))
+        self.generated_tokens.inc(sum(ep.tokens for ep in episodes))
+
+    def observe_waits(self, waits: Sequence[float]) -> None:
+        for wait in waits:
+            self.queue_wait.observe(wait)
+
+
+class CountRequests:
+    """ASGI middleware: every HTTP response counted by route and status; chat latency observed."""
+
+    def __init__(self, app, metrics: ServeMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = scope["path"] if scope["path"] in ROUTES else "other"
+        start, status = time.perf_counter(), []
+
+        async def counting_send(message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            code = str(status[0]) if status else "499"  # no response started: the client went away
+            self.metrics.requests.labels(route=route, status=code).inc()
+            if route == "/v1/chat/completions":
+                self.metrics.latency.observe(time.perf_counter() - start)
