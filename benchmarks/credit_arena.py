@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.arena_results import load_result, mde, result_path, save_result, tokens_to_reach
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
 from teamplay.report.sweep_page import curve_area, run_learning_curve
 
@@ -69,6 +70,9 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "cal_grpo": {"method": "cal_grpo"},
     "loto (replay)": {"method": "loto", "options": {"value": "replay"}},
     "shape_max": {"method": "shape_max"},
+    "oracle": {"method": "oracle", "options": {"form": "additive"}},
+    "oracle (spoiler)": {"method": "oracle", "options": {"form": "spoiler"}},
+    "loto (masking)": {"method": "loto", "options": {"value": "masking"}},
 }
 
 #: labels each setting runs by default (``--methods`` replaces them)
@@ -76,8 +80,14 @@ SETTING_METHODS = {
     "noisy_q0": ("grpo", "continuation", "shapley (replay)", "cosac"),
     "noisy_q05": ("grpo", "continuation", "shapley (replay)", "cosac"),
     "pr": ("grpo", "continuation", "shapley (replay)", "cosac", "tracer_roles"),
+    # the additive team: oracle is the ceiling (shapley (masking) equals it exactly on split: c_i / K,
+    # tested, so it is not run twice); cosac needs a fixed turn order (refused on split)
+    # the floor and the ceiling; the other methods run as a --methods comparison of their own
+    **{f"split_k{k}": ("grpo", "oracle") for k in (2, 4, 8)},
 }
 SETTINGS = tuple(SETTING_METHODS)
+#: K of each split setting (K solvers, one sub-problem each, one adapter shared by all)
+SPLIT_K = {f"split_k{k}": k for k in (2, 4, 8)}
 #: the settings a plain ``python -m benchmarks.credit_arena`` runs (about 90 minutes with --parallel 2)
 DEFAULT_SETTINGS = ("noisy_q0", "noisy_q05")
 
@@ -114,7 +124,24 @@ PR_PROTOCOL = {"rounds": 3, "verdict_prefix": "Verdict:", "proposal_prefix": REP
                                 "recheck": "Give the final answer."}}
 
 
+#: split settings by size: (steps, sub-problems per step, group, held-out sub-problems, seeds,
+#: eval_every); a step's tuples are the sub-problems / K and the held-out tuples 200 / K, so every K
+#: trains on the same 8 x 4 = 32 answers per step and is measured on the same 200 held-out answers:
+#: only how the answers are grouped into teams (and so what broadcast credit mixes) changes with K
+SPLIT_SIZES = {
+    "quick": (2, 2, 2, 2, 2, 1),
+    "default": (12, 8, 4, 200, 3, 4),
+    "full": (12, 8, 4, 200, 10, 4),
+}
+
+
 def sizes_of(setting: str, size: str) -> tuple[int, int, int, int, int, int]:
+    """(steps, problems per step, group, held-out problems, seeds, eval_every); for a split setting
+    problems count tuples of K (``SPLIT_SIZES`` divided by K, at least 1)."""
+    if setting in SPLIT_K:
+        k = SPLIT_K[setting]
+        steps, answers, group, heldout, seeds, every = SPLIT_SIZES[size]
+        return steps, max(1, answers // k), group, max(1, heldout // k), seeds, every
     return (PR_SIZES if setting == "pr" else SIZES)[size]
 
 
@@ -123,6 +150,8 @@ def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int,
     if setting not in SETTING_METHODS:
         raise ValueError(f"unknown arena setting {setting!r}; settings: {', '.join(SETTINGS)}")
     steps, problems, group, heldout, _, eval_every = sizes
+    if setting in SPLIT_K:
+        return split_config(SPLIT_K[setting], model, sizes)
     if setting == "pr":
         protocol = {"name": "proposer_reviewer", "options": PR_PROTOCOL}
         team = {"roles": [dict(r) for r in PR_ROLES]}
@@ -148,6 +177,31 @@ def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int,
         # the demo team's learned speak/skip controllers (proposer/reviewer only): trained on every
         # method's episodes alike (a skipped turn is generated anyway), read greedily at evaluation
         **({"controllers": {"enabled": True, "mode": "average_greedy"}} if setting == "pr" else {}),
+    }
+
+
+def split_config(k: int, model: str, sizes: tuple[int, int, int, int, int, int]) -> dict[str, Any]:
+    """The additive team: K solvers of one shared adapter, each on its own arith sum, team reward
+    the fraction right; the same decoding, LoRA and optimiser as the noisy settings. Held-out
+    tuples are drawn as they come (arith's test split has 253 distinct sums, fewer than 200 x K);
+    the curve's subset is the first ``CURVE_PROBLEMS / K`` of them (64 sub-problems)."""
+    steps, problems, group, heldout, _, eval_every = sizes
+    task = {"task": "arith", "k": k, "options": TASK}
+    return {
+        "model": {"name": model, "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
+        "task": {"name": "tuples", "split": "train", "options": task, "limit": 2000},
+        "eval_task": {"name": "tuples", "split": "test", "limit": heldout, "options": task},
+        "protocol": {"name": "split", "options": {"n_agents": k, "reply_prefix": REPLY_PREFIX,
+                                                  "instruction": "Give the answer."}},
+        "team": {"roles": [{"name": "solver", "prompt": SOLVER_PROMPT, "count": k}]},
+        "rollout": {"problems_per_step": problems, "group_size": group},
+        "backend": {"max_prompt_tokens": 512},
+        "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": TEMPERATURE},
+        "eval_sampling": {"max_new_tokens": NEW_TOKENS},
+        "optim": {"lr": LR, "minibatch_size": 16},
+        "steps": steps, "eval_every": eval_every, "eval_curve_limit": max(1, min(CURVE_PROBLEMS // k, heldout)),
+        "checkpoint_every": max(1, steps // 2), "keep_checkpoints": 1,
+        "tensorboard": False, "log_episodes": 2,
     }
 
 
@@ -216,7 +270,9 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
         raise ValueError("the arena compares every method with grpo: keep grpo in --methods")
     methods, refused = applicable_methods(base, labels)
     seeds = tuple(range(sizes[4]))
-    out = folder or Path("runs") / f"credit_arena-{setting}{'' if size == 'default' else '-' + size}"
+    # a --methods comparison is a sweep of its own (a sweep folder holds one plan)
+    out = folder or Path("runs") / (f"credit_arena-{setting}{'' if size == 'default' else '-' + size}"
+                                    f"{'' if only is None else '-more'}")
     # seed by seed: a comparison stopped part-way holds whole seeds, every method paired on them
     sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds).seeds_first()
 
@@ -233,16 +289,35 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
                 zip(dict.fromkeys(r.label for r in sweep.runs), methods, strict=True)}
     per_seed: dict[str, dict[int, dict[str, float]]] = {label: {} for label in methods}
     curves: dict[str, dict[int, list[tuple[int, float]]]] = {label: {} for label in methods}
+    tokens: dict[str, dict[int, dict[int, float]]] = {label: {} for label in methods}
     for r in sweep.runs:
         run_dir = sweep.run_dir(r)
         if not (run_dir / "done.json").exists():
             continue
         metrics = run_metrics(run_dir)
         metrics["replay_episodes"] = replay_episodes(run_dir)
+        metrics["train/messages_updated"] = step_total(run_dir, "samples")
         per_seed[label_of[r.label]][r.seed] = metrics
         curves[label_of[r.label]][r.seed] = run_learning_curve(run_dir)  # on the fixed 64-problem subset
+        tokens[label_of[r.label]][r.seed] = step_tokens(run_dir)
     return {"setting": setting, "size": size, "sizes": sizes, "config": base, "refused": refused,
-            "per_seed": per_seed, "curves": curves, "folder": str(out), "runs_total": len(sweep.runs)}
+            "per_seed": per_seed, "curves": curves, "tokens": tokens, "folder": str(out),
+            "runs_total": len(sweep.runs)}
+
+
+def step_total(run_dir: Path, key: str) -> float:
+    """``key`` summed over a run's training steps (``samples``: the messages that entered updates)."""
+    from teamplay.training.metrics import read_metrics
+
+    return float(sum(float(row.get(key) or 0) for row in read_metrics(run_dir) if "reward_mean" in row))
+
+
+def step_tokens(run_dir: Path) -> dict[int, float]:
+    """Generated tokens (counterfactual ones included) after each training step, by step number."""
+    from teamplay.training.metrics import read_metrics
+
+    return {int(row["step"]): float(row["generated_tokens_total"]) for row in read_metrics(run_dir)
+            if "reward_mean" in row and "generated_tokens_total" in row}
 
 
 def replay_episodes(run_dir: Path) -> float:
@@ -344,6 +419,157 @@ def markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
     return "\n".join(lines), notes, headline
 
 
+# ------------------------------------------------------------------------------ the split tables
+SPLIT_COSTS = (("train/updates", "updates", 0), ("train/messages_updated", "messages in updates", 0),
+               ("budget/generated_tokens", "generated tokens", 0))
+
+
+def _tokens_to_grpo(result: dict[str, Any], label: str) -> tuple[list[float], int]:
+    """Per seed both finished, the tokens ``label`` generated until its curve reached grpo's final
+    curve accuracy of that seed (reached seeds only), and how many seeds there were."""
+    grpo = result["curves"]["grpo"]
+    seeds = sorted(set(result["curves"][label]) & set(grpo))
+    reached = [tokens_to_reach(result["curves"][label][s], result["tokens"][label][s], grpo[s][-1][1]) for s in seeds]
+    return [t for t in reached if math.isfinite(t)], len(seeds)
+
+
+def ceiling(result: dict[str, Any], key: str = "heldout/team_accuracy") -> tuple[float, float, int, bool]:
+    """oracle minus grpo, paired: (mean, 95% half-width, seeds, the interval lies above 0)."""
+    mean, half, n = paired_difference(_values(result, "oracle", key), _values(result, "grpo", key))
+    return mean, half, n, bool(n >= 2 and math.isfinite(half) and mean - half > 0)
+
+
+def split_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
+    """(table, notes, headline) of a split setting, from its stored result alone."""
+    setting, k = result["setting"], SPLIT_K[result["setting"]]
+    header = ["method", "seeds", "team acc.", "Δ team acc. vs grpo (paired)", "MDE (80%)", "curve area",
+              "Δ curve area vs grpo", "tokens to grpo's final acc.", *(name for _, name, _ in SPLIT_COSTS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    acc, area = "heldout/team_accuracy", "curve_area"
+    for label in result["per_seed"]:
+        cells = [label, str(len(result["per_seed"][label])),
+                 _cell(*mean_ci(list(_values(result, label, acc).values())))]
+        if label == "grpo":
+            cells += ["—", "—"]
+        else:
+            mine, base = _values(result, label, acc), _values(result, "grpo", acc)
+            both = sorted(set(mine) & set(base))
+            cells += [_cell(*paired_difference(mine, base)[:2], signed=True),
+                      _cell(mde([mine[s] - base[s] for s in both]), math.nan) if len(both) >= 2 else "—"]
+        cells.append(_cell(*mean_ci(list(_values(result, label, area).values()))))
+        cells.append("—" if label == "grpo" else _cell(*paired_difference(
+            _values(result, label, area), _values(result, "grpo", area))[:2], signed=True))
+        reached, n = _tokens_to_grpo(result, label)
+        cells.append(f"{mean_ci(reached)[0]:.0f} ({len(reached)} of {n} reached)" if reached else f"— (0 of {n})")
+        for key, _, digits in SPLIT_COSTS:
+            cells.append(_cell(*mean_ci(list(_values(result, label, key).values())), digits))
+        lines.append("| " + " | ".join(cells).replace(" (n=1)", "") + " |")
+    steps, problems, group, heldout, seeds, eval_every = result["sizes"]
+    done = sum(len(v) for v in result["per_seed"].values())
+    gain, half, learns = calibration(result)
+    top, top_half, n_top, above = ceiling(result)
+    discriminates = learns and above
+    notes = [
+        f"Setting `{setting}`: K = {k} solvers of one shared LoRA adapter, each on its own arith sum (operands up "
+        f"to {TASK['max_operand']}), team reward the fraction right. {done} of {result['runs_total']} runs finished "
+        f"(seeds run in order, every method on each). {steps} steps of {problems} tuples x {group} episodes "
+        f"({problems * k * group} answers per step, the same at every K); held-out: {heldout} tuples "
+        f"({heldout * k} answers), greedy, every {eval_every} steps on the first {max(1, CURVE_PROBLEMS // k)} "
+        f"tuples and after training; LoRA r 8 on q and v, lr {LR}, {NEW_TOKENS} new tokens, temperature "
+        f"{TEMPERATURE}. Cells: mean ± 95% t interval over seeds; Δ: mean of per-seed differences with its "
+        "interval; MDE: the paired difference a two-sided 95% test would find with 80% power at these seeds, "
+        "from the sd of the per-seed differences (— below 2 seeds); tokens to grpo's final acc.: generated "
+        "tokens until the method's curve reached grpo's final curve accuracy of the same seed.",
+        f"Floor: grpo's gain over the untrained team is {_cell(gain, half, 3, signed=True)} "
+        f"({LEARNS if learns else 'not beyond its interval'}). Ceiling: oracle - grpo on team accuracy is "
+        f"{_cell(top, top_half, 3, signed=True)} over {n_top} paired seeds "
+        f"({'above 0' if above else 'not separated from 0'}). "
+        + ("This setting can discriminate credit methods." if discriminates else
+           "This setting cannot (yet) discriminate credit methods: it needs both."),
+    ]
+    if result["refused"]:
+        notes.append("Not run: " + "; ".join(f"{m} ({why})" for m, why in result["refused"].items()) + ".")
+    headline = (f"{setting}: grpo gain {_cell(gain, half, 3, signed=True)}; oracle - grpo "
+                f"{_cell(top, top_half, 3, signed=True)} ({n_top} seeds).")
+    return "\n".join(lines), notes, headline
+
+
+def gain_table(results: Sequence[dict[str, Any]]) -> str:
+    """Per K and method, the paired team-accuracy difference to grpo with its interval and MDE."""
+    lines = ["| K | method | seeds | Δ team acc. vs grpo | MDE (80%) | grpo's gain over untrained |",
+             "|---|---|---|---|---|---|"]
+    for result in sorted(results, key=lambda r: SPLIT_K[r["setting"]]):
+        gain, half, _ = calibration(result)
+        base = _values(result, "grpo", "heldout/team_accuracy")
+        for label in result["per_seed"]:
+            if label == "grpo":
+                continue
+            mine = _values(result, label, "heldout/team_accuracy")
+            mean, h, n = paired_difference(mine, base)
+            both = sorted(set(mine) & set(base))
+            lines.append(f"| {SPLIT_K[result['setting']]} | {label} | {n} | {_cell(mean, h, signed=True)} | "
+                         f"{_cell(mde([mine[s] - base[s] for s in both]), math.nan) if n >= 2 else '—'} | "
+                         f"{_cell(gain, half, signed=True)} |".replace(" (n=1)", ""))
+    return "\n".join(lines)
+
+
+def gain_figure(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """The headline figure: each method's team-accuracy gain over grpo (paired, 95% bars) against K."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from teamplay.atomic import write_atomically
+
+    series: dict[str, list[tuple[int, float, float]]] = {}
+    for result in results:
+        base = _values(result, "grpo", "heldout/team_accuracy")
+        for label in result["per_seed"]:
+            if label != "grpo":
+                mean, half, n = paired_difference(_values(result, label, "heldout/team_accuracy"), base)
+                if n:
+                    series.setdefault(label, []).append((SPLIT_K[result["setting"]], mean, half if n >= 2 else 0.0))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (label, points) in enumerate(series.items()):
+        points.sort()
+        ax.errorbar([p[0] * (1 + 0.04 * i) for p in points], [p[1] for p in points], yerr=[p[2] for p in points],
+                    marker="o", capsize=4, label=label)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([2, 4, 8], labels=["2", "4", "8"])
+    ax.set_xlabel("team size K (split: one sub-problem each)")
+    ax.set_ylabel("held-out team accuracy - grpo's (paired)")
+    ax.set_title("credit arena: gain over broadcast grpo against team size")
+    ax.legend()
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    write_atomically(path, buffer.getvalue())
+    return path
+
+
+def split_region(result: dict[str, Any]) -> str:
+    """The BENCHMARKS.md region of a split setting, from its stored result (command and machine included)."""
+    table, notes, headline = split_markdown(result)
+    return Result(region_name(result["setting"]), table, headline, None, tuple(notes)).markdown(
+        result["command"], result["machine"])
+
+
+def summary_region(results: Sequence[dict[str, Any]]) -> str:
+    """The team-size summary region: the gain table and the headline figure of every split setting."""
+    runs = sum(len(v) for r in results for v in r["per_seed"].values())
+    total = sum(r["runs_total"] for r in results)
+    return (f"Team-size summary, from {runs} of {total} runs (`benchmarks/results/credit_arena/*.json`; "
+            f"regenerate with `python -m benchmarks.credit_arena --table-only --setting "
+            f"{' '.join(r['setting'] for r in results)}`).\n\n{gain_table(results)}\n\n"
+            "![gain over grpo against K](benchmarks/figures/credit_arena_split_gain.png)\n")
+
+
 def figure(result: dict[str, Any], path: Path) -> Path | None:
     """Learning curves per method (mean with the 95% band over seeds); None without any finished run."""
     from teamplay.report.plots import plot_learning_curves
@@ -368,7 +594,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     for setting in settings:
         out = None if folder is None else folder / setting
         result = run_setting(setting, model, size, out, only, parallel, sizes)
-        table, setting_notes, headline = markdown(result)
+        table, setting_notes, headline = (split_markdown if setting in SPLIT_K else markdown)(result)
         tables.append(f"**{setting}**\n\n{table}")
         notes += setting_notes
         headlines.append(headline)
@@ -398,8 +624,12 @@ def main(argv: list[str] | None = None) -> None:
     line = machine_line(machine_info())
     size = "quick" if args.quick else ("full" if args.full else "default")
     only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
+    split_done = []
     for setting in args.setting:
         out = None if args.output is None else args.output / setting
+        if setting in SPLIT_K:
+            split_done.append(split_main(parser, args, setting, size, out, only, line))
+            continue
         try:
             result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.table_only)
         except ValueError as exc:
@@ -420,6 +650,62 @@ def main(argv: list[str] | None = None) -> None:
             body += f"\n![learning curves: {setting}](benchmarks/figures/{png.name})\n"
         write_regions(DEFAULT_OUTPUT, {region_name(setting) + suffix: body})
         print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting) + suffix}")
+    if split_done and not args.quick:
+        write_split_summary(size, "" if only is None else "_more")  # a --full table: credit_arena_split_summary
+
+
+def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: str, size: str,
+               out: Path | None, only: tuple[str, ...] | None, line: str) -> str:
+    """One split setting: train (resuming) and store its per-seed results, or with ``--table-only``
+    read the stored ones; then its region of BENCHMARKS.md and its learning-curve figure."""
+    from benchmarks.__main__ import DEFAULT_OUTPUT
+    from benchmarks.common import write_regions
+
+    suffix = ("" if size == "default" else "_" + size) + ("" if only is None else "_more")
+    path = result_path(setting, size, more=only is not None)
+    if args.table_only:
+        if not path.is_file():
+            parser.error(f"--table-only: no stored results for {setting} ({path.name}); run the comparison first")
+        result = load_result(path)
+    else:
+        try:
+            result = run_setting(setting, args.model, size, out, only, args.parallel)
+        except ValueError as exc:
+            parser.error(str(exc))
+        flags = [f"--setting {setting}", *(["--full"] if args.full else []),
+                 *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
+                 *([f"--methods '{args.methods}'"] if args.methods else [])]
+        result = {**result, "command": " ".join(["python -m benchmarks.credit_arena", *flags]), "machine": line}
+        if not args.quick:
+            save_result(result, path)
+    table, notes, headline = split_markdown(result)
+    print(f"\n## {setting}\n\n{table}", *notes, headline, sep="\n\n")
+    if args.quick:
+        return setting
+    body = split_region(result)
+    png = figure(result, FIGURES / f"credit_arena_{setting}{suffix}.png")
+    if png is not None:
+        body += f"\n![learning curves: {setting}](benchmarks/figures/{png.name})\n"
+    write_regions(DEFAULT_OUTPUT, {region_name(setting) + suffix: body})
+    print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting) + suffix}")
+    return setting
+
+
+def stored_split_results(size: str = "default", suffix: str = "") -> list[dict[str, Any]]:
+    """Every split setting's stored result of this size (the ones that exist), by K."""
+    paths = [result_path(s, size, more=suffix == "_more") for s in SPLIT_K]
+    return [load_result(p) for p in paths if p.is_file()]
+
+
+def write_split_summary(size: str = "default", suffix: str = "") -> None:
+    """The team-size summary region and headline figure, from every stored split result."""
+    from benchmarks.__main__ import DEFAULT_OUTPUT
+    from benchmarks.common import write_regions
+
+    results = stored_split_results(size, suffix)
+    if results:
+        gain_figure(results, FIGURES / f"credit_arena_split_gain{suffix}.png")
+        write_regions(DEFAULT_OUTPUT, {f"credit_arena_split_summary{suffix}": summary_region(results)})
 
 
 if __name__ == "__main__":
