@@ -294,7 +294,7 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
     batches = []
     for pid, group in groups.items():
         if np.ptp([ep.reward for ep in group]) == 0:
-            continue  # no signal: the trainer skips the group, every advantage is 0
+            continue  # no reward signal: 0 from every method (the trainer's rule when this table was measured)
         item = by_id[pid]
         resources = CreditResources(
             transcript_scorer=last_answer_scorer(lambda answer, item=item: task.score_answer(answer, item)),
@@ -485,7 +485,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
         "process(es) (less when stored settings were reused). A* = E[R | h, u] - E[R | h] per spoken "
         "utterance; every method runs on the same "
         "episodes with its default options and its own replay seed (independent of the oracle's); groups "
-        "with equal rewards get 0 from every method, as in training. Intervals: 95% bootstrap over "
+        "with equal rewards get 0 from every method (the trainer's rule before the per-agent zero-variance "
+        "rule). Intervals: 95% bootstrap over "
         "problems (1000 resamples); '–': undefined (constant advantages). The number after a sign "
         "agreement is how many utterances have |A*| > 0.1. gspo gives grpo's advantages and is not repeated.",
     )
