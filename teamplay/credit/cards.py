@@ -48,6 +48,8 @@ class CreditCard:
             for a method without a card.
         protocols: the protocols it works with (None: any).
         declared: False for a card built from a registry entry alone (no estimand declared).
+        fails_where: what is wrong with it today and the measured cases where an assumption fails
+            (BENCHMARKS.md section 12 is the fidelity table; section 11 the arena).
     """
 
     name: str
@@ -59,6 +61,7 @@ class CreditCard:
     falsified_by: tuple[str, ...]
     protocols: tuple[str, ...] | None = None
     declared: bool = True
+    fails_where: tuple[str, ...] = ()
 
     def render(self) -> str:
         """The card as plain text, wrapped at :data:`WIDTH` columns."""
@@ -70,6 +73,8 @@ class CreditCard:
         lines += _wrapped("cost", [self.cost])
         lines += _wrapped("protocols", [", ".join(self.protocols) if self.protocols else "any"])
         lines += _wrapped("falsified by", list(self.falsified_by) or ["no test named"])
+        if self.fails_where:
+            lines += _wrapped("fails where", [f"- {f}" for f in self.fails_where])
         return "\n".join(lines)
 
 
@@ -93,6 +98,7 @@ class _Text:
     assumptions: tuple[str, ...]
     falsified_by: tuple[str, ...]
     cost: str = ""
+    fails_where: tuple[str, ...] = ()
 
 
 _BROADCAST = ("every spoken message of an episode gets the same value: a message's own contribution is "
@@ -344,6 +350,27 @@ _CARDS: dict[str, _Text] = {
 }
 
 
+#: per method, what is wrong with it today and where an assumption was measured to fail
+_FAILS: dict[str, tuple[str, ...]] = {
+    "grpo": ("broadcast is unbiased for A* up to a term of the history alone (a per-problem baseline "
+             "changes no expected gradient): what it lacks is variance, each agent's advantage carrying "
+             "every other agent's noise (about K times its own in an additive team of K)",
+             "measured: Pearson r with the solver's A* 0.42 [0.14, 0.71] at teammate noise q = 0.5 against "
+             "0.77 at q = 0 (BENCHMARKS.md section 12)"),
+    "shapley": ("masking cannot see influence through a later turn: r -0.00 [-0.02, 0.01] with A* for a "
+                "helpful reviewer, whose review changes the proposer's next answer (section 12)",
+                "on split (additive) masking is exact: phi_i = c_i / K (tests/credit/test_oracle.py)"),
+    "loto": ("masking sees no influence through later turns: r -0.01 [-0.03, 0.01] for a helpful reviewer "
+             "(section 12); not centred across the group, so its advantages need not sum to 0",),
+    "continuation": ("its advantage, divided by the group's reward std, is not unbiased for A*: the std is "
+                     "estimated from the same episodes; a group with all-equal rewards gets 0 in mode std",
+                     "k = 4 continuations per boundary are noisy: r 0.37 [0.02, 0.64] on the solver at q = "
+                     "0.5, below grpo's 0.42 (section 12)"),
+    "oracle": ("only where its form holds: every episode is checked against the form's reward rule, and the "
+               "group mean stands for each agent's accuracy (G = 4 draws in the arena)",),
+}
+
+
 def card_names() -> list[str]:
     """Every registered method, message-level first, then token-level (each sorted)."""
     return list(credit_methods()) + list(token_methods())
@@ -390,7 +417,7 @@ def _message_card(name: str, method: CreditMethod, text: _Text | None) -> Credit
         return _undeclared(name, "message", method.summary, method.cost, protocols)
     cost = f"{method.cost}; {text.cost}" if text.cost else method.cost
     return CreditCard(name, "message", method.summary, text.estimand, text.assumptions, cost,
-                      text.falsified_by, protocols)
+                      text.falsified_by, protocols, fails_where=_FAILS.get(name, ()))
 
 
 def _token_card(name: str, method: TokenMethod, text: _Text | None) -> CreditCard:

@@ -146,3 +146,10 @@ def test_cli_refuses_with_one_error_line_and_status_2(args, message):
     assert result.exit_code == 2, result.output
     (line,) = output_lines(result)
     assert line.startswith("error:") and message in line
+
+
+def test_cards_say_what_is_wrong_today_and_where_it_was_measured_to_fail():
+    assert "unbiased for A* up to a term of the history alone" in card_for("grpo").fails_where[0]
+    assert "helpful reviewer" in card_for("shapley").fails_where[0]
+    assert "not unbiased" in card_for("continuation").fails_where[0]
+    assert "fails where" in card_for("grpo").render() and "fails where" not in card_for("gspo").render()
