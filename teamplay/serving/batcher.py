@@ -130,9 +130,12 @@ class MicroBatcher(Generic[P, R]):
             self._executor = None
 
     async def submit(self, payload: P, size: int = 1) -> R:
-        """Queue ``payload`` (``size`` episodes) and wait for its result; raises ``QueueFull``,
-        ``BatcherClosed``, or what ``run_batch`` raised for it. Cancelling the call (a timeout, a
-        client that disconnected) takes a queued payload out of the queue at once."""
+        """``enqueue`` then ``wait``."""
+        return await self.wait(self.enqueue(payload, size))
+
+    def enqueue(self, payload: P, size: int = 1) -> _Pending[P]:
+        """Queue ``payload`` (``size`` episodes) now, on the event loop's thread; raises ``QueueFull``
+        or ``BatcherClosed``. Its result comes from ``wait``."""
         if self._wake is None or self._task is None:
             raise BatcherClosed("the batcher is not running")
         if len(self._waiting) >= self.max_queue:
@@ -140,6 +143,12 @@ class MicroBatcher(Generic[P, R]):
         pending = _Pending(payload, size, asyncio.get_running_loop().create_future())
         self._waiting.append(pending)
         self._wake.set()
+        return pending
+
+    async def wait(self, pending: _Pending[P]) -> R:
+        """The result of an enqueued payload, or what ``run_batch`` raised for it (``BatcherClosed``
+        when cancelled). Cancelling the call (a timeout, a client that disconnected) takes a queued
+        payload out of the queue at once."""
         try:
             return await pending.future
         except asyncio.CancelledError:

@@ -6,7 +6,8 @@ What teamplay adds is the top-level ``teamplay`` field of a completion (``Teampl
 team's transcript and per-role usage of every episode. Standard clients ignore unknown fields.
 
 Request fields the server reads: ``model``, ``messages``, ``max_tokens`` (or its newer name
-``max_completion_tokens``), ``temperature``, ``top_p``, ``n``, ``stop``, ``seed``, ``stream``.
+``max_completion_tokens``), ``temperature``, ``top_p``, ``n``, ``stop``, ``seed``, ``stream`` and
+``stream_options.include_usage`` (``teamplay.serving.streaming``).
 Every other field OpenAI defines (``user``, ``logit_bias``, ``tools``, ...) is accepted and ignored.
 
 Errors are ``{"error": {"message", "type", "param", "code"}}`` (``ErrorBody``) with a 4xx or 5xx
@@ -41,6 +42,14 @@ class ChatMessageIn(BaseModel):
     content: str | list[ContentPart] | None = Field(None, description="Text, or a list of text parts.")
 
 
+class StreamOptions(BaseModel):
+    """``stream_options`` of a streamed request."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = Field(False, description="A last chunk with the request's usage and no choices.")
+
+
 class ChatCompletionRequest(BaseModel):
     """The body of ``POST /v1/chat/completions`` (OpenAI's fields; unknown ones are ignored).
 
@@ -64,7 +73,9 @@ class ChatCompletionRequest(BaseModel):
     stop: str | list[str] | None = Field(None, description="Up to 4 strings; the returned content is cut "
                                                            "before the first one.")
     seed: int | None = Field(None, description="Seed of the request's episodes (see teamplay.serving.engine).")
-    stream: bool | None = Field(False, description="Streaming is not supported: false or absent only.")
+    stream: bool | None = Field(False, description="Server-sent events of chat.completion.chunk objects "
+                                                   "(teamplay.serving.streaming).")
+    stream_options: StreamOptions | None = Field(None, description="Streaming options; only with stream=true.")
 
     def stop_strings(self) -> tuple[str, ...]:
         """``stop`` as a tuple (empty strings dropped)."""

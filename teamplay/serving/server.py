@@ -20,7 +20,7 @@ Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
 status   when
 =======  ==================================================================================
 400      body not JSON or not an object; a field missing or out of range (``temperature``
-         outside 0-2, ``n < 1``, ...); ``stream: true``; no user message; a non-text content
+         outside 0-2, ``n < 1``, ...); ``stream_options`` without ``stream``; no user message; a non-text content
          part; more than 4 ``stop`` strings; ``n`` above ``max_n``; the question longer than
          ``max_question_chars`` or more than ``max_messages`` messages
          (code ``context_length_exceeded``)
@@ -46,14 +46,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -65,6 +65,7 @@ from teamplay.serving.metrics import CountRequests, ServeMetrics
 from teamplay.serving.render import render_completion
 from teamplay.serving.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from teamplay.serving.shutdown import Lifecycle, RefuseWhileDraining
+from teamplay.serving.streaming import stream_completion
 
 #: OpenAI's bound on stop sequences
 MAX_STOP = 4
@@ -165,22 +166,33 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
 
     # the body is read by hand (not a FastAPI body parameter): its size is bounded while it is
     # read, and every parse or validation failure gets OpenAI's 400 rather than FastAPI's 422
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> ChatCompletion:
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request) -> ChatCompletion | StreamingResponse:
         with lifecycle.request():
-            return await _chat(request)
+            body = _parse_request(await _read_json(request, limits.max_body_bytes))
+            _check_model(body.model, model_name)
+            item, known = engine.item_for(_question(body, limits))
+            request_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+            work = EpisodeRequest(request_id=request_id, item=item, n=body.n, seed=body.seed,
+                                  sampling=engine.sampling_for(_max_tokens(body), body.temperature, body.top_p))
 
-    async def _chat(request: Request) -> ChatCompletion:
-        body = _parse_request(await _read_json(request, limits.max_body_bytes))
-        _check_model(body.model, model_name)
-        item, known = engine.item_for(_question(body, limits))
-        request_id = f"chatcmpl-{uuid.uuid4().hex}"
-        work = EpisodeRequest(request_id=request_id, item=item, n=body.n, seed=body.seed, sampling=engine.sampling_for(
-            _max_tokens(body), body.temperature, body.top_p))
-        episodes = await _until_disconnected(request, _submit(batcher, work, limits.timeout_s))
-        return render_completion(request_id=request_id, model=model_name, created=int(time.time()), item=item,
-                                 reference_known=known, episodes=episodes, task=engine.task.name,
-                                 protocol=engine.protocol, stop=body.stop_strings())
+            pending = _enqueue(batcher, work)
+
+            async def answer() -> ChatCompletion:
+                episodes = await _result(batcher, pending, limits.timeout_s)
+                return render_completion(request_id=request_id, model=model_name, created=created, item=item,
+                                         reference_known=known, episodes=episodes, task=engine.task.name,
+                                         protocol=engine.protocol, stop=body.stop_strings())
+
+            if not body.stream:
+                return await _until_disconnected(request, answer())
+        # the stream counts as in flight until its last event; Starlette cancels it when the client
+        # disconnects, which takes a queued request out of the queue
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        events = stream_completion(answer(), request_id=request_id, model=model_name, created=created, n=body.n,
+                                   include_usage=include_usage)
+        return StreamingResponse(_counted(lifecycle, events), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
     return app
 
@@ -221,9 +233,9 @@ def _parse_request(data: Any) -> ChatCompletionRequest:
         got = f" (got {error['input']!r})" if error["type"] != "missing" else ""
         raise ApiError(400, f"{param}: {error['msg']}{got}", param=param,
                        code="missing_required_parameter" if error["type"] == "missing" else "invalid_value") from None
-    if body.stream:
-        raise ApiError(400, "stream=true is not supported: teamplay serve returns a whole team episode at once; "
-                            "send stream=false", param="stream", code="unsupported_parameter")
+    if body.stream_options is not None and not body.stream:
+        raise ApiError(400, "stream_options: only allowed with stream=true", param="stream_options",
+                       code="invalid_value")
     if body.temperature is not None and 0 < body.temperature < MIN_TEMPERATURE:
         raise ApiError(400, f"temperature: use 0 (greedy) or a value in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] "
                             f"(got {body.temperature})", param="temperature", code="invalid_value")
@@ -276,18 +288,32 @@ def _max_tokens(body: ChatCompletionRequest) -> int | None:
     return min(given) if given else None
 
 
-async def _submit(batcher: MicroBatcher, work: EpisodeRequest, timeout_s: float):
+def _enqueue(batcher: MicroBatcher, work: EpisodeRequest):
+    """``work`` queued now (so a full queue is a 429 before a stream's 200 goes out)."""
     try:
-        return await asyncio.wait_for(batcher.submit(work, size=work.n), timeout_s)
+        return batcher.enqueue(work, size=work.n)
     except QueueFull as exc:
         raise ApiError(429, f"the server is at capacity ({exc}); retry later", type="rate_limit_error",
                        code="queue_full") from None
+    except BatcherClosed as exc:
+        raise ApiError(503, str(exc), type="server_error", code="shutting_down") from None
+
+
+async def _result(batcher: MicroBatcher, pending, timeout_s: float):
+    try:
+        return await asyncio.wait_for(batcher.wait(pending), timeout_s)
     except TimeoutError:
         raise ApiError(504, f"no result within {timeout_s:g} s", type="timeout_error", code="timeout") from None
     except BatcherClosed as exc:
         raise ApiError(503, str(exc), type="server_error", code="shutting_down") from None
     except Exception as exc:  # noqa: BLE001 - the team's run raised: a 500 for this request alone
         raise ApiError(500, f"the team's run failed: {type(exc).__name__}: {exc}", type="server_error") from None
+
+
+async def _counted(lifecycle: Lifecycle, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    with lifecycle.request():
+        async for data in events:
+            yield data
 
 
 async def _until_disconnected(request: Request, work):

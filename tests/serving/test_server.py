@@ -155,8 +155,8 @@ def test_the_client_raises_its_typed_errors(oracle, client):
         client.chat.completions.create(model=MODEL, messages=USER, temperature=3)
     assert hot.value.param == "temperature" and "less than or equal to 2" in hot.value.message
     with pytest.raises(openai.BadRequestError) as streamed:
-        client.chat.completions.create(model=MODEL, messages=USER, stream=True)
-    assert streamed.value.param == "stream" and "stream=true is not supported" in streamed.value.message
+        client.chat.completions.create(model=MODEL, messages=USER, stream_options={"include_usage": True})
+    assert streamed.value.param == "stream_options" and "only allowed with stream=true" in streamed.value.message
     with pytest.raises(openai.BadRequestError) as long:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "7" * 2000}])
     assert long.value.code == "context_length_exceeded"
