@@ -618,7 +618,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
     parser.add_argument("--methods", default=None, help="comma-separated method labels (grpo included)")
     parser.add_argument("--table-only", action="store_true",
-                        help="train nothing: write the table of the runs the sweep folder has finished")
+                        help="train nothing: write the table of the runs the sweep folder has finished "
+                             "(split settings: of the stored per-seed results)")
+    parser.add_argument("--collect", action="store_true",
+                        help="split settings: train nothing, store the runs the sweep folder has finished "
+                             "(a comparison stopped part-way), then write the tables")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     line = machine_line(machine_info())
@@ -669,7 +673,7 @@ def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, settin
         result = load_result(path)
     else:
         try:
-            result = run_setting(setting, args.model, size, out, only, args.parallel)
+            result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect)
         except ValueError as exc:
             parser.error(str(exc))
         flags = [f"--setting {setting}", *(["--full"] if args.full else []),
