@@ -7,7 +7,8 @@ Routes:
   content is the team's final answer; ``usage`` sums the team's tokens; the extra top-level field
   ``teamplay`` holds every episode's transcript and per-role usage (``teamplay.serving.render``).
 * ``GET /v1/models`` (and ``/v1/models/{id}``): the one served model, whose id is the team's name.
-* ``GET /health``: ``{"status": "ok", ...}`` with the queue length and the runs so far.
+* ``GET /health``: ``{"status": "ok", ...}`` with the queue length, the runs so far, the chat
+  requests received and in flight (being read, queued, running or streaming).
 * ``GET /metrics``: Prometheus text format (``teamplay.serving.metrics``).
 
 Throughput: concurrent requests are collected by a ``MicroBatcher`` (up to ``max_batch`` episodes,
@@ -56,6 +57,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from teamplay.serving.auth import BearerAuth
@@ -153,7 +155,8 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     async def health() -> dict[str, Any]:
         stats = engine.stats
         return {"status": "ok", "model": model_name, "queued": batcher.queued, "batches": batcher.batches,
-                "runs": stats.runs, "requests": stats.requests, "episodes": stats.episodes}
+                "runs": stats.runs, "requests": stats.requests, "episodes": stats.episodes,
+                "received": lifecycle.received, "in_flight": lifecycle.in_flight}
 
     @app.get("/v1/models")
     async def models() -> ModelList:
@@ -206,11 +209,14 @@ async def _read_json(request: Request, max_bytes: int) -> Any:
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise _too_large(max_bytes)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise _too_large(max_bytes)
+            chunks.append(chunk)
+    except ClientDisconnect:  # hung up half-way through its body: nothing to answer, nothing to log
+        raise ApiError(499, "the client closed the connection", code="client_closed_request") from None
     try:
         return json.loads(b"".join(chunks))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -311,7 +317,7 @@ async def _result(batcher: MicroBatcher, pending, timeout_s: float):
 
 
 async def _counted(lifecycle: Lifecycle, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    with lifecycle.request():
+    with lifecycle.request(new=False):
         async for data in events:
             yield data
 

@@ -42,15 +42,18 @@ class Lifecycle:
         self.cancel = cancel
         self.draining = False
         self.in_flight = 0
+        self.received = 0  #: chat requests taken in since start-up
         self.cancelled = 0  #: requests still in flight when the bound ran out
         self.on_drained: Callable[[], None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
 
     @contextmanager
-    def request(self) -> Iterator[None]:
-        """Counts one chat request in flight while the block runs."""
+    def request(self, new: bool = True) -> Iterator[None]:
+        """Counts one chat request in flight while the block runs (``new``: and as received; a
+        stream's events are the same request as its handler)."""
         self.in_flight += 1
+        self.received += new
         try:
             yield
         finally:
