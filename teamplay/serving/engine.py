@@ -1,6 +1,8 @@
-"""The team behind ``teamplay serve``: a chat request becomes a ``TaskItem`` and ``n`` episodes, and
-the requests of one micro-batch run as one ``RolloutRunner.run`` (lock-step turns, one batched
-``generate`` per turn), which is where a server's throughput comes from.
+"""The team behind ``teamplay serve``: a chat request becomes a ``TaskItem`` and ``n`` episodes. The
+server runs them with continuous batching (``teamplay.serving.scheduler``, which drives this
+engine's envs, backend and seeds); ``TeamEngine.run`` runs a list of requests as
+``RolloutRunner.run`` calls (lock-step turns, one batched ``generate`` per turn) for callers that
+have them all at once.
 
 The question. The team answers ONE problem per request: the text of the last ``user`` message.
 System, developer and earlier messages are ignored: the protocol writes each agent's own system
@@ -15,11 +17,12 @@ work, and the episode's reward is reported. Any other question becomes an item w
 reported, and a scripted ``oracle`` states an empty answer.
 
 Seeds. An unseeded request's episodes take consecutive env seeds from the config's ``seed``, in
-the order the server runs them, and are batched with every other unseeded request of the same
-decoding settings. A seeded request's episodes get env seeds ``seed, seed + 1, ...``. With sampled
-decoding it runs alone (still in the same worker turn), its decoding seeded with ``seed``, so the
-same request with the same seed gets the same episodes on the same backend, whatever else was
-queued. With greedy decoding (temperature 0) no random stream is drawn, so it joins the batch of
+the order the server runs them (``env_seeds``), and are batched with every other unseeded request of
+the same decoding settings. A seeded request's episodes get env seeds ``seed, seed + 1, ...``. With
+sampled decoding its model calls are its own (in ``run``: a run of its own; in the server: its own
+``generate`` call in each shared turn), its decoding seeded with ``seed``, so the same request with
+the same seed gets the same episodes on the same backend, whatever else was queued. With greedy
+decoding (temperature 0) no random stream is drawn, so it joins the batch of
 its decoding settings with its own env seeds (lm-eval sends ``seed`` with every greedy request).
 """
 
@@ -106,6 +109,7 @@ class TeamEngine:
         self.sampling = sampling
         self.generate_batch = generate_batch
         self._next_seed = seed
+        self.base_seed = seed
         self._items: dict[str, TaskItem] = {}
         for item in items:  # the first of repeated problems wins, as in the task's order
             self._items.setdefault(normalize_question(item.prompt), item)
@@ -124,9 +128,18 @@ class TeamEngine:
         one: the server is shutting down. Thread-safe."""
         self._cancelled.set()
 
-    def _stop_if_cancelled(self) -> None:
+    def stop_if_cancelled(self) -> None:
+        """Raises ``RunCancelled`` once ``cancel`` was called (a safe point before a model call)."""
         if self._cancelled.is_set():
             raise RunCancelled("the server is shutting down")
+
+    def env_seeds(self, request: EpisodeRequest) -> list[int]:
+        """The env seeds of a request's episodes: ``seed, seed + 1, ...`` for a seeded request, the
+        next unused ones from the config's ``seed`` otherwise (see the module doc)."""
+        if request.seed is not None:
+            return [request.seed + j for j in range(request.n)]
+        first, self._next_seed = self._next_seed, self._next_seed + request.n
+        return list(range(first, first + request.n))
 
     def item_for(self, question: str) -> tuple[TaskItem, bool]:
         """The served task's item with this prompt text, or a new item with no reference; and
@@ -173,7 +186,7 @@ class TeamEngine:
         sampling = group[0].sampling if sampled_seed is None else dataclasses.replace(group[0].sampling,
                                                                                       seed=sampled_seed)
         runner = RolloutRunner(self.make_env, self.backend, sampling, max_batch=self.generate_batch,
-                               before_generate=self._stop_if_cancelled)
+                               before_generate=self.stop_if_cancelled)
         episodes = runner.run(jobs, seed=first if sampled_seed is None else sampled_seed)
         s = self._stats
         self._stats = EngineStats(s.runs + 1, s.requests + len(group), s.episodes + len(episodes))

@@ -10,9 +10,11 @@ name                                        type       what
                                                        503s while draining and 499 disconnects included)
 ``teamplay_request_latency_seconds``        histogram  chat-completion requests: post to answer
 ``teamplay_queue_wait_seconds``             histogram  a chat request's wait from queued to its run's start
-``teamplay_episodes_per_run``               histogram  episodes of each team run (batch size)
-``teamplay_generated_tokens_total``         counter    completion tokens the team generated
-``teamplay_episodes_total``                 counter    episodes run
+``teamplay_episodes_per_turn``              histogram  episodes stepped in each lock-step turn (the batch
+                                                       size; with continuous batching the turn is what a
+                                                       run used to be)
+``teamplay_generated_tokens_total``         counter    completion tokens of the requests answered
+``teamplay_episodes_total``                 counter    episodes of the requests answered
 ``teamplay_in_flight_episodes``             gauge      episodes of the run going on now
 ``teamplay_queued_requests``                gauge      chat requests waiting for a run
 ==========================================  =========  ==================================================
@@ -39,16 +41,11 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class ServeMetrics:
-    """The server's series (see the module doc).
-
-    Args:
-        queued: the number of chat requests waiting now (read at each scrape).
-        in_flight: the number of episodes running now (read at each scrape).
-    """
+    """The server's series (see the module doc); ``watch`` gives the gauges their sources."""
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, queued: Callable[[], int], in_flight: Callable[[], int]) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("teamplay_requests", "HTTP requests answered, by route and status",
@@ -57,20 +54,29 @@ class ServeMetrics:
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.queue_wait = Histogram("teamplay_queue_wait_seconds", "Chat requests' wait from queued to their "
                                     "run's start", buckets=LATENCY_BUCKETS, registry=r)
-        self.episodes_per_run = Histogram("teamplay_episodes_per_run", "Episodes of each team run",
-                                          buckets=BATCH_BUCKETS, registry=r)
+        self.episodes_per_turn = Histogram("teamplay_episodes_per_turn", "Episodes stepped in each lock-step turn",
+                                           buckets=BATCH_BUCKETS, registry=r)
         self.generated_tokens = Counter("teamplay_generated_tokens", "Completion tokens the team generated",
                                         registry=r)
-        self.episodes = Counter("teamplay_episodes", "Episodes run", registry=r)
-        Gauge("teamplay_in_flight_episodes", "Episodes of the run going on now", registry=r).set_function(in_flight)
-        Gauge("teamplay_queued_requests", "Chat requests waiting for a run", registry=r).set_function(queued)
+        self.episodes = Counter("teamplay_episodes", "Episodes of the requests answered", registry=r)
+        self._in_flight = Gauge("teamplay_in_flight_episodes", "Episodes running now", registry=r)
+        self._queued = Gauge("teamplay_queued_requests", "Chat requests waiting to join the batch", registry=r)
+
+    def watch(self, queued: Callable[[], int], in_flight: Callable[[], int]) -> None:
+        """The gauges read ``queued()`` (chat requests waiting) and ``in_flight()`` (episodes
+        running) at each scrape."""
+        self._queued.set_function(queued)
+        self._in_flight.set_function(in_flight)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def observe_run(self, episodes: Sequence[Episode]) -> None:
-        """One team run ended with ``episodes`` (called from the worker thread: the client is thread-safe)."""
-        self.episodes_per_run.observe(len(episodes))
+    def observe_turn(self, episodes: int) -> None:
+        """One lock-step turn stepped ``episodes`` episodes (the worker thread: the client is thread-safe)."""
+        self.episodes_per_turn.observe(episodes)
+
+    def observe_done(self, episodes: Sequence[Episode]) -> None:
+        """A request was answered with ``episodes``."""
         self.episodes.inc(len(episodes))
         self.generated_tokens.inc(sum(ep.tokens for ep in episodes))
 

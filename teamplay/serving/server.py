@@ -11,9 +11,9 @@ Routes:
   requests received and in flight (being read, queued, running or streaming).
 * ``GET /metrics``: Prometheus text format (``teamplay.serving.metrics``).
 
-Throughput: concurrent requests are collected by a ``MicroBatcher`` (up to ``max_batch`` episodes,
-waiting at most ``max_wait_s`` for more) and run as ONE ``RolloutRunner.run`` in a single worker
-thread, one batch at a time (``teamplay.serving.batcher``).
+Throughput: continuous batching (``teamplay.serving.scheduler``): one worker thread steps every
+running episode in lock step, one batched ``generate`` per turn, and a new request joins at the
+next turn (up to ``max_batch`` episodes at once); a request is answered when its own episodes end.
 
 Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``:
 
@@ -30,10 +30,10 @@ status   when
 404      a ``model`` other than the served one (code ``model_not_found``); an unknown route
 413      a body larger than ``max_body_bytes``
 429      ``max_queue`` requests waiting already (code ``queue_full``)
-500      the team's run raised (the other requests of its batch are re-run without it)
+500      the team's model call raised for this request (retried request by request: the others go on)
 499      (not sent: the client disconnected; counted in the metrics) its queued request is dropped
 503      the server is shutting down (SIGTERM: see ``teamplay.serving.shutdown``)
-504      no result within ``timeout_s`` (a request still queued is dropped, a running one finishes)
+504      no result within ``timeout_s`` (the request is dropped, queued or running)
 =======  ==================================================================================
 """
 
@@ -61,10 +61,10 @@ from starlette.requests import ClientDisconnect
 
 from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from teamplay.serving.auth import BearerAuth
-from teamplay.serving.batcher import BatcherClosed, MicroBatcher, QueueFull
-from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
+from teamplay.serving.engine import EpisodeRequest, TeamEngine
 from teamplay.serving.metrics import CountRequests, ServeMetrics
 from teamplay.serving.render import render_completion
+from teamplay.serving.scheduler import BatcherClosed, ContinuousBatcher, QueueFull
 from teamplay.serving.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from teamplay.serving.shutdown import Lifecycle, RefuseWhileDraining
 from teamplay.serving.streaming import stream_completion
@@ -78,8 +78,8 @@ class ServeLimits:
     """What one server accepts and how it batches.
 
     Fields:
-        max_batch: most episodes per ``RolloutRunner.run`` (a request's ``n`` counts ``n``).
-        max_wait_s: longest wait for more requests once a batch has its first.
+        max_batch: most episodes running at once (a request's ``n`` counts ``n``; it is never
+            split: one larger than this runs when nothing else does).
         max_queue: most requests waiting for the worker; more get 429.
         timeout_s: longest a request waits for its result (queue and run); then 504.
         max_n: most episodes per request.
@@ -91,7 +91,6 @@ class ServeLimits:
     """
 
     max_batch: int = 64
-    max_wait_s: float = 0.005
     max_queue: int = 1024
     timeout_s: float = 120.0
     max_n: int = 16
@@ -104,9 +103,8 @@ class ServeLimits:
         for name in ("max_batch", "max_queue", "max_n", "max_body_bytes", "max_question_chars", "max_messages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0 or self.max_wait_s < 0 or self.drain_s < 0:
-            raise ValueError(f"timeout_s must be > 0, max_wait_s and drain_s >= 0, got {self.timeout_s}, "
-                             f"{self.max_wait_s}, {self.drain_s}")
+        if self.timeout_s <= 0 or self.drain_s < 0:
+            raise ValueError(f"timeout_s must be > 0 and drain_s >= 0, got {self.timeout_s}, {self.drain_s}")
 
 
 def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None = None,
@@ -115,16 +113,16 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     with ``api_key``, every route but ``/health`` wants ``Authorization: Bearer KEY``
     (``teamplay.serving.auth``)."""
     limits = limits or ServeLimits()
-    batcher: MicroBatcher[EpisodeRequest, list] = MicroBatcher(
-        engine.run, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s, max_queue=limits.max_queue,
-        no_retry=(RunCancelled,))
-    metrics = ServeMetrics(queued=lambda: batcher.queued, in_flight=lambda: batcher.running_size)
-    batcher.on_batch, engine.on_run = metrics.observe_waits, metrics.observe_run
+    metrics = ServeMetrics()
+    batcher = ContinuousBatcher(engine, max_batch=limits.max_batch, max_queue=limits.max_queue,
+                                on_admit=metrics.observe_waits, on_turn=metrics.observe_turn,
+                                on_done=metrics.observe_done)
+    metrics.watch(queued=lambda: batcher.queued, in_flight=lambda: batcher.running_size)
     started = int(time.time())
 
     async def cancel_all() -> None:
         engine.cancel()  # the running run stops before its next model call
-        batcher.cancel("the server is shutting down: the request was cancelled")
+        batcher.cancel_all("the server is shutting down: the request was cancelled")
 
     lifecycle = Lifecycle(limits.drain_s, cancel_all)
 
@@ -153,9 +151,9 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        stats = engine.stats
-        return {"status": "ok", "model": model_name, "queued": batcher.queued, "batches": batcher.batches,
-                "runs": stats.runs, "requests": stats.requests, "episodes": stats.episodes,
+        stats = batcher.stats
+        return {"status": "ok", "model": model_name, "queued": batcher.queued, "running": batcher.running,
+                "turns": stats.turns, "requests": stats.requests, "episodes": stats.episodes,
                 "received": lifecycle.received, "in_flight": lifecycle.in_flight}
 
     @app.get("/v1/models")
@@ -294,10 +292,10 @@ def _max_tokens(body: ChatCompletionRequest) -> int | None:
     return min(given) if given else None
 
 
-def _enqueue(batcher: MicroBatcher, work: EpisodeRequest):
+def _enqueue(batcher: ContinuousBatcher, work: EpisodeRequest):
     """``work`` queued now (so a full queue is a 429 before a stream's 200 goes out)."""
     try:
-        return batcher.enqueue(work, size=work.n)
+        return batcher.enqueue(work)
     except QueueFull as exc:
         raise ApiError(429, f"the server is at capacity ({exc}); retry later", type="rate_limit_error",
                        code="queue_full") from None
@@ -305,7 +303,7 @@ def _enqueue(batcher: MicroBatcher, work: EpisodeRequest):
         raise ApiError(503, str(exc), type="server_error", code="shutting_down") from None
 
 
-async def _result(batcher: MicroBatcher, pending, timeout_s: float):
+async def _result(batcher: ContinuousBatcher, pending, timeout_s: float):
     try:
         return await asyncio.wait_for(batcher.wait(pending), timeout_s)
     except TimeoutError:

@@ -57,9 +57,9 @@ def test_requests_latency_runs_and_tokens_add_up(tmp_path):
     assert after[("teamplay_requests_total", (("route", "/metrics"), ("status", "200")))] == 1  # the first scrape
     assert after[("teamplay_request_latency_seconds_count", ())] == 5
     assert after[("teamplay_queue_wait_seconds_count", ())] == 3  # only requests that reached the queue
-    # one run per request (sent one after another): 1, 2 and 3 episodes
-    assert after[("teamplay_episodes_per_run_count", ())] == 3 and after[("teamplay_episodes_per_run_sum", ())] == 6
-    assert after[("teamplay_episodes_per_run_bucket", (("le", "2.0"),))] == 2
+    # one turn per request (sent one after another, one model call per episode): 1, 2 and 3 episodes
+    assert after[("teamplay_episodes_per_turn_count", ())] == 3 and after[("teamplay_episodes_per_turn_sum", ())] == 6
+    assert after[("teamplay_episodes_per_turn_bucket", (("le", "2.0"),))] == 2
     assert after[("teamplay_episodes_total", ())] == 6
     generated = sum(a.json()["usage"]["completion_tokens"] for a in answers)
     assert generated > 0 and after[("teamplay_generated_tokens_total", ())] == generated
@@ -82,7 +82,7 @@ def test_in_flight_episodes_and_queued_requests_during_a_run():
 
     engine = TeamEngine(task, items, make_env, ScriptedBackend(gated), sampling_params(cfg.sampling), "single")
     ask = {"model": "gated", "n": 3, "messages": [{"role": "user", "content": "What is 1 + 1?"}]}
-    with running(create_app(engine, "gated", ServeLimits(max_batch=3, max_wait_s=0.0))) as url:
+    with running(create_app(engine, "gated", ServeLimits(max_batch=3))) as url:
         threads = [threading.Thread(target=_chat, args=(url, ask)) for _ in range(2)]
         threads[0].start()
         assert started.wait(10)

@@ -120,7 +120,7 @@ def test_an_error_after_the_stream_began_is_an_error_event():
 
 def test_a_streaming_client_that_hangs_up_gives_up_its_queue_place():
     engine, asked, release = _gated_engine()
-    with running(create_app(engine, "gated", ServeLimits(max_batch=1, max_wait_s=0.0))) as url:
+    with running(create_app(engine, "gated", ServeLimits(max_batch=1))) as url:
         a = threading.Thread(target=lambda: httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
             "model": "gated", "messages": [{"role": "user", "content": "A?"}]}))
         a.start()
