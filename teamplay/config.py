@@ -97,7 +97,11 @@ class ModelConfig(_Section):
 
     name: str = Field("smollm2-135m", description="Hub id, local path, or the embedded alias "
                                                   "'smollm2-135m'.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="Weights dtype of the base model (LoRA adapters stay float32). auto: "
+                               "bfloat16 with a float32 output head where the device computes bfloat16 "
+                               "natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU with bfloat16), "
+                               "float32 elsewhere.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter settings.")
     checkpoint: str | None = Field(None, description="Run folder or checkpoint folder whose "
                                                      "adapters to load (teamplay eval --checkpoint).")

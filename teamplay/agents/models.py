@@ -235,6 +235,50 @@ def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, spec: str) -> PreTrai
     return tokenizer
 
 
+#: the config's ``model.dtype`` that picks the fastest exact-enough dtype of the device (``resolve_dtype``)
+AUTO_DTYPE = "auto"
+
+
+def cpu_native_bfloat16() -> bool | None:
+    """Whether this x86 CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX); ``None`` when
+    PyTorch cannot describe the CPU (not x86)."""
+    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    if probe is None or amx is None or not getattr(torch.cpu, "_is_avx2_supported", lambda: False)():
+        return None
+    return bool(probe() or amx())
+
+
+def resolve_dtype(dtype: str, device: torch.device | str | None = None) -> str:
+    """The weight dtype a config's ``model.dtype`` means on ``device`` (None: the CPU).
+
+    ``"auto"`` is ``"bfloat16"`` where the device computes it natively (a CPU with AVX512-BF16 or AMX,
+    a CUDA GPU with bfloat16 support) and ``"float32"`` elsewhere: on the embedded model bfloat16
+    generated 1.5-1.9x faster than float32 on such a CPU (BENCHMARKS.md, rollout_speed), and without
+    those units several times slower (``slow_cpu_dtype``). The LoRA weights stay in float32 either
+    way (peft keeps adapters of a half-precision base in float32). Any other value is returned as is,
+    so an explicit ``float32`` stays float32 everywhere.
+    """
+    if dtype != AUTO_DTYPE:
+        return dtype
+    kind = torch.device(device).type if device is not None else "cpu"
+    if kind == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    return "bfloat16" if kind == "cpu" and cpu_native_bfloat16() else "float32"
+
+
+def load_configured_model(spec: str, dtype: str, device: torch.device | str | None = None,
+                          ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """``load_model`` for a config's ``model.dtype`` on ``device``: ``"auto"`` is resolved
+    (``resolve_dtype``) and, where it gives half precision, the output head is kept in float32
+    (``float32_head``); an explicit dtype loads exactly as ``load_model`` does."""
+    resolved = resolve_dtype(dtype, device)
+    model, tokenizer = load_model(spec, dtype=resolved)
+    if dtype == AUTO_DTYPE:
+        float32_head(model)
+    return model, tokenizer
+
+
 def slow_cpu_dtype(dtype: torch.dtype | str) -> str | None:
     """Why ``dtype`` will be slow on this machine's CPU, or None.
 
@@ -248,12 +292,37 @@ def slow_cpu_dtype(dtype: torch.dtype | str) -> str | None:
     dtype = _as_dtype(dtype)
     if dtype not in (torch.bfloat16, torch.float16):
         return None
-    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    if probe is None or amx is None or not getattr(torch.cpu, "_is_avx2_supported", lambda: False)():
+    native = cpu_native_bfloat16()
+    if native is None:
         return None  # not an x86 CPU PyTorch can describe: nothing to say
-    if dtype == torch.bfloat16 and (probe() or amx()):
+    if dtype == torch.bfloat16 and native:
         return None
     name = "bfloat16" if dtype == torch.bfloat16 else "float16"
     return (f"model.dtype {name} on a CPU without native {name} matrix units (AVX512-BF16/AMX): "
             f"generation and training may run several times slower than float32")
+
+
+def float32_head(model: PreTrainedModel) -> PreTrainedModel:
+    """Give a half-precision ``model`` an output head computed in float32 (in place; returned).
+
+    A bfloat16 head rounds the logits themselves to 8 bits of mantissa: logits of 16-32 then sit
+    on a grid of 0.125, and on the embedded model the per-token ratio of the behaviour log-probs
+    (cached decoding) to the trainer's (one forward pass) reached 1.40 in bfloat16. A float32 head
+    (the same weights, its own float32 copy, untied from the input embedding, the hidden state cast
+    up on the way in) keeps the body's speed and gives float32 logits on both paths. A float32
+    model is returned unchanged.
+    """
+    head = model.get_output_embeddings()
+    if head is None or head.weight.dtype == torch.float32:
+        return model
+    upcast = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
+                             device=head.weight.device, dtype=torch.float32)
+    with torch.no_grad():
+        upcast.weight.copy_(head.weight.float())
+        if head.bias is not None:
+            upcast.bias.copy_(head.bias.float())
+    upcast.requires_grad_(False)
+    upcast.register_forward_pre_hook(lambda _module, args: (args[0].float(), *args[1:]))
+    model.config.tie_word_embeddings = False  # the embedding stays half precision, the head its own copy
+    model.set_output_embeddings(upcast)
+    return model

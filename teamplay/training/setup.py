@@ -194,10 +194,11 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, device=N
     where every base (with its adapters) goes; None keeps it on the CPU. A single-process run and
     ``teamplay eval`` pass ``resolve_device(model.device)``, a Ray actor the GPU Ray gave it.
     """
-    from teamplay.agents.models import load_model, slow_cpu_dtype
+    from teamplay.agents.models import load_configured_model, resolve_dtype, slow_cpu_dtype
     from teamplay.agents.team_model import TeamModel
 
     lora, adapters_dir = lora_settings(model_cfg)
+    dtype = resolve_dtype(model_cfg.dtype, device)  # "auto": bfloat16 where the device has it natively
     try:
         bases = team.bases(model_cfg.name)
     except ValueError as exc:
@@ -207,17 +208,17 @@ def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, device=N
 
         parts = {}
         for base, roles in bases.items():
-            model, tokenizer = load_model(base, dtype=model_cfg.dtype)
+            model, tokenizer = load_configured_model(base, model_cfg.dtype, device)
             sub = Team(roles=tuple(r for r in team.roles if r.name in roles))
             parts[base] = TeamModel.from_team(model, tokenizer, sub, init_seed=seed, **lora)
         team_model = MultiBaseTeamModel(parts)
     else:
-        model, tokenizer = load_model(next(iter(bases)), dtype=model_cfg.dtype)
+        model, tokenizer = load_configured_model(next(iter(bases)), model_cfg.dtype, device)
         team_model = TeamModel.from_team(model, tokenizer, team, init_seed=seed, **lora)
     if device is not None and str(device) != "cpu":  # adapters included: peft put them beside their bases
         for part in getattr(team_model, "parts", {"": team_model}).values():
             part.model.to(device)
-    elif (slow := slow_cpu_dtype(model_cfg.dtype)) is not None:
+    elif (slow := slow_cpu_dtype(dtype)) is not None:
         warnings.warn(TeamplayWarning(slow), stacklevel=2)
     if adapters_dir is not None:
         team_model.load_adapters(adapters_dir)

@@ -230,3 +230,30 @@ def test_yes_probability_matches_a_direct_forward():
                       output_hidden_states=True).hidden_states[-1][0, -1]  # [H]
         base.lm_head.weight[tok.convert_tokens_to_ids("y")] = 100 * hidden / hidden.norm()
     assert backend.yes_probability(["Is it?"])[0] > 0.99
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (7, 0.9)])
+def test_sampled_tokens_are_those_of_generates_own_sampling_processors(top_k, top_p):
+    # HFBackend applies temperature / top-k / top-p itself (so that its log-prob recorder runs
+    # after them); with the same seed it must draw exactly what generate's own processors draw
+    from transformers import GenerationConfig
+
+    from teamplay.agents.prompts import build_reply_ids
+    from teamplay.agents.team_model import left_pad
+
+    backend = make_backend()
+    perturb(backend, "proposer", 1)
+    requests = [request(i) for i in (3, 3, 3)]  # one prompt length: no padding, one micro-batch
+    params = SamplingParams(max_new_tokens=10, temperature=0.7, top_k=top_k, top_p=top_p, seed=11)
+    ours = backend.generate(requests, params)
+    from teamplay.agents.backends.hf import _derive_seed
+
+    prompts = [build_reply_ids(backend.tokenizer, r.chat, backend.max_prompt_tokens)[0] for r in requests]
+    input_ids, attention = left_pad(prompts, backend.tokenizer.pad_token_id, backend.team_model.device)
+    config = GenerationConfig(do_sample=True, temperature=0.7, top_k=top_k, top_p=top_p, max_new_tokens=10,
+                              eos_token_id=list(backend.stop_ids), pad_token_id=backend.tokenizer.pad_token_id)
+    torch.manual_seed(_derive_seed(11, "proposer", 0))
+    with torch.no_grad(), backend.team_model.using("proposer"):
+        out = backend.team_model.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+    for g, row in zip(ours, out[:, input_ids.shape[1]:].tolist(), strict=True):
+        assert list(g.completion_ids) == row[: len(g.completion_ids)]

@@ -57,6 +57,20 @@ def test_rollout_overhead_quick(tiny_model):
     assert result.data["prompts"] == 4
 
 
+def test_rollout_speed_quick(tiny_model):
+    from benchmarks import rollout_speed
+
+    result = rollout_speed.run(quick=True, model=tiny_model)
+    _check(result, "rollout_speed")
+    # 1 problem x 2 episodes of proposer/reviewer (3 rounds): 3 lock-step calls; 2 dtypes x 2 batches
+    assert result.data["episodes"] == 2 and result.data["calls"] == 3
+    rates = result.data["tokens_per_second"]
+    assert len(rates) == 12 and all(v > 0 for v in rates.values())
+    assert result.data["resolved_dtypes"]["float32"] == "torch.float32"
+    # float32 decoding and the trainer's forward pass agree on every token (the bound of test_hf_backend)
+    assert result.data["fidelity"]["float32"]["max_abs_dev"] < 1e-4
+
+
 def test_credit_fraction_quick(tiny_model):
     result = credit_fraction.run(quick=True, model=tiny_model)
     _check(result, "credit_fraction")

@@ -16,13 +16,17 @@ middle is masked; positions follow the mask, so each row sees the positions of i
 Outputs equal the unshared path's up to float rounding (tested). ``share_prompt_prefix=False`` turns
 it off.
 
-Behaviour log-probs: ``generate`` returns the scores after its logits processors, i.e. of the
-distribution actually sampled (temperature, then top-k, then top-p applied); the log-prob of a
-token is ``log_softmax`` of those scores. For greedy decoding no processor runs: the log-probs are
-those of the T=1 model distribution (what ``TeamModel.completion_logprobs(..., temperature=1)``
-recomputes). Asked for (``SamplingParams.entropies``), the entropy of that same distribution at each
-token is recorded as well (``Generation.entropies``): token-level credit reads it instead of
-scoring the message again.
+Behaviour log-probs: the log-prob of a token is taken from the scores of the distribution actually
+sampled (temperature, then top-k, then top-p applied), by ``SampledLogprobs``, the last logits
+processor of the call: each step it keeps only the sampled token's score minus the log-sum-exp of
+the step's scores (one number per row), instead of ``generate`` keeping every step's
+full-vocabulary scores (``output_scores``, [B, V] per step) to be stacked and log-softmaxed at the
+end. The processors are built here, in ``generate``'s own order, because ``generate`` runs the
+processors it is given before the sampling ones it builds itself. For greedy decoding no sampling
+processor runs: the log-probs are those of the T=1 model distribution (what
+``TeamModel.completion_logprobs(..., temperature=1)`` recomputes). Asked for
+(``SamplingParams.entropies``), the entropy of that same distribution at each token is recorded as
+well (``Generation.entropies``): token-level credit reads it instead of scoring the message again.
 
 A completion ends after the first stop token (the tokenizer's eos and the model's generation-config
 eos ids), which it includes; the padding ``generate`` writes after it is never returned.
@@ -35,7 +39,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
@@ -118,13 +123,13 @@ class HFBackend(GenerationBackend):
     def _generation_config(self, sampling: SamplingParams) -> GenerationConfig:
         # Built from scratch: a checkpoint's own generation_config (temperature 0.2, repetition
         # penalty, ...) must not change what SamplingParams asked for.
+        # Temperature, top-k and top-p are left out here: ``sampling_processors`` applies them, so
+        # that the log-prob recorder runs after them (see the module docstring).
         common = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=list(self.stop_ids),
-                      pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True,
-                      output_scores=True)
+                      pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True)
         if sampling.greedy:
             return GenerationConfig(do_sample=False, **common)
-        return GenerationConfig(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                                top_k=sampling.top_k, **common)
+        return GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, **common)
 
     @torch.no_grad()
     def _generate_chunk(self, prompts: list[list[int]], adapter: str | None, sampling: SamplingParams,
@@ -138,6 +143,8 @@ class HFBackend(GenerationBackend):
         head = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)  # [1, K]
         input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)
         config = self._generation_config(sampling)
+        recorder = SampledLogprobs(entropies=sampling.entropies)
+        processors = LogitsProcessorList([*sampling_processors(sampling), recorder])
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             if seed is not None:
                 torch.manual_seed(seed)
@@ -145,15 +152,10 @@ class HFBackend(GenerationBackend):
                 prefix = self.team_model.prefix_cache(prompts[0][:shared], len(prompts)) if shared else {}
                 # with a cache, generate runs only the uncached part of input_ids
                 out = self.team_model.model.generate(input_ids=input_ids, attention_mask=attention,
-                                                     generation_config=config, **prefix)
+                                                     generation_config=config, logits_processor=processors,
+                                                     **prefix)
         new = out.sequences[:, input_ids.shape[1]:]  # [B, N]
-        scores = torch.stack(out.scores, dim=1).float()  # [B, N, V] processed logits
-        log_dist = torch.log_softmax(scores, dim=-1)  # [B, N, V]
-        logps = log_dist.gather(-1, new[..., None]).squeeze(-1)  # [B, N]
-        entropies = None  # [B, N] when asked for: the entropy of the sampled distribution, cheap here
-        if sampling.entropies:  # (token credit would otherwise re-score every message); tokens that
-            # top-k / top-p removed have p = 0 and add nothing
-            entropies = -torch.where(log_dist.isfinite(), log_dist.exp() * log_dist, 0.0).sum(-1)
+        logps, entropies = recorder.finish(out.sequences)  # [B, N] each (entropies None unless asked)
         stops = torch.tensor(self.stop_ids, device=device)
         results = []
         for b in range(new.shape[0]):
@@ -201,6 +203,63 @@ class HFBackend(GenerationBackend):
     def _first_tokens(self, words: Sequence[str]) -> tuple[int, ...]:
         firsts = (self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words)
         return tuple(dict.fromkeys(firsts))
+
+
+def sampling_processors(sampling: SamplingParams) -> list[LogitsProcessor]:
+    """Temperature, top-k and top-p as ``generate`` builds them for ``sampling`` (same order, same
+    ``min_tokens_to_keep``); none for greedy decoding."""
+    if sampling.greedy:
+        return []
+    out: list[LogitsProcessor] = []
+    if sampling.temperature != 1.0:
+        out.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_k:
+        out.append(TopKLogitsWarper(top_k=sampling.top_k, min_tokens_to_keep=1))
+    if sampling.top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=sampling.top_p, min_tokens_to_keep=1))
+    return out
+
+
+class SampledLogprobs(LogitsProcessor):
+    """The last logits processor of a ``generate`` call: records, for each step, the log-prob of the
+    token sampled from that step's (processed) scores, and its entropy when asked for.
+
+    The token of step t is known only at step t+1 (the last column of ``input_ids``) or, for the
+    last step, from the returned sequences (``finish``); so one step's scores [B, V] are held until
+    then, never all of them. Scores are returned unchanged.
+    """
+
+    def __init__(self, entropies: bool = False) -> None:
+        self.entropies = entropies
+        self._pending: torch.Tensor | None = None  # [B, V] scores of the step whose token is not known yet
+        self._logps: list[torch.Tensor] = []  # N x [B]
+        self._entropies: list[torch.Tensor] = []  # N x [B]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._pending is not None:
+            self._take(input_ids[:, -1])
+        self._pending = scores
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        scores = self._pending.float()  # [B, V]
+        norm = torch.logsumexp(scores, dim=-1)  # [B]
+        self._logps.append(scores.gather(-1, tokens[:, None]).squeeze(-1) - norm)  # [B]
+        if self.entropies:  # tokens that top-k / top-p removed have p = 0 and add nothing
+            log_dist = scores - norm[:, None]  # [B, V]
+            self._entropies.append(-torch.where(log_dist.isfinite(), log_dist.exp() * log_dist, 0.0).sum(-1))
+        self._pending = None
+
+    def finish(self, sequences: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(logps, entropies)`` [B, N] of the N generated tokens (the last N columns of
+        ``sequences`` [B, P + N]); ``entropies`` is None unless asked for."""
+        if self._pending is not None:
+            self._take(sequences[:, -1])
+        n = len(self._logps)
+        empty = sequences.new_zeros((sequences.shape[0], 0), dtype=torch.float32)
+        logps = torch.stack(self._logps, dim=1) if n else empty  # [B, N]
+        entropies = (torch.stack(self._entropies, dim=1) if n else empty) if self.entropies else None
+        return logps, entropies
 
 
 def _derive_seed(seed: int, adapter: str | None, start: int) -> int:
