@@ -600,9 +600,21 @@ def credit_command(
     limit: int = typer.Option(40, help="Rows to print (all are written with --output)."),
     card: str | None = typer.Option(None, "--card", help="Print a method's card instead (what it estimates, "
                                                          "its assumptions, cost and test): a name or all."),
+    check: str | None = typer.Option(None, "--check", help="Measure how far these methods (comma-separated) "
+                                                           "follow the true advantage on --config's team and task."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="With --check: the training config."),
+    problems: int = typer.Option(8, help="With --check: problems played (each by a group of episodes)."),
+    group: int = typer.Option(4, help="With --check: episodes per problem."),
+    samples: int = typer.Option(8, help="With --check: re-executions per prefix of the true advantage."),
 ) -> None:
     """Try a credit method on saved episodes: the advantage of every utterance, without training.
-    With --card METHOD (or all): what the method estimates, under which assumptions, at what cost."""
+    With --card METHOD (or all): what the method estimates, under which assumptions, at what cost.
+    With --check METHODS --config CFG: each method's agreement with the true advantage on your team."""
+    if check is not None:
+        if folder is not None or method is not None or card is not None or config is None:
+            raise TeamplayError("credit --check METHODS needs --config CFG and takes no FOLDER, --method or --card")
+        _credit_check([m.strip() for m in check.split(",") if m.strip()], config, problems, group, samples)
+        return
     if card is not None:
         if folder is not None or method is not None:
             raise TeamplayError("credit --card prints a method's card; it takes no FOLDER or --method")
@@ -630,6 +642,30 @@ def credit_command(
             for r in rows:
                 f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
         console.print(f"wrote {output}")
+
+
+def _credit_check(methods: list[str], config: Path, problems: int, group: int, samples: int) -> None:
+    """``teamplay credit --check``: the fidelity table of ``methods`` on the config's team and task."""
+    from teamplay.config import TrainConfig
+    from teamplay.training.fidelity_check import THRESHOLD, check_fidelity
+
+    if not methods:
+        raise TeamplayError("credit --check: name at least one method, e.g. --check grpo,shapley")
+    cfg = load_config(TrainConfig, config, [])
+    rows, oracle_tokens = check_fidelity(cfg, methods, problems, group, samples, cfg.seed)
+    table = Table(title=f"credit fidelity on {config} ({problems} problems x {group}, true advantage from "
+                        f"{samples} re-executions per prefix, {oracle_tokens} tokens)")
+    for col in ("method", "Pearson r [95% CI]", "Spearman [95% CI]", f"sign, |A*| > {THRESHOLD}", "groups kept",
+                "counterfactual tokens"):
+        table.add_column(col)
+
+    def ci(x: float, lo_hi: tuple[float, float]) -> str:
+        return f"{x:.2f} [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]"
+
+    for r in rows:
+        table.add_row(r.method, ci(r.fit.pearson, r.fit.pearson_ci), ci(r.fit.spearman, r.fit.spearman_ci),
+                      f"{r.fit.sign:.2f} ({r.fit.clear})", str(r.groups), str(r.counterfactual_tokens))
+    console.print(table)
 
 
 @app.command("list")
