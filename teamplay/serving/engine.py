@@ -116,8 +116,6 @@ class TeamEngine:
         self._stats = EngineStats()
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
-        #: called with each run's episodes as it ends (the server's metrics), in the worker thread
-        self.on_run: Callable[[list[Episode]], None] | None = None
 
     @property
     def stats(self) -> EngineStats:
@@ -190,8 +188,7 @@ class TeamEngine:
         episodes = runner.run(jobs, seed=first if sampled_seed is None else sampled_seed)
         s = self._stats
         self._stats = EngineStats(s.runs + 1, s.requests + len(group), s.episodes + len(episodes))
-        if self.on_run is not None:
-            self.on_run(episodes)
+
         split, start = [], 0
         for r in group:
             split.append(episodes[start:start + r.n])

@@ -84,7 +84,8 @@ def _lm_eval(team: dict, data: Path, folder: Path) -> tuple[dict, dict[str, floa
     results, each question's exact_match, and the requests the server answered."""
     tasks = write_task(data, folder / "lm_eval_tasks").parent
     engine = build_serve_engine(build_config(EvalConfig, team))
-    with running(create_app(engine, MODEL)) as url:
+    app = create_app(engine, MODEL)
+    with running(app) as url:
         out = lm_eval.simple_evaluate(
             model="local-chat-completions",
             model_args=f"model={MODEL},base_url={url}/v1/chat/completions,num_concurrent=8,max_retries=1,"
@@ -92,7 +93,7 @@ def _lm_eval(team: dict, data: Path, folder: Path) -> tuple[dict, dict[str, floa
             tasks=[TASK_NAME], task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
             apply_chat_template=True, log_samples=True, bootstrap_iters=0)
     per_question = {s["doc"]["question"]: s["exact_match"] for s in out["samples"][TASK_NAME]}
-    return out["results"][TASK_NAME], per_question, engine.stats.requests
+    return out["results"][TASK_NAME], per_question, app.state.batcher.stats.requests
 
 
 @pytest.mark.parametrize(("protocol", "policy", "accuracy"), [
