@@ -382,7 +382,8 @@ def serve_command(
     else:
         cfg = load_config(EvalConfig, config, list(set_))
     name = model_name or _served_name(run_or_export, config)
-    app_ = create_app(build_serve_engine(cfg), name, limits, api_key=api_key)
+    engine = build_serve_engine(cfg)
+    app_ = create_app(engine, name, limits, api_key=api_key)
     warning = exposure_warning(host, api_key)
     if warning is not None:
         typer.echo(warning, err=True)  # one line, never wrapped
@@ -395,6 +396,13 @@ def serve_command(
         serve(app_, host, port, on_ready=ready)
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: the normal way to stop
         pass
+    finally:  # the backend serve built (a vLLM engine's processes, a model's memory) goes with it,
+        # once the worker has left its last model call
+        if app_.state.batcher.join(timeout_s=60):
+            engine.backend.close()
+        else:
+            typer.echo("warning: the last model call did not end within 60 s; the backend was not closed",
+                       err=True)
     err_console.print(f"stopped serving {name}")
 
 

@@ -200,6 +200,14 @@ class ContinuousBatcher:
             self._lock.notify()
         self.cancel_all("the server is shutting down")
 
+    def join(self, timeout_s: float) -> bool:
+        """Wait (blocking) for the worker to end after ``close``; whether it did within ``timeout_s``
+        (it ends after the model call it is in)."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            return not self._thread.is_alive()
+        return True
+
     # ------------------------------------------------------------------ the worker thread
 
     def _work(self) -> None:

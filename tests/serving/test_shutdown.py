@@ -160,3 +160,20 @@ def test_a_client_that_disconnects_while_queued_gives_up_its_place():
     assert results["a"].status_code == 200 and results["c"].status_code == 200
     assert asked == ["A?", "C?"]  # B never ran
     assert health["queued"] == 0 and health["requests"] == 2
+
+
+def test_the_command_closes_the_backend_it_built(monkeypatch):
+    """``serve`` built the backend, so it closes it once serving stopped (``serve`` replaced by a
+    no-op here; the close is GenerationBackend's, recorded)."""
+    from typer.testing import CliRunner
+
+    import teamplay.serving.server as server
+    from teamplay.agents.backends.base import GenerationBackend
+    from teamplay.cli import app
+
+    closed = []
+    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: None)
+    monkeypatch.setattr(GenerationBackend, "close", lambda self: closed.append(self.name))
+    result = CliRunner().invoke(app, ["serve", "--set", "backend.name=scripted", "--set", "protocol.name=single"])
+    assert result.exit_code == 0, result.output
+    assert closed == ["scripted"]
