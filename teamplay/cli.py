@@ -351,7 +351,7 @@ def serve_command(
     port: int = typer.Option(8000, help="Port (0: a free one, printed)."),
     model_name: str | None = typer.Option(None, "--model-name", help="The model id clients send (default: "
                                                                      "the folder's or config's name)."),
-    max_batch: int = typer.Option(64, "--max-batch", help="Most episodes run together (one RolloutRunner.run)."),
+    max_batch: int = typer.Option(64, "--max-batch", help="Most episodes running at once (continuous batching)."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds a request may wait for its answer (then 504)."),
     drain: float = typer.Option(30.0, "--drain-timeout", help="At SIGTERM, seconds the requests in flight may "
                                                              "take to finish before they are cancelled."),
