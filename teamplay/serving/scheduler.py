@@ -8,7 +8,8 @@ worker thread repeats
 
     1. admit queued requests, oldest first, while their episodes fit in ``max_batch`` (a request
        is never split; one larger than ``max_batch`` is admitted when nothing else runs), and reset
-       one env per episode;
+       one env per episode; when nothing was running, first wait ``max_wait_s`` for more (clients
+       that post together start together, not one turn apart);
     2. drop the requests whose client gave up (a disconnect, a timeout): their slots are free now;
     3. answer each request whose episodes have all ended;
     4. take one turn: the turn request of every running episode, one ``generate`` call per
@@ -109,12 +110,15 @@ class ContinuousBatcher:
         engine: the team (envs, backend, decoding, seeds).
         max_batch: most episodes running at once.
         max_queue: most requests waiting; ``enqueue`` raises ``QueueFull`` beyond it.
+        max_wait_s: when nothing runs, how long the first request waits for others to arrive before
+            its first turn (clients that post together then start together rather than one turn
+            apart); never a wait while episodes run.
         on_admit: called with the admitted requests' seconds in the queue (metrics; worker thread).
         on_turn: called with the episodes of each turn that made model calls (metrics; worker thread).
         on_done: called with a request's episodes when it is answered (metrics; worker thread).
     """
 
-    def __init__(self, engine: TeamEngine, *, max_batch: int, max_queue: int,
+    def __init__(self, engine: TeamEngine, *, max_batch: int, max_queue: int, max_wait_s: float = 0.0,
                  on_admit: Callable[[list[float]], None] | None = None,
                  on_turn: Callable[[int], None] | None = None,
                  on_done: Callable[[list[Episode]], None] | None = None) -> None:
@@ -123,6 +127,7 @@ class ContinuousBatcher:
         self.engine = engine
         self.max_batch = max_batch
         self.max_queue = max_queue
+        self.max_wait_s = max_wait_s
         self.on_admit, self.on_turn, self.on_done = on_admit, on_turn, on_done
         self.stats = SchedulerStats()
         self._lock = threading.Condition()
@@ -217,7 +222,13 @@ class ContinuousBatcher:
                     self._lock.wait()
                 if self._closed:
                     return
+                idle = not self._running
                 admitted = self._admit()
+            if idle and admitted and self.max_wait_s > 0:  # company for the first turn
+                time.sleep(self.max_wait_s)
+                with self._lock:
+                    admitted += self._admit(admitted)
+            with self._lock:
                 self._running = [r for r in self._running if not r.pending.gone]
             try:
                 self._start(admitted)
@@ -230,13 +241,15 @@ class ContinuousBatcher:
                 with self._lock:
                     self._running = []
 
-    def _admit(self) -> list[Pending]:
-        """Under the lock: the queued requests that fit now, oldest first, never reordered."""
+    def _admit(self, admitted_before: Sequence[Pending] = ()) -> list[Pending]:
+        """Under the lock: the queued requests that fit now beside the running ones and
+        ``admitted_before``, oldest first, never reordered."""
         free = self.max_batch - sum(r.episodes.count(None) for r in self._running)
+        free -= sum(p.work.n for p in admitted_before)
         admitted: list[Pending] = []
         while self._waiting:
             head = self._waiting[0]
-            if head.work.n > free and (self._running or admitted):
+            if head.work.n > free and (self._running or admitted or admitted_before):
                 break
             admitted.append(self._waiting.popleft())
             free -= head.work.n

@@ -80,6 +80,8 @@ class ServeLimits:
     Fields:
         max_batch: most episodes running at once (a request's ``n`` counts ``n``; it is never
             split: one larger than this runs when nothing else does).
+        max_wait_s: when no episode runs, how long a first request waits for others to share its
+            first turn (never a wait while episodes run).
         max_queue: most requests waiting for the worker; more get 429.
         timeout_s: longest a request waits for its result (queue and run); then 504.
         max_n: most episodes per request.
@@ -91,6 +93,7 @@ class ServeLimits:
     """
 
     max_batch: int = 64
+    max_wait_s: float = 0.02
     max_queue: int = 1024
     timeout_s: float = 120.0
     max_n: int = 16
@@ -103,8 +106,9 @@ class ServeLimits:
         for name in ("max_batch", "max_queue", "max_n", "max_body_bytes", "max_question_chars", "max_messages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0 or self.drain_s < 0:
-            raise ValueError(f"timeout_s must be > 0 and drain_s >= 0, got {self.timeout_s}, {self.drain_s}")
+        if self.timeout_s <= 0 or self.drain_s < 0 or self.max_wait_s < 0:
+            raise ValueError(f"timeout_s must be > 0, drain_s and max_wait_s >= 0, got {self.timeout_s}, "
+                             f"{self.drain_s}, {self.max_wait_s}")
 
 
 def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None = None,
@@ -115,6 +119,7 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
     limits = limits or ServeLimits()
     metrics = ServeMetrics()
     batcher = ContinuousBatcher(engine, max_batch=limits.max_batch, max_queue=limits.max_queue,
+                                max_wait_s=limits.max_wait_s,
                                 on_admit=metrics.observe_waits, on_turn=metrics.observe_turn,
                                 on_done=metrics.observe_done)
     metrics.watch(queued=lambda: batcher.queued, in_flight=lambda: batcher.running_size)

@@ -158,3 +158,25 @@ def test_admission_is_oldest_first_within_max_batch_and_cancel_all_fails_everyth
     # "big?" (4 > max_batch) runs alone once "a?" is done; "c?" (1 would fit beside "a?") waits its
     # turn behind "big?": never reordered
     assert backend.calls == [["a?", "a?"], ["a?", "a?"], ["big?"] * 4, ["big?"] * 4, ["c?"], ["c?"]]
+
+
+def test_requests_that_arrive_together_at_an_idle_server_share_their_first_turn():
+    """max_wait_s: the first request waits for the second (sent 5 ms later) instead of taking a
+    turn alone (without the wait it takes one: the first test)."""
+    def calls(max_wait_s: float) -> list[list[str]]:
+        backend = LoggingBackend(turn_s=0.0)
+        engine = _engine(backend, {"one?": 1, "two?": 1})
+
+        async def main():
+            batcher = ContinuousBatcher(engine, max_batch=8, max_queue=8, max_wait_s=max_wait_s)
+            await batcher.start()
+            one = batcher.enqueue(_ask(engine, "one?"))
+            await asyncio.sleep(0.005)
+            two = batcher.enqueue(_ask(engine, "two?"))
+            await asyncio.gather(batcher.wait(one), batcher.wait(two))
+            await batcher.close()
+
+        asyncio.run(main())
+        return backend.calls
+
+    assert calls(max_wait_s=1.0) == [["one?", "two?"]]  # 1 s: far more than the 5 ms apart
