@@ -71,7 +71,10 @@ def run_config(name: str, model: Path, run: Path) -> tuple[str, dict[str, Any]]:
     if name == "single":  # Shapley over coalitions replayed by the model: the replay engine runs
         return "train", {**data, "steps": 2, "credit": {"method": "shapley", "options": {"value": "replay"}}}
     if name == "distributed":  # 2 rollout workers and 1 learner rank on a cluster started in the run
-        return "train", {**data, "steps": 2, "credit": {"method": "tracer_roles"}, "distributed": {
+        # grpo, not a per-agent method: since the per-agent zero-variance rule (a group is kept for an
+        # agent whose advantages are not all zero) a per-agent method such as tracer_roles trains on
+        # fewer messages than 0800a82 did, by design; grpo's numbers are unchanged by that rule
+        return "train", {**data, "steps": 2, "credit": {"method": "grpo"}, "distributed": {
             "address": "local", "local_cpus": 2, "rollout_workers": 2, "learner_workers": 1,
             "resources": {"rollout": {"num_cpus": 0.5}, "learner": {"num_cpus": 1}}}}
     if name == "federated":  # 2 sites, 2 rounds of 1 local step, Fed-GRPO with dense uploads
