@@ -1,0 +1,92 @@
+"""The credit arena's team-size settings (``split``): their sizes, the statistics of their tables,
+the committed per-seed results, and that BENCHMARKS.md holds exactly the tables those results give."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import credit_arena
+from benchmarks.arena_results import RESULTS, load_result, mde, save_result, t_quantile, tokens_to_reach
+from benchmarks.common import replace_region
+from tests.tiny import save_tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def test_every_team_size_trains_and_is_measured_on_the_same_answers(tiny_model):
+    for setting, k in credit_arena.SPLIT_K.items():
+        steps, problems, group, heldout, seeds, every = credit_arena.sizes_of(setting, "default")
+        base = credit_arena.arena_config(setting, tiny_model, (steps, problems, group, heldout, seeds, every))
+        assert problems * k * group == 32 and heldout * k == 200  # answers per step, held-out answers
+        assert base["protocol"] == {"name": "split", "options": {"n_agents": k, "reply_prefix": "The answer is",
+                                                                 "instruction": "Give the answer."}}
+        assert base["task"]["options"]["k"] == base["eval_task"]["options"]["k"] == k
+        assert base["eval_curve_limit"] * k == 64 and steps % every == 0 and seeds >= 3
+        ok, refused = credit_arena.applicable_methods(base, ("grpo", "oracle", "cosac", "loto (masking)"))
+        assert list(ok) == ["grpo", "oracle", "loto (masking)"] and list(refused) == ["cosac"]
+
+
+def test_mde_and_t_quantiles_by_hand():
+    # t quantiles: the tables' values (0.975 and 0.8, df 2 and 4)
+    assert t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-5)
+    assert t_quantile(0.8, 4) == pytest.approx(0.940965, abs=1e-5)
+    # differences 0.1, 0.3, 0.1: sd 0.1154701; (4.302653 + 1.060660) * 0.1154701 / sqrt(3)
+    assert mde([0.1, 0.3, 0.1]) == pytest.approx(5.363313 * 0.1154701 / math.sqrt(3), rel=1e-5)
+    assert math.isnan(mde([0.2]))
+    assert tokens_to_reach([(0, 0.1), (4, 0.2)], {4: 10.0}, 0.5) != tokens_to_reach([(0, 0.5)], {}, 0.5)
+
+
+@pytest.mark.slow  # 2 methods x 2 seeds of 2 tiny training steps of a 2-solver split team
+def test_split_quick_path_stores_results_that_give_the_same_table(tiny_model, tmp_path):
+    result = credit_arena.run_setting("split_k2", tiny_model, folder=tmp_path / "arena", sizes=(2, 1, 2, 2, 2, 1))
+    assert result["refused"] == {} and result["runs_total"] == 4
+    for label in ("grpo", "oracle"):
+        assert sorted(result["per_seed"][label]) == [0, 1]
+        for seed in (0, 1):
+            assert sorted(result["tokens"][label][seed]) == [1, 2]  # generated tokens after each step
+            assert result["per_seed"][label][seed]["train/messages_updated"] >= 0
+    # oracle makes no counterfactual tokens: both methods generated exactly their rollouts
+    for label in ("grpo", "oracle"):
+        m = result["per_seed"][label][0]
+        assert m["budget/generated_tokens"] == m["budget/tokens"]
+    stored = {**result, "command": "python -m benchmarks.credit_arena --setting split_k2", "machine": "test"}
+    again = load_result(save_result(stored, tmp_path / "split_k2.json"))
+    assert credit_arena.split_markdown(again) == credit_arena.split_markdown(result)
+    table = credit_arena.split_markdown(again)[0].splitlines()
+    assert table[2].startswith("| grpo | 2 |") and table[3].startswith("| oracle | 2 |")
+
+
+@pytest.mark.slow  # the --quick command line: 2 methods x 2 seeds of 2 tiny steps; writes nothing
+def test_quick_command_line_prints_the_split_table_and_writes_nothing(tiny_model, tmp_path, capsys):
+    before = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    credit_arena.main(["--quick", "--setting", "split_k2", "--model", tiny_model, "--output", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "## split_k2" in out and "| oracle | 2 |" in out and "Ceiling: oracle - grpo" in out
+    assert (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8") == before
+    assert not credit_arena.result_path("split_k2", "quick").exists()
+
+
+def test_committed_tables_are_the_ones_the_committed_results_give():
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    stored = sorted(RESULTS.glob("split_k*.json"))
+    assert stored, "no committed per-seed results of the split settings"
+    results = []
+    for path in stored:
+        result = load_result(path)
+        assert path.name.startswith(result["setting"])
+        region = credit_arena.region_name(result["setting"]) + ("_more" if path.stem.endswith("-more") else "")
+        body = credit_arena.split_region(result)
+        # the region holds the regenerated body (then the learning-curve figure's line)
+        assert f"bench:{region}:start -->\n{body}" in text, path.name
+        if not path.stem.endswith("-more"):
+            results.append(result)
+    summary = credit_arena.summary_region(results)
+    assert replace_region(text, "credit_arena_split_summary", summary) == text
