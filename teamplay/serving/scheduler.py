@@ -8,8 +8,9 @@ worker thread repeats
 
     1. admit queued requests, oldest first, while their episodes fit in ``max_batch`` (a request
        is never split; one larger than ``max_batch`` is admitted when nothing else runs), and reset
-       one env per episode; when nothing was running, first wait ``max_wait_s`` for more (clients
-       that post together start together, not one turn apart);
+       one env per episode; when nothing was running, first wait for more while they keep coming
+       (until ``max_wait_s`` passes without one, at most ``GATHER_ROUNDS`` waits): clients that
+       post together start together, not one turn apart;
     2. drop the requests whose client gave up (a disconnect, a timeout): their slots are free now;
     3. answer each request whose episodes have all ended;
     4. take one turn: the turn request of every running episode, one ``generate`` call per
@@ -54,6 +55,8 @@ from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
 #: RolloutRunner's seed of turn t in a run seeded s: s * SEED_STRIDE + t (kept so a seeded request
 #: served here gets the episodes a ``RolloutRunner.run`` of it alone gets)
 SEED_STRIDE = 1_000_003
+#: most waits of max_wait_s for company when a first request finds the server idle
+GATHER_ROUNDS = 10
 
 
 class QueueFull(Exception):
@@ -110,9 +113,9 @@ class ContinuousBatcher:
         engine: the team (envs, backend, decoding, seeds).
         max_batch: most episodes running at once.
         max_queue: most requests waiting; ``enqueue`` raises ``QueueFull`` beyond it.
-        max_wait_s: when nothing runs, how long the first request waits for others to arrive before
-            its first turn (clients that post together then start together rather than one turn
-            apart); never a wait while episodes run.
+        max_wait_s: when nothing runs, the quiet gap that ends the first request's wait for others
+            before its first turn (clients that post together then start together rather than one
+            turn apart); never a wait while episodes run.
         on_admit: called with the admitted requests' seconds in the queue (metrics; worker thread).
         on_turn: called with the episodes of each turn that made model calls (metrics; worker thread).
         on_done: called with a request's episodes when it is answered (metrics; worker thread).
@@ -224,10 +227,15 @@ class ContinuousBatcher:
                     return
                 idle = not self._running
                 admitted = self._admit()
-            if idle and admitted and self.max_wait_s > 0:  # company for the first turn
+            # company for the first turn: wait while requests keep coming (a burst of clients
+            # posting together), until a quiet max_wait_s or GATHER_ROUNDS waits
+            for _ in range(GATHER_ROUNDS if idle and admitted and self.max_wait_s > 0 else 0):
                 time.sleep(self.max_wait_s)
                 with self._lock:
-                    admitted += self._admit(admitted)
+                    more = self._admit(admitted)
+                admitted += more
+                if not more:
+                    break
             with self._lock:
                 self._running = [r for r in self._running if not r.pending.gone]
             try:

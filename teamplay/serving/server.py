@@ -80,8 +80,9 @@ class ServeLimits:
     Fields:
         max_batch: most episodes running at once (a request's ``n`` counts ``n``; it is never
             split: one larger than this runs when nothing else does).
-        max_wait_s: when no episode runs, how long a first request waits for others to share its
-            first turn (never a wait while episodes run).
+        max_wait_s: when no episode runs, a first request waits for others to share its first
+            turn until this long passes without a new one (at most 10 such waits; never a wait while
+            episodes run).
         max_queue: most requests waiting for the worker; more get 429.
         timeout_s: longest a request waits for its result (queue and run); then 504.
         max_n: most episodes per request.
