@@ -11,7 +11,7 @@ from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import ConfigError
 from teamplay.training.setup import build_team_model
 from teamplay.training.update import PolicyUpdater
-from tests.distributed.conftest import random_samples
+from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
 
 pytest.importorskip("ray")
 
@@ -64,7 +64,7 @@ def test_two_fsdp_ranks_equal_one_process_and_share_its_checkpoint_format(ray_cl
         assert [group.update(samples, step=s, lr=cfg.optim.lr)["optimizer_steps"] for s in (0, 1)] == [1, 1]
         got = group.weights(version=2)
         assert _worst(before, expected) > 1e-3  # the update did something...
-        assert _worst(expected, got) <= 1e-6  # ...and 2 sharded ranks did what 1 process did
+        assert _worst(expected, got) <= RANKS_VS_ONE_PROCESS_TOL  # ...and 2 sharded ranks did what 1 process did
         # the optimiser state comes back whole, in the single-process layout (same indices, shapes)
         state = group.optimizer_state()
         assert state["state"].keys() == expected_optim["state"].keys()
