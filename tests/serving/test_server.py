@@ -280,9 +280,26 @@ def test_seeded_greedy_requests_share_one_run_and_keep_their_own_episodes(tiny):
 # ------------------------------------------------------------------------------ overload, timeout
 
 
+def _gauge(url: str, name: str) -> float:
+    """The value of one unlabelled gauge of the server's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
+    return families[name].samples[0].value
+
+
+def _wait_for(check, what: str, within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, f"the server never had {what}"
+        time.sleep(0.005)
+
+
 def test_timeouts_and_a_full_queue(tmp_path):
-    """A team that takes 0.6 s per turn behind a server that waits 0.3 s and queues one request:
-    the running and the queued request time out (504), a third finds the queue full (429)."""
+    """A team that takes 2 s per turn behind a server that waits 1 s and queues one request: the
+    running and the queued request time out (504), a third finds the queue full (429). Each next
+    request is sent once /metrics shows the one before it running or queued, so the order holds
+    however slowly a loaded machine starts the client threads."""
     from teamplay.agents.backends.scripted import ScriptedBackend
     from teamplay.serving.engine import TeamEngine
     from teamplay.training.setup import env_factory, load_items, sampling_params
@@ -292,22 +309,23 @@ def test_timeouts_and_a_full_queue(tmp_path):
     make_env, _ = env_factory(task, cfg.protocol, None)
 
     def slow(request):
-        time.sleep(0.6)
+        time.sleep(2.0)
         return "The answer is 1."
 
     engine = TeamEngine(task, items, make_env, ScriptedBackend(slow), sampling_params(cfg.sampling), "single")
-    limits = ServeLimits(max_batch=1, max_queue=1, timeout_s=0.3)
+    limits = ServeLimits(max_batch=1, max_queue=1, timeout_s=1.0)
     statuses = {}
     with running(create_app(engine, "slow", limits)) as url:
         def post(key):
             statuses[key] = _raw(url, json.dumps({"model": "slow", "messages": USER}))
 
-        threads = []
-        for key in ("running", "queued", "refused"):
-            threads.append(threading.Thread(target=post, args=(key,)))
-            threads[-1].start()
-            time.sleep(0.08)
-        for t in threads:
+        threads = {key: threading.Thread(target=post, args=(key,)) for key in ("running", "queued", "refused")}
+        threads["running"].start()
+        _wait_for(lambda: _gauge(url, "teamplay_in_flight_episodes") == 1, "an episode in flight")
+        threads["queued"].start()
+        _wait_for(lambda: _gauge(url, "teamplay_queued_requests") == 1, "a queued request")
+        threads["refused"].start()
+        for t in threads.values():
             t.join(timeout=10)
     assert _error(statuses["running"], 504)["type"] == "timeout_error"
     assert _error(statuses["queued"], 504)["code"] == "timeout"
