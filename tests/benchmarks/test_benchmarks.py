@@ -305,4 +305,6 @@ def test_serve_throughput_quick(tiny_model):
     assert [r["clients"] for r in data["serve"]] == [1, 4]
     assert all(r["requests"] == 4 and r["failures"] == 0 for r in data["serve"])
     one, four = data["serve"]
-    assert one["runs"] == 4 and four["runs"] <= 4  # one client: a run per request; 4 clients may share runs
+    # proposer/reviewer, 3 turns an episode: one client's 4 requests in turn take 12 lock-step turns;
+    # 4 clients' requests join each other's turns (continuous batching), at least the 3 of one episode
+    assert one["turns"] == 12 and 3 <= four["turns"] <= 12
