@@ -169,7 +169,9 @@ def test_every_method_and_protocol_pair_trains_or_is_refused_at_start(tmp_path, 
     """The registry walk: each (method, protocol) pair trains one tiny step, or is refused at start
     with one line naming what is missing; a failure after the start is a bug."""
     outcomes = {}
-    for method in credit_methods():
+    # the built-in methods: a plugin another test registered in this process (user_nan) is that test's
+    built_in = [name for name, m in credit_methods().items() if m.fn.__module__.startswith("teamplay.")]
+    for method in built_in:
         for protocol in protocol_names():
             folder = tmp_path / f"{method}-{protocol}"
             folder.mkdir()
