@@ -11,7 +11,7 @@ Token ids and log-probs are tuples so that records stay hashable and cheap to co
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -261,6 +261,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    def for_call(self, seed: int) -> SamplingParams:
+        """These settings seeded for one generate call (``seed`` folded into 31 bits); greedy
+        decoding draws nothing, so it is returned as it is."""
+        return self if self.greedy else replace(self, seed=seed % (2**31 - 1))
 
 
 @dataclass(frozen=True)

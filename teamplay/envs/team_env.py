@@ -45,7 +45,7 @@ from teamplay.envs.protocols.driver import SURROGATE, EpisodeDriver, ReplaySpec
 from teamplay.envs.protocols.registry import get_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
-from teamplay.records import Episode, Generation, TaskItem
+from teamplay.records import Episode, Generation, TaskItem, TurnRequest
 
 # Unicode code points 0..0x10FFFF without the surrogates D800..DFFF: every character a tokenizer
 # can decode to (Python never decodes UTF-8 to a lone surrogate).
@@ -286,6 +286,20 @@ class TeamEnv(AECEnv):
         self._after_turn()
         if self.render_mode == "human":
             self.render()
+
+    def next_turn(self) -> TurnRequest | None:
+        """Step past agents that are done (AEC: ``step(None)``); the selected agent's turn request,
+        or None when the episode has ended."""
+        while self.agents:
+            agent = self.agent_selection
+            if self.terminations[agent] or self.truncations[agent]:
+                self.step(None)
+                continue
+            request = self.infos[agent].get("turn")
+            if request is None:
+                raise RuntimeError(f"env selected {agent} but published no turn request")
+            return request
+        return None
 
     def _after_turn(self) -> None:
         """Publish the next pending turn, or the end of the episode, in the AEC dicts."""

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import threading
 import time
 from collections import deque
@@ -49,12 +48,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from teamplay.envs.team_env import TeamEnv
-from teamplay.records import Episode, SamplingParams, TurnRequest
+from teamplay.records import Episode, TurnRequest
 from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
 
-#: RolloutRunner's seed of turn t in a run seeded s: s * SEED_STRIDE + t (kept so a seeded request
-#: served here gets the episodes a ``RolloutRunner.run`` of it alone gets)
-SEED_STRIDE = 1_000_003
+# RolloutRunner's turn seeds, so a seeded request served here gets the episodes a run of it alone gets
+from teamplay.training.rollout import SEED_STRIDE
+
 #: most waits of max_wait_s for company when a first request finds the server idle
 GATHER_ROUNDS = 10
 
@@ -294,7 +293,7 @@ class ContinuousBatcher:
         done = []
         for running in self._running:
             for j, env in enumerate(running.envs):
-                if running.episodes[j] is None and _next_turn(env) is None:
+                if running.episodes[j] is None and env.next_turn() is None:
                     running.episodes[j] = env.episode()
             if None not in running.episodes:
                 done.append(running)
@@ -317,7 +316,7 @@ class ContinuousBatcher:
             key = ("own", id(running)) if running.own_stream else ("shared", running.pending.work.sampling)
             for j, env in enumerate(running.envs):
                 if running.episodes[j] is None:
-                    groups.setdefault(key, []).append((running, j, _next_turn(env)))
+                    groups.setdefault(key, []).append((running, j, env.next_turn()))
         if not groups:
             return
         if self.on_turn is not None:
@@ -336,10 +335,10 @@ class ContinuousBatcher:
         self.engine.stop_if_cancelled()
         owner = part[0][0]
         if owner.own_stream:
-            sampling = _seeded(owner.pending.work.sampling, owner.pending.work.seed * SEED_STRIDE + owner.calls)
+            sampling = owner.pending.work.sampling.for_call(owner.pending.work.seed * SEED_STRIDE + owner.calls)
             owner.calls += 1
         else:
-            sampling = _seeded(part[0][0].pending.work.sampling, self.engine.base_seed * SEED_STRIDE + self._turn)
+            sampling = part[0][0].pending.work.sampling.for_call(self.engine.base_seed * SEED_STRIDE + self._turn)
             self._turn += 1
         try:
             generations = self.engine.backend.generate([request for _, _, request in part], sampling)
@@ -371,26 +370,6 @@ class ContinuousBatcher:
         assert self._loop is not None
         for pending in pendings:
             self._loop.call_soon_threadsafe(_set_exception, pending.future, error)
-
-
-def _next_turn(env: TeamEnv) -> TurnRequest | None:
-    """Step past agents that are done (AEC: ``step(None)``); the selected agent's turn, or None
-    when the episode has ended."""
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-            continue
-        request = env.infos[agent].get("turn")
-        if request is None:
-            raise RuntimeError(f"env selected {agent} but published no turn request")
-        return request
-    return None
-
-
-def _seeded(sampling: SamplingParams, seed: int) -> SamplingParams:
-    """RolloutRunner's per-call seed: greedy decoding draws none."""
-    return sampling if sampling.greedy else dataclasses.replace(sampling, seed=seed % (2**31 - 1))
 
 
 def _set_result(future: asyncio.Future, value) -> None:

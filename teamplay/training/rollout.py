@@ -15,7 +15,6 @@ episodes costs about as many model calls as one episode has turns, not 32 times 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -68,6 +67,11 @@ class RolloutStats:
     tokens: int
     seconds: float
     generate_seconds: float
+
+
+#: the seed of turn t in a run seeded s is s * SEED_STRIDE + t: distinct for every run and turn while
+#: a run has fewer than SEED_STRIDE turns
+SEED_STRIDE = 1_000_003
 
 
 class RolloutRunner:
@@ -124,7 +128,7 @@ class RolloutRunner:
             for i, env in enumerate(envs):
                 if episodes[i] is not None:
                     continue
-                request = _advance_to_turn(env)
+                request = env.next_turn()
                 if request is None:
                     episodes[i] = env.episode()
                     if on_episode is not None:
@@ -138,7 +142,7 @@ class RolloutRunner:
                 part = pending[lo:lo + chunk]
                 if self.before_generate is not None:
                     self.before_generate()
-                sampling = _with_seed(self.sampling, base_seed * 1_000_003 + turn)
+                sampling = self.sampling.for_call(base_seed * SEED_STRIDE + turn)
                 turn += 1
                 t0 = time.perf_counter()
                 generations = self.backend.generate([r for _, r in part], sampling)
@@ -158,23 +162,3 @@ class RolloutRunner:
             tokens=sum(ep.tokens for ep in done), seconds=time.perf_counter() - start,
             generate_seconds=generate_seconds)
         return done
-
-
-def _advance_to_turn(env: TeamEnv) -> TurnRequest | None:
-    """Step past finished agents; return the selected agent's turn, or None when the env is done."""
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-            continue
-        request = env.infos[agent].get("turn")
-        if request is None:
-            raise RuntimeError(f"env selected {agent} but published no turn request")
-        return request
-    return None
-
-
-def _with_seed(sampling: SamplingParams, seed: int) -> SamplingParams:
-    if sampling.greedy:
-        return sampling
-    return dataclasses.replace(sampling, seed=seed % (2**31 - 1))
