@@ -257,8 +257,8 @@ def resolve_dtype(dtype: str, device: torch.device | str | None = None) -> str:
     model in bfloat16 made 1.5x (batch 16) and 1.9x (batch 32) the float32 tokens/s, side by side on a
     2-core CPU with AVX512-BF16; without those units bfloat16 is several times slower
     (``slow_cpu_dtype``). The output head stays float32 (``load_configured_model``). The LoRA
-    weights stay in float32 either way (peft keeps adapters of a half-precision base in float32). Any other value is returned as is,
-    so an explicit ``float32`` stays float32 everywhere.
+    weights stay in float32 either way (peft keeps adapters of a half-precision base in float32).
+    Any other value is returned as is, so an explicit ``float32`` stays float32 everywhere.
     """
     if dtype != AUTO_DTYPE:
         return dtype
