@@ -217,6 +217,10 @@ class TurnRequest:
             tokens to the prompt after the assistant generation prompt (prompt tokens, never
             generated or trained) and return ``prefix + completion`` as the text; scripted
             policies write their whole text themselves. ``""``: no prefix.
+        row_seed: a random stream of this request's own for sampled decoding: a backend whose
+            ``row_seeds`` is True draws this request's tokens from a generator seeded with it, so
+            its completion does not depend on what else is in the call (up to the float rounding
+            of its logits, as for greedy batching). None: the call's stream (``SamplingParams.seed``).
     """
 
     agent: str
@@ -231,6 +235,7 @@ class TurnRequest:
     expects: str = "answer"
     seed: int | None = None
     reply_prefix: str = ""
+    row_seed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,14 @@ Seeds (``teamplay.serving.engine``'s rules, kept): an unseeded request's episode
 env seeds from the config's ``seed``, in admission order; a seeded one gets ``seed, seed + 1, ...``.
 Greedy requests of one decoding setting share each ``generate`` call whatever their seeds (no
 random stream is drawn). Sampled unseeded requests share theirs, seeded by the scheduler's turn
-count. A seeded sampled request takes part in every turn but has its own ``generate`` call, its
-random stream seeded from its seed and its own call count exactly as ``RolloutRunner.run`` seeds
-a run, so it gets the episodes it gets alone, whatever runs beside it. (Putting it in the shared
-call would need a backend that draws each row's sample from that row's own seed.)
+count. A seeded sampled request shares them too when the backend draws each row from a stream of
+its own (``GenerationBackend.row_seeds``: ``hf``, ``vllm``): each of its episodes' turns carries
+``TurnRequest.row_seed``, derived from the request's seed, the episode's index and the episode's
+turn count (a seed per episode, as a training group gets one per episode), so it gets the same
+episodes whatever runs beside it (tested) and whenever it arrives. On a backend without row
+streams (scripted policies key their randomness on a row's place in the call) it has its own
+``generate`` call instead, its stream seeded from its seed and its own call count as
+``RolloutRunner.run`` seeds a run.
 
 A failing ``generate`` call is retried request by request (envs are stepped only after a call
 succeeds, so the turn is the same); a request that fails alone gets the error, the others go on.
@@ -41,6 +45,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import threading
 import time
 from collections import deque
@@ -85,13 +91,15 @@ class Pending:
 
 @dataclass(eq=False)
 class _Running:
-    """An admitted request: one env per episode, the episodes that ended, its own call count."""
+    """An admitted request: one env per episode, the episodes that ended, its call counts."""
 
     pending: Pending
     envs: list[TeamEnv]
     episodes: list[Episode | None]
-    own_stream: bool  #: a seeded sampled request: its own generate call and random stream
-    calls: int = 0
+    own_stream: bool  #: a seeded sampled request on a backend without row streams: its own generate call
+    row_streams: bool = False  #: a seeded sampled request whose turns carry their own ``row_seed``
+    calls: int = 0  #: its own generate calls (``own_stream``)
+    turns: list[int] = field(default_factory=list)  #: model turns taken, per episode (``row_streams``)
 
 
 @dataclass(frozen=True)
@@ -276,8 +284,10 @@ class ContinuousBatcher:
             except Exception as exc:  # noqa: BLE001 - this request's problem fails this request alone
                 self._fail([pending], exc)
                 continue
-            own = work.seed is not None and not work.sampling.greedy
-            running = _Running(pending, envs, [None] * work.n, own_stream=own)
+            seeded = work.seed is not None and not work.sampling.greedy
+            rows = seeded and self.engine.backend.row_seeds
+            running = _Running(pending, envs, [None] * work.n, own_stream=seeded and not rows,
+                               row_streams=rows, turns=[0] * work.n)
             with self._lock:
                 if pending.gone:  # gave up while its envs were built
                     continue
@@ -316,7 +326,12 @@ class ContinuousBatcher:
             key = ("own", id(running)) if running.own_stream else ("shared", running.pending.work.sampling)
             for j, env in enumerate(running.envs):
                 if running.episodes[j] is None:
-                    groups.setdefault(key, []).append((running, j, env.next_turn()))
+                    request = env.next_turn()
+                    if running.row_streams:
+                        seed = row_seed(running.pending.work.seed, j, running.turns[j])
+                        request = dataclasses.replace(request, row_seed=seed)
+                        running.turns[j] += 1
+                    groups.setdefault(key, []).append((running, j, request))
         if not groups:
             return
         if self.on_turn is not None:
@@ -370,6 +385,13 @@ class ContinuousBatcher:
         assert self._loop is not None
         for pending in pendings:
             self._loop.call_soon_threadsafe(_set_exception, pending.future, error)
+
+
+def row_seed(seed: int, episode: int, turn: int) -> int:
+    """The random stream of one model turn of a seeded request's episode: 63 bits of a hash of
+    (request seed, episode index, the episode's turn count), so turns and episodes never share one."""
+    digest = hashlib.sha256(f"{seed}/{episode}/{turn}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def _set_result(future: asyncio.Future, value) -> None:

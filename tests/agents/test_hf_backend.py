@@ -117,6 +117,52 @@ def test_seeded_sampling_is_reproducible():
     assert [g.completion_ids for g in other] != [g.completion_ids for g in first]
 
 
+def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_call():
+    """``TurnRequest.row_seed``: the row's own stream. Alone, beside other rows (other prompt
+    lengths, so other padding), at another place in the batch, in another micro-batch size and
+    under another call seed, it samples the same tokens; another row_seed samples others."""
+    from dataclasses import replace
+
+    backend = make_backend()
+    perturb(backend, "proposer", 2)
+    mine = replace(request(3), row_seed=11)
+    others = [request(i) for i in (1, 5, 7)]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
+    alone = backend.generate([mine], params)[0]
+    beside = backend.generate([others[0], mine, *others[1:]], params)[1]
+    last = backend.generate([*others, mine], replace(params, seed=8))[3]
+    small = make_backend(micro_batch_size=2)
+    perturb(small, "proposer", 2)
+    chunked = small.generate([*others, mine], params)[3]
+    assert len(alone.completion_ids) > 3  # not an immediate stop: the test compares real samples
+    for got in (beside, last, chunked):
+        assert got.completion_ids == alone.completion_ids
+        # the log-probs follow the row's own logits: equal up to batching's float rounding
+        assert got.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    other_seed = backend.generate([replace(mine, row_seed=12)], params)[0]
+    assert other_seed.completion_ids != alone.completion_ids
+    # greedy decoding draws nothing: a row_seed changes nothing there
+    assert backend.generate([mine], GREEDY)[0].completion_ids == backend.generate([request(3)], GREEDY)[0].completion_ids
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_row_seeded_logprobs_are_those_of_the_sampled_distribution(temperature):
+    """With own streams the recorder still sees the warped distribution (RowSampler runs after it):
+    the behaviour log-probs are the trainer's recomputation at that temperature."""
+    from dataclasses import replace
+
+    backend = make_backend()
+    perturb(backend, "proposer", 1)
+    requests = [replace(request(i), row_seed=100 + i) for i in range(4)]
+    gens = backend.generate(requests, SamplingParams(max_new_tokens=10, temperature=temperature))
+    with torch.no_grad():
+        logp, _ = backend.team_model.completion_logprobs(
+            [g.prompt_ids for g in gens], [g.completion_ids for g in gens], adapter="proposer",
+            temperature=temperature)
+    for b, g in enumerate(gens):
+        torch.testing.assert_close(logp[b, : len(g.logprobs)], torch.tensor(g.logprobs), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.3])
 def test_behaviour_logprobs_equal_completion_logprobs(temperature):
     backend = make_backend()

@@ -180,3 +180,63 @@ def test_requests_that_arrive_together_at_an_idle_server_share_their_first_turn(
         return backend.calls
 
     assert calls(max_wait_s=1.0) == [["one?", "two?"]]  # 1 s: far more than the 5 ms apart
+
+
+def test_a_seeded_sampled_request_shares_the_turns_and_keeps_its_episodes(tmp_path):
+    """On a backend with row streams (hf) a seeded sampled request takes part in the shared
+    ``generate`` call of each turn (one call per turn for all requests) and gets the episodes it
+    gets alone; a seeded request sampled on a backend without row streams (scripted) keeps its
+    own call, as before."""
+    from dataclasses import replace
+
+    from teamplay.cli import build_serve_engine
+    from tests.tiny import save_tiny
+
+    model = save_tiny(tmp_path / "model")
+    engine = build_serve_engine(build_config(EvalConfig, {
+        "task": {"name": "arith", "split": "test", "limit": 20},
+        "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
+        "model": {"name": str(model), "device": "cpu"}, "backend": {"name": "hf", "max_prompt_tokens": 512},
+        "sampling": {"max_new_tokens": 6}}))
+    assert engine.backend.row_seeds
+    sampled = engine.sampling_for(None, 1.0, None)
+
+    def ask(question: str, seed: int | None, n: int = 2) -> EpisodeRequest:
+        item, _ = engine.item_for(question)
+        return EpisodeRequest(request_id=question, item=item, n=n, sampling=sampled, seed=seed)
+
+    def serve(requests: list[EpisodeRequest]):
+        async def main():
+            batcher = ContinuousBatcher(engine, max_batch=16, max_queue=16, max_wait_s=0.5)
+            await batcher.start()
+            pendings = [batcher.enqueue(r) for r in requests]
+            out = await asyncio.gather(*(batcher.wait(p) for p in pendings))
+            await batcher.close()
+            return out, batcher.stats
+
+        return asyncio.run(main())
+
+    def texts(episodes):
+        return [[m.text for m in e.messages] for e in episodes]
+
+    (alone,), _ = serve([ask("What is 23 + 95?", seed=7)])
+    together, stats = serve([ask("What is 7 + 8?", None), ask("What is 23 + 95?", seed=7),
+                             ask("What is 4 + 4?", seed=3, n=1)])
+    assert texts(together[1]) == texts(alone)
+    assert stats.generate_calls == stats.turns  # one shared call per turn, seeded requests included
+    assert texts(serve([ask("What is 23 + 95?", seed=8)])[0][0]) != texts(alone)  # the seed matters
+
+    scripted = _engine(LoggingBackend(turn_s=0.0), {"a?": 2, "b?": 2})
+    assert not scripted.backend.row_seeds
+
+    async def main():
+        batcher = ContinuousBatcher(scripted, max_batch=8, max_queue=8, max_wait_s=0.5)
+        await batcher.start()
+        seeded = replace(_ask(scripted, "a?"), seed=5, sampling=replace(scripted.sampling, temperature=1.0))
+        pendings = [batcher.enqueue(seeded), batcher.enqueue(_ask(scripted, "b?"))]
+        await asyncio.gather(*(batcher.wait(p) for p in pendings))
+        await batcher.close()
+        return batcher.stats
+
+    stats = asyncio.run(main())
+    assert stats.generate_calls == 2 * stats.turns  # its own call beside the shared one, each turn

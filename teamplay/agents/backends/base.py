@@ -21,6 +21,9 @@ class GenerationBackend(ABC):
 
     #: registry name (``"hf"``, ``"vllm"``, ``"scripted"``)
     name: str = ""
+    #: whether ``generate`` draws a request that carries ``TurnRequest.row_seed`` from that seed's
+    #: own stream, whatever else is in the call (a server can then batch seeded sampled requests)
+    row_seeds: bool = False
 
     @abstractmethod
     def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams) -> list[Generation]:

@@ -28,6 +28,14 @@ processor runs: the log-probs are those of the T=1 model distribution (what
 (``SamplingParams.entropies``), the entropy of that same distribution at each token is recorded as
 well (``Generation.entropies``): token-level credit reads it instead of scoring the message again.
 
+Own random streams: a request that carries ``TurnRequest.row_seed`` (a server batching seeded
+sampled requests) is drawn from a generator of its own, seeded with it: when a sampled micro-batch
+holds one, ``RowSampler`` (after the log-prob recorder) draws every row's token from its row's
+generator and leaves only that token's score, and ``generate`` runs greedy over it. A row without
+a ``row_seed`` in such a batch gets a generator seeded from the call's seed and its place. So a
+seeded row's completion does not depend on its batch, up to the float rounding of its logits
+(tested: a row alone and beside others sample the same tokens).
+
 A completion ends after the first stop token (the tokenizer's eos and the model's generation-config
 eos ids), which it includes; the padding ``generate`` writes after it is never returned.
 """
@@ -66,6 +74,7 @@ class HFBackend(GenerationBackend):
     """
 
     name = "hf"
+    row_seeds = True
 
     def __init__(self, team_model: TeamModel, max_prompt_tokens: int = 2048,
                  micro_batch_size: int = 16, share_prompt_prefix: bool = True) -> None:
@@ -112,7 +121,11 @@ class HFBackend(GenerationBackend):
             for start in range(0, len(members), self.micro_batch_size):
                 chunk = members[start:start + self.micro_batch_size]
                 seed = None if sampling.seed is None else _derive_seed(sampling.seed, adapter, start)
-                outs = self._generate_chunk([prompts[i][0] for i in chunk], adapter, sampling, seed)
+                row_seeds = None
+                if not sampling.greedy and any(requests[i].row_seed is not None for i in chunk):
+                    row_seeds = [requests[i].row_seed if requests[i].row_seed is not None
+                                 else _derive_seed(seed or 0, adapter, start + k) for k, i in enumerate(chunk)]
+                outs = self._generate_chunk([prompts[i][0] for i in chunk], adapter, sampling, seed, row_seeds)
                 for i, (ids, logps, ents) in zip(chunk, outs, strict=True):
                     results[i] = Generation(
                         text=requests[i].reply_prefix + self.tokenizer.decode(ids, skip_special_tokens=True),
@@ -120,20 +133,21 @@ class HFBackend(GenerationBackend):
                         adapter=adapter, truncated=prompts[i][1], entropies=tuple(ents))
         return [g for g in results if g is not None]
 
-    def _generation_config(self, sampling: SamplingParams) -> GenerationConfig:
+    def _generation_config(self, sampling: SamplingParams, own_streams: bool = False) -> GenerationConfig:
         # Built from scratch: a checkpoint's own generation_config (temperature 0.2, repetition
         # penalty, ...) must not change what SamplingParams asked for.
         # Temperature, top-k and top-p are left out here: ``sampling_processors`` applies them, so
         # that the log-prob recorder runs after them (see the module docstring).
         common = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=list(self.stop_ids),
                       pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True)
-        if sampling.greedy:
+        if sampling.greedy or own_streams:  # with own streams RowSampler has drawn the token already
             return GenerationConfig(do_sample=False, **common)
         return GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, **common)
 
     @torch.no_grad()
     def _generate_chunk(self, prompts: list[list[int]], adapter: str | None, sampling: SamplingParams,
-                        seed: int | None) -> list[tuple[list[int], list[float], list[float]]]:
+                        seed: int | None, row_seeds: Sequence[int] | None = None,
+                        ) -> list[tuple[list[int], list[float], list[float]]]:
         device = self.team_model.device
         shared = common_prefix(prompts) if self.share_prompt_prefix else 0
         if shared < MIN_SHARED_PREFIX:
@@ -142,9 +156,10 @@ class HFBackend(GenerationBackend):
         rest, attention = pad_after_prefix(prompts, shared, self.tokenizer.pad_token_id, device)
         head = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)  # [1, K]
         input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)
-        config = self._generation_config(sampling)
+        config = self._generation_config(sampling, own_streams=row_seeds is not None)
         recorder = SampledLogprobs(entropies=sampling.entropies)
-        processors = LogitsProcessorList([*sampling_processors(sampling), recorder])
+        own = [] if row_seeds is None else [RowSampler(row_seeds, device)]
+        processors = LogitsProcessorList([*sampling_processors(sampling), recorder, *own])
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             if seed is not None:
                 torch.manual_seed(seed)
@@ -260,6 +275,25 @@ class SampledLogprobs(LogitsProcessor):
         logps = torch.stack(self._logps, dim=1) if n else empty  # [B, N]
         entropies = (torch.stack(self._entropies, dim=1) if n else empty) if self.entropies else None
         return logps, entropies
+
+
+class RowSampler(LogitsProcessor):
+    """Draws each row's next token from that row's own generator and leaves only its score.
+
+    Runs after the warpers and the log-prob recorder (which keep the distribution actually sampled);
+    ``generate`` then runs greedy, so the token drawn here is the one it takes. Row b's draws depend
+    only on ``seeds[b]`` and its own scores, not on the other rows of the batch.
+    """
+
+    def __init__(self, seeds: Sequence[int], device: torch.device) -> None:
+        self.generators = [torch.Generator(device=device).manual_seed(int(s) & 0x7FFF_FFFF_FFFF_FFFF) for s in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        probs = torch.softmax(scores.float(), dim=-1)  # [B, V]
+        tokens = torch.cat([torch.multinomial(probs[b], 1, generator=g)
+                            for b, g in enumerate(self.generators)])  # [B]
+        only = torch.full_like(scores, float("-inf"))
+        return only.scatter_(1, tokens[:, None], 0.0)
 
 
 def _derive_seed(seed: int, adapter: str | None, start: int) -> int:

@@ -50,6 +50,11 @@ class MixedBackend(GenerationBackend):
                 out[i] = g
         return [g for g in out if g is not None]
 
+    @property
+    def row_seeds(self) -> bool:
+        # scripted policies key their randomness on a request's place in the batch
+        return not self.scripted and self.model is not None and self.model.row_seeds
+
     def adapters(self) -> tuple[str, ...]:
         return self.model.adapters() if self.model is not None else ()
 

@@ -31,6 +31,10 @@ class RoutingBackend(GenerationBackend):
         if missing:
             raise ConfigError(f"adapters are owned by bases without a backend: {missing}")
 
+    @property
+    def row_seeds(self) -> bool:
+        return all(backend.row_seeds for backend in self.backends.values())
+
     def adapters(self) -> tuple[str, ...]:
         return tuple(self.owner)
 

@@ -156,6 +156,7 @@ class VLLMBackend(GenerationBackend):
     """
 
     name = "vllm"
+    row_seeds = True  # vLLM seeds each request's sampler on its own
 
     def __init__(self, team_model: Any, max_prompt_tokens: int = 2048, max_new_tokens: int = 256,
                  gpu_memory_utilization: float = 0.5, enforce_eager: bool = False,
@@ -272,7 +273,8 @@ class VLLMBackend(GenerationBackend):
                 raise ConfigError(f"request of {r.agent} names adapter {r.adapter!r}; served: "
                                   f"{sorted(self._requests)}")
         prompts = [build_reply_ids(self.tokenizer, r.chat, self.max_prompt_tokens, r.reply_prefix) for r in requests]
-        params = [self._sampling(sampling, i) for i in range(len(requests))]  # seeds by position in the batch
+        # seeds by position in the batch, or a request's own row_seed
+        params = [self._sampling(sampling, i, r.row_seed) for i, r in enumerate(requests)]
         outputs: list[Any] = [None] * len(requests)
         # requests without an adapter (the base policy, e.g. counterfactual replays with removal:
         # base_policy) never share an engine call with LoRA requests: vLLM's CPU LoRA kernels index a
@@ -303,9 +305,11 @@ class VLLMBackend(GenerationBackend):
                 adapter=r.adapter, truncated=truncated))
         return results
 
-    def _sampling(self, sampling: SamplingParams, index: int) -> Any:
+    def _sampling(self, sampling: SamplingParams, index: int, row_seed: int | None = None) -> Any:
         seed = None
-        if sampling.seed is not None:  # one seed per request: same seed + same batch -> same output
+        if row_seed is not None:  # the request's own stream, whatever else is in the batch
+            seed = row_seed & 0x7FFF_FFFF
+        elif sampling.seed is not None:  # one seed per request: same seed + same batch -> same output
             digest = hashlib.sha256(f"{sampling.seed}/{index}".encode()).digest()
             seed = int.from_bytes(digest[:4], "little") & 0x7FFF_FFFF
         return self._vllm.SamplingParams(
