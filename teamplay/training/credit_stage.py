@@ -17,6 +17,7 @@ from teamplay.envs.protocols.base import Protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, TaskItem
 from teamplay.training.answer_probability import AnswerProbability
+from teamplay.training.nonfinite import check_advantage_size
 from teamplay.training.replay import RolloutReplayEngine
 from teamplay.training.setup import CheckedRun, RunParts, sampling_params
 from teamplay.training.stages import GroupWork
@@ -57,7 +58,8 @@ class CreditStage:
                 max_prompt_tokens=cfg.backend.max_prompt_tokens)
 
     def __call__(self, groups: Sequence[GroupWork], episodes: Sequence[Episode], step: int) -> list[GroupWork]:
-        """The method's advantages for each group, times the group's scale. Every batch carries the
+        """The method's advantages for each group, times the group's scale; an advantage beyond
+        ``nonfinite.MAX_ADVANTAGE`` stops the run (``CreditOutputError``). Every batch carries the
         step's rewards (``batch_rewards``, for ``scale_rewards: batch``); with replay credit, every
         replay the method will ask for runs first, in one batch."""
         step_rewards = tuple(float(ep.reward) for ep in episodes)
@@ -70,6 +72,7 @@ class CreditStage:
         out = []
         for g in groups:
             advantages = assign(self.method, g.batch, self.options)
+            check_advantage_size(self.method, advantages)  # finite yet absurd: stop here, naming the method
             if g.scale != 1.0:
                 advantages = [a * g.scale for a in advantages]
             out.append(dataclasses.replace(g, advantages=tuple(advantages)))

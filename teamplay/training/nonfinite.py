@@ -14,8 +14,10 @@ checkpoint, and the user hears of it.
   not finite, whatever made them so.
 
 Credit methods that return non-finite advantages are refused where their output is checked
-(``teamplay.credit.registry.assign``); the step's ranges (``reward_min``/``reward_max``,
-``adv_min``/``adv_max``) are in metrics.jsonl so a blow-up shows before it turns into NaN.
+(``teamplay.credit.registry.assign``), and the credit stage refuses finite ones of absurd size
+(``check_advantage_size``: beyond ``MAX_ADVANTAGE``) with the same ``CreditOutputError``; the
+step's ranges (``reward_min``/``reward_max``, ``adv_min``/``adv_max``) are in metrics.jsonl so a
+blow-up shows before it turns into NaN.
 """
 
 from __future__ import annotations
@@ -25,9 +27,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from teamplay.credit import CreditOutputError
 from teamplay.errors import TeamplayError, TeamplayWarning
+
+#: the largest advantage magnitude a credit method may return. Rewards are task scores (a 0/1
+#: verdict, a count, a price) and every method's advantages are differences or normalised
+#: differences of them, so even unnormalised methods stay many orders of magnitude below this. The
+#: loss runs in float32 (or bf16, the same exponent range), whose largest finite value is 3.4e38:
+#: the gradient norm squares each gradient, so it overflows once a term passes sqrt(3.4e38) =
+#: 1.8e19, and an advantage cast to float32 above 3.4e38 is already inf. 1e18 sits just below the
+#: first of those, so an absurd advantage stops the run naming its method instead of surfacing
+#: later as a non-finite loss or gradient.
+MAX_ADVANTAGE = 1e18
 
 
 class NonFiniteWarning(TeamplayWarning):
@@ -103,6 +117,18 @@ def check_finite_adapters(params: Mapping[str, Sequence[torch.nn.Parameter]], wh
         if not all(bool(torch.isfinite(p.detach()).all()) for p in ps):
             raise NonFiniteError(f"refusing to {what}: adapter {adapter!r} holds non-finite weights; the "
                                  "last checkpoint written keeps the last finite ones")
+
+
+def check_advantage_size(method: str, advantages: Sequence[np.ndarray]) -> None:
+    """Raise ``CreditOutputError`` naming credit ``method`` when one of ``advantages`` (one finite
+    array [T_g] per episode, as ``assign`` returns them) exceeds ``MAX_ADVANTAGE`` in magnitude."""
+    for g, adv in enumerate(advantages):
+        big = np.flatnonzero(np.abs(adv) > MAX_ADVANTAGE)
+        if big.size:
+            raise CreditOutputError(
+                f"credit method {method!r} returned an advantage of absurd size ({adv[big[0]]:g} for message "
+                f"{int(big[0])} of episode {g}); advantages must stay within +-{MAX_ADVANTAGE:g}, beyond which "
+                "the float32 loss overflows")
 
 
 class NonFiniteGuard:

@@ -8,15 +8,18 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from pydantic import BaseModel
 
 from teamplay.agents.roles import Role, Team
 from teamplay.config import TrainConfig, build_config
+from teamplay.credit import CreditOutputError, register_credit
 from teamplay.errors import ConfigError, TeamplayError
 from teamplay.records import TaskItem
 from teamplay.training.checkpoint import list_checkpoints
-from teamplay.training.nonfinite import NonFiniteError, NonFiniteWarning
+from teamplay.training.nonfinite import MAX_ADVANTAGE, NonFiniteError, NonFiniteWarning
 from tests.training.fixtures import FirstTokenTask
 from tests.training.test_trainer import make_trainer
 
@@ -164,3 +167,25 @@ def test_a_checkpoint_of_nonfinite_adapters_is_refused(tmp_path):
 def test_max_nonfinite_steps_is_validated(value):
     with pytest.raises(ConfigError, match="optim.max_nonfinite_steps"):
         build_config(TrainConfig, {"optim": {"max_nonfinite_steps": value}})
+
+
+class _NoOptions(BaseModel):
+    pass
+
+
+@register_credit("test_absurd_advantage", _NoOptions, "finite advantages of absurd size (1e300)")
+def _absurd(batch, options):
+    return [np.full(len(ep.messages), 1e300) for ep in batch.episodes]
+
+
+def test_advantages_of_absurd_size_stop_the_run_naming_the_method(tmp_path):
+    # 1e300 is finite in float64 (so the non-finite check passes) but inf once cast to the float32 loss
+    assert np.isfinite(1e300) and 1e300 > MAX_ADVANTAGE
+    trainer = small_trainer(tmp_path, {"steps": 1, "credit": {"method": "test_absurd_advantage"}})
+    with pytest.raises(CreditOutputError) as err:
+        trainer.train()
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("credit method 'test_absurd_advantage' returned an advantage of absurd size "
+                              "(1e+300 for message 0 of episode 0)"), message
+    assert not (tmp_path / "run" / "checkpoints").exists()
