@@ -1,6 +1,6 @@
 """COSAC vs MA-GRPO vs HA-GRPO: advantage MSE on the sequential bandit (credit_spec.md §3.5).
 
-For each K and seed, ``teamplay.credit.bandit.mse_trial`` samples N=16 rollouts, computes the exact
+For each K and seed, ``teamplay.credit.audit.bandit.mse_trial`` samples N=16 rollouts, computes the exact
 SeqAU advantages by dynamic programming, and scores three estimators against them (COSAC with
 λ=1.0 and L=8 fictitious continuations; MA-GRPO; HA-GRPO with upstream importance ratios after a
 τ=0.3 logit perturbation). The table shows the mean MSE over seeds (± standard error) and the
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from teamplay.credit.bandit import ESTIMATORS, mse_trial
+from teamplay.credit.audit.bandit import ESTIMATORS, mse_trial
 
 
 def run(seeds: int = 10, Ks: Sequence[int] = (2, 4, 8, 16), baseline: str = "sampled") -> list[dict]:

@@ -1,7 +1,7 @@
 """Credit fidelity: does each method's credit agree with the true causal advantage? (no training)
 
 For every utterance ``u_t`` of an episode the true advantage is ``A*(u_t) = E[R | h, u_t] - E[R | h]``
-(``teamplay.credit.fidelity``). This benchmark collects episodes with the untrained policies,
+(``teamplay.credit.audit.fidelity``). This benchmark collects episodes with the untrained policies,
 estimates ``A*`` with an oracle, runs every registered message-level credit method on the same
 episodes (groups of G episodes per problem, as in training), and reports per method and setting:
 Pearson and Spearman correlation with ``A*``, sign agreement on utterances with ``|A*| > 0.1``, the
@@ -227,7 +227,7 @@ def _noisy_oracle(q, episodes, items, runner, task, samples, seed):
     fresh episodes (only their first answers are read). Also counts recorded episodes whose
     reward disagrees with the model (the teammate kept the answer but the reward differs)."""
     from teamplay.agents.backends.scripted import format_answer
-    from teamplay.credit.fidelity import noisy_teammate_values
+    from teamplay.credit.audit.fidelity import noisy_teammate_values
     from teamplay.training.oracle import first_answer_accuracy
 
     def correct(ep, item) -> float:
@@ -265,8 +265,8 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
                 team_model, seed) -> dict[str, Any]:
     """One method's advantages on the episodes, and their agreement with ``true_adv``."""
     from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
-    from teamplay.credit.characteristic import last_answer_scorer
-    from teamplay.credit.fidelity import agreement, pearson
+    from teamplay.credit.audit.fidelity import agreement, pearson
+    from teamplay.credit.values.characteristic import last_answer_scorer
     from teamplay.errors import ConfigError
     from teamplay.training.answer_probability import AnswerProbability
     from teamplay.training.replay import RolloutReplayEngine

@@ -21,9 +21,9 @@ import time
 import numpy as np
 
 import teamplay.credit.methods  # noqa: F401  (registers the methods)
-from teamplay.credit.characteristic import VoteCharacteristic
 from teamplay.credit.registry import CreditBatch, assign
-from teamplay.credit.shapley import shapley_exact
+from teamplay.credit.values.characteristic import VoteCharacteristic
+from teamplay.credit.values.shapley import shapley_exact
 from teamplay.envs.voting import majority
 from teamplay.records import Episode, Message, TaskItem
 

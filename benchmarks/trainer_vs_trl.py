@@ -36,7 +36,7 @@ def closeness_task():
     With exact-match scoring most groups would be all-wrong; teamplay skips such zero-signal
     groups (no backward) while TRL still backpropagates their zero advantages, and the benchmark
     would time a skipped update against a real one."""
-    from teamplay.envs.tasks.arith import ArithTask
+    from teamplay.envs.tasks.catalog.arith import ArithTask
 
     class ClosenessArith(ArithTask):
         name = "arith_closeness"

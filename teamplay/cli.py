@@ -626,7 +626,7 @@ def credit_command(
     if card is not None:
         if folder is not None or method is not None:
             raise TeamplayError("credit --card prints a method's card; it takes no FOLDER or --method")
-        from teamplay.credit.cards import render_cards
+        from teamplay.credit.audit.cards import render_cards
 
         typer.echo(render_cards(card))
         return

@@ -1,6 +1,9 @@
 """The package's floors: every ``teamplay`` import runs down, and no two packages import each other.
 
-Run as ``python -m tests.test_import_floors`` (prints the package graph) or through the test below it.
+The same holds inside the packages split into rooms (``INNER_FLOORS``): a room (a sub-package, or a
+module on the package's own floor) imports only rooms on its floor or below, and no two rooms import each other.
+
+Run as ``python -m tests.test_import_floors`` (prints the package graph) or through the tests below it.
 Every import counts, including those inside functions (a lazy import still ties two floors).
 """
 
@@ -25,9 +28,28 @@ FLOORS = {
     "cli": 7, "__main__": 7, "__init__": 7,
 }
 
+#: floor of each room inside a package split into rooms (the key: its path under teamplay/); the
+#: package's ``__init__`` sits on top, as it imports the rooms to register what they hold
+INNER_FLOORS = {
+    "credit": {
+        "values": 0,  # group normalisation, Shapley values, v(S), coverage, process scores, replay queries
+        "registry": 1,  # the one signature every method has
+        "methods": 2, "token": 2,  # the message-level and the token-level methods
+        "audit": 3,  # cards, fidelity, the COSAC bandit: checks on the methods
+        "__init__": 4,
+    },
+    "envs/tasks": {
+        "answers": 0,  # reading and checking an answer; knows no task
+        "sources": 1,  # rows from a file or the hub
+        "base": 2,  # the Task interface and the registry of names
+        "catalog": 3,  # the built-in tasks
+        "__init__": 4,
+    },
+}
+
 
 def unit_of(path: Path) -> str:
-    """``teamplay/credit/shapley.py`` -> ``credit``; ``teamplay/config.py`` -> ``config``."""
+    """``teamplay/credit/values/shapley.py`` -> ``credit``; ``teamplay/config.py`` -> ``config``."""
     return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
 
 
@@ -55,20 +77,72 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
-def violations() -> list[str]:
-    edges = graph()
+def rooms_imported(path: Path, package: str, rooms: dict[str, int]) -> set[str]:
+    """The rooms of ``package`` (a path under teamplay/, e.g. ``envs/tasks``) that ``path`` imports.
+
+    ``from teamplay.credit import methods`` names the room ``methods``; a name the package itself
+    exports (``from teamplay.credit import CreditBatch``) comes from its ``__init__``.
+    """
+    dotted = "teamplay." + package.replace("/", ".")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == dotted:
+                found |= {a.name if a.name in rooms else "__init__" for a in node.names}
+                continue
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith(dotted + "."):
+                found.add(name[len(dotted) + 1:].split(".")[0])
+    return found
+
+
+def inner_graph(package: str) -> dict[str, set[str]]:
+    """Room -> the other rooms of ``package`` it imports (``credit/values/shapley.py`` is in ``values``,
+    ``credit/registry.py`` in ``registry``)."""
+    root = PACKAGE / package
+    rooms = INNER_FLOORS[package]
+    edges: dict[str, set[str]] = defaultdict(set)
+    for path in root.rglob("*.py"):
+        room = path.relative_to(root).parts[0].removesuffix(".py")
+        edges[room] |= rooms_imported(path, package, rooms) - {room}
+    return edges
+
+
+def check_floors(edges: dict[str, set[str]], floors: dict[str, int], where: str) -> list[str]:
+    """Each unit imports only units on its floor or below, and no two units import each other."""
     out = []
     for unit, targets in sorted(edges.items()):
-        if unit not in FLOORS:
-            out.append(f"teamplay/{unit} has no floor: add it to FLOORS in tests/test_import_floors.py")
+        if unit not in floors:
+            out.append(f"{where}{unit} has no floor: add it to tests/test_import_floors.py")
             continue
         for target in sorted(targets):
-            if target not in FLOORS:
-                out.append(f"{unit} imports teamplay.{target}, which has no floor")
-            elif FLOORS[target] > FLOORS[unit]:
-                out.append(f"{unit} (floor {FLOORS[unit]}) imports {target} (floor {FLOORS[target]}): runs back up")
+            if target not in floors:
+                out.append(f"{where}{unit} imports {where}{target}, which has no floor")
+            elif floors[target] > floors[unit]:
+                out.append(f"{where}{unit} (floor {floors[unit]}) imports {where}{target} (floor {floors[target]}): "
+                           f"runs back up")
             elif unit in edges.get(target, set()):
-                out.append(f"{unit} and {target} import each other")
+                out.append(f"{where}{unit} and {where}{target} import each other")
+    return out
+
+
+def violations() -> list[str]:
+    return check_floors(graph(), FLOORS, "teamplay/")
+
+
+def inner_violations() -> list[str]:
+    out = []
+    for package, floors in INNER_FLOORS.items():
+        out += check_floors(inner_graph(package), floors, f"teamplay/{package}/")
+        rooms = {p.name.removesuffix(".py") for p in (PACKAGE / package).iterdir()
+                 if p.suffix == ".py" or (p / "__init__.py").exists()}
+        out += [f"teamplay/{package}/{room} has no floor: add it to INNER_FLOORS"
+                for room in sorted(rooms - set(floors))]
     return out
 
 
@@ -76,9 +150,25 @@ def test_imports_only_run_down():
     assert violations() == []
 
 
+def test_imports_inside_the_rooms_only_run_down():
+    assert inner_violations() == []
+
+
+def test_a_room_importing_upwards_is_caught():
+    """The inner check is not vacuous: a values module importing a method is reported."""
+    edges = {"values": {"methods"}, "methods": {"values"}}
+    problems = check_floors(edges, INNER_FLOORS["credit"], "teamplay/credit/")
+    assert problems == ["teamplay/credit/methods and teamplay/credit/values import each other",
+                        "teamplay/credit/values (floor 0) imports teamplay/credit/methods (floor 2): runs back up"]
+
+
 if __name__ == "__main__":
     for unit, targets in sorted(graph().items(), key=lambda kv: FLOORS.get(kv[0], 99)):
         print(f"{FLOORS.get(unit, '?')} {unit:12s} -> {', '.join(sorted(targets)) or '-'}")
-    problems = violations()
-    print("\n".join(problems) or "no import runs back up; no two packages import each other")
+    for package in INNER_FLOORS:
+        floors = INNER_FLOORS[package]
+        for room, targets in sorted(inner_graph(package).items(), key=lambda kv: floors.get(kv[0], 99)):
+            print(f"  {floors.get(room, '?')} {package}/{room:10s} -> {', '.join(sorted(targets)) or '-'}")
+    problems = violations() + inner_violations()
+    print("\n".join(problems) or "no import runs back up; no two packages or rooms import each other")
     sys.exit(1 if problems else 0)

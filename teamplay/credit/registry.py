@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from teamplay.credit.replay import ReplayEngine
+from teamplay.credit.values.replay_query import ReplayEngine
 from teamplay.errors import ConfigError, DataError, TeamplayError
 from teamplay.records import Episode, TaskItem
 from teamplay.registry import Registry, decorated
@@ -34,13 +34,13 @@ class CreditResources:
     Fields:
         transcript_scorer: ``scorer(episode, visible: frozenset[int]) -> float``: the value of a
             transcript with only the messages ``visible`` kept (``value: masking``).
-        replay: a :class:`~teamplay.credit.replay.ReplayEngine` (batched re-executions: what the
+        replay: a :class:`~teamplay.credit.values.replay_query.ReplayEngine` (batched re-executions: what the
             trainer gives; ``shapley value=replay``, ``continuation``, ``loto value=replay``), or a
             plain ``replay(episode, kept_agents: frozenset[str]) -> list[float]`` (``shapley`` only).
         transcript_value: ``value(episode, kept: frozenset[int]) -> float`` (``loto``).
         answer_probability: ``prob(episode, prefix_len: int) -> float``: the policy's probability of
             the gold answer after the first ``prefix_len`` messages (``a2tgpo``).
-        embedder: an :class:`~teamplay.credit.coverage.Embedder` (``coverage``; default: packaged).
+        embedder: an :class:`~teamplay.credit.values.coverage.Embedder` (``coverage``; default: packaged).
         backend: the generation backend of the run (for methods that generate).
         token_stats: per-token statistics of the step's completions (token-level methods), a
             :class:`~teamplay.credit.token.base.GroupTokenStats`.

@@ -52,7 +52,7 @@ from typing import Any, Literal
 import numpy as np
 
 from teamplay.config import STAGES, ControllerConfig, Mode
-from teamplay.credit.regret import SKIP, SPEAK, RegretMatcher, info_state, reviewer_reward, signed
+from teamplay.credit.methods.regret import SKIP, SPEAK, RegretMatcher, info_state, reviewer_reward, signed
 from teamplay.envs.protocols.base import Controller, ControllerChoice, TurnDecision
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError

@@ -12,7 +12,7 @@ import numpy as np
 
 from teamplay.config import TrainConfig
 from teamplay.credit import CreditBatch, CreditResources, assign
-from teamplay.credit.characteristic import Transcript, TranscriptScorer
+from teamplay.credit.values.characteristic import Transcript, TranscriptScorer
 from teamplay.envs.protocols.base import Protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, TaskItem

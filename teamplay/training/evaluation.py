@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.atomic import write_atomically
+from teamplay.envs.tasks.answers.lm_eval_compat import lm_eval_metrics
 from teamplay.envs.tasks.base import Task
-from teamplay.envs.tasks.lm_eval_compat import lm_eval_metrics
 from teamplay.errors import TeamplayWarning
 from teamplay.records import Episode, TaskItem
 from teamplay.training.controllers import speak_rates

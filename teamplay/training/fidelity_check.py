@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from teamplay.config import CreditConfig, TrainConfig
-from teamplay.credit.fidelity import Agreement, agreement
+from teamplay.credit.audit.fidelity import Agreement, agreement
 from teamplay.errors import ConfigError
 from teamplay.training.credit_stage import CreditStage
 from teamplay.training.oracle import PrefixOracle

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.credit.replay import ReplayQuery
+from teamplay.credit.values.replay_query import ReplayQuery
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams, TaskItem
 from teamplay.training.replay import RolloutReplayEngine

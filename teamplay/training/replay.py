@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.credit.replay import ReplayQuery
+from teamplay.credit.values.replay_query import ReplayQuery
 from teamplay.envs.protocols.driver import ReplaySpec
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams

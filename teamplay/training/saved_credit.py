@@ -19,7 +19,7 @@ from typing import Any
 
 from teamplay.config import EvalConfig, TrainConfig, build_config, read_yaml
 from teamplay.credit import CreditBatch, CreditResources, assign, check_credit
-from teamplay.credit.characteristic import last_answer_scorer
+from teamplay.credit.values.characteristic import last_answer_scorer
 from teamplay.envs.tasks import get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.bandit import SeqBandit, mse_trial
+from teamplay.credit.audit.bandit import SeqBandit, mse_trial
 
 
 def test_t32_check_numbers():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from teamplay.cli import app
 from teamplay.credit import credit_methods
-from teamplay.credit.cards import CreditCard, card_for, card_names, render_cards
+from teamplay.credit.audit.cards import CreditCard, card_for, card_names, render_cards
 from teamplay.credit.token import token_methods
 from teamplay.errors import ConfigError
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.characteristic import (
+from teamplay.credit.values.characteristic import (
     LLMJudge,
     MaskingCharacteristic,
     ReplayCharacteristic,
@@ -14,7 +14,7 @@ from teamplay.credit.characteristic import (
     YesProbabilityModel,
     last_answer_scorer,
 )
-from teamplay.credit.shapley import shapley_exact
+from teamplay.credit.values.shapley import shapley_exact
 from teamplay.envs.voting import majority
 from teamplay.records import Episode, Message
 

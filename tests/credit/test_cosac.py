@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.bandit import SeqBandit
-from teamplay.credit.cosac import (
+from teamplay.credit.audit.bandit import SeqBandit
+from teamplay.credit.methods.cosac import (
     CosacOptions,
     EmpiricalPolicy,
     cosac_advantage,

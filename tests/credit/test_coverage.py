@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.coverage import (
+from teamplay.credit.values.coverage import (
     Embedder,
     TransformerEmbedder,
     coverage_advantages,

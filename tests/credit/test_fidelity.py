@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.fidelity import (
+from teamplay.credit.audit.fidelity import (
     advantages_from_values,
     agreement,
     noisy_teammate_values,

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.group import group_advantage, group_credit_advantage
+from teamplay.credit.values.group import group_advantage, group_credit_advantage
 
 finite = st.floats(-100, 100, allow_nan=False)
 

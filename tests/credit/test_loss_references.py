@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from teamplay.credit.group import batch_std, group_advantage
+from teamplay.credit.values.group import batch_std, group_advantage
 from teamplay.training.losses import grpo_loss, gspo_loss
 
 TOL = 1e-6

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-import teamplay.credit.methods as methods
-from teamplay.credit.characteristic import last_answer_scorer
+import teamplay.credit.methods.group_shapley as methods
 from teamplay.credit.registry import CreditBatch, CreditResources, assign, credit_methods
+from teamplay.credit.values.characteristic import last_answer_scorer
 from teamplay.envs.voting import majority
 from teamplay.records import Episode, Message, TaskItem
 

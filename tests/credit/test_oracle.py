@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from teamplay.credit import CreditBatch, CreditResources, assign
-from teamplay.credit.methods import ShapleyOptions, agent_shapley
-from teamplay.credit.oracle import OracleOptions, oracle_values
-from teamplay.envs.tasks.tuples import TupleTask
+from teamplay.credit.methods.group_shapley import ShapleyOptions, agent_shapley
+from teamplay.credit.methods.oracle import OracleOptions, oracle_values
+from teamplay.envs.tasks.catalog.tuples import TupleTask
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import DataError
 from teamplay.training.credit_stage import protocol_scorer

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.characteristic import last_answer_scorer
-from teamplay.credit.prm import (
+from teamplay.credit.values.characteristic import last_answer_scorer
+from teamplay.credit.values.prm import (
     PreferencePair,
     first_error_signals,
     leave_one_message_out_scores,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.regret import (
+from teamplay.credit.methods.regret import (
     KEEP,
     REFRESH,
     RegretMatcher,

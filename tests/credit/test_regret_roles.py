@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from teamplay.credit.methods.regret import TracerRolesOptions, tracer_role_rewards, tracer_roles_credit
 from teamplay.credit.registry import CreditBatch, assign
-from teamplay.credit.regret import TracerRolesOptions, tracer_role_rewards, tracer_roles_credit
 from teamplay.records import Episode, Message, TaskItem
 
 ITEM = TaskItem(id="arith/0", prompt="2+2?", reference="4")

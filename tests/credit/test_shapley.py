@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.shapley import (
+from teamplay.credit.values.shapley import (
     permutation_variance,
     shape_grpo_advantages,
     shapley_exact,

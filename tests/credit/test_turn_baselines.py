@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.registry import CreditBatch, CreditResources, assign
-from teamplay.credit.turn_baselines import (
+from teamplay.credit.methods.turn_baselines import (
     A2TGPOOptions,
     GiGPOOptions,
     LOTOOptions,
@@ -23,6 +22,7 @@ from teamplay.credit.turn_baselines import (
     loto_credit,
     loto_method,
 )
+from teamplay.credit.registry import CreditBatch, CreditResources, assign
 from teamplay.records import Episode, Message
 
 

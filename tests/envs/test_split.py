@@ -10,7 +10,7 @@ from pettingzoo.test.seed_test import parallel_seed_test
 from teamplay.agents.roles import Role, Team
 from teamplay.envs.parallel import parallel_team_env
 from teamplay.envs.protocols import get_protocol
-from teamplay.envs.tasks.tuples import TupleTask, part
+from teamplay.envs.tasks.catalog.tuples import TupleTask, part
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from tests.envs.fakes import ITEMS, FakeTask, play

@@ -3,7 +3,7 @@ unequal rewards: signals, calibration sums and updates are all non-trivial float
 
 from __future__ import annotations
 
-from teamplay.envs.tasks.arith import ArithTask
+from teamplay.envs.tasks import ArithTask
 
 
 class FractionalArith(ArithTask):

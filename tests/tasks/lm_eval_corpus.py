@@ -3,7 +3,7 @@
 Each row: (row id, reference solution, completion, teamplay's own score). The reference solutions
 are short worked solutions in each benchmark's format (GSM8K: ending ``#### N``; MATH: with
 ``\\boxed{}``), written for these rows. The expected teamplay score is worked out by hand from
-the rules of ``teamplay.envs.tasks.numeric`` / ``math_tasks``; the parity test checks it, checks
+the rules of ``teamplay.envs.tasks.answers.numeric`` / ``math_tasks``; the parity test checks it, checks
 teamplay's lm-eval-compatible metrics against lm-eval's own code row for row, and lists every row
 where teamplay's own score differs from lm-eval's with the reason.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from teamplay.envs.tasks import get_task
-from teamplay.envs.tasks.numeric import extract_canonical
+from teamplay.envs.tasks.answers.numeric import extract_canonical
 from teamplay.records import TaskItem
 
 

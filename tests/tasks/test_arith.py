@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from teamplay.envs.tasks import get_task
-from teamplay.envs.tasks.arith import DEFAULT_SIZE, ArithTask, split_of
+from teamplay.envs.tasks.catalog.arith import DEFAULT_SIZE, ArithTask, split_of
 from teamplay.errors import ConfigError
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -29,7 +29,7 @@ def test_same_seed_same_items_different_seed_different_items(level: int) -> None
 
 
 def test_items_are_identical_in_a_fresh_process() -> None:
-    code = ("import json; from teamplay.envs.tasks.arith import ArithTask; "
+    code = ("import json; from teamplay.envs.tasks.catalog.arith import ArithTask; "
             "print(json.dumps({L: [i.to_dict() for i in ArithTask(L).load('train', limit=20, seed=7)] "
             "for L in range(1, 6)}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["text", "latex", "numeric", "letters", "gsm8k", "math_tasks", "gpqa", "arith", "__init__"]
+MODULES = ["answers.text", "answers.latex", "answers.numeric", "answers.letters", "catalog.gsm8k", "catalog.math_tasks",
+           "catalog.gpqa", "catalog.arith", "__init__"]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from teamplay.envs.tasks import get_task
-from teamplay.envs.tasks.gpqa import shuffle_choices
+from teamplay.envs.tasks.catalog.gpqa import shuffle_choices
 
 HEADER = ["Record ID", "Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",
           "Incorrect Answer 3", "High-level domain", "Subdomain"]
@@ -59,7 +59,7 @@ def test_shuffle_is_deterministic_and_depends_on_seed(gpqa_csv: Path) -> None:
 
 
 def test_shuffle_is_the_same_in_another_process() -> None:
-    code = ("from teamplay.envs.tasks.gpqa import shuffle_choices; "
+    code = ("from teamplay.envs.tasks.catalog.gpqa import shuffle_choices; "
             "print([shuffle_choices(f'q{i}', ('a', 'b', 'c', 'd'), seed=3) for i in range(20)])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "123", "PATH": ""}, timeout=60)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from teamplay.envs.tasks.latex import last_boxed, matching_braces, normalize_latex, tidy_latex
-from teamplay.envs.tasks.text import TAIL_CHARS
+from teamplay.envs.tasks.answers.latex import last_boxed, matching_braces, normalize_latex, tidy_latex
+from teamplay.envs.tasks.answers.text import TAIL_CHARS
 
 
 @pytest.mark.parametrize(("text", "content"), [

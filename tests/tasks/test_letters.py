@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from teamplay.envs.tasks.letters import extract_letter
+from teamplay.envs.tasks.answers.letters import extract_letter
 
 
 @pytest.mark.parametrize(("completion", "letter"), [

@@ -1,6 +1,6 @@
 """Parity with lm-evaluation-harness 0.4.13 itself, run on the same texts.
 
-teamplay's lm-eval-compatible metrics (``teamplay.envs.tasks.lm_eval_compat``, its own code) must
+teamplay's lm-eval-compatible metrics (``teamplay.envs.tasks.answers.lm_eval_compat``, its own code) must
 equal lm-eval's own filters, ``exact_match`` and minerva ``process_results`` row for row, on the
 hand-written completions of ``lm_eval_corpus`` and on the benchmark reference solutions. The task
 definitions (regexes, group selection, exact_match options) are read from lm-eval's own YAML files,
@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from teamplay.envs.tasks import get_task
-from teamplay.envs.tasks.lm_eval_compat import (
+from teamplay.envs.tasks.answers.lm_eval_compat import (
     LM_EVAL_VERSION,
     gsm8k_cot_strict_match,
     gsm8k_flexible_extract,

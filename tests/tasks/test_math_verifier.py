@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from teamplay.envs.tasks.math_verifier import MathVerifier
+from teamplay.envs.tasks.answers.math_verifier import MathVerifier
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_a_frozen_worker_is_killed_at_the_deadline_and_replaced(caplog: pytest.L
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         start = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="teamplay.envs.tasks.math_verifier"):
+        with caplog.at_level(logging.WARNING, logger="teamplay.envs.tasks.answers.math_verifier"):
             assert v.equivalent("2", "2.0") is False
         elapsed = time.monotonic() - start
         assert 0.5 <= elapsed < 2.0, elapsed

@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from teamplay.envs.tasks import get_task
-from teamplay.envs.tasks.numeric import canonical_number, extract_canonical, numbers_equal
+from teamplay.envs.tasks.answers.numeric import canonical_number, extract_canonical, numbers_equal
 from teamplay.records import TaskItem
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from teamplay.credit import CreditBatch, CreditResources
-from teamplay.credit.continuation import ContinuationOptions, boundaries, continuation_credit
+from teamplay.credit.methods.continuation import ContinuationOptions, boundaries, continuation_credit
 from tests.training.test_trainer import make_trainer
 
 

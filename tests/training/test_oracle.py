@@ -14,7 +14,7 @@ from teamplay.agents.backends.mixed import MixedBackend
 from teamplay.agents.backends.scripted import format_answer
 from teamplay.agents.roles import Team
 from teamplay.config import ProtocolConfig
-from teamplay.credit.fidelity import advantages_from_values, noisy_teammate_values
+from teamplay.credit.audit.fidelity import advantages_from_values, noisy_teammate_values
 from teamplay.envs.tasks import get_task
 from teamplay.records import SamplingParams
 from teamplay.training.oracle import PrefixOracle, first_answer_accuracy

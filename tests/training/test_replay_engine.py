@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from teamplay.config import ProtocolConfig
-from teamplay.credit.continuation import boundaries, continuation_advantages
-from teamplay.credit.replay import ReplayQuery
+from teamplay.credit.methods.continuation import boundaries, continuation_advantages
+from teamplay.credit.values.replay_query import ReplayQuery
 from teamplay.envs.tasks import get_task
 from teamplay.records import Generation, SamplingParams
 from teamplay.training.replay import RolloutReplayEngine, resolve

@@ -32,7 +32,7 @@ from teamplay.envs.protocols.base import Protocol, ProtocolState, ReplyPrefixOpt
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.protocols.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
 from teamplay.envs.tasks.base import Task
-from teamplay.envs.tasks.tuples import MAX_PARTS, part, parts_of
+from teamplay.envs.tasks.catalog.tuples import MAX_PARTS, part, parts_of
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, Message, TaskItem, TurnRequest
 

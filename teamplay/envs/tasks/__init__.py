@@ -11,7 +11,7 @@ arith      generated (levels 1-5)                      an integer; exact numeric
 tuples     K items of another task per item            each part as that task scores it
 =========  ==========================================  =============================================
 
-A new benchmark is one module in this folder with a ``Task`` subclass decorated with
+A new benchmark is one module in ``catalog/`` with a ``Task`` subclass decorated with
 ``@register_task(name)`` and imported here; a user's own task needs no registration: name it in a
 config by path, ``task.name: ./my_task.py:MyTask``.
 """
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from teamplay.envs.tasks.arith import ArithTask
 from teamplay.envs.tasks.base import TASKS, DatasetTask, Task, register_task
-from teamplay.envs.tasks.gpqa import GpqaTask
-from teamplay.envs.tasks.gsm8k import Gsm8kTask
-from teamplay.envs.tasks.math_tasks import Math500Task, MathTask
-from teamplay.envs.tasks.tuples import TupleTask
+from teamplay.envs.tasks.catalog.arith import ArithTask
+from teamplay.envs.tasks.catalog.gpqa import GpqaTask
+from teamplay.envs.tasks.catalog.gsm8k import Gsm8kTask
+from teamplay.envs.tasks.catalog.math_tasks import Math500Task, MathTask
+from teamplay.envs.tasks.catalog.tuples import TupleTask
 from teamplay.errors import ConfigError
 
 

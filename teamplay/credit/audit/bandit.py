@@ -98,7 +98,7 @@ class SeqBandit:
     def policy(self, k: int, prefixes: np.ndarray) -> np.ndarray:
         """Batched policy of agent ``k``: ``prefixes`` int [B, k] (actions of agents < k) -> probs [B, A].
 
-        This is the ``policy_fn`` contract of :func:`teamplay.credit.cosac.cosac_advantage`.
+        This is the ``policy_fn`` contract of :func:`teamplay.credit.methods.cosac.cosac_advantage`.
         """
         n = prefixes.shape[0]
         if k == 0:
@@ -263,7 +263,7 @@ def mse_trial(K: int, seed: int, N: int = 16, tau: float = 0.3, cosac_lam: float
     * MA-GRPO: ``R_n − mean(R)`` for every agent;
     * HA-GRPO: ``(R_n − mean(R)) · Π_{j<k} π'_j(a_j|·) / μ_j(a_j|·)``.
     """
-    from teamplay.credit.cosac import cosac_advantage, cosac_ridge  # cosac imports nothing from here
+    from teamplay.credit.methods.cosac import cosac_advantage, cosac_ridge  # cosac imports nothing from here
 
     bandit = SeqBandit.generate(K, A=A, lam_int=lam_int, rho=rho, sigma_r=sigma_r,
                                 sigma_theta=sigma_theta, seed=seed)

@@ -11,7 +11,7 @@ messages that raised it by ``delta_rep`` or more (repairs), and emit DPO prefere
 
 Message scorers for ``q_t``: :func:`verifier_message_scores` (the answers a message contains),
 :func:`leave_one_message_out_scores` (masking with any transcript scorer, e.g. a verifier on the
-last remaining answer or an :class:`~teamplay.credit.characteristic.LLMJudge`) and
+last remaining answer or an :class:`~teamplay.credit.values.characteristic.LLMJudge`) and
 :func:`prefix_success` (``p_t`` for the failure case, same scorers). All formulas are [INFERRED]
 instantiations of the paper's stated properties; the free constants are arguments.
 """
@@ -25,8 +25,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from teamplay.credit.characteristic import DEFAULT_PLACEHOLDER, Transcript, TranscriptScorer
-from teamplay.credit.group import as_finite_vector
+from teamplay.credit.values.characteristic import DEFAULT_PLACEHOLDER, Transcript, TranscriptScorer
+from teamplay.credit.values.group import as_finite_vector
 from teamplay.records import Message
 
 RefineMode = Literal["signed", "proportional"]

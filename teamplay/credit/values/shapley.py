@@ -27,7 +27,7 @@ from math import factorial
 import numpy as np
 from numpy.typing import ArrayLike
 
-from teamplay.credit.group import as_finite_vector, group_advantage
+from teamplay.credit.values.group import as_finite_vector, group_advantage
 
 #: exact enumeration builds a [2^n, n] coefficient matrix; 2^16 x 16 float64 is 8 MB.
 MAX_EXACT_PLAYERS = 16

@@ -8,12 +8,12 @@ tests in tests/credit/test_methods*.py check them.
 
 Resources a method may need (fields of the typed ``batch.resources``, declared at registration):
 
-* ``transcript_scorer``: a :data:`~teamplay.credit.characteristic.TranscriptScorer` (e.g. an
-  :class:`~teamplay.credit.characteristic.LLMJudge`), for ``value: masking`` and
+* ``transcript_scorer``: a :data:`~teamplay.credit.values.characteristic.TranscriptScorer` (e.g. an
+  :class:`~teamplay.credit.values.characteristic.LLMJudge`), for ``value: masking`` and
   ``message_score: masking``;
-* ``replay``: a :class:`~teamplay.credit.replay.ReplayEngine` (batched, what the trainer gives), or
+* ``replay``: a :class:`~teamplay.credit.values.replay_query.ReplayEngine` (batched, what the trainer gives), or
   ``replay(episode, kept_agents: frozenset[str]) -> list[float]``, for ``value: replay``;
-* ``embedder``: an :class:`~teamplay.credit.coverage.Embedder` for ``coverage`` (default: the
+* ``embedder``: an :class:`~teamplay.credit.values.coverage.Embedder` for ``coverage`` (default: the
   packaged MiniLM model, loaded once per process).
 """
 
@@ -26,19 +26,19 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from teamplay.credit.characteristic import (
+from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.values.characteristic import (
     CharacteristicFunction,
     MaskingCharacteristic,
     ReplayCharacteristic,
     VoteCharacteristic,
     last_answer_scorer,
 )
-from teamplay.credit.coverage import Embedder, TransformerEmbedder, coverage_advantages, coverage_shapley
-from teamplay.credit.group import batch_std, group_advantage, group_credit_advantage
-from teamplay.credit.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
-from teamplay.credit.registry import CreditBatch, register_credit
-from teamplay.credit.replay import ReplayEngine, ReplayQuery
-from teamplay.credit.shapley import shape_grpo_advantages, shapley_exact, shapley_permutation
+from teamplay.credit.values.coverage import Embedder, TransformerEmbedder, coverage_advantages, coverage_shapley
+from teamplay.credit.values.group import batch_std, group_advantage, group_credit_advantage
+from teamplay.credit.values.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
+from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery
+from teamplay.credit.values.shapley import shape_grpo_advantages, shapley_exact, shapley_permutation
 from teamplay.records import Episode
 
 

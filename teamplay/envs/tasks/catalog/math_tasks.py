@@ -31,11 +31,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from teamplay.envs.tasks.answers.latex import last_boxed, normalize_latex, tidy_latex
+from teamplay.envs.tasks.answers.math_verifier import MathVerifier, default_verifier
+from teamplay.envs.tasks.answers.text import ANSWER_IS, tail
 from teamplay.envs.tasks.base import DatasetTask, register_task
-from teamplay.envs.tasks.latex import last_boxed, normalize_latex, tidy_latex
-from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
 from teamplay.envs.tasks.sources import HubSpec, Row
-from teamplay.envs.tasks.text import ANSWER_IS, tail
 from teamplay.errors import DataError
 from teamplay.records import TaskItem
 

@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from teamplay.envs.tasks.math_verifier import MathVerifier, default_verifier
+from teamplay.envs.tasks.answers.math_verifier import MathVerifier, default_verifier
 from teamplay.records import TaskItem
 
 LM_EVAL_VERSION = "0.4.13"

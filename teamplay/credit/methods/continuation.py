@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch, register_credit
-from teamplay.credit.replay import ReplayEngine, ReplayQuery, replay_values
+from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, replay_values
 from teamplay.records import Episode
 
 
@@ -105,7 +105,7 @@ def episode_values(batch: CreditBatch, options: ContinuationOptions, engine: Rep
 def continuation_credit(batch: CreditBatch, options: ContinuationOptions) -> list[np.ndarray]:
     """``continuation_advantages`` per episode, divided by the group's reward std (``mode='std'``).
 
-    Needs the ``replay`` resource, a :class:`~teamplay.credit.replay.ReplayEngine`.
+    Needs the ``replay`` resource, a :class:`~teamplay.credit.values.replay_query.ReplayEngine`.
 
     Invariants: per episode ``sum_t A_t = (R - V(0)) / s`` (``s`` = std + eps, or 1); with
     ``baseline='group_mean'``, ``V(0)`` is the group's mean reward, so the episode totals sum to 0
@@ -121,7 +121,7 @@ def continuation_credit(batch: CreditBatch, options: ContinuationOptions) -> lis
         return [np.zeros(len(ep.messages)) for ep in batch.episodes]
     if not isinstance(engine, ReplayEngine):
         raise ValueError("credit method 'continuation' needs a replay engine "
-                         "(teamplay.credit.replay.ReplayEngine) as the replay resource")
+                         "(teamplay.credit.values.replay_query.ReplayEngine) as the replay resource")
     values = episode_values(batch, options, engine)
     scale = 1.0
     if options.mode == "std":

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 
+from teamplay.envs.tasks.answers.letters import LETTERS, extract_letter
 from teamplay.envs.tasks.base import DatasetTask, register_task
-from teamplay.envs.tasks.letters import LETTERS, extract_letter
 from teamplay.envs.tasks.sources import HubSpec, Row
 from teamplay.records import TaskItem
 
@@ -65,7 +65,7 @@ class GpqaTask(DatasetTask):
         )
 
     def extract(self, completion: str) -> str | None:
-        """The chosen letter (see ``teamplay.envs.tasks.letters``), or ``None``.
+        """The chosen letter (see ``teamplay.envs.tasks.answers.letters``), or ``None``.
 
         >>> GpqaTask().extract("Both fit, but (C) ignores spin. Answer: **D**")
         'D'

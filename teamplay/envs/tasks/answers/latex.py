@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from teamplay.envs.tasks.text import tail
+from teamplay.envs.tasks.answers.text import tail
 
 # "\boxed" and "\fbox" not followed by more letters (so "\boxedfoo" is not a box)
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")

@@ -34,8 +34,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.group import group_advantage
 from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.values.group import group_advantage
 
 
 class CALGRPOOptions(BaseModel):

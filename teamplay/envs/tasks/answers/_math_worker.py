@@ -1,6 +1,6 @@
 """Worker process of ``MathVerifier``: answers "is PRED equal to GOLD?" with math_verify.
 
-Run as a script (``runpy.run_path``) by ``teamplay.envs.tasks.math_verifier``; it imports only
+Run as a script (``runpy.run_path``) by ``teamplay.envs.tasks.answers.math_verifier``; it imports only
 the standard library and math_verify so it starts in well under a second and does not depend on
 how teamplay was installed.
 

@@ -31,8 +31,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from teamplay.envs.tasks.answers.numeric import extract_canonical, numbers_equal
 from teamplay.envs.tasks.base import Task, register_task
-from teamplay.envs.tasks.numeric import extract_canonical, numbers_equal
 from teamplay.envs.tasks.sources import check_load_args
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem

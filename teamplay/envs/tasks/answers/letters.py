@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 
-from teamplay.envs.tasks.latex import last_boxed
-from teamplay.envs.tasks.text import tail
+from teamplay.envs.tasks.answers.latex import last_boxed
+from teamplay.envs.tasks.answers.text import tail
 
 LETTERS = "ABCD"
 

@@ -24,9 +24,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.characteristic import Transcript
 from teamplay.credit.registry import CreditBatch, register_credit
-from teamplay.credit.replay import ReplayEngine, ReplayQuery, replay_values
+from teamplay.credit.values.characteristic import Transcript
+from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, replay_values
 from teamplay.records import Episode
 
 
@@ -378,7 +378,8 @@ def _transcript_value(batch: CreditBatch, options: LOTOOptions):
     engine = batch.resources.need("replay", "method 'loto' (value=replay)")
     if not isinstance(engine, ReplayEngine) or batch.item is None:
         raise ValueError("credit method 'loto' with value=replay needs a replay engine "
-                         "(teamplay.credit.replay.ReplayEngine) as the replay resource, and the batch's item")
+                         "(teamplay.credit.values.replay_query.ReplayEngine) as the replay resource, "
+                         "and the batch's item")
     item = batch.item
 
     def replayed(ep: Episode, kept: frozenset[int]) -> float:

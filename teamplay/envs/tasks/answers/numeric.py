@@ -11,7 +11,7 @@ Where the final answer is, highest priority first (the last marker of that kind)
 
 A marker whose span holds no number falls through to the next one.
 
-What the answer is: the WHOLE final expression, evaluated exactly (``teamplay.envs.tasks.expression``):
+What the answer is: the WHOLE final expression, evaluated exactly (``teamplay.envs.tasks.answers.expression``):
 ``3/4`` and ``\\frac{3}{4}`` are 0.75 (also before a sentence's period), ``2^{10}`` is 1024,
 ``12 1/2`` is 12.5, ``.75`` is 0.75, ``1.5 \\times 10^3`` is 1500, ``1 234`` and ``1,234`` are 1234,
 and an equality chain ``2 \\times 9 = 18`` is its last side. In a marked span the first expression
@@ -36,9 +36,9 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from teamplay.envs.tasks.expression import INVALID, NoExpression, Parser, Token, Value, clean, tokenize
-from teamplay.envs.tasks.latex import last_boxed
-from teamplay.envs.tasks.text import ANSWER_IS, tail
+from teamplay.envs.tasks.answers.expression import INVALID, NoExpression, Parser, Token, Value, clean, tokenize
+from teamplay.envs.tasks.answers.latex import last_boxed
+from teamplay.envs.tasks.answers.text import ANSWER_IS, tail
 
 _HASHES = re.compile(r"####")
 #: the longest marked span read (a statement's sentence, a box, a "####" line): its first

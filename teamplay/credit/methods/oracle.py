@@ -33,9 +33,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from teamplay.credit.group import group_credit_advantage
-from teamplay.credit.methods import GroupOptions, _broadcast, _same_team
+from teamplay.credit.methods.group_shapley import GroupOptions, _broadcast, _same_team
 from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.values.group import group_credit_advantage
 from teamplay.errors import DataError
 from teamplay.records import Episode
 
