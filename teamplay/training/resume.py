@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from teamplay.config import TrainConfig
+from pydantic import ValidationError
+
+from teamplay.config import TrainConfig, format_validation_error
 from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.training.checkpoint import (
     TRAINER_FILES,
@@ -55,7 +57,7 @@ def checkpoint_to_resume(run_dir: Path, resume: str, cfg: TrainConfig) -> Loaded
     if path is None:
         return None
     data = load_checkpoint(path)
-    check_resumable(cfg.model_dump(mode="json"), with_defaults(type(cfg), data.config), path)
+    check_resumable(cfg.model_dump(mode="json"), with_defaults(type(cfg), data.config, path), path)
     return data
 
 
@@ -71,14 +73,17 @@ RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_
                      "backend.engine")
 
 
-def with_defaults(config_class: type[TrainConfig], saved: dict[str, Any]) -> dict[str, Any]:
+def with_defaults(config_class: type[TrainConfig], saved: dict[str, Any], path: Path) -> dict[str, Any]:
     """A checkpoint's config with the fields added since it was written at their defaults (a new
-    field's default keeps the old behaviour), so a newer version resumes an older run; a config that
-    no longer validates is returned as it is, and ``check_resumable`` names what differs."""
+    field's default keeps the old behaviour), so a newer version resumes an older run. A config that
+    no longer validates (a retired field, a value now refused) is one ``ConfigError`` line naming
+    the checkpoint ``path`` and the fields, never a comparison of something the run cannot load."""
     try:
         return config_class.model_validate(saved).model_dump(mode="json")
-    except (ValueError, TypeError):
-        return saved
+    except ValidationError as exc:
+        problems = "; ".join(format_validation_error(exc).splitlines())
+        raise ConfigError(f"--resume: the config of checkpoint {path} does not validate ({problems}); "
+                          "resume it with the version that wrote it or train into a new --output folder") from None
 
 
 def check_resumable(current: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
