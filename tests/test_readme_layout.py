@@ -54,3 +54,15 @@ def test_packages_described_file_by_file_list_every_module():
         text = by_entry[package]
         modules = sorted(p.stem for p in (PACKAGE / package).glob("*.py") if p.stem != "__init__")
         assert [m for m in modules if f"{m}.py" not in text] == [], package
+
+
+#: packages split into rooms (sub-packages) whose Layout entry names each room as ``room/``
+ROOMS_NAMED = {"credit": "credit", "envs/tasks": "envs"}
+
+
+def test_packages_in_rooms_name_every_room():
+    by_entry = entries(layout_block())
+    for package, entry in ROOMS_NAMED.items():
+        rooms = sorted(p.name for p in (PACKAGE / package).iterdir() if (p / "__init__.py").exists())
+        assert rooms, package  # the package is still split into rooms
+        assert [r for r in rooms if not re.search(rf"\b{re.escape(r)}/", by_entry[entry])] == [], package
