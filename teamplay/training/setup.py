@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import random
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -342,13 +343,27 @@ class RunParts:
     #: processes and KV cache) or the caller passed it in (it stays the caller's to close)
     owns_backend: bool
 
+    @contextmanager
+    def closed_on_error(self) -> Iterator[RunParts]:
+        """Build the rest of a run inside this: when anything raises, the backend the run built
+        (``owns_backend``) is closed before the error propagates, so a run that fails to start
+        leaves no vLLM engine behind; a backend passed in stays open, the caller's to close."""
+        try:
+            yield self
+        except BaseException:
+            if self.owns_backend:
+                self.backend.close()
+            raise
+
 
 def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | None = None,
               task: Task | None = None, items: Sequence[TaskItem] | None = None,
               eval_items: Sequence[TaskItem] | None = None, backend_name: str | None = None) -> RunParts:
     """Wire a training run from its config: items, controllers, env factories (training decides with
     the controllers' "train" mode, held-out evaluation as ``teamplay eval`` would), the team model
-    and backend (built unless given: ``owns_backend``), and the rollouts' decoding.
+    and backend (built unless given: ``owns_backend``; built last, so a refused run never opens
+    one, and ``RunParts.closed_on_error`` closes it when what is built from the parts fails), and
+    the rollouts' decoding.
 
     ``task`` with ``items`` (and ``eval_items``) replace the config's task sections, for a task
     defined in Python. Errors are ConfigErrors raised before the model loads. ``backend_name``
@@ -387,6 +402,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         # the driver of a distributed run keeps its copy (credit, checkpoints) on the CPU
         team_model = build_team_model(cfg.model, team, cfg.seed,
                                       device=resolve_device(cfg.model.device) if cfg.distributed is None else None)
+    sampling = rollout_sampling(cfg)  # before the backend: nothing after building it may fail
     owns_backend = backend is None
     if backend is None:
         backend_cfg = cfg.backend if backend_name is None else cfg.backend.model_copy(update={"name": backend_name})
@@ -396,7 +412,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
         backend = mixed_backend(backend, team)  # a given model backend still plays only the LLM roles
     return RunParts(task=train_task, items=train_items, eval_task=eval_task, eval_items=held_out,
                     controllers=controllers, team=team, make_env=make_env, make_eval_env=make_eval_env,
-                    team_model=team_model, backend=backend, sampling=rollout_sampling(cfg), owns_backend=owns_backend)
+                    team_model=team_model, backend=backend, sampling=sampling, owns_backend=owns_backend)
 
 
 def seed_everything(seed: int) -> None:

@@ -162,22 +162,23 @@ class Trainer:
         seed_everything(cfg.seed)
         run = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items, eval_items=eval_items,
                         backend_name=parts.driver_backend)
-        self.task, self.items = run.task, run.items
-        self.eval_task, self.eval_items = run.eval_task, run.eval_items
-        self.controllers, self.team, self.team_model = run.controllers, run.team, run.team_model
-        self.make_env, self.make_eval_env, self.backend = run.make_env, run.make_eval_env, run.backend
-        # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
-        self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-        self.credit, self.tokens = CreditStage(cfg, checked, run), TokenStage(cfg, checked)
-        # built last: a run that cannot work is refused before a cluster starts
-        self.runner: Runner
-        self.learner: Learner
-        self.runner, self.learner = parts(cfg, run, self.trainable)
-        self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation,
-                                          lambda: self.preemption.check())
-        self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
-        #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
-        self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
+        with run.closed_on_error():  # a part that fails to build closes the backend the run built
+            self.task, self.items = run.task, run.items
+            self.eval_task, self.eval_items = run.eval_task, run.eval_items
+            self.controllers, self.team, self.team_model = run.controllers, run.team, run.team_model
+            self.make_env, self.make_eval_env, self.backend = run.make_env, run.make_eval_env, run.backend
+            # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
+            self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
+            self.credit, self.tokens = CreditStage(cfg, checked, run), TokenStage(cfg, checked)
+            # built last: a run that cannot work is refused before a cluster starts
+            self.runner: Runner
+            self.learner: Learner
+            self.runner, self.learner = parts(cfg, run, self.trainable)
+            self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation,
+                                              lambda: self.preemption.check())
+            self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
+            #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
+            self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
         #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.preemption``)
         self.preemption = Preemption()
 
