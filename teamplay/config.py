@@ -659,6 +659,13 @@ class FederatedConfig(TeamTrainingConfig):
 
     federated: FederatedSection = Field(default_factory=FederatedSection, description="Federation.")
     output_dir: str = Field("runs/federated", description="Run folder.")
+    # the server logs each round to federated.jsonl and the sites log nothing, so a federated run has
+    # no TensorBoard or wandb logs; ``FederatedServer`` refuses a config that asks for them (not this
+    # model: run folders written before that still hold ``tensorboard: true`` and must still load)
+    tensorboard: bool = Field(False, description="Must stay false: a federated run logs its rounds to "
+                                                 "federated.jsonl only.")
+    wandb_project: str | None = Field(None, description="Must stay unset: a federated run logs its rounds to "
+                                                        "federated.jsonl only.")
 
     @model_validator(mode="before")
     @classmethod

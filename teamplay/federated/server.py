@@ -91,6 +91,7 @@ class FederatedServer:
             seed_everything,
         )
 
+        refuse_unsupported_logs(cfg)  # before any data, model or site
         self.cfg = cfg
         self.run_dir = Path(cfg.output_dir)
         self.on_round = on_round
@@ -255,6 +256,15 @@ def _exchange(grid, messages: list, timeout: float, check: Callable[[], None]) -
         if not waiting or time.monotonic() >= deadline:
             return replies
         time.sleep(POLL_SECONDS)
+
+
+def refuse_unsupported_logs(cfg: FederatedConfig) -> None:
+    """A config asking for TensorBoard or wandb logs is one ``ConfigError`` line: the server logs each
+    round to ``federated.jsonl`` only and the sites log nothing, so they would be silently missing."""
+    for field, asked in (("tensorboard", cfg.tensorboard), ("wandb_project", cfg.wandb_project)):
+        if asked:
+            raise ConfigError(f"{field}: a federated run writes no TensorBoard or wandb logs (each round is one "
+                              f"line of federated.jsonl in the run folder); drop {field}")
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:

@@ -32,3 +32,22 @@ def test_the_same_config_without_them_loads(tmp_path):
     assert not set(SINGLE_RUN_ONLY) & set(FederatedConfig.model_fields)
     site = site_config(cfg, 0, tmp_path / "sites")
     assert site.steps == cfg.federated.rounds * cfg.federated.local_steps and site.distributed is None
+
+
+@pytest.mark.parametrize(("extra", "field"), [({"tensorboard": True}, "tensorboard"),
+                                              ({"wandb_project": "teams"}, "wandb_project")])
+def test_logs_a_federated_run_does_not_write_are_refused_before_it_starts(tmp_path, extra, field):
+    from teamplay.federated.server import FederatedServer
+
+    # still a config (a run folder written before the refusal holds tensorboard: true), but no run
+    cfg = build_config(FederatedConfig, {**tiny_config(tmp_path), **extra})
+    with pytest.raises(ConfigError, match=f"^{field}: a federated run writes no TensorBoard or wandb logs") as info:
+        FederatedServer(cfg)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_federated_config_asks_for_no_tensorboard_by_default(tmp_path):
+    data = {k: v for k, v in tiny_config(tmp_path).items() if k != "tensorboard"}
+    cfg = build_config(FederatedConfig, data)
+    assert cfg.tensorboard is False and cfg.wandb_project is None
