@@ -3,7 +3,7 @@ pointed at ``teamplay serve``, on an lm-eval task that reads a local GSM8K file 
 
 ``write_task(data_file, out_dir)`` writes ``out_dir/teamplay_gsm8k.yaml``, an lm-eval 0.4.13 task
 for a file with GSM8K's ``question`` and ``answer`` fields (``.jsonl``, ``.json``, ``.csv`` or
-``.parquet``, as ``teamplay.envs.tasks.gsm8k`` reads them). lm-eval's task files cannot read an
+``.parquet``, as ``teamplay.envs.tasks.catalog.gsm8k`` reads them). lm-eval's task files cannot read an
 environment variable, so the file's absolute path is written into the YAML; the YAML imports
 nothing from teamplay, so lm-eval may run in another environment. From a shell::
 
@@ -21,7 +21,7 @@ How the task fits the server (``teamplay.serving.engine``, ``teamplay.serving.re
   filter takes X (``[invalid]``, never a match, when there is no box: the team gave no answer).
 * the score: ``exact_match`` with the options of lm-eval's own ``gsm8k`` task: ``,``, ``$``, a
   worked solution up to its ``#### `` and a final ``.`` removed from both sides, case ignored (what
-  ``teamplay.envs.tasks.lm_eval_compat.gsm8k_exact_match`` re-implements). X is teamplay's
+  ``teamplay.envs.tasks.answers.lm_eval_compat.gsm8k_exact_match`` re-implements). X is teamplay's
   canonical number (``1000``, ``-3``), so the mean equals ``teamplay eval``'s team accuracy on the
   same problems whenever the references are integers, as every GSM8K row's is; a reference written
   ``#### 2.50`` would not match X = ``2.5`` (lm-eval compares strings).

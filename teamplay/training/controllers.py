@@ -1,7 +1,7 @@
 """Learned speak/skip controllers: TRACER's regret layer (credit_spec.md §2.2), cost-aware.
 
 Before a skippable turn the episode driver asks the protocol's controller whether the agent speaks.
-``TeamControllers`` answers from one :class:`~teamplay.credit.regret.RegretMatcher` per
+``TeamControllers`` answers from one :class:`~teamplay.credit.methods.regret.RegretMatcher` per
 (agent, stage), indexed by an information state, and learns those tables from finished episodes:
 
     rollouts (controller mode "train": sample the current strategy; a skipped review or debate
@@ -12,7 +12,7 @@ Before a skippable turn the episode driver asks the protocol's controller whethe
 
 Information states (the keys of the tables):
 
-* ``propose`` / ``review`` (proposer_reviewer): :func:`~teamplay.credit.regret.info_state`,
+* ``propose`` / ``review`` (proposer_reviewer): :func:`~teamplay.credit.methods.regret.info_state`,
   ``("controller", score_bucket, time_bucket)`` from the pending answer, its vote score and the
   1-based round.
 * ``debate``: ``("debate", agreement, time_bucket)``; ``agreement`` is ``no_answer`` when the

@@ -12,7 +12,7 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   fraction of episodes whose answer review or debate turned from wrong to right / right to wrong.
 * ``tokens_per_problem``, ``calls_per_problem``: completion tokens and model calls per episode.
 * ``lm_eval[key]`` (GSM8K, MATH, MATH-500 only): lm-evaluation-harness-compatible scores of the
-  text of the message that gave the final answer (``teamplay.envs.tasks.lm_eval_compat``: e.g.
+  text of the message that gave the final answer (``teamplay.envs.tasks.answers.lm_eval_compat``: e.g.
   ``gsm8k/strict-match``, ``gsm8k/flexible-extract``, ``minerva_math500/math_verify``), averaged
   over the episodes where the metric applies. They read answers as lm-eval 0.4.13 does and are
   not teamplay's accuracy: compare them with published lm-eval numbers, ``team_accuracy`` with

@@ -6,7 +6,7 @@ in training); the true advantage of every spoken message, ``A*(u_t) = V(t + 1) -
 estimated by re-execution (``oracle.PrefixOracle``, ``samples`` re-executions per prefix, on a seed
 of its own); each method then credits the same episodes through the trainer's own credit stage
 (``credit_stage.CreditStage``: the same resources, replays and zero-variance rule as training), and
-its agreement with ``A*`` is measured (``teamplay.credit.fidelity.agreement``: Pearson and Spearman
+its agreement with ``A*`` is measured (``teamplay.credit.audit.fidelity.agreement``: Pearson and Spearman
 with 95% intervals from a bootstrap over problems, sign agreement where ``|A*| > 0.1``).
 """
 

@@ -3,7 +3,7 @@
 ``V(t)`` for ``t < T`` is the mean team reward of ``samples`` re-executions of the episode's problem
 that replay its first ``t`` messages verbatim and let every agent (and the verifier) act afresh
 from there, with the current policies; ``V(T)`` is the recorded reward. The true advantage of
-message ``t`` is then ``V(t + 1) - V(t)`` (``teamplay.credit.fidelity``). Re-executions go through
+message ``t`` is then ``V(t + 1) - V(t)`` (``teamplay.credit.audit.fidelity``). Re-executions go through
 the trainer's :class:`~teamplay.training.replay.RolloutReplayEngine` (batched, one ``generate`` per
 turn and adapter, prefix reuse), on its own seed so that its samples are independent of the ones a
 credit method under test draws.

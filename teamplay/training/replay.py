@@ -2,7 +2,7 @@
 
 Credit methods that need re-execution (``shapley`` with ``value: replay``, ``continuation``,
 ``loto`` with ``value: replay``) hand :class:`RolloutReplayEngine` batches of
-:class:`~teamplay.credit.replay.ReplayQuery`; it answers with the verifier scores of k samples per
+:class:`~teamplay.credit.values.replay_query.ReplayQuery`; it answers with the verifier scores of k samples per
 query. How one query becomes an episode:
 
 * **prefix reuse**: a coalition S shares with the recording every message before the first turn of
@@ -146,7 +146,7 @@ class _Recorded:
 
 
 class RolloutReplayEngine:
-    """A :class:`~teamplay.credit.replay.ReplayEngine` on a ``RolloutRunner``.
+    """A :class:`~teamplay.credit.values.replay_query.ReplayEngine` on a ``RolloutRunner``.
 
     Args:
         make_env: the env factory of the rollouts (same task, protocol, team, controllers).
