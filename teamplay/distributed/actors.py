@@ -17,6 +17,10 @@ from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
 
 
+#: seconds ``shutdown`` waits for the actors' ``close`` (a vLLM engine stops in a few seconds)
+CLOSE_TIMEOUT_S = 30.0
+
+
 class ActorGroup:
     """``n`` Ray actors of ``cls``; actor ``k`` is built with ``args_of(k)``.
 
@@ -37,6 +41,7 @@ class ActorGroup:
             raise ValueError(f"workers must be >= 1, got {n}")
         self.ray = import_ray()
         self.args_of, self.max_staleness, self.load_first = args_of, max_staleness, load_first
+        self._cls = cls
         self._remote = self.ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
                                        max_restarts=0)(cls)
         self.actors = [self._remote.remote(*args_of(k)) for k in range(n)]
@@ -109,8 +114,13 @@ class ActorGroup:
         self.versions[k], self.loaded[k] = 0, False
         return self.sync(k, force=True)
 
-    def shutdown(self) -> None:
-        """End every actor (idempotent)."""
+    def shutdown(self, close_timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """End every actor (idempotent). Actors whose class has a ``close`` (rollout workers: their
+        backends) are asked to close first, waiting at most ``close_timeout_s`` for all of them
+        (a dead or hung actor is killed regardless)."""
+        if self.actors and callable(getattr(self._cls, "close", None)):
+            closing = [actor.close.remote() for actor in self.actors]
+            self.ray.wait(closing, num_returns=len(closing), timeout=close_timeout_s)
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
         self.actors = []

@@ -78,6 +78,11 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def close(self) -> None:
+        """Close the backend this worker built (a vLLM engine's processes and KV cache would
+        otherwise outlive the actor that is killed after this call). Idempotent."""
+        self.backend.close()
+
     def load_weights(self, weights: AdapterWeights) -> int:
         """Load a published adapter version; returns it."""
         weights.apply(self.team_model)
