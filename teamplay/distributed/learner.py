@@ -15,6 +15,7 @@ per-bucket hooks assume one forward pass per step over the same parameters, whil
 runs one pass per adapter and leaves the other adapters' parameters unused. A per-message token
 rule is applied inside the update here too, from the forward pass of the rank that scores the
 sample, as in one process; ``LearnerGroup.resolved_tokens`` joins the rows the ranks resolved.
+The step's loss metrics are the mean over the ranks (``mean_over_ranks``), not one rank's.
 
 ``distributed.learner_strategy: fsdp`` is for a base that does not fit one device: each rank then
 shards the frozen base and the LoRA parameters with torch's FSDP2 ``fully_shard`` (every decoder
@@ -36,6 +37,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from teamplay.agents.roles import Team
@@ -216,12 +218,13 @@ class LearnerGroup:
         self._get([r.load_state.remote(w, o) for r in self.ranks])
 
     def update(self, samples: Sequence[PolicySample], step: int, lr: float) -> dict[str, Any]:
-        """Every rank updates on its shares; returns rank 0's metrics. The token rows each rank
-        resolved in its shares join in ``resolved_tokens`` (by index into ``samples``)."""
+        """Every rank updates on its shares; returns the ranks' metrics joined by ``mean_over_ranks``.
+        The token rows each rank resolved in its shares join in ``resolved_tokens`` (by index into
+        ``samples``)."""
         ref = self.ray.put(list(samples))
         results = self._get([r.update.remote(ref, step, lr) for r in self.ranks])
         self.resolved_tokens = {i: row for _, rows in results for i, row in rows.items()}
-        return results[0][0]
+        return mean_over_ranks([metrics for metrics, _ in results])
 
     def weights(self, version: int) -> AdapterWeights:
         return self._first(self._get(self._gather("weights", version)))
@@ -262,6 +265,21 @@ class LearnerGroup:
             raise LearnerDied("a learner rank lost its peers in a collective (another rank died); the run "
                               "stopped at its last checkpoint: rerun with --resume auto to continue") from None
         return values[0] if single else values
+
+
+def mean_over_ranks(per_rank: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One step's metrics from each rank's (rank order): a float metric (``loss``, ``kl``,
+    ``entropy``, ...: a mean over that rank's passes) is the mean over the ranks that report it (a
+    rank with no pass that measures one, e.g. no finite loss in its shares, leaves it out); the
+    rest (the counts and the skip list: the ranks take and skip every optimiser step together) is
+    rank 0's.
+
+    Joined at the driver, which receives every rank's metrics anyway, not by an all-reduce on the
+    ranks: a collective would need the same keys on every rank."""
+    out = dict(per_rank[0])
+    for key in {k for m in per_rank for k, v in m.items() if isinstance(v, float)}:
+        out[key] = float(np.mean([m[key] for m in per_rank if key in m]))
+    return out
 
 
 class LearnerDied(TeamplayError):

@@ -138,6 +138,54 @@ def test_two_gloo_ranks_equal_one_process(trainer, learner_pair):
     assert worst <= RANKS_VS_ONE_PROCESS_TOL  # ...and 2 ranks did the same as 1 process
 
 
+class OneRankOfTwo:
+    """The ``DataParallel`` hooks of one rank of two, in this process: it updates on its own shares
+    and sums nothing, so its step-0 loss is that rank's (measured before the optimiser step)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank, self.world = rank, 2
+
+    def all_finite(self, finite: bool) -> bool:
+        return finite
+
+    def all_reduce_gradients(self, params) -> None:
+        pass
+
+    def share_resolved(self, resolved):
+        return resolved
+
+
+#: the largest difference allowed between the ranks' mean step-0 loss from their actors and the same
+#: mean from this process: the same forward passes on the same weights, in other processes with
+#: another thread count, so summation order at most (float32 rounding of losses of order 1 is about
+#: 1e-7; measured 0.0). The two ranks' losses differ by 1.5.
+SAME_PASS_TOL = 1e-5
+
+
+def test_two_ranks_report_the_mean_loss_over_ranks(trainer, learner_pair):
+    cfg = trainer.cfg
+    tm = build_team_model(cfg.model, trainer.team, cfg.seed)
+    samples = random_samples(tm, seed=0, n=8)  # one minibatch of 8: each rank scores 4 of it
+    before = AdapterWeights.of(tm, version=0)
+    trainable = [a for a in tm.adapter_names if a not in tm.frozen]
+    rank_loss = []
+    for rank in (0, 1):
+        before.apply(tm)
+        params = {a: tm.adapter_parameters(a) for a in trainable}
+        optimizer = torch.optim.AdamW([p for a in trainable for p in params[a]], lr=cfg.optim.lr)
+        fresh = optimizer.state_dict()  # no moments yet
+        updater = PolicyUpdater(cfg, tm, params, optimizer, group=OneRankOfTwo(rank))
+        rank_loss.append(updater.update(samples, step=0)["loss"])
+    # the ranks' shares give losses far apart: reporting rank 0's would miss the mean by far more
+    # than the tolerance
+    assert abs(rank_loss[0] - rank_loss[1]) > 100 * SAME_PASS_TOL
+
+    learner_pair.load_state(before, fresh)
+    metrics = learner_pair.update(samples, step=0, lr=cfg.optim.lr)
+    assert metrics["optimizer_steps"] == 1
+    assert abs(metrics["loss"] - (rank_loss[0] + rank_loss[1]) / 2) <= SAME_PASS_TOL
+
+
 def test_dead_learner_rank_fails_cleanly(learner_pair):
     from teamplay.distributed.learner import LearnerDied
 
