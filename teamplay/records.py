@@ -10,6 +10,7 @@ Token ids and log-probs are tuples so that records stay hashable and cheap to co
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -355,3 +356,10 @@ class ControllerDecision:
         if unknown:
             raise ValueError(f"controller decision has unknown fields {sorted(unknown)}; known: {sorted(known)}")
         return cls(**{k: (tuple(v) if k == "state" and v is not None else v) for k, v in data.items()})
+
+
+def derived_seed(*parts: object) -> int:
+    """A 63-bit seed from ``parts`` (a hash of ``"p0/p1/..."``): streams keyed by different parts
+    never share a seed, and none depends on how many numbers another stream drew."""
+    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF

@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import threading
 import time
 from collections import deque
@@ -54,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from teamplay.envs.team_env import TeamEnv
-from teamplay.records import Episode, TurnRequest
+from teamplay.records import Episode, TurnRequest, derived_seed
 from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
 
 # RolloutRunner's turn seeds, so a seeded request served here gets the episodes a run of it alone gets
@@ -388,10 +387,9 @@ class ContinuousBatcher:
 
 
 def row_seed(seed: int, episode: int, turn: int) -> int:
-    """The random stream of one model turn of a seeded request's episode: 63 bits of a hash of
-    (request seed, episode index, the episode's turn count), so turns and episodes never share one."""
-    digest = hashlib.sha256(f"{seed}/{episode}/{turn}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+    """The random stream of one model turn of a seeded request's episode, keyed by (request seed,
+    episode index, the episode's turn count), so turns and episodes never share one."""
+    return derived_seed(seed, episode, turn)
 
 
 def _set_result(future: asyncio.Future, value) -> None:

@@ -42,7 +42,6 @@ eos ids), which it includes; the padding ``generate`` writes after it is never r
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -54,7 +53,7 @@ from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
 from teamplay.agents.team_model import TeamModel, common_prefix, left_pad, pad_after_prefix
 from teamplay.errors import ConfigError
-from teamplay.records import ChatMessage, Generation, SamplingParams, TurnRequest
+from teamplay.records import ChatMessage, Generation, SamplingParams, TurnRequest, derived_seed
 
 #: words whose first token counts as "yes" / "no" in ``yes_probability``
 YES_WORDS = ("yes", "Yes")
@@ -299,5 +298,4 @@ class RowSampler(LogitsProcessor):
 def _derive_seed(seed: int, adapter: str | None, start: int) -> int:
     """A seed per (call seed, adapter group, micro-batch): a chunk's samples do not depend on how
     many random numbers other chunks drew."""
-    digest = hashlib.sha256(f"{seed}/{adapter}/{start}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+    return derived_seed(seed, adapter, start)
