@@ -38,6 +38,14 @@ INNER_FLOORS = {
         "audit": 3,  # cards, fidelity, the COSAC bandit: checks on the methods
         "__init__": 4,
     },
+    "config": {
+        "base": 0, "loader": 0,  # the sections' base model; reading YAML and --set into any model
+        # the sections, by what they configure
+        "env": 1, "model": 1, "controllers": 1, "credit": 1, "learning": 1, "distributed": 1,
+        "federated": 2,  # its extra_tasks are TaskConfigs
+        "runs": 3,  # the configs of whole runs and the rules that read several sections
+        "__init__": 4,
+    },
     "envs/tasks": {
         "answers": 0,  # reading and checking an answer; knows no task
         "sources": 1,  # rows from a file or the hub
