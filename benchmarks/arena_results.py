@@ -3,7 +3,7 @@ reader recomputes from them (the minimal detectable difference, tokens to reach 
 
 A result file (``benchmarks/results/credit_arena/<setting>.json``) holds one setting: its sizes, the
 base config, the methods refused, and per method per seed the run's flat metrics
-(``teamplay.training.sweep.run_metrics``), its held-out learning curve ``[(step, accuracy)]`` and the
+(``teamplay.training.experiments.sweep.run_metrics``), its held-out learning curve ``[(step, accuracy)]`` and the
 generated tokens (counterfactual ones included) after each training step. Every table of the
 arena's split settings is computed from these files alone (``--table-only``); a test checks that
 BENCHMARKS.md holds what they give.

@@ -209,7 +209,7 @@ def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dic
     """(the methods of ``labels`` the trainer accepts for this config, {label: why not} for the others)."""
     from teamplay.config import TrainConfig, build_config
     from teamplay.credit import credit_methods
-    from teamplay.training.setup import check_run
+    from teamplay.training.wiring.setup import check_run
 
     known = credit_methods()
     ok, refused = {}, {}
@@ -231,7 +231,7 @@ def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dic
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     """(mean, half-width of the two-sided 95% Student-t interval): the sweep table's ``Cell``;
     NaN half-width below 2 values, NaN mean with none."""
-    from teamplay.training.sweep import Cell
+    from teamplay.training.experiments.sweep import Cell
 
     cell = Cell(tuple(values))
     return (cell.mean, cell.ci95) if cell.n else (math.nan, math.nan)
@@ -258,7 +258,7 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     """Train every method x seed of ``setting`` (resuming a stored sweep) and collect per-seed results;
     ``train=False`` only collects the runs the folder already finished (a comparison stopped part-way)."""
     from teamplay.distributed.compose import make_trainer
-    from teamplay.training.sweep import plan, run_metrics, run_sweep
+    from teamplay.training.experiments.sweep import plan, run_metrics, run_sweep
 
     sizes = sizes or sizes_of(setting, size)
     base = arena_config(setting, model, sizes)
@@ -307,14 +307,14 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
 
 def step_total(run_dir: Path, key: str) -> float:
     """``key`` summed over a run's training steps (``samples``: the messages that entered updates)."""
-    from teamplay.training.metrics import read_metrics
+    from teamplay.training.store.metrics import read_metrics
 
     return float(sum(float(row.get(key) or 0) for row in read_metrics(run_dir) if "reward_mean" in row))
 
 
 def step_tokens(run_dir: Path) -> dict[int, float]:
     """Generated tokens (counterfactual ones included) after each training step, by step number."""
-    from teamplay.training.metrics import read_metrics
+    from teamplay.training.store.metrics import read_metrics
 
     return {int(row["step"]): float(row["generated_tokens_total"]) for row in read_metrics(run_dir)
             if "reward_mean" in row and "generated_tokens_total" in row}
@@ -322,7 +322,7 @@ def step_tokens(run_dir: Path) -> dict[int, float]:
 
 def replay_episodes(run_dir: Path) -> float:
     """Counterfactual re-executions the run made over all its steps (0 for methods without replays)."""
-    from teamplay.training.metrics import read_metrics
+    from teamplay.training.store.metrics import read_metrics
 
     return float(sum(float(row.get("replay_episodes") or 0) for row in read_metrics(run_dir) if "reward_mean" in row))
 

@@ -21,7 +21,7 @@ Settings (arith sums, answer-first replies "The answer is ...", temperature 1):
   ``A*(solver) = (1 - q)(c - p)``, ``A*(teammate) = R - (1 - q)c``.
 * ``chain K``: a sequential chain of K LLM agents (one shared adapter), each seeing the earlier
   answers; ``vote 3``: three LLM voters and a majority. ``A*`` by Monte Carlo re-execution from
-  every prefix (``teamplay.training.oracle.PrefixOracle``).
+  every prefix (``teamplay.training.play.oracle.PrefixOracle``).
 * ``helpful`` / ``harmful`` / ``free-riding reviewer``: scripted proposer/reviewer dialogues (a
   proposer right half the time that complies with the review; a reviewer right with probability
   0.8, right with probability 0.2, or approving everything), ``A*`` by re-execution.
@@ -159,9 +159,9 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
     from teamplay.agents.backends.mixed import MixedBackend
     from teamplay.agents.roles import Team
     from teamplay.config import ProtocolConfig, TrainConfig, build_config
-    from teamplay.training.oracle import PrefixOracle
-    from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import build_run, env_factory, load_items, sampling_params
+    from teamplay.training.play.oracle import PrefixOracle
+    from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.wiring.setup import build_run, env_factory, load_items, sampling_params
 
     data = setting_config(setting, model, quick, seed)
     problems, group, oracle_samples = setting.quick_sizes if quick else setting.sizes
@@ -228,7 +228,7 @@ def _noisy_oracle(q, episodes, items, runner, task, samples, seed):
     reward disagrees with the model (the teammate kept the answer but the reward differs)."""
     from teamplay.agents.backends.scripted import format_answer
     from teamplay.credit.audit.fidelity import noisy_teammate_values
-    from teamplay.training.oracle import first_answer_accuracy
+    from teamplay.training.play.oracle import first_answer_accuracy
 
     def correct(ep, item) -> float:
         first = ep.messages[0]
@@ -268,8 +268,8 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
     from teamplay.credit.audit.fidelity import agreement, pearson
     from teamplay.credit.values.characteristic import last_answer_scorer
     from teamplay.errors import ConfigError
-    from teamplay.training.answer_probability import AnswerProbability
-    from teamplay.training.replay import RolloutReplayEngine
+    from teamplay.training.play.answer_probability import AnswerProbability
+    from teamplay.training.play.replay import RolloutReplayEngine
 
     try:
         parsed = check_credit(name, options, cfg.protocol.name, None)

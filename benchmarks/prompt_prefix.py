@@ -43,9 +43,9 @@ def measure(config: dict[str, Any], repeats: int = 2) -> dict[str, Any]:
     """Evaluate ``config``'s team on its held-out set with and without prefix sharing (``repeats``
     times each, alternating which goes first); seconds are summed over the repeats."""
     from teamplay.config import TrainConfig, build_config
-    from teamplay.training.evaluation import evaluate
-    from teamplay.training.rollout import RolloutRunner
-    from teamplay.training.setup import build_run, sampling_params
+    from teamplay.training.play.evaluation import evaluate
+    from teamplay.training.play.rollout import RolloutRunner
+    from teamplay.training.wiring.setup import build_run, sampling_params
 
     cfg = build_config(TrainConfig, {**config, "credit": {"method": "grpo"}})
     parts = build_run(cfg)

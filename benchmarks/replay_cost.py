@@ -70,10 +70,10 @@ def measure(kind: str, method: str, options: dict, reuse_prefix: bool, problems:
     from teamplay.credit import CreditBatch, CreditResources, assign
     from teamplay.envs.tasks import get_task
     from teamplay.records import SamplingParams
-    from teamplay.training.replay import RolloutReplayEngine
-    from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import env_factory
-    from teamplay.training.stages import group_episodes
+    from teamplay.training.play.replay import RolloutReplayEngine
+    from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.step.stages import group_episodes
+    from teamplay.training.wiring.setup import env_factory
 
     task = get_task("arith")
     items = task.load("train", limit=problems, seed=seed)

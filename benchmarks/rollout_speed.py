@@ -88,8 +88,8 @@ class Setup:
 def build(model: str, dtype: str, problems: int, group: int, max_new_tokens: int) -> Setup:
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.agents.models import load_configured_model
-    from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import build_team_model, env_factory, load_items, rollout_sampling
+    from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.wiring.setup import build_team_model, env_factory, load_items, rollout_sampling
 
     cfg = demo_config(model, dtype, max_new_tokens)
     task, items = load_items(cfg.task)

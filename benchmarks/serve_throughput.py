@@ -53,8 +53,8 @@ def team_config(model: str, n: int) -> dict[str, Any]:
 
 def measure_eval(engine, items) -> dict[str, Any]:
     """The problems as ``teamplay eval`` runs them: one evaluation through a ``RolloutRunner``."""
-    from teamplay.training.evaluation import evaluate
-    from teamplay.training.rollout import RolloutRunner
+    from teamplay.training.play.evaluation import evaluate
+    from teamplay.training.play.rollout import RolloutRunner
 
     runner = RolloutRunner(engine.make_env, engine.backend, engine.sampling, max_batch=engine.generate_batch)
     start = time.perf_counter()

@@ -94,7 +94,7 @@ def config(backend: str, dtype: str, output: Path, quick: bool, model: str):
 
 def rollouts(trainer, problems: int, tag: str) -> Rollouts:
     """Time the training rollouts of the trainer's first ``problems`` problems (group_size each)."""
-    from teamplay.training.rollout import RolloutJob
+    from teamplay.training.play.rollout import RolloutJob
 
     jobs = [RolloutJob(item=item, group_id=f"{tag}:{k}") for k, item in enumerate(trainer.items[:problems])
             for _ in range(trainer.cfg.rollout.group_size)]
@@ -107,8 +107,8 @@ def measure_all(sizes: tuple[int, ...], repeats: int, steps: int, quick: bool, m
                 workdir: Path) -> list[Measured]:
     """Every variant's trainer, then the measurements interleaved (variant by variant within each
     repeat and each step), so a change in the machine's load falls on every variant alike."""
-    from teamplay.training.metrics import generated_tokens
-    from teamplay.training.trainer import Trainer
+    from teamplay.training.run.trainer import Trainer
+    from teamplay.training.store.metrics import generated_tokens
 
     trainers, measured = [], []
     try:

@@ -324,7 +324,7 @@ class GPUCheck:
 
     def check_training_step(self) -> None:
         from teamplay.config import TrainConfig, build_config
-        from teamplay.training.trainer import Trainer
+        from teamplay.training.run.trainer import Trainer
         from tests.training.fixtures import FirstTokenTask
 
         r = self.report
@@ -350,7 +350,7 @@ class GPUCheck:
 
     def check_learner_on_gpu(self) -> None:
         from teamplay.config import TrainConfig, build_config
-        from teamplay.training.trainer import Trainer
+        from teamplay.training.run.trainer import Trainer
         from tests.training.fixtures import FirstTokenTask
 
         r = self.report

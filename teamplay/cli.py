@@ -6,7 +6,7 @@ printed as one ``error:`` line with exit status 2, never wrapped, even when stde
 traceback means a bug in teamplay. teamplay's warnings (a damaged checkpoint skipped by
 ``--resume auto``, a torn metrics line dropped by ``report``) are one ``warning:`` line each.
 SIGTERM or SIGINT during ``train``, ``sweep`` or ``federate`` stops at the next safe point with a
-checkpoint, one ``warning:`` line and exit status 75 (``teamplay.training.preemption``).
+checkpoint, one ``warning:`` line and exit status 75 (``teamplay.training.run.preemption``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from rich.table import Table
 from teamplay.config import EvalConfig, load_config
 from teamplay.errors import TeamplayError, TeamplayWarning
 from teamplay.registry import is_plugin_spec
-from teamplay.training.preemption import Interrupted, Preempted
+from teamplay.training.run.preemption import Interrupted, Preempted
 
 # transformers 5 warns about its own deprecated attribute each time peft builds LoRA layers: noise
 # for a user, nothing they can change.
@@ -109,7 +109,7 @@ def build_eval_team(cfg: EvalConfig, item_limit: int | None = None, controller_m
     """What ``eval`` and ``play`` both build from an EvalConfig: the task and its items, the
     controllers (tables from ``model.checkpoint``), the env factory, the team and the backend.
     ``item_limit`` replaces ``task.limit``; ``controller_mode`` overrides the configured mode."""
-    from teamplay.training.setup import build_backend, env_factory, load_controllers, load_items
+    from teamplay.training.wiring.setup import build_backend, env_factory, load_controllers, load_items
 
     task_cfg = cfg.task if item_limit is None else cfg.task.model_copy(update={"limit": item_limit})
     task_obj, items = load_items(task_cfg)
@@ -169,9 +169,9 @@ def eval_command(
              "and print both side by side."),
 ) -> None:
     """Evaluate a team on a benchmark: accuracy, cost and correction metrics."""
-    from teamplay.training.evaluation import evaluate
-    from teamplay.training.rollout import RolloutRunner
-    from teamplay.training.setup import env_factory, sampling_params
+    from teamplay.training.play.evaluation import evaluate
+    from teamplay.training.play.rollout import RolloutRunner
+    from teamplay.training.wiring.setup import env_factory, sampling_params
 
     overrides = _shortcut_overrides(**{
         "task.name": task, "task.split": split, "task.source": source, "task.limit": limit,
@@ -282,8 +282,8 @@ def play_command(
     team: Path | None = TeamOpt,
 ) -> None:
     """Run one problem and print the dialogue as it happens."""
-    from teamplay.training.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.setup import sampling_params
+    from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.wiring.setup import sampling_params
 
     overrides = _shortcut_overrides(**{
         "task.name": task, "task.source": source, "protocol.name": protocol, "model.name": model,
@@ -324,7 +324,7 @@ def build_serve_engine(cfg: EvalConfig):
     """The ``TeamEngine`` that ``serve`` puts behind its API: the team ``eval`` would evaluate
     (``build_eval_team``), the task's items indexed for reference look-up."""
     from teamplay.serving.engine import TeamEngine
-    from teamplay.training.setup import sampling_params
+    from teamplay.training.wiring.setup import sampling_params
 
     task_obj, items, _, make_env, _, backend_obj = build_eval_team(cfg)
     return TeamEngine(task_obj, items, make_env, backend_obj, sampling_params(cfg.sampling), cfg.protocol.name,
@@ -421,7 +421,7 @@ def train_command(
     """Train a team: rollouts, credit, per-role LoRA updates, held-out eval, checkpoints."""
     from teamplay.config import TrainConfig
     from teamplay.distributed.compose import make_trainer
-    from teamplay.training.run_folder import check_run_folder
+    from teamplay.training.store.run_folder import check_run_folder
 
     overrides = _shortcut_overrides(**{"output_dir": output, "steps": steps}) + list(set_)
     cfg = load_config(TrainConfig, config, overrides)
@@ -479,7 +479,7 @@ def sweep_command(
     from teamplay.config import TrainConfig, read_yaml
     from teamplay.distributed.compose import make_trainer
     from teamplay.errors import ConfigError
-    from teamplay.training.sweep import parse_grid, parse_seeds, plan, run_sweep, write_results
+    from teamplay.training.experiments.sweep import parse_grid, parse_seeds, plan, run_sweep, write_results
 
     if parallel < 1:
         raise ConfigError(f"--parallel: at least 1 run at a time, got {parallel}")
@@ -633,7 +633,7 @@ def credit_command(
     if folder is None or method is None:
         raise TeamplayError("credit: give FOLDER and --method to credit saved episodes, or --card METHOD|all")
     from teamplay.config import parse_overrides
-    from teamplay.training.saved_credit import credit_saved
+    from teamplay.training.experiments.saved_credit import credit_saved
 
     rows = credit_saved(folder, method, dict(parse_overrides(set_)))
     table = Table(title=f"credit {method} on {folder} ({len(rows)} utterances)")
@@ -655,7 +655,7 @@ def credit_command(
 def _credit_check(methods: list[str], config: Path, problems: int, group: int, samples: int) -> None:
     """``teamplay credit --check``: the fidelity table of ``methods`` on the config's team and task."""
     from teamplay.config import TrainConfig
-    from teamplay.training.fidelity_check import THRESHOLD, check_fidelity
+    from teamplay.training.experiments.fidelity_check import THRESHOLD, check_fidelity
 
     if not methods:
         raise TeamplayError("credit --check: name at least one method, e.g. --check grpo,shapley")

@@ -53,6 +53,15 @@ INNER_FLOORS = {
         "catalog": 3,  # the built-in tasks
         "__init__": 4,
     },
+    "training": {
+        # the bottom three import no other room: what a run keeps on disk, the policy update, playing episodes
+        "store": 0, "learn": 0, "play": 0,
+        "wiring": 1,  # a run's parts built from its config, check_run
+        "step": 2,  # one step's stages
+        "run": 3,  # the trainer, its parts, run state, held-out evaluations
+        "experiments": 4,  # sweeps, saved credit, controller training, the fidelity check
+        "__init__": 5,
+    },
 }
 
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from teamplay.cli import app
 from teamplay.credit import CREDIT, credit_methods
 from teamplay.envs.protocols import protocol_names
-from teamplay.training.setup import TRAINER_RESOURCES
+from teamplay.training.wiring.setup import TRAINER_RESOURCES
 from tests.tiny import save_tiny, tiny_train_config
 
 runner = CliRunner()

@@ -1,6 +1,6 @@
 """The README's Layout is the tree: every top-level module and package of ``teamplay`` is in it,
 every ``*.py`` it names exists, and the packages it describes file by file (the step and run shell,
-Ray, Flower, serving) list every module they hold."""
+Ray, Flower, serving) list every module they hold (those in sub-packages too)."""
 
 from __future__ import annotations
 
@@ -52,12 +52,12 @@ def test_packages_described_file_by_file_list_every_module():
     by_entry = entries(layout_block())
     for package in LISTED_FILE_BY_FILE:
         text = by_entry[package]
-        modules = sorted(p.stem for p in (PACKAGE / package).glob("*.py") if p.stem != "__init__")
+        modules = sorted(p.stem for p in (PACKAGE / package).rglob("*.py") if p.stem != "__init__")
         assert [m for m in modules if f"{m}.py" not in text] == [], package
 
 
 #: packages split into rooms (sub-packages) whose Layout entry names each room as ``room/``
-ROOMS_NAMED = {"credit": "credit", "envs/tasks": "envs"}
+ROOMS_NAMED = {"credit": "credit", "envs/tasks": "envs", "training": "training"}
 
 
 def test_packages_in_rooms_name_every_room():

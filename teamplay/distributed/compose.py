@@ -3,7 +3,7 @@ federated site and server, the benchmarks) builds its trainer here, so ``distrib
 ``model.device`` mean the same whichever way a run is started.
 
 ``make_trainer(cfg, ...)`` is ``Trainer(cfg, ...)`` with the parts the config asks for: in-process
-(``teamplay.training.parts.local_parts``) without ``distributed:``, a Ray rollout pool and learner
+(``teamplay.training.run.parts.local_parts``) without ``distributed:``, a Ray rollout pool and learner
 group (``teamplay.distributed.parts.ray_parts``) with it.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from teamplay.config import TrainConfig
-from teamplay.training.parts import PartsFactory, local_parts
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.parts import PartsFactory, local_parts
+from teamplay.training.run.trainer import Trainer
 
 
 def parts_for(cfg: TrainConfig) -> PartsFactory:

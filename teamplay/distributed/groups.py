@@ -35,8 +35,8 @@ from teamplay.distributed.actors import ActorGroup, OnActors
 from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
-from teamplay.training.rollout import RolloutJob, RolloutRunner, RolloutStats
-from teamplay.training.setup import lora_settings, mixed_backend
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats
+from teamplay.training.wiring.setup import lora_settings, mixed_backend
 
 
 def group_spec(spec: WorkerSpec, base: str, adapters: Sequence[str]) -> WorkerSpec:

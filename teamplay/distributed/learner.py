@@ -22,7 +22,7 @@ shards the frozen base and the LoRA parameters with torch's FSDP2 ``fully_shard`
 layer, then the root), so a rank holds 1/world of the weights, optimiser moments included.
 FSDP2's reduce-scatter averages the ranks' gradients in backward (times the world size, the sum the
 all-reduce above gives) and the updater runs the ranks' passes in lock step (see
-``teamplay.training.update``). The checkpoint format does not change: adapters and AdamW moments
+``teamplay.training.learn.update``). The checkpoint format does not change: adapters and AdamW moments
 are gathered to full tensors for the driver (every rank joins the gather; rank 0's copy is used),
 and a full optimiser state from a checkpoint is sharded again on load, so a run resumes with
 either strategy, or single-process. With one learner rank there is nothing to shard over and
@@ -46,7 +46,7 @@ from teamplay.distributed.actors import ActorGroup
 from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import TeamplayError
-from teamplay.training.samples import PolicySample
+from teamplay.training.learn.samples import PolicySample
 
 #: what gloo / NCCL report when a peer process is gone
 _LOST_PEER = re.compile(r"gloo|nccl|connection (closed|reset)|peer|broken pipe", re.IGNORECASE)
@@ -107,7 +107,7 @@ class LearnerRank:
     """One rank of the learner (the body of a Ray actor)."""
 
     def __init__(self, cfg: TrainConfig, team: Team, rank: int, world: int) -> None:
-        from teamplay.training.setup import build_team_model
+        from teamplay.training.wiring.setup import build_team_model
 
         torch.set_num_threads(1)
         torch.manual_seed(cfg.seed)
@@ -121,8 +121,8 @@ class LearnerRank:
         # the optimiser and updater are built in init_group, after FSDP2 (if any) replaced the parameters
 
     def _build_optimizer(self) -> None:
-        from teamplay.training.parts import build_optimizer
-        from teamplay.training.update import PolicyUpdater
+        from teamplay.training.learn.update import PolicyUpdater
+        from teamplay.training.run.parts import build_optimizer
 
         cfg, trainable = self.cfg, self.trainable
         params = {a: self.team_model.adapter_parameters(a) for a in trainable}

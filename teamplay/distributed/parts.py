@@ -1,5 +1,5 @@
 """A trainer's parts on a Ray cluster: rollouts on worker actors, the update on a data-parallel
-learner group (``teamplay.training.parts`` defines the two interfaces).
+learner group (``teamplay.training.run.parts`` defines the two interfaces).
 
 The trainer (in the driver process) keeps what makes a run a run: the data order, the schedule,
 credit, metrics, evaluation bookkeeping and checkpoints, exactly as in-process. Two parts of a step
@@ -36,10 +36,10 @@ from teamplay.distributed.rollout import RolloutPool, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, SamplingParams
-from teamplay.training.parts import OptimizerOwner
-from teamplay.training.rollout import RolloutJob
-from teamplay.training.samples import PolicySample
-from teamplay.training.setup import RunParts, rollout_sampling
+from teamplay.training.learn.samples import PolicySample
+from teamplay.training.play.rollout import RolloutJob
+from teamplay.training.run.parts import OptimizerOwner
+from teamplay.training.wiring.setup import RunParts, rollout_sampling
 
 Pool = RolloutPool | BaseGroupsPool
 

@@ -34,7 +34,7 @@ from teamplay.config import BackendConfig, ModelConfig, WorkerResources
 from teamplay.distributed.actors import ActorGroup, OnActors
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, TurnRequest
-from teamplay.training.rollout import RolloutJob, RolloutRunner, RolloutStats
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class RolloutWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         import torch
 
-        from teamplay.training.setup import build_backend, build_team_model
+        from teamplay.training.wiring.setup import build_backend, build_team_model
 
         torch.set_num_threads(1)  # a worker per core: intra-op threads would fight over the cores
         self.spec = spec

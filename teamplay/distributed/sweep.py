@@ -2,7 +2,7 @@
 
     teamplay sweep -c C --grid credit.method=grpo,shapley --seeds 0,1,2 --parallel 3 [--address HOST:PORT]
 
-Same steps as the sequential ``teamplay.training.sweep.run_sweep``: the manifest is written (or
+Same steps as the sequential ``teamplay.training.experiments.sweep.run_sweep``: the manifest is written (or
 checked) first; every run is readied in run order (finished runs skipped, a run with a checkpoint
 resumed, a run killed before its first checkpoint started again); each finished run gets its
 ``done.json`` and the results table is rewritten. Only the order in which runs finish changes, and
@@ -20,7 +20,7 @@ as is. Run folders must be on storage every node sees.
 A run that fails stops the sweep with its own error; the runs still in flight are cancelled (their
 checkpoints let the next invocation resume them).
 
-SIGTERM or SIGINT to the driver stops the sweep cleanly (``teamplay.training.preemption``): no run
+SIGTERM or SIGINT to the driver stops the sweep cleanly (``teamplay.training.run.preemption``): no run
 is started after it, and the driver writes the file ``SWEEP/stop.request`` (the signal number),
 which every task polls (``STOP_POLL_S``) and turns into its trainer's preemption flag: each run in
 flight stops at its next safe point with the checkpoint of its last completed step, as a
@@ -40,8 +40,8 @@ from typing import Any
 from teamplay.config import DistributedConfig, TrainConfig, build_config
 from teamplay.distributed.cluster import connect, import_ray
 from teamplay.errors import ConfigError, TeamplayError
-from teamplay.training.preemption import Preempted, Preemption, preemption_handlers
-from teamplay.training.sweep import Sweep, SweepRun, finish_run, pending_runs
+from teamplay.training.experiments.sweep import Sweep, SweepRun, finish_run, pending_runs
+from teamplay.training.run.preemption import Preempted, Preemption, preemption_handlers
 
 #: the file in the sweep folder by which the driver asks its tasks to stop (holds the signal number)
 STOP_FILE = "stop.request"

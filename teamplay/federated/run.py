@@ -5,7 +5,7 @@ machines, see the README); only this launcher is simulation-specific. Sites run 
 ``federated.client_cpus`` CPUs each, the server in this process (in a thread of Flower's).
 
 SIGTERM and SIGINT: this launcher installs the preemption handlers in the main thread, from the
-model loading on (``teamplay.training.preemption``); the server, in Flower's thread, reads the same
+model loading on (``teamplay.training.run.preemption``); the server, in Flower's thread, reads the same
 flag (``FederatedServer.run``), stops at its next safe point and raises ``Preempted``, which ends the
 simulation and comes out of ``run_federated``. Ray is started here, before the simulation, because
 ``ray.init`` replaces the process's SIGTERM handler with one that exits at once (a SIGTERM during
@@ -26,7 +26,7 @@ from typing import Any
 from teamplay.config import FederatedConfig
 from teamplay.federated.client import make_client_app
 from teamplay.federated.server import FederatedServer
-from teamplay.training.preemption import preemption_handlers
+from teamplay.training.run.preemption import preemption_handlers
 
 
 def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None) -> FederatedServer:
@@ -36,7 +36,7 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
     server partitions the training pool when it is built. SIGTERM or SIGINT: ``Preempted`` after
     the last completed round, or ``Interrupted`` on a second signal (module doc).
     """
-    from teamplay.training.setup import check_run
+    from teamplay.training.wiring.setup import check_run
 
     check_run(cfg)  # task, protocol, credit method and its resources, before any data or model
     with preemption_handlers() as preemption:

@@ -24,7 +24,7 @@ it waits). One round:
 ``--resume auto`` reads the latest checkpoint and continues with the next round; each site
 restores its own state of the last round the server aggregated it in (``teamplay.federated.client``).
 
-SIGTERM or SIGINT stops the run cleanly (``teamplay.training.preemption``, as ``teamplay train``):
+SIGTERM or SIGINT stops the run cleanly (``teamplay.training.run.preemption``, as ``teamplay train``):
 the round under way is abandoned at its next safe point before its checkpoint (while the server
 waits for replies, before it aggregates them, before each turn of its held-out evaluation) and
 nothing of it is kept; a round past its evaluation is logged and checkpointed first. Abandoning is
@@ -64,7 +64,7 @@ from teamplay.config import FederatedConfig
 from teamplay.errors import ConfigError
 from teamplay.federated.strategy import ServerState, TeamStrategy
 from teamplay.federated.wire import get_vector, param_layout, set_vector
-from teamplay.training.preemption import Preempted, Preemption, StopRequested, preemption_handlers
+from teamplay.training.run.preemption import Preempted, Preemption, StopRequested, preemption_handlers
 
 #: seconds between polls for a round's replies, the longest a signal waits to abandon the wait
 #: (Flower's own ``send_and_receive`` polls every 0.1 s in simulation, every 3 s in deployment)
@@ -80,8 +80,8 @@ class FederatedServer:
 
     def __init__(self, cfg: FederatedConfig, resume: str | None = None, on_round=None) -> None:
         from teamplay.federated.client import shards
-        from teamplay.training.rollout import RolloutRunner
-        from teamplay.training.setup import (
+        from teamplay.training.play.rollout import RolloutRunner
+        from teamplay.training.wiring.setup import (
             build_backend,
             build_team_model,
             env_factory,
@@ -115,7 +115,7 @@ class FederatedServer:
         self.runner = RolloutRunner(make_env, backend, sampling_params(cfg.eval_sampling),
                                     max_batch=cfg.backend.max_batch, before_generate=lambda: self.preemption.check())
         self.strategy = TeamStrategy(cfg, self.layout.size, shard_sizes)
-        #: set by SIGTERM/SIGINT while ``run`` runs (``teamplay.training.preemption``)
+        #: set by SIGTERM/SIGINT while ``run`` runs (``teamplay.training.run.preemption``)
         self.preemption = Preemption()
         #: the round of the checkpoint written or restored last (0: none)
         self.saved_round = 0
@@ -190,12 +190,12 @@ class FederatedServer:
         done = self.saved_round
         if done == 0:
             return Preempted(signum, "before round 1 finished; no checkpoint written yet")
-        from teamplay.training.checkpoint import checkpoint_dir
+        from teamplay.training.store.checkpoint import checkpoint_dir
 
         return Preempted(signum, f"after round {done}; checkpoint {checkpoint_dir(self.run_dir, done).name} written")
 
     def _evaluate(self) -> dict[str, Any]:
-        from teamplay.training.evaluation import evaluate
+        from teamplay.training.play.evaluation import evaluate
 
         _, metrics = evaluate(self.runner, self.eval_task, self.eval_items, seed=self.cfg.seed)
         return metrics.to_dict()
@@ -205,8 +205,8 @@ class FederatedServer:
         """The global adapters, the server state and the config, in a checkpoint folder of the trainer's
         format (``checkpoint.write_checkpoint``: written whole or not at all, with a manifest of
         SHA-256 sums), named by round."""
-        from teamplay.training.checkpoint import write_checkpoint
-        from teamplay.training.nonfinite import check_finite_adapters
+        from teamplay.training.learn.nonfinite import check_finite_adapters
+        from teamplay.training.store.checkpoint import write_checkpoint
 
         params = {a: self.team_model.adapter_parameters(a) for a in self.trainable}
         check_finite_adapters(params, f"checkpoint round {self.state.round}")
@@ -223,8 +223,8 @@ class FederatedServer:
     def _resume(self, resume: str) -> None:
         """Continue from the newest intact checkpoint (``auto``; damaged ones are skipped with a
         warning) or the one at ``resume``; a damaged or foreign folder is a one-line error."""
-        from teamplay.training.checkpoint import verify_checkpoint
-        from teamplay.training.resume import resume_path
+        from teamplay.training.store.checkpoint import verify_checkpoint
+        from teamplay.training.store.resume import resume_path
 
         path = resume_path(self.run_dir, resume, SERVER_FILES)  # "auto": verified already
         if path is None:

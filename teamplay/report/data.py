@@ -2,7 +2,7 @@
 
 Two folder kinds are recognised (see ``load_folder``):
 
-* a **run** folder written by ``teamplay train`` (``teamplay/training/trainer.py``):
+* a **run** folder written by ``teamplay train`` (``teamplay/training/run/trainer.py``):
   ``config.yaml``, ``metrics.jsonl`` (one ``{"step": s, ...}`` object per line) and, optionally,
   ``episodes.jsonl`` (one credited episode per line: ``{"step": s, **Episode.to_dict(),
   "advantages": [one float per message]}``, with token-level credit also ``"token_advantages"``
@@ -31,7 +31,7 @@ from typing import Any
 from teamplay.config import read_yaml
 from teamplay.errors import DataError, TeamplayError, TeamplayWarning
 from teamplay.records import Episode
-from teamplay.training.evaluation import EvalMetrics
+from teamplay.training.play.evaluation import EvalMetrics
 
 RUN_MARKERS = ("metrics.jsonl", "config.yaml")
 EVAL_MARKER = "results.json"

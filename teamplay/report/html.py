@@ -21,7 +21,7 @@ from teamplay.report.data import EvalData, RunData
 from teamplay.report.markup import MISSING, esc, fmt, fmt_signed, note, table
 from teamplay.report.plots import PALETTE, Plot
 from teamplay.report.transcripts import BROWSER_SCRIPT, transcript_browser
-from teamplay.training.evaluation import EvalMetrics
+from teamplay.training.play.evaluation import EvalMetrics
 
 Input = RunData | EvalData
 

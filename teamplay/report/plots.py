@@ -31,8 +31,8 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from teamplay.atomic import write_atomically  # noqa: E402
 from teamplay.report.analysis import FREE_RIDER_THRESHOLD, agent_credit  # noqa: E402
 from teamplay.report.data import RunData, StepMetrics  # noqa: E402
-from teamplay.training.evaluation import EvalMetrics  # noqa: E402
-from teamplay.training.sweep import t_quantile_975  # noqa: E402
+from teamplay.training.experiments.sweep import t_quantile_975  # noqa: E402
+from teamplay.training.play.evaluation import EvalMetrics  # noqa: E402
 
 # Colour-blind-safe palette (Okabe-Ito), first two used for run A and run B of a comparison.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")

@@ -38,8 +38,8 @@ from teamplay.report.plots import (
     mathtext_safe,
     plot_learning_curves,
 )
-from teamplay.training.metrics import read_metrics
-from teamplay.training.sweep import Cell, Results, Sweep, is_done, load_sweep, summarize
+from teamplay.training.experiments.sweep import Cell, Results, Sweep, is_done, load_sweep, summarize
+from teamplay.training.store.metrics import read_metrics
 
 Groups = Sequence[tuple[str, Sequence[RunData]]]
 #: final held-out metrics drawn as bars with intervals (prefixes of the results' metric names)

@@ -38,7 +38,7 @@ from teamplay.agents.backends.base import GenerationBackend
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams, TaskItem
-from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from teamplay.serving.team_file import (
     read_team_file,
     spec_file,
 )
-from teamplay.training.setup import EXPORT_TEAM_FILE
+from teamplay.training.wiring.setup import EXPORT_TEAM_FILE
 
 _STEP = re.compile(r"^step-(\d+)$")
 
@@ -94,7 +94,7 @@ def run_eval_data(cfg: TeamTrainingConfig, checkpoint: Path) -> dict:
 def find_run(path: Path) -> RunSource:
     """The checkpoint, run folder and training config of a run folder (its latest checkpoint) or of
     one checkpoint folder; ConfigError when ``path`` is neither, CheckpointError naming a damaged file."""
-    from teamplay.training.checkpoint import CONFIG_YAML, resolve_checkpoint_dir
+    from teamplay.training.store.checkpoint import CONFIG_YAML, resolve_checkpoint_dir
 
     path = Path(path)
     if not path.is_dir():
@@ -139,7 +139,7 @@ def export_team(run: Path, out: Path, *, force: bool = False, license: str | Non
     holds the run. The export is written beside ``out`` and renamed into place, so a failure
     (a full disk) leaves ``out`` as it was.
     """
-    from teamplay.training.checkpoint import resolve_adapters_dir
+    from teamplay.training.store.checkpoint import resolve_adapters_dir
 
     run, out = Path(run), Path(out)
     if (run / EXPORT_TEAM_FILE).is_file():
@@ -176,7 +176,7 @@ def describe_team(source: RunSource) -> TeamFile:
     the held-out task with its answer format, the eval decoding, and the controller tables."""
     from teamplay.envs.protocols import get_protocol
     from teamplay.envs.tasks import get_task
-    from teamplay.training.setup import load_controllers
+    from teamplay.training.wiring.setup import load_controllers
 
     cfg = source.config
     protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)

@@ -57,7 +57,7 @@ from teamplay.records import Episode, TurnRequest, derived_seed
 from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
 
 # RolloutRunner's turn seeds, so a seeded request served here gets the episodes a run of it alone gets
-from teamplay.training.rollout import SEED_STRIDE
+from teamplay.training.play.rollout import SEED_STRIDE
 
 #: most waits of max_wait_s for company when a first request finds the server idle
 GATHER_ROUNDS = 10

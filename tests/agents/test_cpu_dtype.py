@@ -44,7 +44,7 @@ def test_building_a_bfloat16_team_on_such_a_cpu_warns_once(monkeypatch, tmp_path
     from teamplay.agents.roles import Role, Team
     from teamplay.config import ModelConfig
     from teamplay.errors import TeamplayWarning
-    from teamplay.training.setup import build_team_model
+    from teamplay.training.wiring.setup import build_team_model
     from tests.tiny import save_tiny
 
     cpu(monkeypatch, True, False, False)

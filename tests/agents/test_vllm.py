@@ -14,7 +14,7 @@ from teamplay.agents.team_model import TeamModel
 from teamplay.config import BackendConfig, EvalConfig, ModelConfig, TrainConfig, build_config
 from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
 from teamplay.records import ChatMessage, SamplingParams, TurnRequest
-from teamplay.training.setup import build_backend
+from teamplay.training.wiring.setup import build_backend
 from tests.agents import fake_vllm
 from tests.tiny import save_tiny
 
@@ -121,7 +121,7 @@ def test_engine_options_the_cpu_build_cannot_run_are_refused_in_one_line(monkeyp
 
 
 def test_trainer_sizes_the_engine_for_its_longest_sampling_section(monkeypatch, tmp_path, tiny_folder):
-    from teamplay.training.trainer import Trainer
+    from teamplay.training.run.trainer import Trainer
     from tests.training.fixtures import FirstTokenTask
 
     fake = fake_vllm.install(monkeypatch)
@@ -139,7 +139,7 @@ def test_trainer_sizes_the_engine_for_its_longest_sampling_section(monkeypatch, 
 
 def test_a_trainer_stops_the_engine_its_run_started_and_never_one_passed_in(monkeypatch, tmp_path, tiny_folder):
     from teamplay.agents.backends.vllm import VLLMBackend
-    from teamplay.training.trainer import Trainer
+    from teamplay.training.run.trainer import Trainer
     from tests.training.fixtures import FirstTokenTask
 
     fake = fake_vllm.install(monkeypatch)

@@ -14,10 +14,10 @@ from teamplay.config import ControllerConfig, EvalConfig, ProtocolConfig, TrainC
 from teamplay.envs.protocols.base import TurnDecision, TurnSpec
 from teamplay.errors import ConfigError
 from teamplay.records import ControllerDecision, Episode, Generation, Message, SamplingParams, TurnRequest
-from teamplay.training.controller_training import train_controllers
-from teamplay.training.controllers import TeamControllers, speak_rates
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.setup import env_factory
+from teamplay.training.experiments.controller_training import train_controllers
+from teamplay.training.play.controllers import TeamControllers, speak_rates
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.setup import env_factory
 from tests.envs.fakes import ITEMS, FakeTask, oracle
 
 REVIEW_STATE = ("controller", "vote_0", "last")  # the review of a 3-round dialogue (round 2 of 3)

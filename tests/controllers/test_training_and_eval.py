@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from teamplay.agents.roles import Role, Team
 from teamplay.cli import app
 from teamplay.config import ControllerConfig
-from teamplay.training.checkpoint import list_checkpoints
-from teamplay.training.controllers import TeamControllers
-from teamplay.training.setup import load_controllers
+from teamplay.training.play.controllers import TeamControllers
+from teamplay.training.store.checkpoint import list_checkpoints
+from teamplay.training.wiring.setup import load_controllers
 from tests.training.test_trainer import make_trainer
 
 TEAM = Team(roles=(Role(name="proposer"), Role(name="reviewer")))

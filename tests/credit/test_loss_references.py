@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from teamplay.credit.values.group import batch_std, group_advantage
-from teamplay.training.losses import grpo_loss, gspo_loss
+from teamplay.training.learn.losses import grpo_loss, gspo_loss
 
 TOL = 1e-6
 

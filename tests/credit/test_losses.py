@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from teamplay.training.losses import LossStats, grpo_loss, gspo_loss, k3_kl
+from teamplay.training.learn.losses import LossStats, grpo_loss, gspo_loss, k3_kl
 
 
 def test_k3_values():

@@ -12,7 +12,7 @@ from teamplay.credit.methods.oracle import OracleOptions, oracle_values
 from teamplay.envs.tasks.catalog.tuples import TupleTask
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import DataError
-from teamplay.training.credit_stage import protocol_scorer
+from teamplay.training.step.credit_stage import protocol_scorer
 from tests.envs.fakes import ITEMS, FakeTask, play
 
 K = 4

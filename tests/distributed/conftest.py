@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from teamplay.training.samples import PolicySample
+from teamplay.training.learn.samples import PolicySample
 from tests.tiny import tiny_model_and_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,10 +22,10 @@ from safetensors.torch import load_file
 
 from teamplay.config import TrainConfig, build_config
 from teamplay.distributed.weights import AdapterWeights
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.samples import PolicySample
-from teamplay.training.setup import build_team_model, sampling_params
-from teamplay.training.update import PolicyUpdater
+from teamplay.training.learn.samples import PolicySample
+from teamplay.training.learn.update import PolicyUpdater
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.setup import build_team_model, sampling_params
 from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
 from tests.training.fixtures import FirstTokenTask
 

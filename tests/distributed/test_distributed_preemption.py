@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from teamplay.envs.tasks.base import TASKS
-from teamplay.training.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
-from teamplay.training.run_folder import RunLock
+from teamplay.training.store.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
+from teamplay.training.store.run_folder import RunLock
 from tests.distributed.test_distributed import train_config
 from tests.federated.fractional_task import FractionalArith
 from tests.reliability.helpers import adapter_tensors, invoke, signal_when, slow_train_script, warning_line

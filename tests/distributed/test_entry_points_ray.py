@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from teamplay.cli import app
-from teamplay.training.sweep import load_sweep
+from teamplay.training.experiments.sweep import load_sweep
 from tests.training.test_sweep import sweep_config
 
 pytest.importorskip("ray")

@@ -9,8 +9,8 @@ import torch
 from teamplay.config import TrainConfig, build_config
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import ConfigError
-from teamplay.training.setup import build_team_model
-from teamplay.training.update import PolicyUpdater
+from teamplay.training.learn.update import PolicyUpdater
+from teamplay.training.wiring.setup import build_team_model
 from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
 
 pytest.importorskip("ray")

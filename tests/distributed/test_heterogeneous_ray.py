@@ -15,8 +15,8 @@ import torch
 
 from teamplay.config import TrainConfig, build_config
 from teamplay.distributed.rollout import RestartEvent
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.setup import sampling_params
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.setup import sampling_params
 from tests.distributed.conftest import save_scaled_tiny
 from tests.training.fixtures import FirstTokenTask
 from tests.training.test_heterogeneous import hetero_settings

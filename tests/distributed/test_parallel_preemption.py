@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from teamplay.cli import app
-from teamplay.training.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
-from teamplay.training.run_folder import RunLock
-from teamplay.training.sweep import load_sweep
+from teamplay.training.experiments.sweep import load_sweep
+from teamplay.training.store.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
+from teamplay.training.store.run_folder import RunLock
 from tests.distributed.test_parallel_sweep import runner, values
 from tests.training.test_sweep import sweep_config
 

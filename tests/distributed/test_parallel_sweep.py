@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from teamplay.cli import app
-from teamplay.training.sweep import load_sweep
+from teamplay.training.experiments.sweep import load_sweep
 from tests.training.test_sweep import sigkill_when, sweep_config
 
 runner = CliRunner()

@@ -49,7 +49,7 @@ def test_distributed_section_rules():
 
 
 def test_a_checkpoint_resumes_with_or_without_ray_and_under_either_learner_strategy(tmp_path):
-    from teamplay.training.resume import check_resumable
+    from teamplay.training.store.resume import check_resumable
 
     single = build_config(TrainConfig, {"seed": 3}).model_dump(mode="json")
     fsdp = build_config(TrainConfig, {"seed": 3, "distributed": {"learner_workers": 2, "learner_strategy": "fsdp"}})

@@ -10,8 +10,8 @@ from teamplay.agents.backends.scripted import ScriptedBackend, format_answer
 from teamplay.config import ProtocolConfig
 from teamplay.envs.tasks import get_task
 from teamplay.records import SamplingParams
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.setup import env_factory
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.setup import env_factory
 
 
 def _requests(protocol: ProtocolConfig, answer=lambda r: format_answer("7")):

@@ -1,4 +1,4 @@
-"""Preemption of ``teamplay federate`` (``teamplay.federated.server``, ``teamplay.training.preemption``):
+"""Preemption of ``teamplay federate`` (``teamplay.federated.server``, ``teamplay.training.run.preemption``):
 SIGTERM or SIGINT abandons the round under way at its next safe point (a round past its held-out
 evaluation ends first); the run stops with one ``warning:`` line and exit status 75, its last
 completed round checkpointed, and ``--resume auto`` then logs the same rounds (all but timing fields)
@@ -31,8 +31,8 @@ from teamplay.agents.team_model import TeamModel
 from teamplay.federated import client as client_module
 from teamplay.federated import run as run_module
 from teamplay.federated.server import FederatedServer
-from teamplay.training.checkpoint import list_checkpoints
-from teamplay.training.preemption import active_preemption
+from teamplay.training.run.preemption import active_preemption
+from teamplay.training.store.checkpoint import list_checkpoints
 from tests.federated.fakes import FakeGrid, log_of, real_sites, tiny_config
 from tests.reliability.helpers import adapter_tensors, invoke, signal_on_call, signal_when, warning_line
 

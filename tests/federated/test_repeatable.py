@@ -65,7 +65,7 @@ def test_two_runs_give_identical_rounds_and_adapters(tmp_path, flower_identity):
 
 def test_a_site_keeps_the_state_it_restored_and_newer_ones(tmp_path):
     from teamplay.federated.client import _prune_states, _state_path
-    from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints
+    from teamplay.training.store.checkpoint import checkpoint_dir, list_checkpoints
 
     def save(round_: int, restored: int) -> None:  # what a site does after a round: write, then prune
         checkpoint_dir(tmp_path, round_).mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import pytest
 from teamplay.config import FederatedConfig, build_config
 from teamplay.federated.server import FederatedServer
 from teamplay.federated.wire import get_vector
-from teamplay.training.checkpoint import CheckpointError, list_checkpoints
+from teamplay.training.store.checkpoint import CheckpointError, list_checkpoints
 from tests.federated.fakes import FRACTIONAL_TASK, FakeGrid, real_sites, tiny_config
 
 

@@ -13,9 +13,9 @@ from teamplay.config import FederatedConfig, build_config
 from teamplay.federated.client import RoundOrder, site_config, train_site
 from teamplay.federated.server import FederatedServer
 from teamplay.federated.wire import get_vector
-from teamplay.training.checkpoint import list_checkpoints, load_checkpoint
-from teamplay.training.run_folder import RunFolderError, claim_run_folder
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.trainer import Trainer
+from teamplay.training.store.checkpoint import list_checkpoints, load_checkpoint
+from teamplay.training.store.run_folder import RunFolderError, claim_run_folder
 from tests.federated.fakes import tiny_config
 
 

@@ -53,7 +53,7 @@ def test_a_site_reply_carries_only_the_update_and_scalar_statistics(tmp_path):
             assert text.encode() not in blob
     # the site kept its state for the next round (optimiser, data position, residual) as an
     # ordinary checkpoint numbered by round
-    from teamplay.training.checkpoint import load_checkpoint
+    from teamplay.training.store.checkpoint import load_checkpoint
 
     saved = load_checkpoint(tmp_path / "sites" / "site-0" / "checkpoints" / "step-000001")
     assert saved.extra["round"] == 1 and saved.state.step == cfg.federated.local_steps

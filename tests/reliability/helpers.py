@@ -144,7 +144,7 @@ def slow_train_script(repo: Path, setup: str = "") -> str:
     late (a signal sent once step 1 is logged arrives during step 2); ``setup`` runs first."""
     head = f"import sys, time\nsys.path.insert(0, {str(repo)!r})"
     return "\n".join([head, textwrap.dedent(setup), textwrap.dedent("""
-        from teamplay.training.trainer import Trainer
+        from teamplay.training.run.trainer import Trainer
         real_step = Trainer.step
         def slow_step(self):
             time.sleep(1.0)

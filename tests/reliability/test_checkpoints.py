@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from teamplay.training.checkpoint import verify_checkpoint, write_manifest
-from teamplay.training.metrics import MetricsLogger
+from teamplay.training.store.checkpoint import verify_checkpoint, write_manifest
+from teamplay.training.store.metrics import MetricsLogger
 from tests.reliability.helpers import adapter_tensors, copy_run, error_line, hostile_pickle, invoke
 
 STEP1, STEP2 = "checkpoints/step-000001", "checkpoints/step-000002"

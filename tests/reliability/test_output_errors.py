@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from teamplay.training import checkpoint
-from teamplay.training.checkpoint import list_checkpoints, verify_checkpoint
+from teamplay.training.store import checkpoint
+from teamplay.training.store.checkpoint import list_checkpoints, verify_checkpoint
 from tests.reliability.helpers import copy_run, error_line, invoke
 
 

@@ -1,4 +1,4 @@
-"""Preemption (``teamplay.training.preemption``): SIGTERM or SIGINT stops ``teamplay train`` and a
+"""Preemption (``teamplay.training.run.preemption``): SIGTERM or SIGINT stops ``teamplay train`` and a
 sequential ``teamplay sweep`` at the next safe point, with a checkpoint of the last completed step,
 one ``warning:`` line, exit status 75 and the run lock released; ``--resume auto`` then reaches the
 metrics, episodes and adapters of a run never interrupted. A second signal stops at once (128 + N)
@@ -26,18 +26,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from teamplay.training import checkpoint, held_out
-from teamplay.training import trainer as trainer_module
-from teamplay.training.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
-from teamplay.training.preemption import (
+from teamplay.training.experiments.sweep import parse_grid, plan, run_sweep
+from teamplay.training.run import held_out
+from teamplay.training.run import trainer as trainer_module
+from teamplay.training.run.preemption import (
     SIGNALS,
     UNLOGGED_STEP,
     Interrupted,
     Preempted,
     preemption_handlers,
 )
-from teamplay.training.run_folder import RunLock
-from teamplay.training.sweep import parse_grid, plan, run_sweep
+from teamplay.training.store import checkpoint
+from teamplay.training.store.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
+from teamplay.training.store.run_folder import RunLock
 from tests.reliability.helpers import (
     EVEN_TASK,
     adapter_tensors,

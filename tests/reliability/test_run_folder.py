@@ -41,7 +41,7 @@ def test_overwrite_and_resume_together_are_refused(tmp_path, trained):
 HOLDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {repo!r})
-    from teamplay.training.run_folder import RunLock
+    from teamplay.training.store.run_folder import RunLock
     with RunLock(sys.argv[1]):
         print("locked", flush=True)
         sys.stdin.readline()        # hold the lock until the test closes stdin

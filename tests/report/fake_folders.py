@@ -1,5 +1,5 @@
 """Fake run and eval folders for report tests, written line by line as the trainer and
-``teamplay eval -o`` write them (see teamplay/training/trainer.py and the eval command).
+``teamplay eval -o`` write them (see teamplay/training/run/trainer.py and the eval command).
 
 The fake run has 5 steps and a two-agent proposer/reviewer team. Its logged episodes are built so
 that the reviewer is a free rider: in episodes the team gets right, the proposer's messages carry

@@ -15,7 +15,7 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.team_env import TeamEnv
 from teamplay.report import RunData, load_folder, report_command
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.trainer import Trainer
 from tests.training.fixtures import FirstTokenTask, tiny_team_model
 
 

@@ -16,7 +16,7 @@ from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.config import EvalConfig, build_config
 from teamplay.serving.engine import TeamEngine
 from teamplay.serving.server import ServeLimits, create_app, serve
-from teamplay.training.setup import env_factory, load_items, sampling_params
+from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
 
 def main(turn_s: float, drain_s: float, protocol: str = "single") -> None:

@@ -27,10 +27,10 @@ from teamplay.errors import ConfigError
 from teamplay.serving.card import card_metadata, default_license
 from teamplay.serving.export import describe_team, export_team, find_run, load_team_config
 from teamplay.serving.team_file import TeamFile, read_team_file
-from teamplay.training.checkpoint import TrainerState, save_checkpoint
-from teamplay.training.controllers import TeamControllers
-from teamplay.training.evaluation import EvalMetrics
-from teamplay.training.setup import build_team_model, load_controllers
+from teamplay.training.play.controllers import TeamControllers
+from teamplay.training.play.evaluation import EvalMetrics
+from teamplay.training.store.checkpoint import TrainerState, save_checkpoint
+from teamplay.training.wiring.setup import build_team_model, load_controllers
 from tests.tiny import save_tiny
 
 TEAM = Team(roles=(Role(name="proposer"), Role(name="reviewer")))

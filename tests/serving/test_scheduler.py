@@ -14,7 +14,7 @@ from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.config import EvalConfig, build_config
 from teamplay.serving.engine import EpisodeRequest, TeamEngine
 from teamplay.serving.scheduler import BatcherClosed, ContinuousBatcher
-from teamplay.training.setup import env_factory, load_items, sampling_params
+from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
 
 class LoggingBackend(ScriptedBackend):

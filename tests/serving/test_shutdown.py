@@ -115,7 +115,7 @@ def test_a_client_that_disconnects_while_queued_gives_up_its_place():
     from teamplay.agents.backends.scripted import ScriptedBackend
     from teamplay.config import EvalConfig, build_config
     from teamplay.serving.engine import TeamEngine
-    from teamplay.training.setup import env_factory, load_items, sampling_params
+    from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})
     task, items = load_items(cfg.task)

@@ -10,8 +10,8 @@ from teamplay.agents.backends.hf import HFBackend
 from teamplay.config import TrainConfig, build_config
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.team_env import TeamEnv
-from teamplay.training import setup
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.trainer import Trainer
+from teamplay.training.wiring import setup
 from tests.training.fixtures import FirstTokenTask, tiny_team_model
 
 

@@ -41,7 +41,7 @@ def test_continuation_sum_is_reward_minus_v0_on_real_episodes(tmp_path):
     # still telescope to R - V(0) exactly (mode mean_only: no scaling)
     trainer = make_trainer(tmp_path, {"protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
                                       "credit": {"method": "continuation"}}, protocol="proposer_reviewer")
-    from teamplay.training.rollout import RolloutJob
+    from teamplay.training.play.rollout import RolloutJob
 
     items = trainer.items[:1]
     episodes = trainer.runner.run([RolloutJob(item=items[0], group_id="g")] * 3, seed=3)

@@ -7,8 +7,8 @@ import torch
 
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.training.setup import resolve_device
-from teamplay.training.update import _pad
+from teamplay.training.learn.update import _pad
+from teamplay.training.wiring.setup import resolve_device
 
 
 def test_auto_is_the_gpu_when_torch_sees_one(monkeypatch):

@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from teamplay.training.evaluation import untrained_eval_key
+from teamplay.training.play.evaluation import untrained_eval_key
 from tests.training.test_trainer import make_trainer
 
 
@@ -64,7 +64,7 @@ def test_an_unreadable_cache_entry_is_evaluated_again_with_a_warning(tmp_path):
     import pytest
 
     from teamplay.errors import TeamplayWarning
-    from teamplay.training.evaluation import EvalMetrics, cached_untrained_eval
+    from teamplay.training.play.evaluation import EvalMetrics, cached_untrained_eval
 
     metrics = EvalMetrics(episodes=4, team_accuracy=0.5, role_accuracy={"solver": 0.5}, any_agent_right=0.5,
                           initial_accuracy=0.5, wrong_to_right=0.0, right_to_wrong=0.0, tokens_per_problem=3.0,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from teamplay.cli import app
 from teamplay.config import TrainConfig, build_config
-from teamplay.training.fidelity_check import check_fidelity
+from teamplay.training.experiments.fidelity_check import check_fidelity
 from tests.test_counterfactual_cli import LOWER_TASK
 from tests.tiny import save_tiny, tiny_train_config
 

@@ -6,8 +6,8 @@ import torch
 
 from teamplay.agents.multi_base import MultiBaseTeamModel
 from teamplay.config import TrainConfig, build_config
-from teamplay.training.setup import build_team_model
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.trainer import Trainer
+from teamplay.training.wiring.setup import build_team_model
 from tests.tiny import save_tiny
 from tests.training.fixtures import FirstTokenTask
 

@@ -13,7 +13,7 @@ from teamplay.cli import app
 from teamplay.envs.tasks import get_task
 from teamplay.records import Episode, Message, TaskItem
 from teamplay.report import report_command
-from teamplay.training.evaluation import final_text, summarize
+from teamplay.training.play.evaluation import final_text, summarize
 
 SOLUTION = "She sells 16 - 3 - 4 = <<16-3-4=9>>9 eggs.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"
 ITEM = TaskItem(id="gsm8k/test/0", prompt="Janet's ducks ...", reference="18", metadata={"solution": SOLUTION})

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from teamplay.training.losses import grpo_loss, gspo_loss
+from teamplay.training.learn.losses import grpo_loss, gspo_loss
 
 
 @pytest.mark.parametrize("garbage", [math.nan, math.inf, -math.inf])

@@ -18,7 +18,7 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.envs.tasks import get_task
 from teamplay.errors import ConfigError
 from teamplay.records import SamplingParams, TaskItem, TurnRequest
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.trainer import Trainer
 from tests.training.fixtures import tiny_team_model
 
 runner = CliRunner()

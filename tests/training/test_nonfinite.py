@@ -1,4 +1,4 @@
-"""Numbers that go bad in training (``teamplay.training.nonfinite``): a non-finite loss or gradient is
+"""Numbers that go bad in training (``teamplay.training.learn.nonfinite``): a non-finite loss or gradient is
 skipped with one warning and never reaches the adapters; too many in a row stop the run before it
 checkpoints, and the last checkpoint holds the last finite adapters."""
 
@@ -18,8 +18,8 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.credit import CreditOutputError, register_credit
 from teamplay.errors import ConfigError, TeamplayError
 from teamplay.records import TaskItem
-from teamplay.training.checkpoint import list_checkpoints
-from teamplay.training.nonfinite import MAX_ADVANTAGE, NonFiniteError, NonFiniteWarning
+from teamplay.training.learn.nonfinite import MAX_ADVANTAGE, NonFiniteError, NonFiniteWarning
+from teamplay.training.store.checkpoint import list_checkpoints
 from tests.training.fixtures import FirstTokenTask
 from tests.training.test_trainer import make_trainer
 

@@ -17,9 +17,9 @@ from teamplay.config import ProtocolConfig
 from teamplay.credit.audit.fidelity import advantages_from_values, noisy_teammate_values
 from teamplay.envs.tasks import get_task
 from teamplay.records import SamplingParams
-from teamplay.training.oracle import PrefixOracle, first_answer_accuracy
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.setup import env_factory
+from teamplay.training.play.oracle import PrefixOracle, first_answer_accuracy
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.setup import env_factory
 
 
 def _team(solver: str, q: float):

@@ -21,7 +21,7 @@ import pytest
 from teamplay.config import TrainConfig, build_config
 from teamplay.envs.tasks import get_task
 from teamplay.records import TaskItem
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.trainer import Trainer
 from tests.training.fixtures import tiny_team_model
 from tests.training.scripted_team import TeamScript
 
@@ -43,7 +43,7 @@ def table_trainer(tmp_path, credit: dict, first=FIRST) -> tuple[Trainer, TeamScr
     })
     task = get_task("arith")
     backend = TeamScript(first, review)
-    from teamplay.training.setup import env_factory
+    from teamplay.training.wiring.setup import env_factory
 
     _, team = env_factory(task, cfg.protocol, cfg.team)
     return Trainer(cfg, team_model=tiny_team_model(team), backend=backend, task=task, items=[ITEM]), backend

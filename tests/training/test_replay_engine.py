@@ -13,9 +13,9 @@ from teamplay.credit.methods.continuation import boundaries, continuation_advant
 from teamplay.credit.values.replay_query import ReplayQuery
 from teamplay.envs.tasks import get_task
 from teamplay.records import Generation, SamplingParams
-from teamplay.training.replay import RolloutReplayEngine, resolve
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.setup import env_factory
+from teamplay.training.play.replay import RolloutReplayEngine, resolve
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.setup import env_factory
 from tests.training.scripted_team import CatchingReviewer, TeamScript
 from tests.training.test_replay_credit import ITEM, review
 

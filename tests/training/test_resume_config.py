@@ -7,7 +7,7 @@ import pytest
 
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.training.resume import check_resumable, with_defaults
+from teamplay.training.store.resume import check_resumable, with_defaults
 
 
 def _older(config: dict) -> dict:

@@ -12,8 +12,8 @@ from teamplay.envs.protocols import get_protocol
 from teamplay.envs.tasks import get_task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import SamplingParams
-from teamplay.training.evaluation import evaluate
-from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.play.evaluation import evaluate
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from tests.training.fixtures import tiny_team_model
 
 

@@ -1,4 +1,4 @@
-"""The training step's stage records (``teamplay.training.stages``): what a step exposes per group
+"""The training step's stage records (``teamplay.training.step.stages``): what a step exposes per group
 equals what the credit layer gives for those episodes, and the stages alone on hand-made records."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 
 from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.records import Episode, Message, TaskItem
-from teamplay.training.parts import LocalParts
-from teamplay.training.samples import PolicySample, sample_positions
-from teamplay.training.stages import GroupWork, all_credited, make_groups, resolve_token_rows, with_samples
+from teamplay.training.learn.samples import PolicySample, sample_positions
+from teamplay.training.run.parts import LocalParts
+from teamplay.training.step.stages import GroupWork, all_credited, make_groups, resolve_token_rows, with_samples
 from tests.training.test_trainer import make_trainer
 
 

@@ -19,8 +19,7 @@ from typer.testing import CliRunner
 from teamplay.cli import app
 from teamplay.errors import ConfigError
 from teamplay.report import report_command
-from teamplay.training.checkpoint import latest_checkpoint
-from teamplay.training.sweep import (
+from teamplay.training.experiments.sweep import (
     Cell,
     load_sweep,
     parse_grid,
@@ -30,6 +29,7 @@ from teamplay.training.sweep import (
     summarize,
     t_quantile_975,
 )
+from teamplay.training.store.checkpoint import latest_checkpoint
 from tests.tiny import save_tiny
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_grid_and_seed_parsing_and_errors(tmp_path):
 
 
 def test_seeds_first_pairs_seeds_and_resumes_the_grid_order_folder(tmp_path):
-    from teamplay.training.sweep import pending_runs
+    from teamplay.training.experiments.sweep import pending_runs
 
     grid = parse_grid(["credit.method=grpo,shapley,gigpo"])
     sweep = plan(tmp_path, {"steps": 1}, grid, parse_seeds("0,1"))

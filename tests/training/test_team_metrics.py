@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from teamplay.records import Episode, Message
-from teamplay.training.team_metrics import team_metrics
+from teamplay.training.play.team_metrics import team_metrics
 
 
 def correct(answer, _problem_id):

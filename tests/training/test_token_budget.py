@@ -9,8 +9,8 @@ import pytest
 
 from teamplay.config import FederatedConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.training.checkpoint import latest_checkpoint, load_checkpoint
-from teamplay.training.metrics import generated_tokens
+from teamplay.training.store.checkpoint import latest_checkpoint, load_checkpoint
+from teamplay.training.store.metrics import generated_tokens
 from tests.training.test_trainer import make_trainer
 
 

@@ -15,7 +15,7 @@ from teamplay.agents.roles import Role, Team
 from teamplay.cli import app
 from teamplay.credit.token import token_methods
 from teamplay.errors import ConfigError
-from teamplay.training.token_stats import compute_token_stats
+from teamplay.training.learn.token_stats import compute_token_stats
 from tests.tiny import save_tiny
 from tests.training.fixtures import ConstantTask
 from tests.training.test_trainer import LETTERS, make_trainer
@@ -125,7 +125,7 @@ def test_dgpo_from_the_update_pass_equals_the_statistics_pass(tmp_path):
 
 def test_token_stats_pass_matches_the_scoring_path(tmp_path):
     trainer = make_trainer(tmp_path, {"steps": 1})
-    episodes = trainer.runner.run([__import__("teamplay.training.rollout", fromlist=["RolloutJob"]).RolloutJob(
+    episodes = trainer.runner.run([__import__("teamplay.training.play.rollout", fromlist=["RolloutJob"]).RolloutJob(
         item=trainer.items[0], group_id="g")], seed=0)
     msgs = [m for m in episodes[0].messages if m.completion_ids]
     stats = compute_token_stats(trainer.team_model, msgs, {"entropies", "ref_logprobs", "hellinger"}, 1.0)
@@ -178,7 +178,7 @@ class _CountingModel:
 def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
     # s_trace reads entropies, so the training rollouts ask the backend to record them
     trainer = make_trainer(tmp_path, {"steps": 1, "credit": {"token": {"method": "s_trace"}}})
-    from teamplay.training.rollout import RolloutJob
+    from teamplay.training.play.rollout import RolloutJob
 
     episodes = trainer.runner.run([RolloutJob(item=trainer.items[0], group_id="g")], seed=0)
     msgs = [m for m in episodes[0].messages if m.completion_ids]
@@ -201,7 +201,7 @@ def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
 
 
 def test_rollouts_record_entropies_only_for_a_method_that_reads_them_from_the_messages(tmp_path):
-    from teamplay.training.setup import rollout_sampling
+    from teamplay.training.wiring.setup import rollout_sampling
 
     s_trace = make_trainer(tmp_path / "s", {"steps": 1, "credit": {"token": {"method": "s_trace"}}})
     dgpo = make_trainer(tmp_path / "d", {"steps": 1, "credit": {"token": {"method": "dgpo"}}})

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from teamplay.training.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
-from teamplay.training.trainer import Trainer
+from teamplay.training.run.trainer import Trainer
+from teamplay.training.store.checkpoint import checkpoint_dir, list_checkpoints, load_checkpoint
 from tests.training.fixtures import FirstTokenTask
 from tests.training.test_trainer import LETTERS, make_trainer
 

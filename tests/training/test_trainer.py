@@ -18,8 +18,8 @@ from teamplay.agents.backends.hf import HFBackend
 from teamplay.agents.roles import Role, Team
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.training.nonfinite import NonFiniteWarning
-from teamplay.training.trainer import Trainer
+from teamplay.training.learn.nonfinite import NonFiniteWarning
+from teamplay.training.run.trainer import Trainer
 from tests.training.fixtures import ConstantTask, FirstTokenTask, tiny_team_model
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from teamplay.records import TaskItem
-from teamplay.training.stages import GroupWork, informative, resolve_token_rows, with_samples
+from teamplay.training.step.stages import GroupWork, informative, resolve_token_rows, with_samples
 from tests.training.test_step_stages import _episode
 from tests.training.test_trainer import make_trainer
 

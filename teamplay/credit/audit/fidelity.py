@@ -13,7 +13,7 @@ This module holds the arithmetic only: advantages from prefix values, the closed
 noisy-teammate setting, and the agreement statistics (Pearson, Spearman, sign agreement on clearly
 non-zero true advantages, variance), with intervals from a cluster bootstrap over problems (the
 episodes of one problem share its group normalisation, so they are not independent). Estimating
-``V`` by re-execution is ``teamplay.training.oracle``'s job.
+``V`` by re-execution is ``teamplay.training.play.oracle``'s job.
 """
 
 from __future__ import annotations

@@ -260,7 +260,7 @@ def gspo_credit(batch: CreditBatch, options: GRPOOptions) -> list[np.ndarray]:
     """Same advantages as ``grpo`` (same options, same invariant).
 
     GSPO differs from GRPO in the objective, not the advantage. The objective is chosen on its own
-    (``objective.name: gspo`` selects ``teamplay.training.losses.gspo_loss``, one ratio ``s_i`` per
+    (``objective.name: gspo`` selects ``teamplay.training.learn.losses.gspo_loss``, one ratio ``s_i`` per
     message); the trainer does not couple the two, so ``credit.method: gspo`` with
     ``objective.name: grpo`` trains exactly like ``grpo``. The name only lets a config say which
     objective its advantages are meant for.

@@ -3,7 +3,7 @@
 A credit method that needs re-execution (``shapley`` with ``value: replay``, ``continuation``,
 ``loto`` with ``value: replay``) describes each value it needs as a :class:`ReplayQuery` and hands
 a batch of them to a :class:`ReplayEngine` (the trainer's is
-``teamplay.training.replay.RolloutReplayEngine``; tests may pass any object with ``scores``). The
+``teamplay.training.play.replay.RolloutReplayEngine``; tests may pass any object with ``scores``). The
 engine decides how to run them (batched, prefix reuse, common random numbers, a token budget);
 this module only fixes the contract, so credit never imports training.
 """

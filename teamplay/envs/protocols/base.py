@@ -23,7 +23,7 @@ Speak/skip hook: before a turn for which ``may_skip`` is True, the driver calls
 ``protocol.controller(TurnDecision)``, which returns a bool (True = speak) or a ``ControllerChoice``.
 A skipped turn costs no generation and is recorded as a ``Message`` with ``spoke=False`` and
 ``text=""``; each decision is logged in ``Episode.decisions``. The default controller is
-None: every turn speaks. Learned controllers (``teamplay.training.controllers``, regret matching) plug
+None: every turn speaks. Learned controllers (``teamplay.training.play.controllers``, regret matching) plug
 in through the ``controller`` option.
 
 Subclassing (see ``configs/protocols/example_protocol.py``): set ``name``, ``roles`` (with default

@@ -48,10 +48,10 @@ from typing import Any
 from teamplay.atomic import write_atomically
 from teamplay.config import TrainConfig, build_config, parse_overrides
 from teamplay.errors import ConfigError, DataError
-from teamplay.training.checkpoint import latest_checkpoint
-from teamplay.training.metrics import BUDGET_KEYS, read_metrics
-from teamplay.training.preemption import Preempted, preemption_handlers
-from teamplay.training.setup import check_run
+from teamplay.training.run.preemption import Preempted, preemption_handlers
+from teamplay.training.store.checkpoint import latest_checkpoint
+from teamplay.training.store.metrics import BUDGET_KEYS, read_metrics
+from teamplay.training.wiring.setup import check_run
 
 MANIFEST = "sweep.json"
 DONE = "done.json"
@@ -301,7 +301,7 @@ def run_sweep(sweep: Sweep, train: Callable[[TrainConfig, str | None], Any],
     side by side on Ray, with the same steps.)
 
     SIGTERM or SIGINT stops the sweep cleanly: the run in progress stops as ``teamplay train`` does
-    (``teamplay.training.preemption``), or the sweep stops before its next run (the signal also
+    (``teamplay.training.run.preemption``), or the sweep stops before its next run (the signal also
     counts while a run's model loads); ``Preempted`` says to run the same sweep again.
     """
     again = "run the same teamplay sweep command again to continue"

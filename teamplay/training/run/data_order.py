@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from teamplay.records import TaskItem
-from teamplay.training.checkpoint import TrainerState
+from teamplay.training.store.checkpoint import TrainerState
 
 
 def data_order(seed: int, size: int, epoch: int) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ from teamplay.envs.tasks import get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem
-from teamplay.training.setup import TRAINER_RESOURCES, load_items
+from teamplay.training.wiring.setup import TRAINER_RESOURCES, load_items
 
 #: resources available off-line (no model is loaded): everything the trainer gives but what needs one
 SAVED_RESOURCES = TRAINER_RESOURCES - {"backend", "replay", "answer_probability"}

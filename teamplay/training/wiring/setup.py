@@ -38,7 +38,7 @@ from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.records import SamplingParams, TaskItem
-from teamplay.training.controllers import TeamControllers
+from teamplay.training.play.controllers import TeamControllers
 
 #: the file of an exported team (``teamplay export``, ``teamplay.serving.export``) that describes it;
 #: its ``controllers.tables`` hold the learned speak/skip tables
@@ -158,7 +158,7 @@ def lora_settings(model_cfg: ModelConfig) -> tuple[dict[str, Any], Path | None]:
     """The LoRA keyword arguments a team model is built with, and the adapters folder of
     ``model.checkpoint`` (None without one): a checkpoint's saved LoRA shape wins over ``model.lora``."""
     from teamplay.agents.team_model import read_adapter_config
-    from teamplay.training.checkpoint import resolve_adapters_dir
+    from teamplay.training.store.checkpoint import resolve_adapters_dir
 
     lora = dict(r=model_cfg.lora.r, alpha=model_cfg.lora.alpha, dropout=model_cfg.lora.dropout,
                 target_modules=model_cfg.lora.target_modules)
@@ -234,7 +234,7 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     unless ``cfg.mode`` is ``always_speak``: evaluating learned controllers without their tables
     would silently evaluate an always-speaking team.
     """
-    from teamplay.training.checkpoint import resolve_checkpoint_dir
+    from teamplay.training.store.checkpoint import resolve_checkpoint_dir
 
     controllers = TeamControllers(cfg)
     if checkpoint is None:

@@ -4,7 +4,7 @@
 that replay its first ``t`` messages verbatim and let every agent (and the verifier) act afresh
 from there, with the current policies; ``V(T)`` is the recorded reward. The true advantage of
 message ``t`` is then ``V(t + 1) - V(t)`` (``teamplay.credit.audit.fidelity``). Re-executions go through
-the trainer's :class:`~teamplay.training.replay.RolloutReplayEngine` (batched, one ``generate`` per
+the trainer's :class:`~teamplay.training.play.replay.RolloutReplayEngine` (batched, one ``generate`` per
 turn and adapter, prefix reuse), on its own seed so that its samples are independent of the ones a
 credit method under test draws.
 
@@ -22,8 +22,8 @@ from teamplay.agents.backends.base import GenerationBackend
 from teamplay.credit.values.replay_query import ReplayQuery
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams, TaskItem
-from teamplay.training.replay import RolloutReplayEngine
-from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.play.replay import RolloutReplayEngine
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 
 
 class PrefixOracle:

@@ -20,11 +20,11 @@ import numpy as np
 from teamplay.config import CreditConfig, TrainConfig
 from teamplay.credit.audit.fidelity import Agreement, agreement
 from teamplay.errors import ConfigError
-from teamplay.training.credit_stage import CreditStage
-from teamplay.training.oracle import PrefixOracle
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.setup import build_run, check_run
-from teamplay.training.stages import informative, make_groups
+from teamplay.training.play.oracle import PrefixOracle
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.step.credit_stage import CreditStage
+from teamplay.training.step.stages import informative, make_groups
+from teamplay.training.wiring.setup import build_run, check_run
 
 #: |A*| above which a message counts as clearly helping or hurting (sign agreement)
 THRESHOLD = 0.1

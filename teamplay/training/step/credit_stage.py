@@ -16,11 +16,11 @@ from teamplay.credit.values.characteristic import Transcript, TranscriptScorer
 from teamplay.envs.protocols.base import Protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, TaskItem
-from teamplay.training.answer_probability import AnswerProbability
-from teamplay.training.nonfinite import check_advantage_size
-from teamplay.training.replay import RolloutReplayEngine
-from teamplay.training.setup import CheckedRun, RunParts, sampling_params
-from teamplay.training.stages import GroupWork
+from teamplay.training.learn.nonfinite import check_advantage_size
+from teamplay.training.play.answer_probability import AnswerProbability
+from teamplay.training.play.replay import RolloutReplayEngine
+from teamplay.training.step.stages import GroupWork
+from teamplay.training.wiring.setup import CheckedRun, RunParts, sampling_params
 
 
 def protocol_scorer(protocol: Protocol, task: Task, item: TaskItem) -> TranscriptScorer:

@@ -86,7 +86,7 @@ class RolloutRunner:
             bound for large runs.
         before_generate: called before each ``generate`` call, a safe point: an exception raised
             there abandons the run (the trainer's held-out evaluation stops there when a stop was
-            asked for, ``teamplay.training.preemption``).
+            asked for, ``teamplay.training.run.preemption``).
     """
 
     def __init__(self, make_env: Callable[[], TeamEnv], backend: GenerationBackend,

@@ -42,7 +42,7 @@ from teamplay.credit.values.replay_query import ReplayQuery
 from teamplay.envs.protocols.driver import ReplaySpec
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams
-from teamplay.training.rollout import RolloutJob, RolloutRunner
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 
 log = logging.getLogger("teamplay.replay")
 

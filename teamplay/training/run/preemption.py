@@ -16,7 +16,7 @@ per round, abandoning the round under way: ``teamplay.federated.server``):
   evaluation; the resumed run evaluates and logs that step first;
 * a second signal stops at once (``Interrupted``, exit status 128 + the signal number: 143 for
   SIGTERM, 130 for SIGINT) without damage: a checkpoint being written is abandoned in its temporary
-  folder (``teamplay.training.checkpoint``), so the previous checkpoint stays the latest, intact one;
+  folder (``teamplay.training.store.checkpoint``), so the previous checkpoint stays the latest, intact one;
   the run lock is an OS lock and goes with the process. A third signal meets the handlers that
   were there before training (by default: SIGTERM ends the process, SIGINT raises
   ``KeyboardInterrupt``).

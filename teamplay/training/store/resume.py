@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from teamplay.config import TrainConfig, format_validation_error
 from teamplay.errors import ConfigError, TeamplayWarning
-from teamplay.training.checkpoint import (
+from teamplay.training.store.checkpoint import (
     TRAINER_FILES,
     CheckpointError,
     LoadedCheckpoint,

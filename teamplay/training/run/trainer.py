@@ -20,17 +20,17 @@ What one step really does:
        step with gradient clipping. A non-finite loss or gradient skips that optimiser step so it
        never reaches the adapters (recorded in the metrics, one warning per step); after
        `optim.max_nonfinite_steps` such steps in a row the run stops with an error before it
-       checkpoints (``teamplay.training.nonfinite``);
+       checkpoints (``teamplay.training.learn.nonfinite``);
     6. log metrics (with the step's reward and advantage ranges), evaluate on held-out problems
        every `eval_every` steps, checkpoint every `checkpoint_every` steps (atomically). A SIGTERM
        or SIGINT is read between steps (and abandons a held-out evaluation): the last completed
-       step is checkpointed and the run stops, to resume exactly (``teamplay.training.preemption``).
+       step is checkpointed and the run stops, to resume exactly (``teamplay.training.run.preemption``).
 
 With `controllers.enabled`, the rollouts of step 2 ask a learned speak/skip controller before each
 skippable turn (sampling its current strategy; a skipped review or debate turn is generated anyway,
 in the same batched call, to value the unchosen speak), and right after the rollouts, before the
 credit and the LoRA update, the controller tables take one regret update per logged decision
-(`teamplay.training.controllers`). The tables do not enter the loss, so the order only matters for
+(`teamplay.training.play.controllers`). The tables do not enter the loss, so the order only matters for
 what the metrics of a step describe. They are saved in each checkpoint's `extra_state.json` under
 "controllers" and restored exactly on resume.
 
@@ -40,8 +40,8 @@ recompute "old" log-probs right before the step). Frozen roles' adapters and the
 never in the optimiser.
 
 In code, the step is a pipeline of named stages over one record per group (``GroupWork``, in
-``teamplay.training.stages``): rollout -> credit (replays prefetched) -> token credit -> samples ->
-update -> metrics. The trainer is composed from two parts (``teamplay.training.parts``): a
+``teamplay.training.step.stages``): rollout -> credit (replays prefetched) -> token credit -> samples ->
+update -> metrics. The trainer is composed from two parts (``teamplay.training.run.parts``): a
 ``Runner`` that produces the episodes and a ``Learner`` that applies the update and owns the
 optimiser and schedule; in-process parts by default, a Ray pool and learner group for a
 ``distributed:`` run (``teamplay.distributed.compose.make_trainer`` picks them from the config).
@@ -64,21 +64,17 @@ from teamplay.atomic import write_atomically
 from teamplay.config import TrainConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, TaskItem
-from teamplay.training.checkpoint import LoadedCheckpoint, TrainerState, latest_checkpoint
-from teamplay.training.controllers import task_judge
-from teamplay.training.credit_stage import CreditStage
-from teamplay.training.episode_log import episode_lines
-from teamplay.training.evaluation import EvalMetrics
-from teamplay.training.held_out import HeldOutEvaluation
-from teamplay.training.metrics import MetricsLogger, generated_tokens
-from teamplay.training.nonfinite import NonFiniteGuard
-from teamplay.training.parts import Learner, PartsFactory, Runner, local_parts
-from teamplay.training.preemption import Preemption, StopRequested, preemption_handlers
-from teamplay.training.rollout import step_jobs
-from teamplay.training.run_folder import claim_run_folder
-from teamplay.training.run_state import RunState
-from teamplay.training.setup import build_run, check_run, seed_everything
-from teamplay.training.stages import (
+from teamplay.training.learn.nonfinite import NonFiniteGuard
+from teamplay.training.play.controllers import task_judge
+from teamplay.training.play.evaluation import EvalMetrics
+from teamplay.training.play.rollout import step_jobs
+from teamplay.training.run.held_out import HeldOutEvaluation
+from teamplay.training.run.parts import Learner, PartsFactory, Runner, local_parts
+from teamplay.training.run.preemption import Preemption, StopRequested, preemption_handlers
+from teamplay.training.run.run_state import RunState
+from teamplay.training.step.credit_stage import CreditStage
+from teamplay.training.step.episode_log import episode_lines
+from teamplay.training.step.stages import (
     GroupWork,
     active_adapters,
     all_credited,
@@ -86,8 +82,12 @@ from teamplay.training.stages import (
     all_token_rows,
     make_groups,
 )
-from teamplay.training.step_metrics import step_metrics
-from teamplay.training.token_stage import TokenStage
+from teamplay.training.step.step_metrics import step_metrics
+from teamplay.training.step.token_stage import TokenStage
+from teamplay.training.store.checkpoint import LoadedCheckpoint, TrainerState, latest_checkpoint
+from teamplay.training.store.metrics import MetricsLogger, generated_tokens
+from teamplay.training.store.run_folder import claim_run_folder
+from teamplay.training.wiring.setup import build_run, check_run, seed_everything
 
 
 @dataclass(frozen=True)
@@ -138,12 +138,12 @@ class Trainer:
     its advantages (federated sites record reward statistics and calibrate with it).
 
     Two parts do the step's outside work, each behind a small interface
-    (``teamplay.training.parts``): ``runner`` produces the episodes and ``learner`` applies the
+    (``teamplay.training.run.parts``): ``runner`` produces the episodes and ``learner`` applies the
     update and owns the optimiser and schedule. ``parts`` builds them: in-process by default; use
     ``teamplay.distributed.compose.make_trainer(cfg)`` to get the parts the config asks for. The
-    step's stages are functions of ``teamplay.training.stages``, the run's ``credit`` and ``tokens``
-    parts and ``_update``; ``held_out`` (``teamplay.training.held_out``) runs the held-out evaluations;
-    ``run_state`` (``teamplay.training.run_state``) keeps what the run carries from step to step and
+    step's stages are functions of ``teamplay.training.step.stages``, the run's ``credit`` and ``tokens``
+    parts and ``_update``; ``held_out`` (``teamplay.training.run.held_out``) runs the held-out evaluations;
+    ``run_state`` (``teamplay.training.run.run_state``) keeps what the run carries from step to step and
     into its checkpoints (``state``, ``extra_tensors``; ``checkpoint``, ``restore``).
     """
 
@@ -179,7 +179,7 @@ class Trainer:
             self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
-        #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.preemption``)
+        #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.run.preemption``)
         self.preemption = Preemption()
 
     @property
@@ -211,9 +211,9 @@ class Trainer:
 
         The run folder is locked for the whole call (a second trainer on it stops at once); a
         folder that already holds a run is refused unless ``resume`` continues it or
-        ``overwrite`` deletes it first (``teamplay.training.run_folder``). SIGTERM or SIGINT stops
+        ``overwrite`` deletes it first (``teamplay.training.store.run_folder``). SIGTERM or SIGINT stops
         the run at the next safe point, after checkpointing its last completed step (``Preempted``;
-        a second signal stops at once: ``teamplay.training.preemption``); with ``signals=False``
+        a second signal stops at once: ``teamplay.training.run.preemption``); with ``signals=False``
         they are left to the caller (a federated site: its server abandons the round). The parts
         are closed when it returns.
         """
@@ -311,7 +311,7 @@ class Trainer:
 
     def step(self) -> StepResult:
         """One training step, as a pipeline of stages over one ``GroupWork`` per group (see
-        ``teamplay.training.stages``): rollout -> credit (replays prefetched) -> token credit ->
+        ``teamplay.training.step.stages``): rollout -> credit (replays prefetched) -> token credit ->
         samples -> update -> metrics. Each stage is a method, function or part that can be read alone
         (``credit``, a ``credit_stage.CreditStage``; ``tokens``, a ``token_stage.TokenStage``)."""
         self.run_state.share()
@@ -352,7 +352,7 @@ class Trainer:
     # ----------------------------------------------------------------------------- helpers
     def episode_log(self, result: StepResult) -> list[dict[str, Any]]:
         """The first ``log_episodes`` credited episodes of a step as episodes.jsonl lines
-        (``teamplay.training.episode_log``)."""
+        (``teamplay.training.step.episode_log``)."""
         return episode_lines(result.credited, result.token_advantages, self.cfg.log_episodes, self.credit.record,
                              self.team_model)
 

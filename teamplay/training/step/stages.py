@@ -26,8 +26,8 @@ from teamplay.credit import CreditBatch
 from teamplay.credit.token import GroupTokenStats, assign_tokens, get_token_credit
 from teamplay.credit.token.base import TEACHER_HINT
 from teamplay.records import Episode, TaskItem
-from teamplay.training.samples import PolicySample, TokenRule, build_samples, sample_positions
-from teamplay.training.token_stats import compute_token_stats
+from teamplay.training.learn.samples import PolicySample, TokenRule, build_samples, sample_positions
+from teamplay.training.learn.token_stats import compute_token_stats
 
 #: per episode, per message its token advantages [C] or ``None`` (the message's scalar on every token)
 TokenRows = tuple[tuple[np.ndarray | None, ...], ...]

@@ -29,9 +29,9 @@ import torch
 from teamplay.config import OptimConfig, TrainConfig
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.samples import PolicySample
-from teamplay.training.update import PolicyUpdater
+from teamplay.training.learn.samples import PolicySample
+from teamplay.training.learn.update import PolicyUpdater
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 
 
 class EpisodeSource(Protocol):

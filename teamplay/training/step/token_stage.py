@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from teamplay.config import TrainConfig
-from teamplay.training.samples import TokenRule
-from teamplay.training.setup import CheckedRun
-from teamplay.training.stages import GroupWork, informative, resolve_token_rows, token_credit, with_samples
+from teamplay.training.learn.samples import TokenRule
+from teamplay.training.step.stages import GroupWork, informative, resolve_token_rows, token_credit, with_samples
+from teamplay.training.wiring.setup import CheckedRun
 
 
 class TokenStage:

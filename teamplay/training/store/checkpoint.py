@@ -85,7 +85,7 @@ class TrainerState:
         data_cursor: position in ``data_order`` of the next problem.
         data_epoch: how many times the training items were exhausted.
         generated_tokens: tokens the run has generated so far, its episodes' and the
-            counterfactual ones (``generated_tokens`` in ``teamplay.training.metrics``): what
+            counterfactual ones (``generated_tokens`` in ``teamplay.training.store.metrics``): what
             ``token_budget`` is spent against.
     """
 

@@ -18,10 +18,10 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   not teamplay's accuracy: compare them with published lm-eval numbers, ``team_accuracy`` with
   other teamplay runs.
 * ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
-  the fraction of its decisions that spoke (``teamplay.training.controllers.speak_rates``).
+  the fraction of its decisions that spoke (``teamplay.training.play.controllers.speak_rates``).
 * ``extra["team"]``: what each role learned: first-answer accuracy per role, review verdict
   accuracy split into wrong answers caught and right answers wrongly rejected, correction and harm
-  rates, debate moves toward/away from the majority (``teamplay.training.team_metrics``).
+  rates, debate moves toward/away from the majority (``teamplay.training.play.team_metrics``).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from teamplay.envs.tasks.answers.lm_eval_compat import lm_eval_metrics
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import TeamplayWarning
 from teamplay.records import Episode, TaskItem
-from teamplay.training.controllers import speak_rates
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.team_metrics import team_metrics
+from teamplay.training.play.controllers import speak_rates
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.play.team_metrics import team_metrics
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from teamplay.errors import TeamplayError
-from teamplay.training.checkpoint import list_checkpoints, remove_stale_temporaries
+from teamplay.training.store.checkpoint import list_checkpoints, remove_stale_temporaries
 
 LOCK_FILE = "train.lock"
 #: what a training run writes into its folder: the marks of an existing run, and what --overwrite deletes

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from teamplay.records import Episode
-from teamplay.training.stages import TokenRows
-from teamplay.training.token_stats import text_offsets
+from teamplay.training.learn.token_stats import text_offsets
+from teamplay.training.step.stages import TokenRows
 
 
 def episode_lines(credited: Sequence[tuple[Episode, np.ndarray]], token_advantages: TokenRows | None, limit: int,

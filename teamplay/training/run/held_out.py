@@ -24,9 +24,9 @@ from typing import Any
 from teamplay.config import TrainConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import TaskItem
-from teamplay.training.evaluation import EvalMetrics, cached_untrained_eval, evaluate
-from teamplay.training.parts import Runner
-from teamplay.training.setup import sampling_params
+from teamplay.training.play.evaluation import EvalMetrics, cached_untrained_eval, evaluate
+from teamplay.training.run.parts import Runner
+from teamplay.training.wiring.setup import sampling_params
 
 
 class HeldOutEvaluation:

@@ -45,10 +45,10 @@ import torch
 
 from teamplay.credit.token import TokenStats, get_token_credit
 from teamplay.credit.token.base import message_tokens
-from teamplay.training.losses import objective_loss
-from teamplay.training.nonfinite import SkippedUpdate, finite_gradient_flags
-from teamplay.training.samples import PolicySample
-from teamplay.training.token_stats import stats_from_distributions
+from teamplay.training.learn.losses import objective_loss
+from teamplay.training.learn.nonfinite import SkippedUpdate, finite_gradient_flags
+from teamplay.training.learn.samples import PolicySample
+from teamplay.training.learn.token_stats import stats_from_distributions
 
 #: the token statistics read from the reference policy's pass
 REFERENCE_NEEDS = frozenset({"ref_logprobs", "hellinger"})

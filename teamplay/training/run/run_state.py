@@ -4,7 +4,7 @@ A paused or preempted run resumes to the metrics lines and adapters of one strai
 everything below is saved with each checkpoint and restored from it:
 
 * ``state`` (``checkpoint.TrainerState``): the steps done, the tokens generated and the position in
-  the data order (``teamplay.training.data_order``). The trainer draws each step's problems through
+  the data order (``teamplay.training.run.data_order``). The trainer draws each step's problems through
   ``next_problems`` and counts the step with ``end_step``; only ``restore`` sets it otherwise.
 * ``extra_state``: JSON that joins each checkpoint's ``extra_state.json``: the speak/skip controller
   tables (``"controllers"``, taken at each save, restored exactly) and a step whose held-out
@@ -38,7 +38,12 @@ import torch
 from teamplay.config import TrainConfig
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
-from teamplay.training.checkpoint import (
+from teamplay.training.learn.nonfinite import check_finite_adapters
+from teamplay.training.play.controllers import TeamControllers
+from teamplay.training.run.data_order import first_state, next_problems
+from teamplay.training.run.parts import Learner
+from teamplay.training.run.preemption import UNLOGGED_STEP, Preempted, Preemption, StopRequested
+from teamplay.training.store.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
     TrainerState,
@@ -47,12 +52,7 @@ from teamplay.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from teamplay.training.controllers import TeamControllers
-from teamplay.training.data_order import first_state, next_problems
-from teamplay.training.nonfinite import check_finite_adapters
-from teamplay.training.parts import Learner
-from teamplay.training.preemption import UNLOGGED_STEP, Preempted, Preemption, StopRequested
-from teamplay.training.resume import checkpoint_to_resume
+from teamplay.training.store.resume import checkpoint_to_resume
 
 
 class RunState:
@@ -144,7 +144,7 @@ class RunState:
         return path
 
     def resume(self, resume: str) -> bool:
-        """Restore the checkpoint ``resume`` names ("auto" or a folder; ``teamplay.training.resume``
+        """Restore the checkpoint ``resume`` names ("auto" or a folder; ``teamplay.training.store.resume``
         checks its config against the run's); False when ``resume="auto"`` finds none (a fresh run)."""
         data = checkpoint_to_resume(self.run_dir, resume, self.cfg)
         if data is None:

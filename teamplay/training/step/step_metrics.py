@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from teamplay.records import Episode
-from teamplay.training.samples import PolicySample
-from teamplay.training.stages import GroupWork, all_credited, all_samples
+from teamplay.training.learn.samples import PolicySample
+from teamplay.training.step.stages import GroupWork, all_credited, all_samples
 
 
 def step_metrics(episodes: Sequence[Episode], groups: Sequence[GroupWork], work: Sequence[GroupWork],

@@ -19,9 +19,9 @@ from teamplay.agents.roles import Team
 from teamplay.config import ProtocolConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import SamplingParams, TaskItem
-from teamplay.training.controllers import TeamControllers, speak_rates, task_judge
-from teamplay.training.rollout import RolloutJob, RolloutRunner
-from teamplay.training.setup import env_factory
+from teamplay.training.play.controllers import TeamControllers, speak_rates, task_judge
+from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.setup import env_factory
 
 
 def train_controllers(controllers: TeamControllers, task: Task, protocol: ProtocolConfig,
