@@ -113,7 +113,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, short: bool = False) -
     at 1 client; otherwise 32 problems at 1, 8 and 32 clients."""
     from teamplay.cli import build_serve_engine
     from teamplay.config import EvalConfig, build_config
-    from teamplay.serving.server import ServeLimits, create_app, running
+    from teamplay.serving.api.server import ServeLimits, create_app, running
 
     n, levels = (4, (1, 4)) if quick else (32, (1, 8, 32))
     if short:

@@ -137,7 +137,7 @@ def _eval_config(config: Path | None, team: Path | None, checkpoint: str | None,
                             "them from its folder)")
     if config is not None:
         raise TeamplayError("--team brings its own config; drop --config (change fields with --set)")
-    from teamplay.serving.export import load_team_config
+    from teamplay.serving.files.export import load_team_config
 
     return load_team_config(team, overrides)
 
@@ -323,7 +323,7 @@ def play_command(
 def build_serve_engine(cfg: EvalConfig):
     """The ``TeamEngine`` that ``serve`` puts behind its API: the team ``eval`` would evaluate
     (``build_eval_team``), the task's items indexed for reference look-up."""
-    from teamplay.serving.engine import TeamEngine
+    from teamplay.serving.episodes.engine import TeamEngine
     from teamplay.training.wiring.setup import sampling_params
 
     task_obj, items, _, make_env, _, backend_obj = build_eval_team(cfg)
@@ -364,8 +364,8 @@ def serve_command(
     if run_or_export is not None and config is not None:
         raise TeamplayError("serve: give a RUN_OR_EXPORT folder or --config, not both")
     try:
-        from teamplay.serving.auth import exposure_warning
-        from teamplay.serving.server import ServeLimits, create_app, serve
+        from teamplay.serving.api.auth import exposure_warning
+        from teamplay.serving.api.server import ServeLimits, create_app, serve
     except ImportError as exc:  # fastapi/uvicorn missing: the serve extra is optional
         raise TeamplayError(f"teamplay serve needs FastAPI and uvicorn: pip install 'teamplay[serve]' "
                             f"({exc})") from None
@@ -376,7 +376,7 @@ def serve_command(
     except ValueError as exc:
         raise TeamplayError(f"serve: {exc}") from None
     if run_or_export is not None:
-        from teamplay.serving.export import load_team_config
+        from teamplay.serving.files.export import load_team_config
 
         cfg = load_team_config(run_or_export, list(set_))
     else:
@@ -586,8 +586,8 @@ def export_command(
                                                                "other)."),
 ) -> None:
     """Export a trained team for use outside teamplay: one PEFT adapter per role, team.yaml, a model card."""
-    from teamplay.serving.export import export_team
-    from teamplay.serving.export import push_to_hub as push
+    from teamplay.serving.files.export import export_team
+    from teamplay.serving.files.export import push_to_hub as push
 
     if private and push_to_hub is None:
         raise TeamplayError("--private applies to the repository of --push-to-hub REPO; add it or drop --private")

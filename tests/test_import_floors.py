@@ -62,6 +62,11 @@ INNER_FLOORS = {
         "experiments": 4,  # sweeps, saved credit, controller training, the fidelity check
         "__init__": 5,
     },
+    "serving": {
+        "files": 0, "episodes": 0,  # the team as exported files; requests -> episodes, batched
+        "api": 1,  # the OpenAI-compatible server over the episodes
+        "__init__": 2,
+    },
 }
 
 

@@ -57,7 +57,7 @@ def test_packages_described_file_by_file_list_every_module():
 
 
 #: packages split into rooms (sub-packages) whose Layout entry names each room as ``room/``
-ROOMS_NAMED = {"credit": "credit", "envs/tasks": "envs", "training": "training"}
+ROOMS_NAMED = {"credit": "credit", "envs/tasks": "envs", "training": "training", "serving": "serving"}
 
 
 def test_packages_in_rooms_name_every_room():

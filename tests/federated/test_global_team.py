@@ -22,7 +22,7 @@ from teamplay.cli import app
 from teamplay.config import FederatedConfig, build_config
 from teamplay.federated.server import FederatedServer
 from teamplay.federated.wire import get_vector
-from teamplay.serving.team_file import read_team_file
+from teamplay.serving.files.team_file import read_team_file
 from teamplay.training.store.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, resolve_adapters_dir
 from tests.federated.fakes import FRACTIONAL_TASK, FakeGrid, log_of, real_sites, tiny_config
 

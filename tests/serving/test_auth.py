@@ -12,8 +12,8 @@ import httpx  # noqa: E402 - the openai client's own HTTP library, present whene
 
 from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
-from teamplay.serving.auth import BearerAuth, exposure_warning, key_matches  # noqa: E402
-from teamplay.serving.server import create_app, running  # noqa: E402
+from teamplay.serving.api.auth import BearerAuth, exposure_warning, key_matches  # noqa: E402
+from teamplay.serving.api.server import create_app, running  # noqa: E402
 
 KEY = "sk-team-0123456789"
 TEAM = {"task": {"name": "arith", "split": "test", "limit": 5}, "protocol": {"name": "single"},
@@ -90,7 +90,7 @@ def test_the_command_reads_the_key_from_the_environment(monkeypatch):
     from starlette.testclient import TestClient
     from typer.testing import CliRunner
 
-    import teamplay.serving.server as server
+    import teamplay.serving.api.server as server
     from teamplay.cli import app
 
     served = {}

@@ -24,9 +24,9 @@ from teamplay.agents.roles import Role, Team
 from teamplay.cli import app
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.serving.card import card_metadata, default_license
-from teamplay.serving.export import describe_team, export_team, find_run, load_team_config
-from teamplay.serving.team_file import TeamFile, read_team_file
+from teamplay.serving.files.card import card_metadata, default_license
+from teamplay.serving.files.export import describe_team, export_team, find_run, load_team_config
+from teamplay.serving.files.team_file import TeamFile, read_team_file
 from teamplay.training.play.controllers import TeamControllers
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.store.checkpoint import TrainerState, save_checkpoint

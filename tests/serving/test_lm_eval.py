@@ -1,5 +1,5 @@
 """lm-evaluation-harness 0.4.13 scores a served team: its ``local-chat-completions`` model against
-the real server (uvicorn on 127.0.0.1), on the task ``teamplay.serving.lm_eval_task`` writes for a
+the real server (uvicorn on 127.0.0.1), on the task ``teamplay.serving.files.lm_eval_task`` writes for a
 local GSM8K file. lm-eval's ``exact_match`` must equal ``teamplay eval``'s team accuracy on the same
 problems, problem by problem, for a team that is always right, one that is always wrong and one
 that is right on half the problems."""
@@ -25,8 +25,8 @@ from teamplay.agents.backends.scripted import POLICIES, format_answer, wrong_ans
 from teamplay.cli import app, build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
 from teamplay.errors import DataError  # noqa: E402
-from teamplay.serving.lm_eval_task import TASK_NAME, main, task_config, write_task  # noqa: E402
-from teamplay.serving.server import create_app, running  # noqa: E402
+from teamplay.serving.files.lm_eval_task import TASK_NAME, main, task_config, write_task  # noqa: E402
+from teamplay.serving.api.server import create_app, running  # noqa: E402
 
 MODEL = "team"
 #: six GSM8K-shaped rows: a reference with a thousands comma, a negative one, and a question with a

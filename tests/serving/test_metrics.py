@@ -14,7 +14,7 @@ import httpx  # noqa: E402 - the openai client's HTTP library, a dependency of f
 
 from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
-from teamplay.serving.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
 from tests.tiny import save_tiny  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def test_requests_latency_runs_and_tokens_add_up(tmp_path):
 
 def test_in_flight_episodes_and_queued_requests_during_a_run():
     from teamplay.agents.backends.scripted import ScriptedBackend
-    from teamplay.serving.engine import TeamEngine
+    from teamplay.serving.episodes.engine import TeamEngine
     from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})

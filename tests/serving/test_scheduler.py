@@ -12,8 +12,8 @@ import pytest
 
 from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.config import EvalConfig, build_config
-from teamplay.serving.engine import EpisodeRequest, TeamEngine
-from teamplay.serving.scheduler import BatcherClosed, ContinuousBatcher
+from teamplay.serving.episodes.engine import EpisodeRequest, TeamEngine
+from teamplay.serving.episodes.scheduler import BatcherClosed, ContinuousBatcher
 from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
 

@@ -22,7 +22,7 @@ import httpx  # noqa: E402 - the openai client's own HTTP library, present whene
 
 from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
-from teamplay.serving.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
 from tests.tiny import save_tiny  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,7 +256,7 @@ def test_a_seeded_request_gives_the_same_episodes_whatever_runs_beside_it(tiny):
 def test_seeded_greedy_requests_share_one_run_and_keep_their_own_episodes(tiny):
     """lm-eval sends ``seed`` with every greedy request: such requests are batched together (one
     run), each with its own env seeds, and give the transcripts each gives alone."""
-    from teamplay.serving.engine import EpisodeRequest
+    from teamplay.serving.episodes.engine import EpisodeRequest
 
     engine = tiny[1]
     greedy = engine.sampling_for(None, 0.0, None)
@@ -301,7 +301,7 @@ def test_timeouts_and_a_full_queue(tmp_path):
     request is sent once /metrics shows the one before it running or queued, so the order holds
     however slowly a loaded machine starts the client threads."""
     from teamplay.agents.backends.scripted import ScriptedBackend
-    from teamplay.serving.engine import TeamEngine
+    from teamplay.serving.episodes.engine import TeamEngine
     from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("fastapi", reason="teamplay serve needs the serve extra: pip install 'teamplay[serve]'")
 httpx = pytest.importorskip("httpx", reason="the serve tests talk HTTP with httpx (the openai client's library)")
 
-from teamplay.serving.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ASK = {"model": "slow", "messages": [{"role": "user", "content": "What is 23 + 95?"}]}
@@ -114,7 +114,7 @@ def test_a_client_that_disconnects_while_queued_gives_up_its_place():
     dropped (never runs), and C, sent after, runs right after A."""
     from teamplay.agents.backends.scripted import ScriptedBackend
     from teamplay.config import EvalConfig, build_config
-    from teamplay.serving.engine import TeamEngine
+    from teamplay.serving.episodes.engine import TeamEngine
     from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})
@@ -167,7 +167,7 @@ def test_the_command_closes_the_backend_it_built(monkeypatch):
     no-op here; the close is GenerationBackend's, recorded)."""
     from typer.testing import CliRunner
 
-    import teamplay.serving.server as server
+    import teamplay.serving.api.server as server
     from teamplay.agents.backends.base import GenerationBackend
     from teamplay.cli import app
 

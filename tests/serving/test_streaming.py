@@ -17,7 +17,7 @@ import httpx  # noqa: E402 - the openai client's own HTTP library, present whene
 
 from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
-from teamplay.serving.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
 from tests.tiny import save_tiny  # noqa: E402
 
 ORACLE = {"task": {"name": "arith", "split": "test", "limit": 5},
@@ -90,7 +90,7 @@ def test_streamed_usage_and_transcripts_equal_the_completions(tmp_path):
 
 def _gated_engine():
     from teamplay.agents.backends.scripted import ScriptedBackend
-    from teamplay.serving.engine import TeamEngine
+    from teamplay.serving.episodes.engine import TeamEngine
     from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})

@@ -40,7 +40,7 @@ from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.records import SamplingParams, TaskItem
 from teamplay.training.play.controllers import TeamControllers
 
-#: the file of an exported team (``teamplay export``, ``teamplay.serving.export``) that describes it;
+#: the file of an exported team (``teamplay export``, ``teamplay.serving.files.export``) that describes it;
 #: its ``controllers.tables`` hold the learned speak/skip tables
 EXPORT_TEAM_FILE = "team.yaml"
 

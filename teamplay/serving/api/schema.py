@@ -7,7 +7,7 @@ team's transcript and per-role usage of every episode. Standard clients ignore u
 
 Request fields the server reads: ``model``, ``messages``, ``max_tokens`` (or its newer name
 ``max_completion_tokens``), ``temperature``, ``top_p``, ``n``, ``stop``, ``seed``, ``stream`` and
-``stream_options.include_usage`` (``teamplay.serving.streaming``).
+``stream_options.include_usage`` (``teamplay.serving.api.streaming``).
 Every other field OpenAI defines (``user``, ``logit_bias``, ``tools``, ...) is accepted and ignored.
 
 Errors are ``{"error": {"message", "type", "param", "code"}}`` (``ErrorBody``) with a 4xx or 5xx
@@ -72,9 +72,9 @@ class ChatCompletionRequest(BaseModel):
     n: int = Field(1, ge=1, description="Episodes to run (one choice each).")
     stop: str | list[str] | None = Field(None, description="Up to 4 strings; the returned content is cut "
                                                            "before the first one.")
-    seed: int | None = Field(None, description="Seed of the request's episodes (see teamplay.serving.engine).")
+    seed: int | None = Field(None, description="Seed of the request's episodes (see teamplay.serving.episodes.engine).")
     stream: bool | None = Field(False, description="Server-sent events of chat.completion.chunk objects "
-                                                   "(teamplay.serving.streaming).")
+                                                   "(teamplay.serving.api.streaming).")
     stream_options: StreamOptions | None = Field(None, description="Streaming options; only with stream=true.")
 
     def stop_strings(self) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
     DIR/adapters/<name>/   adapter_config.json + adapter_model.safetensors per adapter: the
                            standard PEFT layout (PeftModel.from_pretrained, a vLLM LoRARequest)
-    DIR/team.yaml          how the adapters make a team (teamplay.serving.team_file)
+    DIR/team.yaml          how the adapters make a team (teamplay.serving.files.team_file)
     DIR/README.md          a model card: Hub metadata, held-out results, training config, credit
     DIR/bundled/           a protocol or task file the run named by path (only then)
 
@@ -23,8 +23,8 @@ from teamplay.agents.roles import Team
 from teamplay.agents.team_model import ADAPTER_CONFIG, ADAPTER_WEIGHTS, swap_folder
 from teamplay.config import EvalConfig, FederatedConfig, TeamTrainingConfig, TrainConfig, build_config, read_yaml
 from teamplay.errors import ConfigError, TeamplayError
-from teamplay.serving.card import default_license, hub_id, model_card
-from teamplay.serving.team_file import (
+from teamplay.serving.files.card import default_license, hub_id, model_card
+from teamplay.serving.files.team_file import (
     ADAPTERS_DIR,
     AdapterEntry,
     ExportedControllers,
@@ -212,7 +212,7 @@ def _team_yaml(team: TeamFile, source: RunSource) -> str:
     origin = source.run_dir.name if source.run_dir is not None else source.checkpoint.name
     step = f", step {source.step}" if source.step is not None else ""
     return (f"# The team of run {origin}{step}, exported by `teamplay export`. Evaluate it with\n"
-            f"# `teamplay eval --team <this folder>`; the layout is described in teamplay/serving/team_file.py.\n"
+            f"# `teamplay eval --team <this folder>`; the layout is described in teamplay/serving/files/team_file.py.\n"
             + team.to_yaml())
 
 

@@ -7,11 +7,11 @@ for a file with GSM8K's ``question`` and ``answer`` fields (``.jsonl``, ``.json`
 environment variable, so the file's absolute path is written into the YAML; the YAML imports
 nothing from teamplay, so lm-eval may run in another environment. From a shell::
 
-    python -m teamplay.serving.lm_eval_task path/to/gsm8k/test.jsonl lm_eval_tasks/
+    python -m teamplay.serving.files.lm_eval_task path/to/gsm8k/test.jsonl lm_eval_tasks/
     lm_eval --model local-chat-completions --tasks teamplay_gsm8k --include_path lm_eval_tasks \\
         --apply_chat_template --model_args model=NAME,base_url=http://127.0.0.1:8000/v1/chat/completions,...
 
-How the task fits the server (``teamplay.serving.engine``, ``teamplay.serving.render``):
+How the task fits the server (``teamplay.serving.episodes.engine``, ``teamplay.serving.api.render``):
 
 * the question: ``doc_to_text`` is the ``question`` field itself, the prompt teamplay's GSM8K task
   gives the team (``TaskItem.prompt``). With ``--apply_chat_template`` it is the one user message,
@@ -57,12 +57,12 @@ MAX_GEN_TOKS = 1_000_000
 
 _HEADER = """\
 # lm-evaluation-harness 0.4.13 task: a team behind `teamplay serve` on a local GSM8K file.
-# Written by `python -m teamplay.serving.lm_eval_task DATA_FILE OUT_DIR`; rerun it (or edit
+# Written by `python -m teamplay.serving.files.lm_eval_task DATA_FILE OUT_DIR`; rerun it (or edit
 # data_files) for another file. Serve the same file so the server knows each reference:
 #   teamplay serve ... --set task.name=gsm8k --set task.source=DATA_FILE
 #   lm_eval --model local-chat-completions --tasks {name} --include_path OUT_DIR --apply_chat_template \\
 #     --model_args model=NAME,base_url=http://127.0.0.1:8000/v1/chat/completions,num_concurrent=8,max_retries=1,tokenized_requests=False
-# exact_match,boxed is the served team's accuracy (see teamplay/serving/lm_eval_task.py).
+# exact_match,boxed is the served team's accuracy (see teamplay/serving/files/lm_eval_task.py).
 """
 
 
@@ -105,7 +105,7 @@ def write_task(data_file: Path, out_dir: Path, name: str = TASK_NAME) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m teamplay.serving.lm_eval_task",
+    parser = argparse.ArgumentParser(prog="python -m teamplay.serving.files.lm_eval_task",
                                      description="Write the lm-eval task that scores a served team on a local "
                                                  "GSM8K file.")
     parser.add_argument("data_file", type=Path, help="GSM8K file with question and answer fields")

@@ -18,7 +18,7 @@ worker thread repeats
 
 So a request waits at most one turn to join, and leaves as soon as its own episodes end.
 
-Seeds (``teamplay.serving.engine``'s rules, kept): an unseeded request's episodes take the next
+Seeds (``teamplay.serving.episodes.engine``'s rules, kept): an unseeded request's episodes take the next
 env seeds from the config's ``seed``, in admission order; a seeded one gets ``seed, seed + 1, ...``.
 Greedy requests of one decoding setting share each ``generate`` call whatever their seeds (no
 random stream is drawn). Sampled unseeded requests share theirs, seeded by the scheduler's turn
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, TurnRequest, derived_seed
-from teamplay.serving.engine import EpisodeRequest, RunCancelled, TeamEngine
+from teamplay.serving.episodes.engine import EpisodeRequest, RunCancelled, TeamEngine
 
 # RolloutRunner's turn seeds, so a seeded request served here gets the episodes a run of it alone gets
 from teamplay.training.play.rollout import SEED_STRIDE

@@ -16,7 +16,7 @@ import yaml
 from teamplay.agents.backends.vllm import _lora_rank
 from teamplay.agents.models import SMOLLM2_ALIAS
 from teamplay.report.data import HeldoutPoint, load_run
-from teamplay.serving.team_file import TeamFile, spec_file
+from teamplay.serving.files.team_file import TeamFile, spec_file
 
 #: hub id of the model behind teamplay's embedded alias (the alias is a quantised copy of it)
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -24,7 +24,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-from teamplay.serving.schema import ApiError, ChatCompletion
+from teamplay.serving.api.schema import ApiError, ChatCompletion
 
 DONE = b"data: [DONE]\n\n"
 

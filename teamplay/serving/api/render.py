@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from teamplay.agents.backends.scripted import format_answer
 from teamplay.records import Episode, Message, TaskItem
-from teamplay.serving.schema import (
+from teamplay.serving.api.schema import (
     AssistantMessage,
     ChatCompletion,
     Choice,

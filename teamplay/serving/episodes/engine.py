@@ -1,5 +1,5 @@
 """The team behind ``teamplay serve``: a chat request becomes a ``TaskItem`` and ``n`` episodes. The
-server runs them with continuous batching (``teamplay.serving.scheduler``, which drives this
+server runs them with continuous batching (``teamplay.serving.episodes.scheduler``, which drives this
 engine's envs, backend and seeds); ``TeamEngine.run`` runs a list of requests as
 ``RolloutRunner.run`` calls (lock-step turns, one batched ``generate`` per turn) for callers that
 have them all at once.

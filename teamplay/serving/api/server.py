@@ -3,15 +3,15 @@
 Routes:
 
 * ``POST /v1/chat/completions``: one request = ``n`` team episodes on the last user message (see
-  ``teamplay.serving.engine`` for how the question becomes a problem, and its seeds). Each choice's
+  ``teamplay.serving.episodes.engine`` for how the question becomes a problem, and its seeds). Each choice's
   content is the team's final answer; ``usage`` sums the team's tokens; the extra top-level field
-  ``teamplay`` holds every episode's transcript and per-role usage (``teamplay.serving.render``).
+  ``teamplay`` holds every episode's transcript and per-role usage (``teamplay.serving.api.render``).
 * ``GET /v1/models`` (and ``/v1/models/{id}``): the one served model, whose id is the team's name.
 * ``GET /health``: ``{"status": "ok", ...}`` with the queue length, the runs so far, the chat
   requests received and in flight (being read, queued, running or streaming).
-* ``GET /metrics``: Prometheus text format (``teamplay.serving.metrics``).
+* ``GET /metrics``: Prometheus text format (``teamplay.serving.api.metrics``).
 
-Throughput: continuous batching (``teamplay.serving.scheduler``): one worker thread steps every
+Throughput: continuous batching (``teamplay.serving.episodes.scheduler``): one worker thread steps every
 running episode in lock step, one batched ``generate`` per turn, and a new request joins at the
 next turn (up to ``max_batch`` episodes at once); a request is answered when its own episodes end.
 
@@ -32,7 +32,7 @@ status   when
 429      ``max_queue`` requests waiting already (code ``queue_full``)
 500      the team's model call raised for this request (retried request by request: the others go on)
 499      (not sent: the client disconnected; counted in the metrics) its queued request is dropped
-503      the server is shutting down (SIGTERM: see ``teamplay.serving.shutdown``)
+503      the server is shutting down (SIGTERM: see ``teamplay.serving.api.shutdown``)
 504      no result within ``timeout_s`` (the request is dropped, queued or running)
 =======  ==================================================================================
 """
@@ -60,14 +60,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
-from teamplay.serving.auth import BearerAuth
-from teamplay.serving.engine import EpisodeRequest, TeamEngine
-from teamplay.serving.metrics import CountRequests, ServeMetrics
-from teamplay.serving.render import render_completion
-from teamplay.serving.scheduler import BatcherClosed, ContinuousBatcher, QueueFull
-from teamplay.serving.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
-from teamplay.serving.shutdown import Lifecycle, RefuseWhileDraining
-from teamplay.serving.streaming import stream_completion
+from teamplay.serving.api.auth import BearerAuth
+from teamplay.serving.episodes.engine import EpisodeRequest, TeamEngine
+from teamplay.serving.api.metrics import CountRequests, ServeMetrics
+from teamplay.serving.api.render import render_completion
+from teamplay.serving.episodes.scheduler import BatcherClosed, ContinuousBatcher, QueueFull
+from teamplay.serving.api.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
+from teamplay.serving.api.shutdown import Lifecycle, RefuseWhileDraining
+from teamplay.serving.api.streaming import stream_completion
 
 #: OpenAI's bound on stop sequences
 MAX_STOP = 4
@@ -90,7 +90,7 @@ class ServeLimits:
         max_question_chars: longest question (the last user message), in characters.
         max_messages: most messages per request.
         drain_s: at SIGTERM, longest wait for the requests in flight before they are cancelled
-            (``teamplay.serving.shutdown``).
+            (``teamplay.serving.api.shutdown``).
     """
 
     max_batch: int = 64
@@ -116,7 +116,7 @@ def create_app(engine: TeamEngine, model_name: str, limits: ServeLimits | None =
                api_key: str | None = None) -> FastAPI:
     """The FastAPI app serving ``engine``'s team as model ``model_name`` (see the module doc);
     with ``api_key``, every route but ``/health`` wants ``Authorization: Bearer KEY``
-    (``teamplay.serving.auth``)."""
+    (``teamplay.serving.api.auth``)."""
     limits = limits or ServeLimits()
     metrics = ServeMetrics()
     batcher = ContinuousBatcher(engine, max_batch=limits.max_batch, max_queue=limits.max_queue,
@@ -394,7 +394,7 @@ def url_of(sock: socket.socket) -> str:
 
 class _Server(uvicorn.Server):
     """uvicorn's server, calling ``on_ready`` once it listens; SIGTERM drains the app first
-    (``teamplay.serving.shutdown``) and ends the process normally (exit 0) rather than by the
+    (``teamplay.serving.api.shutdown``) and ends the process normally (exit 0) rather than by the
     signal. Ctrl-C (SIGINT) stops as uvicorn does; a second SIGTERM stops at once."""
 
     def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None], lifecycle: Lifecycle) -> None:
