@@ -5,16 +5,21 @@ Floor 0: this module imports nothing from ``teamplay``, so every floor may use i
 - :func:`write_atomically` replaces a file by text or bytes held in memory;
 - :func:`atomic_file` hands a temporary path to a writer that wants a path of its own (``torch.save``,
   ``save_file``, a ``json.dump`` into ``path.open(...)``) and puts the file in place when it is done;
-- :func:`replace_folder` puts a fully written staging folder in place of a folder (a checkpoint).
+- :func:`replace_folder` puts a fully written staging folder in place of a folder (a checkpoint);
+- :func:`staged_folder` hands an empty staging folder to a writer that fills a whole folder
+  (``save_pretrained``, a set of adapters) and puts it in place with :func:`replace_folder`.
 
 A temporary file is a hidden sibling of its target (``.tmp-<name>-<pid>``), so the rename never
-crosses a file system; one process writes one path at a time.
+crosses a file system; one process writes one path at a time. A staging folder is a hidden sibling
+too (``.tmp-<name>-<random>``): writers of the same folder in several processes or threads never
+share one.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,16 +72,49 @@ def write_atomically(path: Path, content: str | bytes) -> None:
 
 def replace_folder(staged: Path, final: Path) -> None:
     """Put the fully written folder ``staged`` in place of ``final``: fsync every file under
-    ``staged``, delete ``final`` if it exists, rename ``staged`` to ``final``.
+    ``staged``, move an existing ``final`` aside (``.old-<name>-<pid>``), rename ``staged`` to
+    ``final``, then delete the old folder.
 
-    The rename is atomic, so a new ``final`` is never seen half written. Replacing an old ``final``
-    is not: it is deleted first, and a kill during the deletion leaves part of it (callers replace
-    an old folder only when it holds the same thing, e.g. the checkpoint of a step a killed run
-    already wrote). On failure ``staged`` is left for the caller to remove.
+    The renames are atomic and the old folder is deleted only once the new one is in place, so a
+    reader never sees a half-written ``final`` and a kill at any moment leaves one folder whole: the
+    new ``final``, the old ``final``, or (killed between the two renames) the old one under its
+    aside name. If the second rename fails, the old folder is moved back. On failure ``staged`` is
+    left for the caller to remove.
     """
     for path in staged.rglob("*"):
         if path.is_file():
             _fsync(path)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staged, final)
+    if not final.exists():
+        os.replace(staged, final)
+        return
+    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    if old.exists():  # left by a killed process of the same id: one process writes one path at a time
+        shutil.rmtree(old)
+    os.replace(final, old)
+    try:
+        os.replace(staged, final)
+    except BaseException:
+        os.replace(old, final)
+        raise
+    shutil.rmtree(old)
+
+
+@contextmanager
+def staged_folder(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a new empty staging folder next to ``final`` to fill; on a clean exit put it in place of
+    ``final`` with :func:`replace_folder` (an existing ``final`` is replaced whole).
+
+    The staging folder is removed however the ``with`` ends; an exception inside it (or in
+    :func:`replace_folder`) re-raises with ``final`` keeping its old content whole, or staying
+    missing. The parent folder must exist::
+
+        with staged_folder(cache / "model") as tmp:
+            model.save_pretrained(tmp)
+    """
+    final = Path(final)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    try:
+        yield staging
+        replace_folder(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
-from teamplay.atomic import atomic_file, replace_folder, write_atomically
+from teamplay.atomic import atomic_file, replace_folder, staged_folder, write_atomically
 
 
 def test_write_atomically_writes_text_as_utf8_and_bytes_as_they_are(tmp_path):
@@ -96,3 +98,47 @@ def test_replace_folder_creates_a_missing_folder(tmp_path):
     replace_folder(staged, tmp_path / "final")
     assert (tmp_path / "final" / "f").read_text() == "x"
     assert not staged.exists()
+
+
+def test_replace_folder_keeps_the_old_folder_whole_when_the_rename_fails(tmp_path, monkeypatch):
+    final = tmp_path / "adapters"
+    final.mkdir()
+    (final / "a.bin").write_bytes(b"old")
+    staged = tmp_path / ".staged"
+    staged.mkdir()
+    (staged / "a.bin").write_bytes(b"new")
+    real_replace = os.replace
+
+    def fail_on_staged(src, dst):
+        if Path(src) == staged:
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr("teamplay.atomic.os.replace", fail_on_staged)
+    with pytest.raises(OSError, match="No space"):
+        replace_folder(staged, final)
+    assert (final / "a.bin").read_bytes() == b"old"  # moved aside, then back
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".staged", "adapters"]
+
+
+def test_staged_folder_puts_what_was_written_in_place_of_the_old_folder(tmp_path):
+    final = tmp_path / "adapters"
+    (final / "stale").mkdir(parents=True)
+    with staged_folder(final) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".") and list(tmp.iterdir()) == []
+        (tmp / "a").mkdir()
+        (tmp / "a" / "w.bin").write_bytes(b"w")
+        assert (final / "stale").is_dir()  # nothing is in place before the with ends
+    assert sorted(str(p.relative_to(final)) for p in final.rglob("*")) == ["a", "a/w.bin"]
+    assert [p.name for p in tmp_path.iterdir()] == ["adapters"]
+
+
+def test_an_exception_inside_staged_folder_keeps_the_old_folder_and_no_staging(tmp_path):
+    final = tmp_path / "model"
+    final.mkdir()
+    (final / "config.json").write_text("old")
+    with pytest.raises(RuntimeError, match="killed"), staged_folder(final) as tmp:
+        (tmp / "config.json").write_text("half of the ne")
+        raise RuntimeError("killed")
+    assert (final / "config.json").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]

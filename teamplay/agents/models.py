@@ -21,15 +21,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from teamplay.atomic import staged_folder
 from teamplay.errors import ConfigError, ModelLoadError
 from teamplay.hub import hub_offline, probe_hub
 
@@ -206,16 +205,12 @@ def _save_atomically(model: Any, tokenizer: Any, target: Path, source: dict[str,
     """Write ``model`` + ``tokenizer`` to ``target`` via a sibling temp folder and a rename, so that a
     crash or a concurrent loader never sees a half-written copy (the marker is written last)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / _SOURCE_MARKER).write_text(json.dumps(source))
-        if target.exists():  # a stale copy (other GGUF file): replace it
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        with staged_folder(target) as tmp:  # replaces a stale copy (other GGUF file) whole
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / _SOURCE_MARKER).write_text(json.dumps(source))
     except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
         if (target / _SOURCE_MARKER).is_file():
             return  # another process finished the same copy first
         raise ModelLoadError(f"could not write the model cache {str(target)!r}: {err}; set TEAMPLAY_CACHE "

@@ -17,7 +17,6 @@ Roles sharing a base share its single copy; adapter names are unique across the 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from teamplay.agents.team_model import MANIFEST, TeamModel, swap_folder
+from teamplay.agents.team_model import MANIFEST, TeamModel
+from teamplay.atomic import staged_folder
 from teamplay.errors import ConfigError, ModelLoadError
 
 
@@ -102,19 +102,16 @@ class MultiBaseTeamModel:
         """Every adapter of every base in one folder, as ``TeamModel.save_adapters`` writes it."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-        try:
+        with staged_folder(folder) as tmp:
             for i, part in enumerate(self.parts.values()):
+                # each base writes its own set, whose subfolders then move into the team's one
                 staged = part.save_adapters(tmp / f".base{i}")
                 for name in part.adapter_names:
-                    os.replace(staged / name, tmp / name)
+                    (staged / name).rename(tmp / name)
                 shutil.rmtree(staged)
             (tmp / MANIFEST).write_text(json.dumps(
                 {"adapters": list(self.adapter_names), "frozen": sorted(self.frozen),
                  "bases": {name: self._owner[name] for name in self.adapter_names}}, indent=2))
-            swap_folder(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return folder
 
     def load_adapters(self, folder: str | Path) -> tuple[str, ...]:

@@ -15,9 +15,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from teamplay.agents.roles import Team
+from teamplay.atomic import replace_folder, staged_folder
 from teamplay.errors import ConfigError, ModelLoadError
 
 #: file names of the standard PEFT adapter format
@@ -342,8 +340,7 @@ class TeamModel:
             raise ConfigError("this team model has no adapters to save")
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-        try:
+        with staged_folder(folder) as tmp:
             for name in self._names:
                 sub = tmp / name
                 sub.mkdir()
@@ -353,9 +350,6 @@ class TeamModel:
                 save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, sub / ADAPTER_WEIGHTS)
             (tmp / MANIFEST).write_text(json.dumps(
                 {"adapters": list(self._names), "frozen": sorted(self.frozen)}, indent=2))
-            swap_folder(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return folder
 
     def load_adapters(self, folder: str | Path) -> tuple[str, ...]:
@@ -477,14 +471,6 @@ def _adapter_of(param_name: str) -> str | None:
     return None
 
 
-def swap_folder(staged: Path, folder: Path) -> None:
-    """Put the fully written ``staged`` folder in place of ``folder`` (which may not exist): the old
-    folder is moved aside first and deleted only after the new one is in place, so a crash leaves
-    one whole folder, never a half-written one."""
-    old = None
-    if folder.exists():
-        old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
-        os.replace(folder, old)
-    os.replace(staged, folder)
-    if old is not None:
-        shutil.rmtree(old)
+#: the old name of ``teamplay.atomic.replace_folder``, still imported by ``teamplay.serving.files.export``;
+#: it goes once that module imports ``replace_folder`` itself
+swap_folder = replace_folder
