@@ -32,7 +32,7 @@ from teamplay.agents.backends.routing import RoutingBackend
 from teamplay.agents.roles import Team
 from teamplay.config import LoraConfig, WorkerResources
 from teamplay.distributed.actors import ActorGroup, OnActors
-from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec
+from teamplay.distributed.rollout import DEFAULT_MAX_RESTARTS, RestartEvent, RolloutWorker, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats
@@ -131,7 +131,8 @@ class BaseGroupsPool:
     """
 
     def __init__(self, spec: WorkerSpec, owner: Mapping[str, str], workers: int, resources: WorkerResources,
-                 sampling: SamplingParams, max_staleness: int = 0, max_restarts: int = 3) -> None:
+                 sampling: SamplingParams, max_staleness: int = 0,
+                 max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.spec, self.sampling, self.max_staleness = spec, sampling, max_staleness

@@ -36,6 +36,11 @@ from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, TurnRequest
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats
 
+#: Worker restarts one run call allows by default (all workers together), the same as
+#: ``distributed.max_restarts``: enough to ride out a preempted node or an out-of-memory kill or two,
+#: few enough that a worker that dies on every try fails the step instead of retrying forever.
+DEFAULT_MAX_RESTARTS = 3
+
 
 @dataclass(frozen=True)
 class WorkerSpec:
@@ -145,7 +150,7 @@ class RolloutPool(OnActors):
     """
 
     def __init__(self, spec: WorkerSpec, workers: int, resources: WorkerResources, sampling,
-                 max_staleness: int = 0, max_restarts: int = 3) -> None:
+                 max_staleness: int = 0, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
         self.spec = spec
         self.sampling = sampling
         self.max_staleness = max_staleness
