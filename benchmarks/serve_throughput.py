@@ -7,7 +7,7 @@ level-1 test problems. In one process, with the model loaded once and warmed up 
 
 * ``eval``: the problems through one ``RolloutRunner`` evaluation (``evaluate``, as ``teamplay
   eval`` runs them): every episode in lock step, the best batching there is;
-* ``serve`` at C clients: the server of ``teamplay serve`` (``build_serve_engine`` + ``create_app``,
+* ``serve`` at C clients: the server of ``teamplay serve`` (``build_team_engine`` + ``create_app``,
   uvicorn on 127.0.0.1 in a thread) and C client threads, each posting one problem at a time to
   ``/v1/chat/completions`` until all N are answered. Continuous batching steps every running
   episode in one lock-step turn, and a request joins at the next turn.
@@ -111,14 +111,14 @@ def measure_serve(url: str, batcher, items, clients: int) -> dict[str, Any]:
 def run(quick: bool = False, model: str = EMBEDDED_MODEL, short: bool = False) -> Result:
     """``quick``: 4 problems at 1 and 4 clients; ``short``: 32 problems at 32 clients and the first 8
     at 1 client; otherwise 32 problems at 1, 8 and 32 clients."""
-    from teamplay.cli import build_serve_engine
     from teamplay.config import EvalConfig, build_config
     from teamplay.serving.api.server import ServeLimits, create_app, running
+    from teamplay.serving.episodes.engine import build_team_engine
 
     n, levels = (4, (1, 4)) if quick else (32, (1, 8, 32))
     if short:
         levels = (1, 32)
-    engine = build_serve_engine(build_config(EvalConfig, team_config(model, n)))
+    engine = build_team_engine(build_config(EvalConfig, team_config(model, n)))
     items = engine.task.load("test", limit=n)
     data: dict[str, Any] = {"problems": n, "serve": []}
     app = create_app(engine, MODEL_ID, ServeLimits(max_batch=64, timeout_s=3600))

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "teamplay"
 
 #: floor of each top-level module or package of teamplay; a module may import its own floor and below
 FLOORS = {
-    "errors": 0, "records": 0, "registry": 0, "hub": 0, "atomic": 0,
+    "errors": 0, "records": 0, "registry": 0, "hub": 0, "atomic": 0, "json_files": 0,
     "agents": 1,
     "envs": 2,
     "credit": 3,
@@ -66,6 +66,11 @@ INNER_FLOORS = {
         "files": 0, "episodes": 0,  # the team as exported files; requests -> episodes, batched
         "api": 1,  # the OpenAI-compatible server over the episodes
         "__init__": 2,
+    },
+    "cli": {
+        "app": 0, "tables": 0,  # the Typer app, its error handling and shared options; the result tables
+        "training": 1, "evaluation": 1, "deployment": 1, "inspection": 1,  # the commands, by family
+        "__init__": 2, "__main__": 3,
     },
 }
 

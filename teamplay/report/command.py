@@ -7,7 +7,7 @@
     teamplay report FED_RUN [FED_RUN ...]    federated runs (`teamplay federate`): accuracy per
                                              round, bytes against accuracy (teamplay.report.federated)
 
-The CLI wiring lives in ``teamplay/cli.py``; this module holds the whole behaviour so that it is
+The CLI wiring lives in ``teamplay/cli/inspection.py``; this module holds the whole behaviour so that it is
 testable without a subprocess.
 """
 

@@ -14,8 +14,8 @@ import time
 
 from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.config import EvalConfig, build_config
-from teamplay.serving.episodes.engine import TeamEngine
 from teamplay.serving.api.server import ServeLimits, create_app, serve
+from teamplay.serving.episodes.engine import TeamEngine
 from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
 
 

@@ -10,10 +10,10 @@ pytest.importorskip("fastapi", reason="teamplay serve needs the serve extra: pip
 openai = pytest.importorskip("openai", reason="the serve tests drive the server with the openai client (dev extra)")
 import httpx  # noqa: E402 - the openai client's own HTTP library, present whenever openai is
 
-from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
 from teamplay.serving.api.auth import BearerAuth, exposure_warning, key_matches  # noqa: E402
 from teamplay.serving.api.server import create_app, running  # noqa: E402
+from teamplay.serving.episodes.engine import build_team_engine  # noqa: E402
 
 KEY = "sk-team-0123456789"
 TEAM = {"task": {"name": "arith", "split": "test", "limit": 5}, "protocol": {"name": "single"},
@@ -23,7 +23,7 @@ ASK = {"model": "guarded", "messages": [{"role": "user", "content": "What is 23 
 
 @pytest.fixture(scope="module")
 def url():
-    engine = build_serve_engine(build_config(EvalConfig, TEAM))
+    engine = build_team_engine(build_config(EvalConfig, TEAM))
     with running(create_app(engine, "guarded", api_key=KEY)) as base:
         yield base
 

@@ -22,11 +22,12 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from teamplay.agents.backends.scripted import POLICIES, format_answer, wrong_answer  # noqa: E402
-from teamplay.cli import app, build_serve_engine  # noqa: E402
+from teamplay.cli import app  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
 from teamplay.errors import DataError  # noqa: E402
-from teamplay.serving.files.lm_eval_task import TASK_NAME, main, task_config, write_task  # noqa: E402
 from teamplay.serving.api.server import create_app, running  # noqa: E402
+from teamplay.serving.episodes.engine import build_team_engine  # noqa: E402
+from teamplay.serving.files.lm_eval_task import TASK_NAME, main, task_config, write_task  # noqa: E402
 
 MODEL = "team"
 #: six GSM8K-shaped rows: a reference with a thousands comma, a negative one, and a question with a
@@ -83,7 +84,7 @@ def _lm_eval(team: dict, data: Path, folder: Path) -> tuple[dict, dict[str, floa
     """lm-eval's ``local-chat-completions`` on the written task against ``team`` served: the task's
     results, each question's exact_match, and the requests the server answered."""
     tasks = write_task(data, folder / "lm_eval_tasks").parent
-    engine = build_serve_engine(build_config(EvalConfig, team))
+    engine = build_team_engine(build_config(EvalConfig, team))
     app = create_app(engine, MODEL)
     with running(app) as url:
         out = lm_eval.simple_evaluate(

@@ -12,9 +12,9 @@ pytest.importorskip("fastapi", reason="teamplay serve needs the serve extra: pip
 parser = pytest.importorskip("prometheus_client.parser", reason="/metrics needs prometheus-client (serve extra)")
 import httpx  # noqa: E402 - the openai client's HTTP library, a dependency of fastapi's test client too
 
-from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
 from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.episodes.engine import build_team_engine  # noqa: E402
 from tests.tiny import save_tiny  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def test_requests_latency_runs_and_tokens_add_up(tmp_path):
                                     "model": {"name": str(model), "device": "cpu"},
                                     "backend": {"name": "hf", "max_prompt_tokens": 512},
                                     "sampling": {"max_new_tokens": 4}})
-    with running(create_app(build_serve_engine(cfg), "tiny", ServeLimits(max_n=4))) as url:
+    with running(create_app(build_team_engine(cfg), "tiny", ServeLimits(max_n=4))) as url:
         before = scrape(url)
         assert before[("teamplay_in_flight_episodes", ())] == 0 and before[("teamplay_queued_requests", ())] == 0
         asks = [{"model": "tiny", "n": n, "messages": [{"role": "user", "content": f"What is {n} + 1?"}]}

@@ -189,11 +189,11 @@ def test_a_seeded_sampled_request_shares_the_turns_and_keeps_its_episodes(tmp_pa
     own call, as before."""
     from dataclasses import replace
 
-    from teamplay.cli import build_serve_engine
+    from teamplay.serving.episodes.engine import build_team_engine
     from tests.tiny import save_tiny
 
     model = save_tiny(tmp_path / "model")
-    engine = build_serve_engine(build_config(EvalConfig, {
+    engine = build_team_engine(build_config(EvalConfig, {
         "task": {"name": "arith", "split": "test", "limit": 20},
         "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
         "model": {"name": str(model), "device": "cpu"}, "backend": {"name": "hf", "max_prompt_tokens": 512},

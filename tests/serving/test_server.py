@@ -20,9 +20,9 @@ pytest.importorskip("fastapi", reason="teamplay serve needs the serve extra: pip
 openai = pytest.importorskip("openai", reason="the serve tests drive the server with the openai client (dev extra)")
 import httpx  # noqa: E402 - the openai client's own HTTP library, present whenever openai is
 
-from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
 from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.episodes.engine import build_team_engine  # noqa: E402
 from tests.tiny import save_tiny  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ ERROR_KEYS = {"message", "type", "param", "code"}
 @pytest.fixture(scope="module")
 def oracle():
     """(base URL, engine) of the scripted oracle team's server."""
-    engine = build_serve_engine(build_config(EvalConfig, ORACLE_TEAM))
+    engine = build_team_engine(build_config(EvalConfig, ORACLE_TEAM))
     with running(create_app(engine, MODEL, LIMITS)) as url:
         yield url, engine
 
@@ -204,7 +204,7 @@ def tiny(tmp_path_factory):
     cfg = build_config(EvalConfig, {**ORACLE_TEAM, "model": {"name": str(model), "device": "cpu"},
                                     "backend": {"name": "hf", "max_prompt_tokens": 512},
                                     "sampling": {"max_new_tokens": 6}})
-    engine = build_serve_engine(cfg)
+    engine = build_team_engine(cfg)
     with running(create_app(engine, "tiny", LIMITS)) as url:
         yield url, engine
 

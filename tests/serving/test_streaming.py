@@ -15,9 +15,9 @@ pytest.importorskip("fastapi", reason="teamplay serve needs the serve extra: pip
 openai = pytest.importorskip("openai", reason="the serve tests drive the server with the openai client (dev extra)")
 import httpx  # noqa: E402 - the openai client's own HTTP library, present whenever openai is
 
-from teamplay.cli import build_serve_engine  # noqa: E402
 from teamplay.config import EvalConfig, build_config  # noqa: E402
 from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.episodes.engine import build_team_engine  # noqa: E402
 from tests.tiny import save_tiny  # noqa: E402
 
 ORACLE = {"task": {"name": "arith", "split": "test", "limit": 5},
@@ -28,7 +28,7 @@ QUESTION = [{"role": "user", "content": "What is 23 + 95?"}]
 
 @pytest.fixture(scope="module")
 def oracle():
-    with running(create_app(build_serve_engine(build_config(EvalConfig, ORACLE)), "oracle")) as url:
+    with running(create_app(build_team_engine(build_config(EvalConfig, ORACLE)), "oracle")) as url:
         yield url
 
 
@@ -73,7 +73,7 @@ def test_streamed_usage_and_transcripts_equal_the_completions(tmp_path):
     cfg = build_config(EvalConfig, {**ORACLE, "model": {"name": str(model), "device": "cpu"},
                                     "backend": {"name": "hf", "max_prompt_tokens": 512},
                                     "sampling": {"max_new_tokens": 5, "temperature": 0.0}})
-    with running(create_app(build_serve_engine(cfg), "tiny")) as url:
+    with running(create_app(build_team_engine(cfg), "tiny")) as url:
         client = _client(url)
         whole = client.chat.completions.create(model="tiny", n=2, messages=QUESTION)
         chunks = list(client.chat.completions.create(model="tiny", n=2, messages=QUESTION, stream=True,

@@ -35,10 +35,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from teamplay.agents.backends.base import GenerationBackend
+from teamplay.config import EvalConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams, TaskItem
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.wiring.eval_team import build_eval_team
+from teamplay.training.wiring.setup import sampling_params
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class TeamEngine:
     Args:
         task: the served task (prompt format, answer extraction, reward).
         items: its problems; a question equal to one of their prompts gets its reference.
-        make_env: builds a fresh ``TeamEnv`` of the served team (``build_eval_team``).
+        make_env: builds a fresh ``TeamEnv`` of the served team (``build_team_engine``).
         backend: the generation backend.
         sampling: the config's decoding; requests may lower ``max_new_tokens`` and change
             ``temperature`` and ``top_p``.
@@ -194,6 +197,14 @@ class TeamEngine:
             split.append(episodes[start:start + r.n])
             start += r.n
         return split
+
+
+def build_team_engine(cfg: EvalConfig) -> TeamEngine:
+    """The ``TeamEngine`` that ``serve`` puts behind its API: the team ``eval`` would evaluate
+    (``build_eval_team``), the task's items indexed for reference look-up."""
+    team = build_eval_team(cfg)
+    return TeamEngine(team.task, team.items, team.make_env, team.backend, sampling_params(cfg.sampling),
+                      cfg.protocol.name, generate_batch=cfg.backend.max_batch, seed=cfg.seed)
 
 
 def _groups(requests: Sequence[EpisodeRequest]) -> list[list[int]]:

@@ -1,0 +1,189 @@
+"""``teamplay credit``, ``teamplay report`` and ``teamplay list``: credit on saved episodes and
+the methods' cards and fidelity, HTML reports of runs, and what is registered (plugins included)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from teamplay.cli.app import app, console, user_errors
+from teamplay.config import load_config
+from teamplay.errors import TeamplayError
+from teamplay.registry import is_plugin_spec
+
+
+@app.command("credit")
+@user_errors
+def credit_command(
+    folder: Path | None = typer.Argument(None, help="An eval folder (teamplay eval -o) or a run folder."),
+    method: str | None = typer.Option(None, "--method", "-m", help="Credit method (teamplay list) or "
+                                                                   "path/to/file.py:function."),
+    set_: list[str] = typer.Option([], "--set", help="A method option: --set value=masking"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the rows as JSON lines."),
+    limit: int = typer.Option(40, help="Rows to print (all are written with --output)."),
+    card: str | None = typer.Option(None, "--card", help="Print a method's card instead (what it estimates, "
+                                                         "its assumptions, cost and test): a name or all."),
+    check: str | None = typer.Option(None, "--check", help="Measure how far these methods (comma-separated) "
+                                                           "follow the true advantage on --config's team and task."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="With --check: the training config."),
+    problems: int = typer.Option(8, help="With --check: problems played (each by a group of episodes)."),
+    group: int = typer.Option(4, help="With --check: episodes per problem."),
+    samples: int = typer.Option(8, help="With --check: re-executions per prefix of the true advantage."),
+) -> None:
+    """Try a credit method on saved episodes: the advantage of every utterance, without training.
+    With --card METHOD (or all): what the method estimates, under which assumptions, at what cost.
+    With --check METHODS --config CFG: each method's agreement with the true advantage on your team."""
+    if check is not None:
+        if folder is not None or method is not None or card is not None or config is None:
+            raise TeamplayError("credit --check METHODS needs --config CFG and takes no FOLDER, --method or --card")
+        _credit_check([m.strip() for m in check.split(",") if m.strip()], config, problems, group, samples)
+        return
+    if card is not None:
+        if folder is not None or method is not None:
+            raise TeamplayError("credit --card prints a method's card; it takes no FOLDER or --method")
+        from teamplay.credit.audit.cards import render_cards
+
+        typer.echo(render_cards(card))
+        return
+    if folder is None or method is None:
+        raise TeamplayError("credit: give FOLDER and --method to credit saved episodes, or --card METHOD|all")
+    from teamplay.config import parse_overrides
+    from teamplay.training.experiments.saved_credit import credit_saved
+
+    rows = credit_saved(folder, method, dict(parse_overrides(set_)))
+    table = Table(title=f"credit {method} on {folder} ({len(rows)} utterances)")
+    for col in ("group", "ep", "agent", "stage", "round", "advantage", "reward", "text"):
+        table.add_column(col, justify="right" if col in ("ep", "round", "advantage", "reward") else "left")
+    for r in rows[:limit]:
+        text = r.text if r.spoke else "(skipped)"
+        table.add_row(r.group_id, str(r.episode), r.agent, r.stage, str(r.round), f"{r.advantage:+.3f}",
+                      f"{r.reward:.2f}", text.replace("\n", " ")[:60])
+    console.print(table)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with output.open("w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+        console.print(f"wrote {output}")
+
+
+
+def _credit_check(methods: list[str], config: Path, problems: int, group: int, samples: int) -> None:
+    """``teamplay credit --check``: the fidelity table of ``methods`` on the config's team and task."""
+    from teamplay.config import TrainConfig
+    from teamplay.training.experiments.fidelity_check import THRESHOLD, check_fidelity
+
+    if not methods:
+        raise TeamplayError("credit --check: name at least one method, e.g. --check grpo,shapley")
+    cfg = load_config(TrainConfig, config, [])
+    rows, oracle_tokens = check_fidelity(cfg, methods, problems, group, samples, cfg.seed)
+    table = Table(title=f"credit fidelity on {config} ({problems} problems x {group}, true advantage from "
+                        f"{samples} re-executions per prefix, {oracle_tokens} tokens)")
+    for col in ("method", "Pearson r [95% CI]", "Spearman [95% CI]", f"sign, |A*| > {THRESHOLD}", "groups kept",
+                "counterfactual tokens"):
+        table.add_column(col)
+
+    def ci(x: float, lo_hi: tuple[float, float]) -> str:
+        return f"{x:.2f} [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]"
+
+    for r in rows:
+        table.add_row(r.method, ci(r.fit.pearson, r.fit.pearson_ci), ci(r.fit.spearman, r.fit.spearman_ci),
+                      f"{r.fit.sign:.2f} ({r.fit.clear})", str(r.groups), str(r.counterfactual_tokens))
+    console.print(table)
+
+
+
+@app.command("report")
+@user_errors
+def report_command(
+    run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare, or one sweep "
+                                                    "folder); or any number of federated run folders."),
+    compare: bool = typer.Option(False, "--compare", help="Put two runs or evals side by side, or every grid "
+                                                          "point of a sweep folder."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output folder (default RUN/report, "
+                                                                    "or ./report-compare)."),
+) -> None:
+    """Write a self-contained HTML report (curves, credit per role, free riders, transcripts)."""
+    from teamplay.report import report_command as write_report
+
+    console.print(f"wrote {write_report(run_dirs, compare, output)}")
+
+
+
+@app.command("list")
+@user_errors
+def list_command(
+    plugin: list[str] = typer.Option([], "--plugin", help="Also list a user's entry: path/to/file.py:name "
+                                                          "(a credit method, task or protocol)."),
+) -> None:
+    """List tasks, protocols and credit methods (and the user files given with --plugin)."""
+    from teamplay.credit import CREDIT, credit_methods
+    from teamplay.envs.protocols import get_protocol, protocol_names
+    from teamplay.envs.protocols.registry import PROTOCOLS
+    from teamplay.envs.tasks import TASKS, get_task, task_names
+
+    plugins = _load_plugins(plugin, CREDIT, TASKS, PROTOCOLS)
+
+    table = Table(title="tasks")
+    table.add_column("name", no_wrap=True)
+    table.add_column("splits")
+    table.add_column("how answers are read")
+    for name in task_names() + plugins["task"]:
+        t = get_task(name)
+        table.add_row(_short(name), ", ".join(t.splits), t.answer_instruction)
+    console.print(table)
+    table = Table(title="protocols")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description")
+    for name in protocol_names() + plugins["protocol"]:
+        doc = (get_protocol(name).__doc__ or "").strip().splitlines()
+        table.add_row(_short(name), doc[0] if doc else "")
+    console.print(table)
+    table = Table(title="credit methods")
+    table.add_column("name", no_wrap=True)
+    table.add_column("what it does")
+    table.add_column("needs")
+    methods = {**credit_methods(), **{spec: CREDIT.get(spec) for spec in plugins["credit method"]}}
+    for name, method in methods.items():
+        needs = sorted(method.requires(method.options()))
+        if method.protocols is not None:
+            needs.append("protocol " + "/".join(sorted(method.protocols)))
+        table.add_row(_short(name), method.summary, ", ".join(needs) or "-")
+    console.print(table)
+    from teamplay.credit.token import token_methods
+
+    table = Table(title="token credit methods (credit.token: after the message method, per role)")
+    table.add_column("name")
+    table.add_column("what it does")
+    table.add_column("needs")
+    for name, tm in token_methods().items():
+        table.add_row(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
+    console.print(table)
+
+
+
+def _short(name: str) -> str:
+    """A user entry as ``file.py:name`` (its folder dropped), a built-in name as it is."""
+    return Path(name).name if is_plugin_spec(name) else name
+
+
+def _load_plugins(specs: list[str], *registries) -> dict[str, list[str]]:
+    """Sort ``--plugin`` specs by the registry whose check accepts them (credit, task, protocol)."""
+    found: dict[str, list[str]] = {r.kind: [] for r in registries}
+    for spec in specs:
+        if ":" not in spec:
+            raise TeamplayError(f"--plugin {spec!r}: expected path/to/file.py:name")
+        for registry in registries:
+            try:
+                registry.load_plugin(spec)
+            except TeamplayError:
+                continue
+            found[registry.kind].append(spec)
+            break
+        else:
+            raise TeamplayError(f"--plugin {spec}: not a credit method, task or protocol")
+    return found
+

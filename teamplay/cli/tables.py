@@ -1,0 +1,85 @@
+"""The result tables the commands print (rich ``Table``s): a team's evaluation metrics, a
+controlled team beside the same team always speaking, a run's held-out figures before and after
+training, and a sweep's mean ± 95% CI per grid point."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def controller_table(title: str, mode: str, controlled, always) -> Table:
+    """Accuracy, cost and speak rates of a controlled team next to the same team always speaking."""
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column(mode, justify="right")
+    table.add_column("always_speak", justify="right")
+    table.add_row("team accuracy", f"{controlled.team_accuracy:.3f}", f"{always.team_accuracy:.3f}")
+    table.add_row("tokens / problem", f"{controlled.tokens_per_problem:.1f}", f"{always.tokens_per_problem:.1f}")
+    table.add_row("model calls / problem", f"{controlled.calls_per_problem:.2f}",
+                  f"{always.calls_per_problem:.2f}")
+    rates, base = controlled.extra.get("speak_rate", {}), always.extra.get("speak_rate", {})
+    for key in sorted(set(rates) | set(base)):
+        shown = (f"{rates[key]:.3f}" if key in rates else "-", f"{base[key]:.3f}" if key in base else "-")
+        table.add_row(f"  speak rate {key}", *shown)
+    saved = always.tokens_per_problem - controlled.tokens_per_problem
+    share = f" ({saved / always.tokens_per_problem:.0%})" if always.tokens_per_problem > 0 else ""
+    table.add_row("tokens saved / problem", f"{saved:.1f}{share}", "")
+    return table
+
+
+def metrics_table(title: str, metrics) -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("team accuracy (teamplay verifier)", f"{metrics.team_accuracy:.3f}")
+    # lm-evaluation-harness-compatible scores of the same completions: compare these, not team
+    # accuracy, with published lm-eval numbers (README, "Evaluation")
+    for key, value in metrics.lm_eval.items():
+        table.add_row(f"  lm-eval 0.4.13 {key}", f"{value:.3f}")
+    for role, acc in metrics.role_accuracy.items():
+        table.add_row(f"  {role} accuracy", f"{acc:.3f}")
+    table.add_row("any agent right", f"{metrics.any_agent_right:.3f}")
+    table.add_row("initial accuracy", f"{metrics.initial_accuracy:.3f}")
+    table.add_row("wrong -> right", f"{metrics.wrong_to_right:.3f}")
+    table.add_row("right -> wrong", f"{metrics.right_to_wrong:.3f}")
+    team = metrics.extra.get("team", {})
+    for role, acc in team.get("first_answer_accuracy", {}).items():
+        table.add_row(f"  {role} first-answer accuracy", f"{acc:.3f}")
+    for key, label in (("verdict_accuracy", "review verdict accuracy"),
+                       ("wrong_caught", "  wrong answers caught"), ("right_rejected", "  right answers rejected"),
+                       ("correction_rate", "correction rate (of wrong)"), ("harm_rate", "harm rate (of right)"),
+                       ("toward_majority", "debate: toward majority"),
+                       ("away_from_majority", "debate: away from majority")):
+        if key in team:
+            table.add_row(label, f"{team[key]:.3f}")
+    table.add_row("tokens / problem", f"{metrics.tokens_per_problem:.1f}")
+    table.add_row("model calls / problem", f"{metrics.calls_per_problem:.2f}")
+    table.add_row("wall time (s)", f"{metrics.seconds:.1f}")
+    table.add_row("tokens / s", f"{metrics.tokens_per_second:.1f}")
+    return table
+
+
+
+def held_out_table(task: str, before, after) -> Table:
+    """A run's held-out figures before and after training (``before`` is ``None`` for a resumed
+    run: its first evaluation belongs to the run that started it)."""
+    table = Table(title=f"held-out {task}: before and after")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    for name in ("team_accuracy", "any_agent_right", "tokens_per_problem", "calls_per_problem"):
+        shown = f"{getattr(before, name):.3f}" if before is not None else "(resumed)"
+        table.add_row(name.replace("_", " "), shown, f"{getattr(after, name):.3f}")
+    return table
+
+
+def sweep_table(folder, results) -> Table:
+    """Each metric's mean ± 95% CI over seeds, one column per grid point (with its seeds done)."""
+    table = Table(title=f"sweep {folder}: mean ± 95% CI over seeds")
+    table.add_column("metric")
+    for label in results.labels:
+        table.add_column(f"{label} (n={len(results.seeds_done[label])})", justify="right")
+    for metric in results.metrics:
+        table.add_row(metric, *(results.cells[label][metric].text() if metric in results.cells[label] else "-"
+                                for label in results.labels))
+    return table
