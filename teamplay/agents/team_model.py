@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from teamplay.agents.roles import Team
-from teamplay.atomic import replace_folder, staged_folder
+from teamplay.atomic import staged_folder
 from teamplay.errors import ConfigError, ModelLoadError
 
 #: file names of the standard PEFT adapter format
@@ -469,8 +469,3 @@ def _adapter_of(param_name: str) -> str | None:
         if part.startswith("lora_"):
             return parts[i + 1]
     return None
-
-
-#: the old name of ``teamplay.atomic.replace_folder``, still imported by ``teamplay.serving.files.export``;
-#: it goes once that module imports ``replace_folder`` itself
-swap_folder = replace_folder

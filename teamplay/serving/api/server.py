@@ -61,13 +61,13 @@ from starlette.requests import ClientDisconnect
 
 from teamplay.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from teamplay.serving.api.auth import BearerAuth
-from teamplay.serving.episodes.engine import EpisodeRequest, TeamEngine
 from teamplay.serving.api.metrics import CountRequests, ServeMetrics
 from teamplay.serving.api.render import render_completion
-from teamplay.serving.episodes.scheduler import BatcherClosed, ContinuousBatcher, QueueFull
 from teamplay.serving.api.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from teamplay.serving.api.shutdown import Lifecycle, RefuseWhileDraining
 from teamplay.serving.api.streaming import stream_completion
+from teamplay.serving.episodes.engine import EpisodeRequest, TeamEngine
+from teamplay.serving.episodes.scheduler import BatcherClosed, ContinuousBatcher, QueueFull
 
 #: OpenAI's bound on stop sequences
 MAX_STOP = 4

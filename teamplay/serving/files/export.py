@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from teamplay.agents.roles import Team
-from teamplay.agents.team_model import ADAPTER_CONFIG, ADAPTER_WEIGHTS, swap_folder
+from teamplay.agents.team_model import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from teamplay.atomic import replace_folder
 from teamplay.config import EvalConfig, FederatedConfig, TeamTrainingConfig, TrainConfig, build_config, read_yaml
 from teamplay.errors import ConfigError, TeamplayError
 from teamplay.serving.files.card import default_license, hub_id, model_card
@@ -165,7 +166,7 @@ def export_team(run: Path, out: Path, *, force: bool = False, license: str | Non
         card = model_card(team, cfg.model_dump(mode="json"), source.run_dir, source.step,
                           license or default_license(team))
         (staged / "README.md").write_text(card, encoding="utf-8")
-        swap_folder(staged, out)
+        replace_folder(staged, out)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return out
