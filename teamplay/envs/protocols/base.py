@@ -146,6 +146,13 @@ class ReplyPrefixOptions(ProtocolOptions):
         "Text every model reply starts with, e.g. 'The answer is' (empty: none)."))
 
 
+def instruction_option(whose: str) -> Any:
+    """The field of an option that replaces one of a protocol's turn instructions (None: the
+    protocol's default text); ``whose`` opens its description, e.g. ``"The solvers'"``."""
+    return Field(None, min_length=1, max_length=2000,
+                 description=f"{whose} turn instruction (None: the default).")
+
+
 class SkippableOptions(ProtocolOptions):
     """Options of protocols with skippable turns."""
 
@@ -181,6 +188,12 @@ class ProtocolState:
             if m.agent == agent and m.spoke and (before_round is None or m.round < before_round):
                 return m
         return None
+
+    def answer_of_latest(self, agent: str) -> str | None:
+        """The answer of ``agent``'s latest spoken message (None: no such message, or it gave no
+        answer; unlike ``last_answer``, an earlier answer does not stand in)."""
+        latest = self.latest(agent)
+        return latest.answer if latest is not None else None
 
     def last_answer(self, agent: str) -> str | None:
         """``agent``'s latest non-None answer (what ``Episode.agent_answers`` records)."""
@@ -421,7 +434,7 @@ def latest_per_agent(state: ProtocolState, agents: Iterable[str], before_round: 
 def majority_of_latest(state: ProtocolState, agents: Sequence[str]) -> str | None:
     """Majority (``teamplay.envs.voting.majority``, ties to the earliest agent) over the answers of
     each agent's latest spoken message; agents without one do not vote."""
-    return majority([m.answer if (m := state.latest(a)) is not None else None for a in agents])
+    return majority([state.answer_of_latest(a) for a in agents])
 
 
 def check_count_option(protocol: Protocol, team: Team, role: str, option: int | None) -> None:
@@ -429,6 +442,15 @@ def check_count_option(protocol: Protocol, team: Team, role: str, option: int | 
     if option is not None and team.role(role).count != option:
         raise ConfigError(f"protocol {protocol.name!r} option n_agents={option} but team role "
                           f"{role!r} has count {team.role(role).count}; set only one of them")
+
+
+def check_team_size(protocol: Protocol, team: Team, option: int | None) -> None:
+    """Raise ``ConfigError`` when the ``n_agents`` option was set and the team's size (agents of
+    all its roles) disagrees: the check of protocols that take any role names."""
+    size = len(team.agent_ids())
+    if option is not None and size != option:
+        raise ConfigError(f"protocol {protocol.name!r} option n_agents={option} but the team has "
+                          f"{size} agents; set only one of them")
 
 
 def _validate_options(protocol: str, model: type[ProtocolOptions],

@@ -79,5 +79,4 @@ class Debate(Protocol):
         return majority_of_latest(state, state.team.role("debater").agent_ids())
 
     def episode_metadata(self, state: ProtocolState) -> dict:
-        agents = state.team.role("debater").agent_ids()
-        return {"votes": {a: (m.answer if (m := state.latest(a)) else None) for a in agents}}
+        return {"votes": {a: state.answer_of_latest(a) for a in state.team.role("debater").agent_ids()}}

@@ -23,9 +23,16 @@ from typing import Any
 from pydantic import Field
 
 from teamplay.agents.roles import Role, Team
-from teamplay.envs.protocols.base import Protocol, ProtocolState, ReplyPrefixOptions, RoleSpec, TurnSpec
+from teamplay.envs.protocols.base import (
+    Protocol,
+    ProtocolState,
+    ReplyPrefixOptions,
+    RoleSpec,
+    TurnSpec,
+    check_team_size,
+    instruction_option,
+)
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.errors import ConfigError
 
 MEMBER_PROMPT = ("You are one member of a chain of problem solvers. Read your teammates' earlier work, "
                  "fix any mistake you find, and write a complete solution.")
@@ -37,10 +44,8 @@ NEXT_INSTRUCTION = ("Your teammates' solutions are above. Check them step by ste
 class SequentialOptions(ReplyPrefixOptions):
     n_agents: int | None = Field(None, ge=1, le=16, description="Chain length K with the default "
                                  "team (one role 'solver' with K agents). None: 3, or the team's size.")
-    first_instruction: str | None = Field(None, min_length=1, max_length=2000,
-                                          description="The first agent's turn instruction (None: the default).")
-    next_instruction: str | None = Field(None, min_length=1, max_length=2000,
-                                         description="Every later agent's turn instruction (None: the default).")
+    first_instruction: str | None = instruction_option("The first agent's")
+    next_instruction: str | None = instruction_option("Every later agent's")
 
 
 @register_protocol
@@ -54,10 +59,7 @@ class Sequential(Protocol):
 
     def validate_team(self, team: Team) -> None:
         # any role names are welcome here; only the chain length can disagree with the option
-        size = len(team.agent_ids())
-        if self.options.n_agents is not None and size != self.options.n_agents:
-            raise ConfigError(f"protocol 'sequential' option n_agents={self.options.n_agents} but the "
-                              f"team has {size} agents; set only one of them")
+        check_team_size(self, team, self.options.n_agents)
 
     def system_prompt(self, role: Role) -> str:
         return role.prompt if role.prompt is not None else MEMBER_PROMPT

@@ -28,9 +28,16 @@ from typing import Literal
 from pydantic import Field
 
 from teamplay.agents.roles import Role, Team
-from teamplay.envs.protocols.base import Protocol, ProtocolState, ReplyPrefixOptions, RoleSpec, TurnSpec
+from teamplay.envs.protocols.base import (
+    ProtocolState,
+    ReplyPrefixOptions,
+    RoleSpec,
+    TurnSpec,
+    check_team_size,
+    instruction_option,
+)
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.envs.protocols.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
+from teamplay.envs.protocols.single import SOLVER_PROMPT, IndependentSolvers
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.catalog.tuples import MAX_PARTS, part, parts_of
 from teamplay.errors import ConfigError
@@ -43,12 +50,11 @@ class SplitOptions(ReplyPrefixOptions):
     reward: Literal["fraction", "all"] = Field(
         "fraction", description="'fraction': the share of sub-problems solved (additive); 'all': 1 only "
                                 "when every solver is right (conjunctive).")
-    instruction: str | None = Field(None, min_length=1, max_length=2000,
-                                    description="The solvers' turn instruction (None: the default).")
+    instruction: str | None = instruction_option("The solvers'")
 
 
 @register_protocol
-class Split(Protocol):
+class Split(IndependentSolvers):
     """K solvers, one sub-problem each, one simultaneous round; reward: the fraction right (or all)."""
 
     name = "split"
@@ -59,15 +65,13 @@ class Split(Protocol):
     # ---- team: any roles, every agent a solver ------------------------------------------------
 
     def validate_team(self, team: Team) -> None:
+        check_team_size(self, team, self.options.n_agents)
         n = sum(r.count for r in team.roles)
-        if self.options.n_agents is not None and n != self.options.n_agents:
-            raise ConfigError(f"protocol 'split' option n_agents={self.options.n_agents} but the team has "
-                              f"{n} agents; set only one of them")
         if n > MAX_PARTS:
             raise ConfigError(f"team.roles: protocol 'split' takes at most {MAX_PARTS} agents, got {n}")
 
     def agent_order(self, team: Team) -> list[str]:
-        return [a for r in team.roles for a in r.agent_ids()]
+        return team.agent_ids()
 
     def system_prompt(self, role: Role) -> str:
         return role.prompt if role.prompt is not None else SOLVER_PROMPT
@@ -86,15 +90,6 @@ class Split(Protocol):
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
         return tuple(TurnSpec(agent=a, role=team.role_of(a).name, stage="solve", round=0)
                      for a in self.agent_order(team))
-
-    def simultaneous(self, team: Team, round_turns: Sequence[TurnSpec]) -> bool:
-        return True  # solvers see nothing of each other
-
-    def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:
-        return []
-
-    def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
-        return self.options.instruction or SOLVE_INSTRUCTION
 
     def build_request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
         """The base request with the agent's own problem in place of the tuple (``chat[1]`` and

@@ -7,34 +7,30 @@ ties go to the answer voted first).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pydantic import Field
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
-    Protocol,
     ProtocolState,
     ReplyPrefixOptions,
     RoleSpec,
     TurnSpec,
+    instruction_option,
     majority_of_latest,
 )
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.envs.protocols.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
-from teamplay.records import Message
+from teamplay.envs.protocols.single import SOLVER_PROMPT, IndependentSolvers
 
 
 class VoteOptions(ReplyPrefixOptions):
     n_agents: int | None = Field(
         None, ge=1, le=64,
         description="Number of solvers. None: the team decides (default team: 3).")
-    instruction: str | None = Field(None, min_length=1, max_length=2000,
-                                    description="The solvers' turn instruction (None: the default).")
+    instruction: str | None = instruction_option("The solvers'")
 
 
 @register_protocol
-class Vote(Protocol):
+class Vote(IndependentSolvers):
     """N independent solvers in one simultaneous round; final answer = majority vote."""
 
     name = "vote"
@@ -46,18 +42,8 @@ class Vote(Protocol):
         return tuple(TurnSpec(agent=a, role="solver", stage="solve", round=0)
                      for a in team.role("solver").agent_ids())
 
-    def simultaneous(self, team: Team, round_turns: Sequence[TurnSpec]) -> bool:
-        return True  # solvers see nothing of each other
-
-    def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:
-        return []
-
-    def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
-        return self.options.instruction or SOLVE_INSTRUCTION
-
     def final_answer(self, state: ProtocolState) -> str | None:
         return majority_of_latest(state, state.team.role("solver").agent_ids())
 
     def episode_metadata(self, state: ProtocolState) -> dict:
-        return {"votes": {a: (m.answer if (m := state.latest(a)) else None)
-                          for a in state.team.role("solver").agent_ids()}}
+        return {"votes": {a: state.answer_of_latest(a) for a in state.team.role("solver").agent_ids()}}
