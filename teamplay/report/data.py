@@ -30,6 +30,7 @@ from typing import Any
 
 from teamplay.config import read_yaml
 from teamplay.errors import DataError, TeamplayError, TeamplayWarning
+from teamplay.json_files import read_json
 from teamplay.records import Episode
 from teamplay.training.play.evaluation import EvalMetrics
 
@@ -205,11 +206,7 @@ def load_run(path: Path) -> RunData:
 def load_eval(path: Path) -> EvalData:
     """Load an eval folder; ``transcripts.jsonl`` may be missing (then no transcripts are shown)."""
     results_path = path / EVAL_MARKER
-    try:
-        results = json.loads(results_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{results_path}: not valid JSON ({exc.msg} at line {exc.lineno}); "
-                        f"rerun teamplay eval to rewrite it") from None
+    results = read_json(results_path, DataError, fix="rerun teamplay eval to rewrite it")
     if not isinstance(results, dict) or "metrics" not in results:
         raise DataError(f"{results_path}: expected an object with 'config' and 'metrics' "
                         f"(as written by teamplay eval -o)")

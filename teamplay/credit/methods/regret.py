@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from teamplay.atomic import write_atomically
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.errors import DataError
+from teamplay.json_files import read_json
 
 # Action indices of the two TRACER controllers (§2.2 table).
 KEEP, REFRESH = 0, 1
@@ -177,13 +178,11 @@ class RegretMatcher:
     def load(cls, path: str | os.PathLike[str]) -> RegretMatcher:
         """A matcher restored from :meth:`save`'s file; a missing or malformed file is a DataError."""
         path = Path(path)
+        data = read_json(path, DataError, context="regret state file")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
             matcher = cls(int(data["n_actions"]), data["allowed"])
             matcher.load_state_dict(data)
-        except FileNotFoundError:
-            raise DataError(f"regret state file {path} does not exist") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"regret state file {path} is malformed: {exc}") from None
         return matcher
 

@@ -23,6 +23,7 @@ from teamplay.credit.values.characteristic import last_answer_scorer
 from teamplay.envs.tasks import get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
+from teamplay.json_files import read_json
 from teamplay.records import Episode, TaskItem
 from teamplay.training.wiring.setup import TRAINER_RESOURCES, load_items
 
@@ -108,10 +109,7 @@ def _eval_config(folder: Path) -> EvalConfig:
     results = folder / "results.json"
     if not results.is_file():
         raise ConfigError(f"teamplay credit: {folder} has transcripts.jsonl but no results.json (its config)")
-    try:
-        data = json.loads(results.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"teamplay credit: {results} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    data = read_json(results, ConfigError, context="teamplay credit")
     return build_config(EvalConfig, data.get("config", {}))
 
 

@@ -48,6 +48,7 @@ from typing import Any
 from teamplay.atomic import write_atomically
 from teamplay.config import TrainConfig, build_config, parse_overrides
 from teamplay.errors import ConfigError, DataError
+from teamplay.json_files import read_json
 from teamplay.training.run.preemption import Preempted, preemption_handlers
 from teamplay.training.store.checkpoint import latest_checkpoint
 from teamplay.training.store.metrics import BUDGET_KEYS, read_metrics
@@ -223,11 +224,7 @@ def write_manifest(sweep: Sweep) -> None:
     path = sweep.folder / MANIFEST
     wanted = sweep.manifest()
     if path.is_file():
-        try:
-            found = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: not valid JSON ({exc.msg}); delete the sweep folder or pick another "
-                            f"--output") from None
+        found = read_json(path, DataError, fix="delete the sweep folder or pick another --output")
         if _comparable(found) != _comparable(json.loads(json.dumps(wanted))):
             raise ConfigError(f"{sweep.folder} holds a sweep with another config, grid or seeds; resume it with "
                               f"the same command, or give a new --output folder")
@@ -514,13 +511,13 @@ def load_sweep(folder: Path) -> Sweep:
     path = Path(folder) / MANIFEST
     if not path.is_file():
         raise DataError(f"{folder} is not a sweep folder (no {MANIFEST}; written by teamplay sweep)")
+    data = read_json(path, DataError)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         runs = tuple(SweepRun(name=r["name"], point=r["point"], label=r["label"], seed=int(r["seed"]),
                               overrides=()) for r in data["runs"])
         return Sweep(Path(folder), data["base_config"], {k: tuple(v) for k, v in data["grid"].items()},
                      tuple(data["seeds"]), runs)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path}: not a valid sweep manifest ({exc})") from None
 
 

@@ -50,6 +50,7 @@ from safetensors.torch import load_file, save_file
 
 from teamplay.atomic import replace_folder
 from teamplay.errors import ConfigError, TeamplayError
+from teamplay.json_files import read_json
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 #: temporary folders of saves that did not finish (killed, disk full)
@@ -273,10 +274,11 @@ def verify_checkpoint(path: Path, required: Sequence[str] = TRAINER_FILES) -> No
                                   f"version; it is not loaded, because unpickling a file can run code. "
                                   f"Start a new run (or evaluate its adapters with --checkpoint)")
         raise CheckpointError(f"{path} is not a teamplay checkpoint (no {MANIFEST})")
+    saved = read_json(manifest, CheckpointError)
     try:
-        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        files = saved["files"]
         listed = [(str(name), int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()]
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise CheckpointError(f"{manifest}: damaged manifest (not the JSON teamplay writes)") from None
     for name, size, digest in listed:
         file = path / name
@@ -298,8 +300,8 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
     """
     path = Path(path)
     verify_checkpoint(path)
-    meta = _read_json(path / STATE_JSON)
-    extra = _read_json(path / EXTRA_JSON) if (path / EXTRA_JSON).is_file() else {}
+    meta = read_json(path / STATE_JSON, CheckpointError)
+    extra = read_json(path / EXTRA_JSON, CheckpointError) if (path / EXTRA_JSON).is_file() else {}
     try:
         tensors = load_file(path / STATE_TENSORS)
     except (SafetensorError, OSError, ValueError) as exc:
@@ -377,13 +379,6 @@ def resolve_adapters_dir(path: str | Path) -> Path:
         raise ConfigError(f"{path} holds no LoRA adapters (expected a run folder, a checkpoint folder "
                           f"or an adapters folder with one PEFT adapter per role)")
     return path
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
 
 
 def _sha256(path: Path) -> str:

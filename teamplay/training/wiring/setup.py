@@ -6,7 +6,6 @@ thing everywhere.
 
 from __future__ import annotations
 
-import json
 import random
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +36,7 @@ from teamplay.envs.tasks import TASKS, get_task
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError, TeamplayWarning
+from teamplay.json_files import read_json
 from teamplay.records import SamplingParams, TaskItem
 from teamplay.training.play.controllers import TeamControllers
 
@@ -249,10 +249,7 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     if not extra.is_file():
         raise ConfigError(f"controllers: {path} is not a checkpoint folder (no extra_state.json); pass a "
                           f"run folder or one of its checkpoints/step-N folders")
-    try:
-        data = json.loads(extra.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"controllers: {extra} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    data = read_json(extra, ConfigError, context="controllers")
     if "controllers" not in data:
         raise ConfigError(f"controllers.enabled: checkpoint {path} has no controller tables (the run was "
                           f"trained without controllers); set controllers.enabled=false")
