@@ -2,4 +2,5 @@
 
 from teamplay.cli import app
 
-app()
+if __name__ == "__main__":  # importing this module (a doctest collector, an import check) runs nothing
+    app()
