@@ -48,7 +48,7 @@ from teamplay.federated.partition import partition, problem_type
 from teamplay.federated.strategies import ErrorFeedback, SparseUpdate, calibration_weight, top_k
 from teamplay.federated.wire import get_vector, param_layout, set_vector
 from teamplay.records import TaskItem
-from teamplay.training.store.checkpoint import checkpoint_dir, list_checkpoints
+from teamplay.training.store.checkpoint import checkpoint_dir, list_checkpoints, step_of
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def _prune_states(folder: Path, round_: int, restored: int) -> None:
     ``round_`` (rounds the server did not aggregate, else it would have named a later one). Newer
     ones stay: a late copy of an older round may finish after a newer round wrote its own."""
     for path in list_checkpoints(folder):
-        number = int(path.name.removeprefix("step-"))
+        number = step_of(path)
         if number < round_ and number != restored:
             shutil.rmtree(path, ignore_errors=True)
 

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from teamplay.training.store.checkpoint import verify_checkpoint, write_manifest
+from teamplay.training.store.checkpoint import checkpoint_dir, step_of, verify_checkpoint, write_manifest
 from teamplay.training.store.metrics import MetricsLogger
 from tests.reliability.helpers import adapter_tensors, copy_run, error_line, hostile_pickle, invoke
 
@@ -148,3 +148,12 @@ def test_a_failed_metrics_rewrite_loses_no_history(tmp_path, monkeypatch):
         logger.truncate_after(2)
     assert (tmp_path / "metrics.jsonl").read_text() == lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
+def test_a_checkpoint_folder_name_gives_back_its_step(tmp_path):
+    # the one pair that spells the step-N folder name: what checkpoint_dir writes, step_of reads
+    for step in (0, 12, 1_234_567):
+        assert step_of(checkpoint_dir(tmp_path, step)) == step
+    for name in ("step-12", "step-00001x", ".tmp-step-000012-77", "round-000012"):
+        with pytest.raises(ValueError, match="not a checkpoint folder name"):
+            step_of(tmp_path / name)

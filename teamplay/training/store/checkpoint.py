@@ -150,7 +150,16 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name)]
-    return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+    return sorted(found, key=step_of)
+
+
+def step_of(folder: Path) -> int:
+    """The step a checkpoint folder (``step-000012``, as ``checkpoint_dir`` names it) holds; a
+    ValueError for any other name."""
+    match = _STEP_DIR.match(Path(folder).name)
+    if match is None:
+        raise ValueError(f"{folder} is not a checkpoint folder name (step-NNNNNN)")
+    return int(match.group(1))
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -234,7 +234,7 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     unless ``cfg.mode`` is ``always_speak``: evaluating learned controllers without their tables
     would silently evaluate an always-speaking team.
     """
-    from teamplay.training.store.checkpoint import resolve_checkpoint_dir
+    from teamplay.training.store.checkpoint import EXTRA_JSON, resolve_checkpoint_dir
 
     controllers = TeamControllers(cfg)
     if checkpoint is None:
@@ -245,9 +245,9 @@ def load_controllers(cfg: ControllerConfig, checkpoint: str | Path | None) -> Te
     path = resolve_checkpoint_dir(checkpoint)
     if (path / EXPORT_TEAM_FILE).is_file():
         return _export_controllers(controllers, path / EXPORT_TEAM_FILE)
-    extra = path / "extra_state.json"
+    extra = path / EXTRA_JSON
     if not extra.is_file():
-        raise ConfigError(f"controllers: {path} is not a checkpoint folder (no extra_state.json); pass a "
+        raise ConfigError(f"controllers: {path} is not a checkpoint folder (no {EXTRA_JSON}); pass a "
                           f"run folder or one of its checkpoints/step-N folders")
     data = read_json(extra, ConfigError, context="controllers")
     if "controllers" not in data:
