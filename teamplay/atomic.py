@@ -70,9 +70,10 @@ def write_atomically(path: Path, content: str | bytes) -> None:
         tmp.write_bytes(data)
 
 
-def replace_folder(staged: Path, final: Path) -> None:
+def replace_folder(staged: Path, final: Path, *, sync: bool = True) -> None:
     """Put the fully written folder ``staged`` in place of ``final``: fsync every file under
-    ``staged``, move an existing ``final`` aside (``.old-<name>-<pid>``), rename ``staged`` to
+    ``staged`` (``sync``; off where the caller fsyncs the whole tree itself, e.g. a folder written
+    inside a checkpoint's staging folder, or for a scratch copy), move an existing ``final`` aside (``.old-<name>-<pid>``), rename ``staged`` to
     ``final``, then delete the old folder.
 
     The renames are atomic and the old folder is deleted only once the new one is in place, so a
@@ -81,9 +82,10 @@ def replace_folder(staged: Path, final: Path) -> None:
     aside name. If the second rename fails, the old folder is moved back. On failure ``staged`` is
     left for the caller to remove.
     """
-    for path in staged.rglob("*"):
-        if path.is_file():
-            _fsync(path)
+    if sync:
+        for path in staged.rglob("*"):
+            if path.is_file():
+                _fsync(path)
     if not final.exists():
         os.replace(staged, final)
         return
@@ -100,9 +102,9 @@ def replace_folder(staged: Path, final: Path) -> None:
 
 
 @contextmanager
-def staged_folder(final: str | os.PathLike[str]) -> Iterator[Path]:
+def staged_folder(final: str | os.PathLike[str], *, sync: bool = True) -> Iterator[Path]:
     """Yield a new empty staging folder next to ``final`` to fill; on a clean exit put it in place of
-    ``final`` with :func:`replace_folder` (an existing ``final`` is replaced whole).
+    ``final`` with :func:`replace_folder` (an existing ``final`` is replaced whole; ``sync`` as there).
 
     The staging folder is removed however the ``with`` ends; an exception inside it (or in
     :func:`replace_folder`) re-raises with ``final`` keeping its old content whole, or staying
@@ -115,6 +117,6 @@ def staged_folder(final: str | os.PathLike[str]) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
     try:
         yield staging
-        replace_folder(staging, final)
+        replace_folder(staging, final, sync=sync)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -142,3 +142,17 @@ def test_an_exception_inside_staged_folder_keeps_the_old_folder_and_no_staging(t
         raise RuntimeError("killed")
     assert (final / "config.json").read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_without_sync_a_folder_is_put_in_place_the_same_with_no_fsync(tmp_path, monkeypatch):
+    # sync=False: for folders whose caller fsyncs the whole tree (adapters inside a checkpoint)
+    final = tmp_path / "adapters"
+    (final / "stale.txt").parent.mkdir(parents=True)
+    (final / "stale.txt").write_text("stale")
+    synced = []
+    monkeypatch.setattr("teamplay.atomic.os.fsync", synced.append)
+    with staged_folder(final, sync=False) as tmp:
+        (tmp / "a.bin").write_bytes(b"a")
+    assert synced == []
+    assert [p.name for p in final.iterdir()] == ["a.bin"] and (final / "a.bin").read_bytes() == b"a"
+    assert [p.name for p in tmp_path.iterdir()] == ["adapters"]  # no staging or old folder left

@@ -102,7 +102,7 @@ class MultiBaseTeamModel:
         """Every adapter of every base in one folder, as ``TeamModel.save_adapters`` writes it."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with staged_folder(folder) as tmp:
+        with staged_folder(folder, sync=False) as tmp:  # as TeamModel.save_adapters: its callers fsync
             for i, part in enumerate(self.parts.values()):
                 # each base writes its own set, whose subfolders then move into the team's one
                 staged = part.save_adapters(tmp / f".base{i}")

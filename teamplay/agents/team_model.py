@@ -340,7 +340,9 @@ class TeamModel:
             raise ConfigError("this team model has no adapters to save")
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with staged_folder(folder) as tmp:
+        # no fsync here: the callers that keep the folder write it inside a checkpoint's staging folder,
+        # whose replace_folder fsyncs the whole tree; the vLLM backend publishes a scratch copy every step
+        with staged_folder(folder, sync=False) as tmp:
             for name in self._names:
                 sub = tmp / name
                 sub.mkdir()
