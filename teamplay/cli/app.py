@@ -87,12 +87,10 @@ def progress_bar() -> Progress:
                     transient=False)
 
 
-
 def shortcut_overrides(**flags: Any) -> list[str]:
     """CLI shortcut flags (``--task gsm8k``) as ``--set`` overrides; None means not given."""
     return [f"{key}={json.dumps(value) if not isinstance(value, str) else value}"
             for key, value in flags.items() if value is not None]
-
 
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (see configs/).")
@@ -100,4 +98,9 @@ SetOpt = typer.Option([], "--set", help="Override a config field: --set sampling
 TeamOpt = typer.Option(None, "--team", help="A team folder instead of --config: an export (teamplay export) "
                                             "or a run folder; its task, team, adapters, controllers and "
                                             "decoding (change them with --set and the flags).")
-
+SourceOpt = typer.Option(None, help="Local data file (or 'level=N' for arith).")
+ModelOpt = typer.Option(None, help="Hub id, local path or 'smollm2-135m'.")
+BackendOpt = typer.Option(None, help="hf, vllm or scripted.")
+TemperatureOpt = typer.Option(None, help="Sampling temperature (0 = greedy).")
+SeedOpt = typer.Option(None, help="Seed.")
+RunFolderOpt = typer.Option(None, "--output", "-o", help="Run folder.")

@@ -21,7 +21,6 @@ def _served_name(run_or_export: Path | None, config: Path | None) -> str:
     return config.stem if config is not None else "teamplay"
 
 
-
 @app.command("serve")
 @user_errors
 def serve_command(
@@ -87,7 +86,6 @@ def serve_command(
             typer.echo("warning: the last model call did not end within 60 s; the backend was not closed",
                        err=True)
     err_console.print(f"stopped serving {name}")
-
 
 
 @app.command("export")

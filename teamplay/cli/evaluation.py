@@ -12,9 +12,14 @@ import typer
 
 from teamplay.atomic import write_atomically
 from teamplay.cli.app import (
+    BackendOpt,
     ConfigOpt,
+    ModelOpt,
+    SeedOpt,
     SetOpt,
+    SourceOpt,
     TeamOpt,
+    TemperatureOpt,
     app,
     console,
     progress_bar,
@@ -41,7 +46,6 @@ def _eval_config(config: Path | None, team: Path | None, checkpoint: str | None,
     return load_team_config(team, overrides)
 
 
-
 @app.command("eval")
 @user_errors
 def eval_command(
@@ -49,16 +53,16 @@ def eval_command(
     set_: list[str] = SetOpt,
     task: str | None = typer.Option(None, help="Task: arith, gsm8k, math, math500, gpqa."),
     split: str | None = typer.Option(None, help="Split to evaluate."),
-    source: str | None = typer.Option(None, help="Local data file (or 'level=N' for arith)."),
+    source: str | None = SourceOpt,
     limit: int | None = typer.Option(None, help="Evaluate the first N problems."),
     protocol: str | None = typer.Option(None, help="Protocol name or file (teamplay list)."),
-    model: str | None = typer.Option(None, help="Hub id, local path or 'smollm2-135m'."),
-    backend: str | None = typer.Option(None, help="hf, vllm or scripted."),
+    model: str | None = ModelOpt,
+    backend: str | None = BackendOpt,
     policy: str | None = typer.Option(None, help="Scripted policy: oracle, wrong, ..."),
     samples: int | None = typer.Option(None, help="Episodes per problem."),
-    temperature: float | None = typer.Option(None, help="Sampling temperature (0 = greedy)."),
+    temperature: float | None = TemperatureOpt,
     max_new_tokens: int | None = typer.Option(None, help="Tokens per message at most."),
-    seed: int | None = typer.Option(None, help="Seed."),
+    seed: int | None = SeedOpt,
     checkpoint: str | None = typer.Option(None, help="Evaluate the adapters (and controller tables) "
                                                      "of a trained run."),
     team: Path | None = TeamOpt,
@@ -112,21 +116,20 @@ def eval_command(
     console.print(f"wrote {out / 'results.json'} and {', '.join(str(out / r[1]) for r in runs.values())}")
 
 
-
 @app.command("play")
 @user_errors
 def play_command(
     config: Path | None = ConfigOpt,
     set_: list[str] = SetOpt,
     task: str | None = typer.Option(None, help="Task name."),
-    source: str | None = typer.Option(None, help="Local data file (or 'level=N' for arith)."),
+    source: str | None = SourceOpt,
     index: int = typer.Option(0, help="Which problem of the split to play."),
     protocol: str | None = typer.Option(None, help="Protocol name or file."),
-    model: str | None = typer.Option(None, help="Hub id, local path or 'smollm2-135m'."),
-    backend: str | None = typer.Option(None, help="hf, vllm or scripted."),
+    model: str | None = ModelOpt,
+    backend: str | None = BackendOpt,
     policy: str | None = typer.Option(None, help="Scripted policy."),
-    temperature: float | None = typer.Option(None, help="Sampling temperature (0 = greedy)."),
-    seed: int | None = typer.Option(None, help="Seed."),
+    temperature: float | None = TemperatureOpt,
+    seed: int | None = SeedOpt,
     checkpoint: str | None = typer.Option(None, help="Play with the adapters (and controller tables) "
                                                      "of a trained run."),
     team: Path | None = TeamOpt,

@@ -70,7 +70,6 @@ def credit_command(
         console.print(f"wrote {output}")
 
 
-
 def _credit_check(methods: list[str], config: Path, problems: int, group: int, samples: int) -> None:
     """``teamplay credit --check``: the fidelity table of ``methods`` on the config's team and task."""
     from teamplay.config import TrainConfig
@@ -95,7 +94,6 @@ def _credit_check(methods: list[str], config: Path, problems: int, group: int, s
     console.print(table)
 
 
-
 @app.command("report")
 @user_errors
 def report_command(
@@ -110,7 +108,6 @@ def report_command(
     from teamplay.report import report_command as write_report
 
     console.print(f"wrote {write_report(run_dirs, compare, output)}")
-
 
 
 @app.command("list")
@@ -162,7 +159,6 @@ def list_command(
     for name, tm in token_methods().items():
         table.add_row(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
     console.print(table)
-
 
 
 def _short(name: str) -> str:

@@ -59,7 +59,6 @@ def metrics_table(title: str, metrics) -> Table:
     return table
 
 
-
 def held_out_table(task: str, before, after) -> Table:
     """A run's held-out figures before and after training (``before`` is ``None`` for a resumed
     run: its first evaluation belongs to the run that started it)."""

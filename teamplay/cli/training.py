@@ -9,6 +9,7 @@ import typer
 
 from teamplay.cli.app import (
     ConfigOpt,
+    RunFolderOpt,
     SetOpt,
     app,
     console,
@@ -29,7 +30,7 @@ def train_command(
     set_: list[str] = SetOpt,
     resume: str | None = typer.Option(None, help="'auto' continues the latest checkpoint of the run "
                                                  "folder; or a checkpoint folder."),
-    output: str | None = typer.Option(None, "--output", "-o", help="Run folder."),
+    output: str | None = RunFolderOpt,
     steps: int | None = typer.Option(None, help="Training steps."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the run already in the run folder "
                                                               "(its checkpoints and metrics) and start anew."),
@@ -63,7 +64,6 @@ def train_command(
         console.print(held_out_table(cfg.eval_task.name if cfg.eval_task else "-", result.eval_before,
                                      result.eval_after))
     console.print(f"{result.steps} steps in {result.seconds:.0f} s; run folder {result.run_dir}")
-
 
 
 @app.command("sweep")
@@ -124,7 +124,6 @@ def sweep_command(
     console.print(f"wrote {folder / 'results.md'}, results.csv, results.json")
 
 
-
 @app.command("federate")
 @user_errors
 def federate_command(
@@ -132,7 +131,7 @@ def federate_command(
     set_: list[str] = SetOpt,
     resume: str | None = typer.Option(None, help="'auto' continues after the last completed round of the "
                                                  "run folder; or a checkpoint folder."),
-    output: str | None = typer.Option(None, "--output", "-o", help="Run folder."),
+    output: str | None = RunFolderOpt,
     rounds: int | None = typer.Option(None, help="Federated rounds."),
 ) -> None:
     """Federated team training on Flower: K sites with private shards, FedAvg or Fed-GRPO."""
