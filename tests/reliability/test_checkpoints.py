@@ -8,7 +8,13 @@ import shutil
 import pytest
 import torch
 
-from teamplay.training.store.checkpoint import checkpoint_dir, step_of, verify_checkpoint, write_manifest
+from teamplay.training.store.checkpoint import (
+    checkpoint_dir,
+    remove_stale_temporaries,
+    step_of,
+    verify_checkpoint,
+    write_manifest,
+)
 from teamplay.training.store.metrics import MetricsLogger
 from tests.reliability.helpers import adapter_tensors, copy_run, error_line, hostile_pickle, invoke
 
@@ -157,3 +163,24 @@ def test_a_checkpoint_folder_name_gives_back_its_step(tmp_path):
     for name in ("step-12", "step-00001x", ".tmp-step-000012-77", "round-000012"):
         with pytest.raises(ValueError, match="not a checkpoint folder name"):
             step_of(tmp_path / name)
+
+
+def _folder(path, text):
+    path.mkdir(parents=True)
+    (path / "marker.txt").write_text(text)
+
+
+def test_a_checkpoint_moved_aside_by_a_killed_save_is_put_back_or_deleted(tmp_path):
+    # a save replacing step-N moves the old folder to .old-step-N-PID first; killed before its
+    # second rename, the aside folder is the only copy of step N and must come back; killed after
+    # it, step-N is the new one and the aside folder is garbage
+    root = tmp_path / "checkpoints"
+    _folder(root / ".old-step-000002-4242", "only copy")
+    _folder(root / "step-000003", "new")
+    _folder(root / ".old-step-000003-4242", "replaced")
+    _folder(root / ".tmp-step-000004-4242", "half written")
+    removed = remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in removed) == [".old-step-000003-4242", ".tmp-step-000004-4242"]
+    assert sorted(p.name for p in root.iterdir()) == ["step-000002", "step-000003"]
+    assert (root / "step-000002" / "marker.txt").read_text() == "only copy"
+    assert (root / "step-000003" / "marker.txt").read_text() == "new"

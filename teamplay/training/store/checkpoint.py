@@ -22,10 +22,11 @@ checkpoint someone else supplied cannot run theirs. A folder that still holds th
 
 A checkpoint is written into a hidden temporary folder (``.tmp-step-N-PID``) and renamed into
 place, so a kill at any moment leaves either the previous complete checkpoint or the new complete
-one, never half of one; the next start of the run removes such leftovers. Before a checkpoint is
-used, ``verify_checkpoint`` compares every file with the manifest, so a truncated or corrupted
-file is reported by name (``CheckpointError``) instead of failing deep inside torch. Only the
-last ``keep`` checkpoints are kept.
+one, never half of one; the next start of the run removes such leftovers (and puts back a
+checkpoint that a replacing save had moved aside when it was killed: ``remove_stale_temporaries``).
+Before a checkpoint is used, ``verify_checkpoint`` compares every file with the manifest, so a
+truncated or corrupted file is reported by name (``CheckpointError``) instead of failing deep inside
+torch. Only the last ``keep`` checkpoints are kept.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ from teamplay.json_files import read_json
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 #: temporary folders of saves that did not finish (killed, disk full)
 _TMP_DIR = re.compile(r"^\.tmp-step-\d{6,}-\d+$")
+#: a checkpoint moved aside by a save that replaced it (``atomic.replace_folder``): ``.old-step-N-PID``
+_ASIDE_DIR = re.compile(r"^\.old-(step-\d{6,})-\d+$")
 MANIFEST = "manifest.json"
 STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_tensors.safetensors"
@@ -168,14 +171,27 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:
-    """Delete ``.tmp-step-*`` folders left by saves that never finished; returns them.
+    """Clean up after saves that never finished; returns the leftovers it deleted.
+
+    - ``.tmp-step-*`` (a save killed while writing) is deleted;
+    - ``.old-step-N-PID`` (a save that replaced ``step-N`` and was killed before it deleted the old
+      folder) is deleted when ``step-N`` is in place, and renamed back to ``step-N`` when it is not
+      (killed between the two renames of ``atomic.replace_folder``: the aside folder is then the
+      only copy, so nothing is lost).
 
     Call it only while holding the run folder's lock: a running save owns its temporary folder.
     """
     root = Path(run_dir) / "checkpoints"
-    stale = [p for p in root.iterdir() if _TMP_DIR.match(p.name)] if root.is_dir() else []
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
+    if not root.is_dir():
+        return []
+    stale = []
+    for path in sorted(root.iterdir()):
+        aside = _ASIDE_DIR.match(path.name)
+        if aside is not None and not (root / aside.group(1)).exists():
+            os.replace(path, root / aside.group(1))
+        elif aside is not None or _TMP_DIR.match(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            stale.append(path)
     return stale
 
 
