@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
@@ -246,25 +248,19 @@ class Parser:
         self.pos = start
         value = self._expr()
         while self._is_op("="):
-            saved = self.pos
-            self.pos += 1
             try:
-                value = self._expr()
+                value = self._after_token(self._expr)
             except NoExpression:
-                self.pos = saved
                 break
         return value, start, self.pos
 
     def _binary_loop(self, ops: str, operand) -> Value:
         value = operand()
         while self._is_op(ops):
-            saved = self.pos
             op = self.tokens[self.pos].text
-            self.pos += 1
             try:
-                right = operand()
+                right = self._after_token(operand)
             except NoExpression:
-                self.pos = saved
                 break
             value = _binary(op, value, right)
         return value
@@ -278,28 +274,19 @@ class Parser:
     def _unary(self) -> Value:
         if self._is_op("-+"):
             sign = self.tokens[self.pos].text
-            self.pos += 1
-            self._enter()
-            try:
-                value = self._unary()
-            finally:
-                self.depth -= 1
+            with self._nested():
+                value = self._after_token(self._unary)
             return -value if sign == "-" and value != INVALID else value  # type: ignore[operator]
         return self._power()
 
     def _power(self) -> Value:
         base = self._primary()
         if self._is_op("^"):
-            saved = self.pos
-            self.pos += 1
-            self._enter()
-            try:
-                exponent = self._unary()
-            except NoExpression:
-                self.pos = saved
-                return INVALID  # "2^" then nothing: a power we cannot read is not its base
-            finally:
-                self.depth -= 1
+            with self._nested():
+                try:
+                    exponent = self._after_token(self._unary)
+                except NoExpression:
+                    return INVALID  # "2^" then nothing: a power we cannot read is not its base
             return _power(base, exponent)
         return base
 
@@ -312,15 +299,8 @@ class Parser:
             return tok.value  # type: ignore[return-value]
         if tok.kind == "op" and tok.text == "(":
             saved = self.pos
-            self.pos += 1
-            self._enter()
-            try:
-                value = self._expr()
-            except NoExpression:
-                self.pos = saved
-                raise
-            finally:
-                self.depth -= 1
+            with self._nested():
+                value = self._after_token(self._expr)
             if not self._is_op(")"):
                 self.pos = saved
                 raise NoExpression
@@ -328,8 +308,27 @@ class Parser:
             return value
         raise NoExpression
 
-    def _enter(self) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            self.depth -= 1
+    def _after_token(self, parse: Callable[[], Value]) -> Value:
+        """``parse()`` from the token after the current one (an operator or an opening
+        parenthesis); when it raises ``NoExpression`` the position is back on that token (so a
+        caller can stop before it) and the error propagates."""
+        saved = self.pos
+        self.pos += 1
+        try:
+            return parse()
+        except NoExpression:
+            self.pos = saved
+            raise
+
+    @contextmanager
+    def _nested(self) -> Iterator[None]:
+        """One nesting level deeper for the body of the ``with`` (a sign's operand, an exponent, a
+        parenthesis); the level is left however the body ends. ``NoExpression`` before the body
+        runs when ``MAX_DEPTH`` levels are already open."""
+        if self.depth >= MAX_DEPTH:
             raise NoExpression
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
