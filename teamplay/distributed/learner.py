@@ -107,6 +107,7 @@ class LearnerRank:
     """One rank of the learner (the body of a Ray actor)."""
 
     def __init__(self, cfg: TrainConfig, team: Team, rank: int, world: int) -> None:
+        from teamplay.training.wiring.placement import Placement, model_device
         from teamplay.training.wiring.setup import build_team_model
 
         torch.set_num_threads(1)
@@ -116,7 +117,7 @@ class LearnerRank:
         assert cfg.distributed is not None
         self.sharded = cfg.distributed.learner_strategy == "fsdp" and world > 1
         self.team_model = build_team_model(cfg.model, team, cfg.seed,
-                                           device="cuda" if torch.cuda.is_available() else None)
+                                           device=model_device(Placement.RAY_LEARNER, cfg.model))
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         # the optimiser and updater are built in init_group, after FSDP2 (if any) replaced the parameters
 

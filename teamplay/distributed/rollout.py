@@ -70,12 +70,13 @@ class RolloutWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         import torch
 
+        from teamplay.training.wiring.placement import Placement, model_device
         from teamplay.training.wiring.setup import build_backend, build_team_model
 
         torch.set_num_threads(1)  # a worker per core: intra-op threads would fight over the cores
         self.spec = spec
-        gpu = spec.backend.name == "hf" and torch.cuda.is_available()  # Ray gave this actor a GPU
-        self.team_model = build_team_model(spec.model, spec.team, spec.seed, device="cuda" if gpu else None)
+        device = model_device(Placement.RAY_ROLLOUT, spec.model, backend=spec.backend.name)
+        self.team_model = build_team_model(spec.model, spec.team, spec.seed, device=device)
         self.backend = build_backend(spec.model, spec.backend, spec.team, team_model=self.team_model,
                                      max_new_tokens=spec.max_new_tokens)
         self.version = 0

@@ -81,12 +81,12 @@ class FederatedServer:
     def __init__(self, cfg: FederatedConfig, resume: str | None = None, on_round=None) -> None:
         from teamplay.federated.client import shards
         from teamplay.training.play.rollout import RolloutRunner
+        from teamplay.training.wiring.placement import Placement, model_device
         from teamplay.training.wiring.setup import (
             build_backend,
             build_team_model,
             env_factory,
             load_items,
-            resolve_device,
             sampling_params,
             seed_everything,
         )
@@ -104,7 +104,8 @@ class FederatedServer:
             eval_task, self.eval_items = load_items(cfg.eval_task)
             make_env, _ = env_factory(eval_task, cfg.protocol, team)
             self.eval_task = eval_task
-        self.team_model = build_team_model(cfg.model, team, cfg.seed, device=resolve_device(cfg.model.device))
+        self.team_model = build_team_model(cfg.model, team, cfg.seed,
+                                           device=model_device(Placement.IN_PROCESS, cfg.model))
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         if not self.trainable:
             raise ConfigError(NO_TRAINABLE_ROLE)

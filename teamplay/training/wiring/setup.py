@@ -39,6 +39,7 @@ from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.json_files import read_json
 from teamplay.records import SamplingParams, TaskItem
 from teamplay.training.play.controllers import TeamControllers
+from teamplay.training.wiring.placement import Placement, driver_placement, model_device
 
 #: the file of an exported team (``teamplay export``, ``teamplay.serving.files.export``) that describes it;
 #: its ``controllers.tables`` hold the learned speak/skip tables
@@ -135,7 +136,7 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
     if backend_cfg.name == "scripted":
         return get_backend("scripted", policy=backend_cfg.policy)
     if team_model is None:
-        team_model = build_team_model(model_cfg, team, device=resolve_device(model_cfg.device))
+        team_model = build_team_model(model_cfg, team, device=model_device(Placement.IN_PROCESS, model_cfg))
     parts = getattr(team_model, "parts", None)
     if parts is not None:  # a heterogeneous team: one backend per base, requests routed by adapter
         from teamplay.agents.backends.routing import RoutingBackend
@@ -171,29 +172,13 @@ def lora_settings(model_cfg: ModelConfig) -> tuple[dict[str, Any], Path | None]:
     return lora, adapters_dir
 
 
-def resolve_device(spec: str):
-    """The ``torch.device`` of a ``model.device`` value; ``ConfigError`` for a GPU torch cannot see."""
-    import torch
-
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(spec)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"model.device: {spec} asked for, but this torch ({torch.__version__}) sees no "
-                              f"GPU; use model.device=auto or cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError(f"model.device: {spec} asked for, but torch sees {torch.cuda.device_count()} GPU(s)")
-    return device
-
-
 def build_team_model(model_cfg: ModelConfig, team: Team, seed: int = 0, device=None):
     """The shared base model with one LoRA adapter per adapter name of the team.
 
     With ``model.checkpoint`` set, the adapters are loaded from it and their LoRA shape (rank,
     alpha, target modules) is taken from the saved adapters, not from ``model.lora``. ``device``:
-    where every base (with its adapters) goes; None keeps it on the CPU. A single-process run and
-    ``teamplay eval`` pass ``resolve_device(model.device)``, a Ray actor the GPU Ray gave it.
+    where every base (with its adapters) goes; None keeps it on the CPU. Callers that place it ask
+    ``placement.model_device`` for the device of the kind of process they are.
     """
     from teamplay.agents.models import load_configured_model, resolve_dtype, slow_cpu_dtype
     from teamplay.agents.team_model import TeamModel
@@ -355,7 +340,8 @@ class RunParts:
 
 def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | None = None,
               task: Task | None = None, items: Sequence[TaskItem] | None = None,
-              eval_items: Sequence[TaskItem] | None = None, backend_name: str | None = None) -> RunParts:
+              eval_items: Sequence[TaskItem] | None = None, backend_name: str | None = None,
+              placement: Placement | None = None) -> RunParts:
     """Wire a training run from its config: items, controllers, env factories (training decides with
     the controllers' "train" mode, held-out evaluation as ``teamplay eval`` would), the team model
     and backend (built unless given: ``owns_backend``; built last, so a refused run never opens
@@ -365,7 +351,9 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
     ``task`` with ``items`` (and ``eval_items``) replace the config's task sections, for a task
     defined in Python. Errors are ConfigErrors raised before the model loads. ``backend_name``
     replaces ``backend.name`` for this process's backend (the driver of a distributed run generates
-    with hf, whatever its workers use).
+    with hf, whatever its workers use). ``placement`` is the kind of process this driver is, which
+    places the team model it builds (``placement.model_device``); None: ``driver_placement`` of
+    ``cfg.distributed``.
     """
     if task is not None:
         if not items:
@@ -396,9 +384,8 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
             raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
                               f"roles: {', '.join(sorted(names))}")
     if team_model is None:
-        # the driver of a distributed run keeps its copy (credit, checkpoints) on the CPU
-        team_model = build_team_model(cfg.model, team, cfg.seed,
-                                      device=resolve_device(cfg.model.device) if cfg.distributed is None else None)
+        where = driver_placement(cfg.distributed) if placement is None else placement
+        team_model = build_team_model(cfg.model, team, cfg.seed, device=model_device(where, cfg.model))
     sampling = rollout_sampling(cfg)  # before the backend: nothing after building it may fail
     owns_backend = backend is None
     if backend is None:
