@@ -12,7 +12,12 @@ the rules that read several sections.
 
 from teamplay.config.controllers import STAGES, ControllerConfig, Mode, Stage
 from teamplay.config.credit import CreditConfig, TokenCreditConfig
-from teamplay.config.distributed import DistributedConfig, DistributedResources, WorkerResources
+from teamplay.config.distributed import (
+    DEFAULT_MAX_RESTARTS,
+    DistributedConfig,
+    DistributedResources,
+    WorkerResources,
+)
 from teamplay.config.env import ProtocolConfig, TaskConfig
 from teamplay.config.federated import FailureDrill, FederatedSection, FedGrpoConfig, RobustConfig
 from teamplay.config.learning import ObjectiveConfig, OptimConfig, RolloutConfig
@@ -36,10 +41,10 @@ from teamplay.config.model import (
 from teamplay.config.runs import SINGLE_RUN_ONLY, EvalConfig, FederatedConfig, TeamTrainingConfig, TrainConfig
 
 __all__ = [
-    "MAX_TEMPERATURE", "MIN_TEMPERATURE", "SINGLE_RUN_ONLY", "STAGES", "BackendConfig", "ControllerConfig",
-    "CreditConfig", "DistributedConfig", "DistributedResources", "EvalConfig", "FailureDrill", "FederatedConfig",
-    "FederatedSection", "FedGrpoConfig", "LoraConfig", "Mode", "ModelConfig", "ObjectiveConfig", "OptimConfig",
-    "ProtocolConfig", "RobustConfig", "RolloutConfig", "SamplingConfig", "Stage", "TaskConfig",
-    "TeamTrainingConfig", "TokenCreditConfig", "TrainConfig", "VLLMEngineConfig", "WorkerResources",
-    "build_config", "format_validation_error", "load_config", "parse_overrides", "read_yaml", "set_dotted",
+    "DEFAULT_MAX_RESTARTS", "MAX_TEMPERATURE", "MIN_TEMPERATURE", "SINGLE_RUN_ONLY", "STAGES", "BackendConfig",
+    "ControllerConfig", "CreditConfig", "DistributedConfig", "DistributedResources", "EvalConfig", "FailureDrill",
+    "FederatedConfig", "FederatedSection", "FedGrpoConfig", "LoraConfig", "Mode", "ModelConfig", "ObjectiveConfig",
+    "OptimConfig", "ProtocolConfig", "RobustConfig", "RolloutConfig", "SamplingConfig", "Stage", "TaskConfig",
+    "TeamTrainingConfig", "TokenCreditConfig", "TrainConfig", "VLLMEngineConfig", "WorkerResources", "build_config",
+    "format_validation_error", "load_config", "parse_overrides", "read_yaml", "set_dotted",
 ]

@@ -8,6 +8,11 @@ from pydantic import Field
 
 from teamplay.config.base import Section
 
+#: Rollout-worker restarts one step allows (all workers together) unless ``max_restarts`` says
+#: otherwise: enough to ride out a preempted node or an out-of-memory kill or two, few enough that
+#: a worker that dies on every try fails the step instead of retrying forever.
+DEFAULT_MAX_RESTARTS = 3
+
 
 class WorkerResources(Section):
     """Ray resources of one worker (an actor)."""
@@ -41,7 +46,7 @@ class DistributedConfig(Section):
                            "fit one device; same adapters within float rounding).")
     max_staleness: int = Field(0, ge=0, description="Optimiser steps a rollout worker's adapters may lag "
                                                     "behind the learner's (0 = always the latest).")
-    max_restarts: int = Field(3, ge=0, description="Rollout-worker restarts allowed per step before "
+    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="Rollout-worker restarts allowed per step before "
                                                    "the step fails.")
     resources: DistributedResources = Field(default_factory=DistributedResources,
                                             description="Ray resources per worker.")

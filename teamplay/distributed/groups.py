@@ -30,9 +30,9 @@ from typing import Any
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.backends.routing import RoutingBackend
 from teamplay.agents.roles import Team
-from teamplay.config import LoraConfig, WorkerResources
+from teamplay.config import DEFAULT_MAX_RESTARTS, LoraConfig, WorkerResources
 from teamplay.distributed.actors import ActorGroup, OnActors
-from teamplay.distributed.rollout import DEFAULT_MAX_RESTARTS, RestartEvent, RolloutWorker, WorkerSpec
+from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats

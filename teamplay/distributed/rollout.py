@@ -30,16 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from teamplay.agents.roles import Team
-from teamplay.config import BackendConfig, ModelConfig, WorkerResources
+from teamplay.config import DEFAULT_MAX_RESTARTS, BackendConfig, ModelConfig, WorkerResources
 from teamplay.distributed.actors import ActorGroup, OnActors
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, TurnRequest
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats
-
-#: Worker restarts one run call allows by default (all workers together), the same as
-#: ``distributed.max_restarts``: enough to ride out a preempted node or an out-of-memory kill or two,
-#: few enough that a worker that dies on every try fails the step instead of retrying forever.
-DEFAULT_MAX_RESTARTS = 3
 
 
 @dataclass(frozen=True)
