@@ -16,7 +16,6 @@ from teamplay.config import WorkerResources
 from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
 
-
 #: seconds ``shutdown`` waits for the actors' ``close`` (a vLLM engine stops in a few seconds)
 CLOSE_TIMEOUT_S = 30.0
 

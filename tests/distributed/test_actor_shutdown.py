@@ -35,8 +35,8 @@ class Plain:
 
 
 def test_shutdown_closes_each_actor_then_kills_it(ray_cluster, tmp_path):
-    from teamplay.distributed.actors import ActorGroup
     from teamplay.config import WorkerResources
+    from teamplay.distributed.actors import ActorGroup
 
     resources = WorkerResources(num_cpus=1)
     group = ActorGroup(Closing, lambda k: (str(tmp_path), k), 2, resources)
