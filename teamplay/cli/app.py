@@ -1,6 +1,6 @@
-"""The ``teamplay`` Typer app and what every command shares: the consoles, one ``error:`` or
-``warning:`` line per user error (``user_errors``), the progress bar, the shortcut flags as
-``--set`` overrides, and the options several commands take."""
+"""The ``teamplay`` Typer app and what every command shares: ``command``, which registers one with
+one ``error:`` or ``warning:`` line per user error (``user_errors``), the consoles, the progress bar,
+the shortcut flags as ``--set`` overrides, and the options several commands take."""
 
 from __future__ import annotations
 
@@ -62,6 +62,16 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def command(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the command ``teamplay NAME``, its user errors reported by
+    ``user_errors``: every command fails the same way, one line and exit status 2."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return app.command(name)(user_errors(fn))
+
+    return register
 
 
 def _one_line(label: str, message: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from teamplay.cli.app import ConfigOpt, SetOpt, app, console, err_console, user_errors
+from teamplay.cli.app import ConfigOpt, SetOpt, command, console, err_console
 from teamplay.config import EvalConfig, load_config
 from teamplay.errors import TeamplayError
 
@@ -21,8 +21,7 @@ def _served_name(run_or_export: Path | None, config: Path | None) -> str:
     return config.stem if config is not None else "teamplay"
 
 
-@app.command("serve")
-@user_errors
+@command("serve")
 def serve_command(
     run_or_export: Path | None = typer.Argument(None, show_default=False,
                                                 help="A run folder, one of its checkpoints, or an export."),
@@ -88,8 +87,7 @@ def serve_command(
     err_console.print(f"stopped serving {name}")
 
 
-@app.command("export")
-@user_errors
+@command("export")
 def export_command(
     run: Path = typer.Argument(..., help="A run folder (its latest checkpoint) or one of its checkpoints/step-N "
                                          "folders."),

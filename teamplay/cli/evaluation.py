@@ -20,11 +20,10 @@ from teamplay.cli.app import (
     SourceOpt,
     TeamOpt,
     TemperatureOpt,
-    app,
+    command,
     console,
     progress_bar,
     shortcut_overrides,
-    user_errors,
 )
 from teamplay.cli.tables import controller_table, metrics_table
 from teamplay.config import EvalConfig, load_config
@@ -46,8 +45,7 @@ def _eval_config(config: Path | None, team: Path | None, checkpoint: str | None,
     return load_team_config(team, overrides)
 
 
-@app.command("eval")
-@user_errors
+@command("eval")
 def eval_command(
     config: Path | None = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -116,8 +114,7 @@ def eval_command(
     console.print(f"wrote {out / 'results.json'} and {', '.join(str(out / r[1]) for r in runs.values())}")
 
 
-@app.command("play")
-@user_errors
+@command("play")
 def play_command(
     config: Path | None = ConfigOpt,
     set_: list[str] = SetOpt,

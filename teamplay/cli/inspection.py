@@ -9,14 +9,13 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from teamplay.cli.app import app, console, user_errors
+from teamplay.cli.app import command, console
 from teamplay.config import load_config
 from teamplay.errors import TeamplayError
 from teamplay.registry import is_plugin_spec
 
 
-@app.command("credit")
-@user_errors
+@command("credit")
 def credit_command(
     folder: Path | None = typer.Argument(None, help="An eval folder (teamplay eval -o) or a run folder."),
     method: str | None = typer.Option(None, "--method", "-m", help="Credit method (teamplay list) or "
@@ -94,8 +93,7 @@ def _credit_check(methods: list[str], config: Path, problems: int, group: int, s
     console.print(table)
 
 
-@app.command("report")
-@user_errors
+@command("report")
 def report_command(
     run_dirs: list[Path] = typer.Argument(..., help="Run or eval folder (two with --compare, or one sweep "
                                                     "folder); or any number of federated run folders."),
@@ -110,8 +108,7 @@ def report_command(
     console.print(f"wrote {write_report(run_dirs, compare, output)}")
 
 
-@app.command("list")
-@user_errors
+@command("list")
 def list_command(
     plugin: list[str] = typer.Option([], "--plugin", help="Also list a user's entry: path/to/file.py:name "
                                                           "(a credit method, task or protocol)."),

@@ -11,20 +11,18 @@ from teamplay.cli.app import (
     ConfigOpt,
     RunFolderOpt,
     SetOpt,
-    app,
+    command,
     console,
     err_console,
     progress_bar,
     shortcut_overrides,
-    user_errors,
 )
 from teamplay.cli.tables import held_out_table, sweep_table
 from teamplay.config import load_config
 from teamplay.errors import TeamplayError
 
 
-@app.command("train")
-@user_errors
+@command("train")
 def train_command(
     config: Path | None = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -66,8 +64,7 @@ def train_command(
     console.print(f"{result.steps} steps in {result.seconds:.0f} s; run folder {result.run_dir}")
 
 
-@app.command("sweep")
-@user_errors
+@command("sweep")
 def sweep_command(
     config: Path | None = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -124,8 +121,7 @@ def sweep_command(
     console.print(f"wrote {folder / 'results.md'}, results.csv, results.json")
 
 
-@app.command("federate")
-@user_errors
+@command("federate")
 def federate_command(
     config: Path | None = ConfigOpt,
     set_: list[str] = SetOpt,
