@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from teamplay.envs.tasks.answers.numeric import extract_canonical, numbers_equal
 from teamplay.envs.tasks.sources import HubSpec, Row, check_load_args, check_on_bad_line, load_items
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
@@ -55,6 +56,29 @@ class Task(ABC):
         if answer is None:
             return 0.0
         return self.score(answer, item)
+
+
+class NumericAnswerTask(Task):
+    """A task whose answer is one number, read and scored by the GSM8K rule (gsm8k, arith).
+
+    ``extract`` takes the completion's final number in canonical form
+    (``teamplay.envs.tasks.answers.numeric.extract_canonical``: ``"1000"``, ``"-3"``, ``"2.5"``);
+    ``score_answer`` is exact numeric equality with ``item.reference`` (``numbers_equal``: ``"18.0"``
+    scores like ``"18"``), and ``score`` scores the completion's extracted number. Subclasses give
+    the items (``load``), with canonical numbers as references.
+    """
+
+    def extract(self, completion: str) -> str | None:
+        """The completion's final number in canonical form, or ``None``."""
+        return extract_canonical(completion)
+
+    def score(self, completion: str, item: TaskItem) -> float:
+        """1.0 if the completion's final number equals the reference exactly, else 0.0."""
+        return self.score_answer(self.extract(completion), item)
+
+    def score_answer(self, answer: str | None, item: TaskItem) -> float:
+        """1.0 if the extracted ``answer`` (e.g. ``"18"``, ``"18.0"``) equals the reference, else 0.0."""
+        return numbers_equal(answer, item.reference)
 
 
 class DatasetTask(Task):

@@ -31,8 +31,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from teamplay.envs.tasks.answers.numeric import extract_canonical, numbers_equal
-from teamplay.envs.tasks.base import Task, register_task
+from teamplay.envs.tasks.base import NumericAnswerTask, register_task
 from teamplay.envs.tasks.sources import check_load_args
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
@@ -125,8 +124,14 @@ _GENERATORS: dict[int, Callable[[random.Random], tuple[str, int]]] = {
 
 
 @register_task('arith')
-class ArithTask(Task):
-    """Procedural integer arithmetic at one difficulty level (1-5); see the module doc."""
+class ArithTask(NumericAnswerTask):
+    """Procedural integer arithmetic at one difficulty level (1-5); see the module doc.
+
+    Answers are read and scored as GSM8K's (``NumericAnswerTask``):
+
+    >>> ArithTask().extract("47 + 8 = 55. The answer is 55.")
+    '55'
+    """
 
     name = "arith"
     splits = ("train", "test")
@@ -165,22 +170,6 @@ class ArithTask(Task):
         tag = f"/m{self.max_operand}" if bounded else ""
         return TaskItem(id=f"arith/L{level}{tag}/s{seed}/{split}/{index}", prompt=prompt, reference=str(answer),
                         metadata={"level": level, "seed": seed, "index": index, "max_operand": self.max_operand})
-
-    def extract(self, completion: str) -> str | None:
-        """The completion's final number in canonical form (the GSM8K rule), or ``None``.
-
-        >>> ArithTask().extract("47 + 8 = 55. The answer is 55.")
-        '55'
-        """
-        return extract_canonical(completion)
-
-    def score(self, completion: str, item: TaskItem) -> float:
-        """1.0 if the completion's final number equals the reference, else 0.0."""
-        return self.score_answer(self.extract(completion), item)
-
-    def score_answer(self, answer: str | None, item: TaskItem) -> float:
-        """1.0 if the extracted ``answer`` equals the reference exactly, else 0.0."""
-        return numbers_equal(answer, item.reference)
 
 
 def _check_level(level: object, field: str) -> int:

@@ -12,16 +12,25 @@ Scoring: exact numeric equality of the extracted number and the reference; see
 
 from __future__ import annotations
 
-from teamplay.envs.tasks.answers.numeric import canonical_number, extract_canonical, numbers_equal, parse_canonical
-from teamplay.envs.tasks.base import DatasetTask, register_task
+from teamplay.envs.tasks.answers.numeric import canonical_number, parse_canonical
+from teamplay.envs.tasks.base import DatasetTask, NumericAnswerTask, register_task
 from teamplay.envs.tasks.sources import HubSpec, Row
 from teamplay.errors import DataError
 from teamplay.records import TaskItem
 
 
 @register_task('gsm8k')
-class Gsm8kTask(DatasetTask):
-    """GSM8K word problems; reference = the number after ``####`` of the worked solution."""
+class Gsm8kTask(NumericAnswerTask, DatasetTask):
+    """GSM8K word problems; reference = the number after ``####`` of the worked solution.
+
+    A completion scores 1.0 when its final number equals the reference (``NumericAnswerTask``):
+
+    >>> Gsm8kTask().extract("She pays $1,000.00 in total. The answer is 1,000.")
+    '1000'
+    >>> item = TaskItem(id="gsm8k/test/0", prompt="...", reference="18")
+    >>> Gsm8kTask().score("9 * 2 = $18\\n#### 18", item), Gsm8kTask().score("#### 17", item)
+    (1.0, 0.0)
+    """
 
     name = "gsm8k"
     splits = ("train", "test")
@@ -41,24 +50,3 @@ class Gsm8kTask(DatasetTask):
             reference=canonical_number(value),
             metadata={"solution": solution},
         )
-
-    def extract(self, completion: str) -> str | None:
-        """The completion's final number in canonical form (``"1000"``, ``"-3"``, ``"2.5"``) or None.
-
-        >>> Gsm8kTask().extract("She pays $1,000.00 in total. The answer is 1,000.")
-        '1000'
-        """
-        return extract_canonical(completion)
-
-    def score(self, completion: str, item: TaskItem) -> float:
-        """1.0 if the completion's final number equals the reference exactly, else 0.0.
-
-        >>> item = TaskItem(id="gsm8k/test/0", prompt="...", reference="18")
-        >>> Gsm8kTask().score("9 * 2 = $18\\n#### 18", item), Gsm8kTask().score("#### 17", item)
-        (1.0, 0.0)
-        """
-        return self.score_answer(self.extract(completion), item)
-
-    def score_answer(self, answer: str | None, item: TaskItem) -> float:
-        """1.0 if the extracted ``answer`` (e.g. ``"18"``, ``"18.0"``) equals the reference."""
-        return numbers_equal(answer, item.reference)
