@@ -404,6 +404,51 @@ class Protocol(ABC):
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+# ---- bases of protocols that share a rule --------------------------------------------------------
+
+class AnyRoleTeam(Protocol):
+    """Base of protocols whose team may use any role names, every agent playing the protocol's one
+    part (``roles`` holds that one ``RoleSpec``; ``sequential``, ``split``).
+
+    Agents act in team order (roles in the order given, instances by index); a role without a
+    prompt gets the part's default prompt; the ``n_agents`` option, when set, must equal the team's
+    size (``check_team_size``), whatever its roles are called.
+    """
+
+    def validate_team(self, team: Team) -> None:
+        check_team_size(self, team, self.options.n_agents)
+
+    def agent_order(self, team: Team) -> list[str]:
+        return team.agent_ids()
+
+    def system_prompt(self, role: Role) -> str:
+        if role.prompt is not None:
+            return role.prompt
+        (part,) = self.roles
+        assert part.prompt is not None, f"protocol {self.name!r}: its one role needs a default prompt"
+        return part.prompt
+
+
+class MajorityVote(Protocol):
+    """Base of protocols whose team answer is a vote of the agents of ``voting_role`` (``vote``,
+    ``debate``): each votes with the answer of its latest spoken message (``majority_of_latest``:
+    agents without an answer do not vote, ties go to the earliest agent), and
+    ``Episode.metadata["votes"]`` records every voter's answer (None: no vote)."""
+
+    #: the role whose agents vote
+    voting_role: ClassVar[str]
+
+    def voters(self, team: Team) -> list[str]:
+        """The agents of ``voting_role``, by index."""
+        return team.role(self.voting_role).agent_ids()
+
+    def final_answer(self, state: ProtocolState) -> str | None:
+        return majority_of_latest(state, self.voters(state.team))
+
+    def episode_metadata(self, state: ProtocolState) -> dict[str, Any]:
+        return {"votes": {a: state.answer_of_latest(a) for a in self.voters(state.team)}}
+
+
 # ---- helpers shared by protocols -----------------------------------------------------------------
 
 def render_entry(message: Message, viewer: str) -> ChatMessage:

@@ -18,13 +18,12 @@ from pydantic import Field
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
-    Protocol,
+    MajorityVote,
     ProtocolState,
     RoleSpec,
     SkippableOptions,
     TurnSpec,
     latest_per_agent,
-    majority_of_latest,
 )
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.records import Message
@@ -45,19 +44,20 @@ class DebateOptions(SkippableOptions):
 
 
 @register_protocol
-class Debate(Protocol):
+class Debate(MajorityVote):
     """N debaters answer, then R rounds reading each other's latest answers; majority of the last."""
 
     name = "debate"
     Options = DebateOptions
     roles = (RoleSpec("debater", DEBATER_PROMPT, count=3, min_count=2),)
     count_option_roles = ("debater",)
+    voting_role = "debater"
     skip_means = MappingProxyType({
         "answer": "no first answer: the others read nothing from it and it does not vote",
         "debate": "keep: the debater's latest earlier answer is what the others read and what votes"})
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
-        agents = team.role("debater").agent_ids()
+        agents = self.voters(team)
         return tuple(TurnSpec(a, "debater", "answer" if r == 0 else "debate", r)
                      for r in range(self.options.rounds + 1) for a in agents)
 
@@ -67,16 +67,10 @@ class Debate(Protocol):
     def visible(self, state: ProtocolState, turn: TurnSpec) -> list[Message]:
         if turn.round == 0:
             return []
-        return latest_per_agent(state, state.team.role("debater").agent_ids(), before_round=turn.round)
+        return latest_per_agent(state, self.voters(state.team), before_round=turn.round)
 
     def instruction(self, state: ProtocolState, turn: TurnSpec) -> str:
         return ANSWER_INSTRUCTION if turn.round == 0 else DEBATE_INSTRUCTION
 
     def may_skip(self, state: ProtocolState, turn: TurnSpec) -> bool:
         return turn.round > 0
-
-    def final_answer(self, state: ProtocolState) -> str | None:
-        return majority_of_latest(state, state.team.role("debater").agent_ids())
-
-    def episode_metadata(self, state: ProtocolState) -> dict:
-        return {"votes": {a: state.answer_of_latest(a) for a in state.team.role("debater").agent_ids()}}

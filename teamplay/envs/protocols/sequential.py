@@ -22,14 +22,13 @@ from typing import Any
 
 from pydantic import Field
 
-from teamplay.agents.roles import Role, Team
+from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
-    Protocol,
+    AnyRoleTeam,
     ProtocolState,
     ReplyPrefixOptions,
     RoleSpec,
     TurnSpec,
-    check_team_size,
     instruction_option,
 )
 from teamplay.envs.protocols.registry import register_protocol
@@ -49,23 +48,13 @@ class SequentialOptions(ReplyPrefixOptions):
 
 
 @register_protocol
-class Sequential(Protocol):
+class Sequential(AnyRoleTeam):
     """K agents in a fixed order, each sees its predecessors; final answer = the last agent's."""
 
     name = "sequential"
     Options = SequentialOptions
     roles = (RoleSpec("solver", MEMBER_PROMPT, count=3),)
     count_option_roles = ("solver",)
-
-    def validate_team(self, team: Team) -> None:
-        # any role names are welcome here; only the chain length can disagree with the option
-        check_team_size(self, team, self.options.n_agents)
-
-    def system_prompt(self, role: Role) -> str:
-        return role.prompt if role.prompt is not None else MEMBER_PROMPT
-
-    def agent_order(self, team: Team) -> list[str]:
-        return team.agent_ids()
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
         return tuple(TurnSpec(a, team.role_of(a).name, "solve" if k == 0 else "refine", k)

@@ -37,9 +37,14 @@ class Single(Protocol):
 
 class IndependentSolvers(Protocol):
     """Base of protocols whose solvers each answer alone: a turn sees no message, so every round is
-    simultaneous (the Parallel API applies). The turn instruction is the ``instruction`` option
-    (subclasses' ``Options`` declare it with ``instruction_option``), else ``SOLVE_INSTRUCTION``.
-    Subclasses give the schedule and the final-answer rule."""
+    simultaneous (the Parallel API applies). The solvers are the agents of role ``solver``
+    (``SOLVER_PROMPT``; 3 in the default team), as many as the ``n_agents`` option says when it is
+    given. The turn instruction is the ``instruction`` option (subclasses' ``Options`` declare it
+    with ``instruction_option``), else ``SOLVE_INSTRUCTION``. Subclasses give the schedule and the
+    final-answer rule."""
+
+    roles = (RoleSpec("solver", SOLVER_PROMPT, count=3),)
+    count_option_roles = ("solver",)
 
     def simultaneous(self, team: Team, round_turns: Sequence[TurnSpec]) -> bool:
         return True  # solvers see nothing of each other

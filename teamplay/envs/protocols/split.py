@@ -27,13 +27,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from teamplay.agents.roles import Role, Team
+from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
+    AnyRoleTeam,
     ProtocolState,
     ReplyPrefixOptions,
     RoleSpec,
     TurnSpec,
-    check_team_size,
     instruction_option,
 )
 from teamplay.envs.protocols.registry import register_protocol
@@ -54,27 +54,20 @@ class SplitOptions(ReplyPrefixOptions):
 
 
 @register_protocol
-class Split(IndependentSolvers):
+class Split(AnyRoleTeam, IndependentSolvers):
     """K solvers, one sub-problem each, one simultaneous round; reward: the fraction right (or all)."""
 
     name = "split"
     Options = SplitOptions
     roles = (RoleSpec("solver", SOLVER_PROMPT, count=2),)
-    count_option_roles = ("solver",)
 
     # ---- team: any roles, every agent a solver ------------------------------------------------
 
     def validate_team(self, team: Team) -> None:
-        check_team_size(self, team, self.options.n_agents)
+        super().validate_team(team)
         n = sum(r.count for r in team.roles)
         if n > MAX_PARTS:
             raise ConfigError(f"team.roles: protocol 'split' takes at most {MAX_PARTS} agents, got {n}")
-
-    def agent_order(self, team: Team) -> list[str]:
-        return team.agent_ids()
-
-    def system_prompt(self, role: Role) -> str:
-        return role.prompt if role.prompt is not None else SOLVER_PROMPT
 
     def check_task(self, task: Task, team: Team) -> None:
         k = getattr(task, "parts_per_item", None)

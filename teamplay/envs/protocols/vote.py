@@ -10,16 +10,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from teamplay.agents.roles import Team
-from teamplay.envs.protocols.base import (
-    ProtocolState,
-    ReplyPrefixOptions,
-    RoleSpec,
-    TurnSpec,
-    instruction_option,
-    majority_of_latest,
-)
+from teamplay.envs.protocols.base import MajorityVote, ReplyPrefixOptions, TurnSpec, instruction_option
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.envs.protocols.single import SOLVER_PROMPT, IndependentSolvers
+from teamplay.envs.protocols.single import IndependentSolvers
 
 
 class VoteOptions(ReplyPrefixOptions):
@@ -30,20 +23,12 @@ class VoteOptions(ReplyPrefixOptions):
 
 
 @register_protocol
-class Vote(IndependentSolvers):
+class Vote(MajorityVote, IndependentSolvers):
     """N independent solvers in one simultaneous round; final answer = majority vote."""
 
     name = "vote"
     Options = VoteOptions
-    roles = (RoleSpec("solver", SOLVER_PROMPT, count=3),)
-    count_option_roles = ("solver",)
+    voting_role = "solver"
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
-        return tuple(TurnSpec(agent=a, role="solver", stage="solve", round=0)
-                     for a in team.role("solver").agent_ids())
-
-    def final_answer(self, state: ProtocolState) -> str | None:
-        return majority_of_latest(state, state.team.role("solver").agent_ids())
-
-    def episode_metadata(self, state: ProtocolState) -> dict:
-        return {"votes": {a: state.answer_of_latest(a) for a in state.team.role("solver").agent_ids()}}
+        return tuple(TurnSpec(agent=a, role="solver", stage="solve", round=0) for a in self.voters(team))
