@@ -96,7 +96,7 @@ def build(model: str, dtype: str, problems: int, group: int, max_new_tokens: int
     make_env, team = env_factory(task, cfg.protocol, cfg.team)
     backend = HFBackend(build_team_model(cfg.model, team, cfg.seed), max_prompt_tokens=cfg.backend.max_prompt_tokens)
     recording = Recording(backend)
-    runner = RolloutRunner(make_env, recording, rollout_sampling(cfg))
+    runner = RolloutRunner(make_env, recording, rollout_sampling(cfg.sampling, cfg.credit.token))
     plain, _ = load_configured_model(model, dtype)
     jobs = [RolloutJob(item, f"p{p}") for p, item in enumerate(items[:problems]) for _ in range(group)]
     runner.run(jobs, seed=1)  # the requests of one whole run, recorded; also the warm-up

@@ -74,7 +74,7 @@ def test_a_federated_site_refuses_a_gpu_torch_cannot_see(tmp_path):
 def test_the_composition_root_picks_in_process_parts_without_distributed(tmp_path):
     config = _config_with(tmp_path)
     cfg = build_config(TrainConfig, json.loads(config.read_text()))
-    assert parts_for(cfg) is local_parts
+    assert parts_for(cfg.distributed) is local_parts
     trainer = make_trainer(cfg)
     assert isinstance(trainer.runner, LocalRunner) and isinstance(trainer.learner, LocalLearner)
     trainer.close()

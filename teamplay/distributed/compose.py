@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from teamplay.config import TrainConfig
+from teamplay.config import DistributedConfig, TrainConfig
 from teamplay.training.run.parts import PartsFactory, local_parts
 from teamplay.training.run.trainer import Trainer
 
 
-def parts_for(cfg: TrainConfig) -> PartsFactory:
-    """The runner and learner a run of ``cfg`` trains with."""
-    if cfg.distributed is None:
+def parts_for(distributed: DistributedConfig | None) -> PartsFactory:
+    """The runner and learner of a run whose ``distributed:`` section is ``distributed`` (None: the
+    in-process pair)."""
+    if distributed is None:
         return local_parts
     from teamplay.distributed.parts import ray_parts  # imports Ray only for a distributed run
 
@@ -28,4 +29,4 @@ def parts_for(cfg: TrainConfig) -> PartsFactory:
 def make_trainer(cfg: TrainConfig, **kwargs: Any) -> Trainer:
     """A ``Trainer`` for ``cfg`` with the parts it asks for; ``kwargs`` as ``Trainer`` takes them
     (``team_model``, ``backend``, ``task``, ``items``, ``eval_items``, ``on_step``, ``on_eval``)."""
-    return Trainer(cfg, parts=parts_for(cfg), **kwargs)
+    return Trainer(cfg, parts=parts_for(cfg.distributed), **kwargs)

@@ -39,7 +39,7 @@ from teamplay.records import Episode, SamplingParams
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.play.rollout import RolloutJob
 from teamplay.training.run.parts import OptimizerOwner
-from teamplay.training.wiring.setup import RunParts, rollout_sampling
+from teamplay.training.wiring.setup import RunParts
 
 Pool = RolloutPool | BaseGroupsPool
 
@@ -169,9 +169,9 @@ class RayParts:
             limits = {"max_staleness": dist.max_staleness, "max_restarts": dist.max_restarts}
             if owner:
                 pool = BaseGroupsPool(spec, owner, dist.rollout_workers, dist.resources.rollout,
-                                      rollout_sampling(cfg), **limits)
+                                      run.sampling, **limits)
             else:
-                pool = RolloutPool(spec, dist.rollout_workers, dist.resources.rollout, rollout_sampling(cfg), **limits)
+                pool = RolloutPool(spec, dist.rollout_workers, dist.resources.rollout, run.sampling, **limits)
             runner = PoolRunner(pool, owns_cluster)
         except BaseException:
             PoolRunner(pool, owns_cluster).close()

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from teamplay.config import FederatedConfig
+from teamplay.config import FederatedConfig, FederatedSection
 from teamplay.federated.client import make_client_app
 from teamplay.federated.server import FederatedServer
 from teamplay.training.run.preemption import preemption_handlers
@@ -43,12 +43,13 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
         server = FederatedServer(cfg, resume=resume, on_round=on_round)
         if preemption.requested:  # while the model loaded: stop before Ray starts
             raise server.preempted(preemption.signum)
-        _simulate(server, cfg)
+        _simulate(server, cfg.federated)
     return server
 
 
-def _simulate(server: FederatedServer, cfg: FederatedConfig) -> None:
-    """Run ``server`` and ``federated.clients`` sites in Flower's simulation engine."""
+def _simulate(server: FederatedServer, fed: FederatedSection) -> None:
+    """Run ``server`` and ``fed.clients`` sites in Flower's simulation engine, each site an actor
+    of ``fed.client_cpus`` CPUs."""
     from flwr.app import Context
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
@@ -66,14 +67,14 @@ def _simulate(server: FederatedServer, cfg: FederatedConfig) -> None:
 
     cpus = os.cpu_count() or 1
     backend_config = {
-        "client_resources": {"num_cpus": cfg.federated.client_cpus, "num_gpus": 0.0},
-        "init_args": {"num_cpus": max(cpus, int(cfg.federated.client_cpus)), "include_dashboard": False,
+        "client_resources": {"num_cpus": fed.client_cpus, "num_gpus": 0.0},
+        "init_args": {"num_cpus": max(cpus, int(fed.client_cpus)), "include_dashboard": False,
                       "logging_level": logging.WARNING, "log_to_driver": True},
     }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)
         with _ray_started(backend_config):
-            run_simulation(server_app, make_client_app(), num_supernodes=cfg.federated.clients,
+            run_simulation(server_app, make_client_app(), num_supernodes=fed.clients,
                            backend_config=backend_config)
     if errors:
         raise errors[0]

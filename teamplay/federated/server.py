@@ -115,7 +115,7 @@ class FederatedServer:
         # before each turn of a held-out evaluation: a safe point to abandon the round at
         self.runner = RolloutRunner(make_env, backend, sampling_params(cfg.eval_sampling),
                                     max_batch=cfg.backend.max_batch, before_generate=lambda: self.preemption.check())
-        self.strategy = TeamStrategy(cfg, self.layout.size, shard_sizes)
+        self.strategy = TeamStrategy(cfg.federated, self.layout.size, shard_sizes)
         #: set by SIGTERM/SIGINT while ``run`` runs (``teamplay.training.run.preemption``)
         self.preemption = Preemption()
         #: the round of the checkpoint written or restored last (0: none)

@@ -39,7 +39,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from teamplay.config import FederatedConfig
+from teamplay.config import FederatedSection
 from teamplay.errors import ConfigError
 from teamplay.federated import strategies
 from teamplay.federated.screen import Refusal, RoundSpec, SiteRefusedWarning, SiteResult, TooFewSitesError, screen
@@ -95,13 +95,13 @@ class RoundReport:
 
 
 class TeamStrategy(Strategy):
-    """FedAvg or Fed-GRPO (``federated.strategy``) with robust aggregation, over the flat adapter
-    vector of ``size`` entries (``teamplay.federated.wire``) and sites whose shards hold
-    ``shard_sizes`` problems (by site index). ``state`` continues a resumed run."""
+    """FedAvg or Fed-GRPO (``fed.strategy``, of the run's ``federated`` section) with robust
+    aggregation, over the flat adapter vector of ``size`` entries (``teamplay.federated.wire``) and
+    sites whose shards hold ``shard_sizes`` problems (by site index). ``state`` continues a resumed run."""
 
-    def __init__(self, cfg: FederatedConfig, size: int, shard_sizes: tuple[int, ...],
+    def __init__(self, fed: FederatedSection, size: int, shard_sizes: tuple[int, ...],
                  state: ServerState | None = None) -> None:
-        self.fed, self.size, self.shard_sizes = cfg.federated, size, shard_sizes
+        self.fed, self.size, self.shard_sizes = fed, size, shard_sizes
         self.state = state if state is not None else ServerState()
         #: the last round's report (``aggregate_train``), None before the first
         self.report: RoundReport | None = None

@@ -47,8 +47,8 @@ def fake_flower(patch: pytest.MonkeyPatch) -> None:
     for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
         patch.setattr(TaskIdentity, name, value)
 
-    def simulate(server: FederatedServer, cfg) -> None:
-        server.run(FakeGrid(cfg.federated.clients, real_sites(Path(cfg.output_dir) / "sites")))
+    def simulate(server: FederatedServer, fed) -> None:
+        server.run(FakeGrid(fed.clients, real_sites(Path(server.cfg.output_dir) / "sites")))
 
     patch.setattr(run_module, "_simulate", simulate)
 

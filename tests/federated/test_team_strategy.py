@@ -20,7 +20,7 @@ N = 10
 
 def strategy(state: ServerState | None = None, **federated) -> TeamStrategy:
     cfg = build_config(FederatedConfig, {"federated": {"clients": 3, **federated}})
-    return TeamStrategy(cfg, N, shard_sizes=(2, 2, 2), state=state)
+    return TeamStrategy(cfg.federated, N, shard_sizes=(2, 2, 2), state=state)
 
 
 def global_vector() -> ArrayRecord:

@@ -207,8 +207,10 @@ def test_rollouts_record_entropies_only_for_a_method_that_reads_them_from_the_me
     dgpo = make_trainer(tmp_path / "d", {"steps": 1, "credit": {"token": {"method": "dgpo"}}})
     assert s_trace.runner.sampling.entropies  # read from the messages
     assert not dgpo.runner.sampling.entropies  # computed from the update's own forward pass
-    assert not rollout_sampling(dgpo.cfg).entropies  # the Ray workers' rollouts too: every learner applies it
-    assert not rollout_sampling(make_trainer(tmp_path / "g", {"steps": 1}).cfg).entropies
+    # the Ray workers' rollouts too: every learner applies it
+    assert not rollout_sampling(dgpo.cfg.sampling, dgpo.cfg.credit.token).entropies
+    plain = make_trainer(tmp_path / "g", {"steps": 1}).cfg
+    assert not rollout_sampling(plain.sampling, plain.credit.token).entropies
 
 
 def test_config_refusals(tmp_path):

@@ -25,6 +25,7 @@ from teamplay.config import (
     ProtocolConfig,
     SamplingConfig,
     TaskConfig,
+    TokenCreditConfig,
     TrainConfig,
     read_yaml,
 )
@@ -99,14 +100,14 @@ def sampling_params(cfg: SamplingConfig, seed: int | None = None, entropies: boo
                           top_p=cfg.top_p, top_k=cfg.top_k, seed=seed, entropies=entropies)
 
 
-def rollout_sampling(cfg: TrainConfig) -> SamplingParams:
-    """The training rollouts' sampling: ``cfg.sampling``, recording token entropies when the
-    token-level credit method reads them from the messages. A per-message method (``row``) reads
-    them from the update's own forward pass instead (every learner applies it there)."""
-    token = cfg.credit.token
+def rollout_sampling(sampling: SamplingConfig, token: TokenCreditConfig | None) -> SamplingParams:
+    """The training rollouts' sampling: ``sampling`` (the run's ``sampling`` section), recording token
+    entropies when the token-level credit method (``credit.token``) reads them from the messages. A
+    per-message method (``row``) reads them from the update's own forward pass instead (every
+    learner applies it there)."""
     method = get_token_credit(token.method) if token is not None else None
     wants = method is not None and "entropies" in method.needs and method.row is None
-    return sampling_params(cfg.sampling, entropies=wants)
+    return sampling_params(sampling, entropies=wants)
 
 
 def build_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Team,
@@ -386,7 +387,7 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
     if team_model is None:
         where = driver_placement(cfg.distributed) if placement is None else placement
         team_model = build_team_model(cfg.model, team, cfg.seed, device=model_device(where, cfg.model))
-    sampling = rollout_sampling(cfg)  # before the backend: nothing after building it may fail
+    sampling = rollout_sampling(cfg.sampling, cfg.credit.token)  # before the backend: nothing after it may fail
     owns_backend = backend is None
     if backend is None:
         backend_cfg = cfg.backend if backend_name is None else cfg.backend.model_copy(update={"name": backend_name})
