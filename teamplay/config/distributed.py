@@ -46,7 +46,7 @@ class DistributedConfig(Section):
                            "fit one device; same adapters within float rounding).")
     max_staleness: int = Field(0, ge=0, description="Optimiser steps a rollout worker's adapters may lag "
                                                     "behind the learner's (0 = always the latest).")
-    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="Rollout-worker restarts allowed per step before "
-                                                   "the step fails.")
+    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="Rollout-worker restarts allowed "
+                                                                      "per step before the step fails.")
     resources: DistributedResources = Field(default_factory=DistributedResources,
                                             description="Ray resources per worker.")
