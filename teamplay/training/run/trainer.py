@@ -76,6 +76,7 @@ from teamplay.training.step.credit_stage import CreditStage
 from teamplay.training.step.episode_log import episode_lines
 from teamplay.training.step.stages import (
     GroupWork,
+    TokenRows,
     active_adapters,
     all_credited,
     all_samples,
@@ -97,19 +98,26 @@ class StepResult:
     Fields:
         step: the number of steps done after it (1 after the first).
         metrics: the step's metrics (JSON-ready), as logged to metrics.jsonl.
-        credited: every (episode, advantages [T]) pair that entered the update, in group order;
-            groups without reward variance are not credited.
-        token_advantages: with token-level credit, aligned with ``credited``: per episode, per
-            message its token advantages [C] or ``None`` (the scalar on every token); else ``None``.
-        groups: the stage records of the credited groups, in the same order (``GroupWork``: the
-            episodes, item, rewards, scale, advantages, token rows and samples of each group).
+        groups: the stage records of the credited groups, in group order (``GroupWork``: the
+            episodes, item, rewards, scale, advantages, token rows and samples of each group);
+            groups without signal are not among them. ``credited`` and ``token_advantages`` are
+            flat views of them.
     """
 
     step: int
     metrics: dict[str, Any]
-    credited: tuple[tuple[Episode, np.ndarray], ...]
-    token_advantages: tuple[tuple[np.ndarray | None, ...], ...] | None = None
     groups: tuple[GroupWork, ...] = ()
+
+    @property
+    def credited(self) -> tuple[tuple[Episode, np.ndarray], ...]:
+        """Every (episode, advantages [T]) pair that entered the update, in group order."""
+        return all_credited(self.groups)
+
+    @property
+    def token_advantages(self) -> TokenRows | None:
+        """With token-level credit, aligned with ``credited``: per episode, per message its token
+        advantages [C] or ``None`` (the scalar on every token); else ``None``."""
+        return all_token_rows(self.groups)
 
 
 @dataclass
@@ -145,6 +153,11 @@ class Trainer:
     parts and ``_update``; ``held_out`` (``teamplay.training.run.held_out``) runs the held-out evaluations;
     ``run_state`` (``teamplay.training.run.run_state``) keeps what the run carries from step to step and
     into its checkpoints (``state``, ``extra_tensors``; ``checkpoint``, ``restore``).
+
+    Public attributes read by callers beside the methods: ``cfg``, ``run_dir``, ``task``, ``items``,
+    ``eval_items`` (a caller may replace them before ``train``), ``team``, ``team_model``,
+    ``trainable``, ``controllers``, ``make_env`` and ``backend`` (for rollouts of the caller's own),
+    ``runner`` and ``learner``.
     """
 
     def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
@@ -165,8 +178,10 @@ class Trainer:
         with run.closed_on_error():  # a part that fails to build closes the backend the run built
             self.task, self.items = run.task, run.items
             self.eval_task, self.eval_items = run.eval_task, run.eval_items
-            self.controllers, self.team, self.team_model = run.controllers, run.team, run.team_model
-            self.make_env, self.make_eval_env, self.backend = run.make_env, run.make_eval_env, run.backend
+            self.controllers, self.team_model = run.controllers, run.team_model
+            #: read by callers, not by the trainer (the parts take theirs from ``run``): the team, the
+            #: training env factory and the driver's generation backend, for rollouts beside the run's
+            self.team, self.make_env, self.backend = run.team, run.make_env, run.backend
             # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
             self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
             self.credit, self.tokens = CreditStage(cfg, checked, run), TokenStage(cfg, checked)
@@ -334,8 +349,7 @@ class Trainer:
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
                         "credit_seconds": t_credit, **self.runner.step_metrics()})
         metrics["generated_tokens_total"] = self.run_state.end_step(generated_tokens(metrics))
-        return StepResult(step=step + 1, metrics=metrics, credited=all_credited(work),
-                          token_advantages=all_token_rows(work), groups=tuple(work))
+        return StepResult(step=step + 1, metrics=metrics, groups=tuple(work))
 
     # ------------------------------------------------------------------ the step's stages
     def _update(self, groups: list[GroupWork], step: int, active: set[str]) -> tuple[list[GroupWork], dict[str, Any]]:
