@@ -11,8 +11,9 @@ team's evaluations are read from ``eval_cache`` when a run of the same untrained
 
 The trainer decides when to evaluate and where the lines go; this part only evaluates. Before
 each evaluation it calls ``prepare(label)`` (the trainer shares its state with the learner's copies
-and calls ``on_eval``); ``check`` is called at each safe point of the rollouts and raises
-``StopRequested`` to abandon the evaluation (a SIGTERM or SIGINT).
+and calls ``on_eval``). Each call takes ``check``, called at each safe point of the rollouts: it
+raises ``StopRequested`` to abandon the evaluation (a SIGTERM or SIGINT; the ``Preemption`` of the
+``train`` call under way, so this part holds no flag of its own).
 """
 
 from __future__ import annotations
@@ -36,10 +37,8 @@ class HeldOutEvaluation:
     the learning curve's problems are their first ``eval_curve_limit``.
     """
 
-    def __init__(self, cfg: TrainConfig, runner: Runner, task: Task, prepare: Callable[[str], None],
-                 check: Callable[[], None]) -> None:
-        self.cfg, self.runner, self.task = cfg, runner, task
-        self.prepare, self.check = prepare, check
+    def __init__(self, cfg: TrainConfig, runner: Runner, task: Task, prepare: Callable[[str], None]) -> None:
+        self.cfg, self.runner, self.task, self.prepare = cfg, runner, task, prepare
 
     def curve(self, items: Sequence[TaskItem]) -> list[TaskItem] | None:
         """The learning curve's problems: the first ``eval_curve_limit`` of ``items`` (``None``
@@ -47,48 +46,50 @@ class HeldOutEvaluation:
         limit = self.cfg.eval_curve_limit
         return None if limit is None or not items else list(items[:limit])
 
-    def before(self, items: Sequence[TaskItem]) -> tuple[EvalMetrics, dict[str, Any]]:
+    def before(self, items: Sequence[TaskItem], check: Callable[[], None]) -> tuple[EvalMetrics, dict[str, Any]]:
         """The untrained team on every problem, and the step-0 line of metrics.jsonl (``heldout``,
         and ``heldout_curve`` on the curve's problems)."""
-        metrics = self.untrained(items)
+        metrics = self.untrained(items, check)
         line = {"heldout": metrics.to_dict()}
         curve = self.curve(items)
         if curve is not None:
-            line["heldout_curve"] = self.untrained(items, curve).to_dict()
+            line["heldout_curve"] = self.untrained(items, check, curve).to_dict()
         return metrics, line
 
-    def at_step(self, step: int, items: Sequence[TaskItem]) -> dict[str, Any]:
+    def at_step(self, step: int, items: Sequence[TaskItem], check: Callable[[], None]) -> dict[str, Any]:
         """The fields of a step's metrics line: ``heldout`` on the curve's problems (all problems
         without a curve), also as ``heldout_curve`` with a curve."""
         curve = self.curve(items)
-        heldout = self.run(f"step {step}", items if curve is None else curve).to_dict()
+        heldout = self.run(f"step {step}", items if curve is None else curve, check).to_dict()
         return {"heldout": heldout} if curve is None else {"heldout": heldout, "heldout_curve": heldout}
 
-    def after(self, items: Sequence[TaskItem]) -> tuple[EvalMetrics, dict[str, Any]]:
+    def after(self, items: Sequence[TaskItem], check: Callable[[], None]) -> tuple[EvalMetrics, dict[str, Any]]:
         """The trained team on every problem, and the last line of metrics.jsonl (``heldout_final``,
         and ``heldout_curve`` on the curve's problems)."""
-        metrics = self.run("after", items)
+        metrics = self.run("after", items, check)
         line = {"heldout_final": metrics.to_dict()}
         curve = self.curve(items)
         if curve is not None:
-            line["heldout_curve"] = self.run("after (curve)", curve).to_dict()
+            line["heldout_curve"] = self.run("after (curve)", curve, check).to_dict()
         return metrics, line
 
-    def untrained(self, items: Sequence[TaskItem], curve: Sequence[TaskItem] | None = None) -> EvalMetrics:
+    def untrained(self, items: Sequence[TaskItem], check: Callable[[], None],
+                  curve: Sequence[TaskItem] | None = None) -> EvalMetrics:
         """The untrained team on ``items`` (on ``curve`` when given), read from ``eval_cache`` when a
         run with the same untrained team stored it (not with ``model.checkpoint``: its adapters are
         not fresh); a curve is cached under its own key."""
         label = "before" if curve is None else "before (curve)"
         problems = items if curve is None else curve
         if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
-            return self.run(label, problems)
+            return self.run(label, problems, check)
         config = self.cfg.model_dump(mode="json")
         if curve is not None:  # the first N distinct problems: the same evaluation as eval_task.limit = N
             config["eval_task"] = {**(config.get("eval_task") or {}), "limit": len(curve), "curve": True}
-        return cached_untrained_eval(Path(self.cfg.eval_cache), config, lambda: self.run(label, problems))
+        return cached_untrained_eval(Path(self.cfg.eval_cache), config, lambda: self.run(label, problems, check))
 
-    def run(self, label: str, items: Sequence[TaskItem]) -> EvalMetrics:
-        """One evaluation of the team as it is now on ``items``, announced as ``label``."""
+    def run(self, label: str, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
+        """One evaluation of the team as it is now on ``items``, announced as ``label``; ``check``
+        at each safe point (see the module)."""
         self.prepare(label)
-        runner = self.runner.held_out(sampling_params(self.cfg.eval_sampling), self.check)
+        runner = self.runner.held_out(sampling_params(self.cfg.eval_sampling), check)
         return evaluate(runner, self.task, items, seed=self.cfg.seed)[1]

@@ -189,13 +189,10 @@ class Trainer:
             self.runner: Runner
             self.learner: Learner
             self.runner, self.learner = parts(cfg, run, self.trainable)
-            self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation,
-                                              lambda: self.preemption.check())
+            self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation)
             self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
-        #: set by SIGTERM/SIGINT while ``train`` runs (``teamplay.training.run.preemption``)
-        self.preemption = Preemption()
 
     @property
     def state(self) -> TrainerState:
@@ -238,10 +235,10 @@ class Trainer:
         try:
             lock = claim_run_folder(self.run_dir, resume, overwrite)
             try:
-                with preemption_handlers() if signals else nullcontext(Preemption()) as self.preemption:
-                    return self._train(resume, start, steps, save or type(self).checkpoint)
+                # the call's flag, set by SIGTERM/SIGINT; passed down, so nothing outlives the handlers
+                with preemption_handlers() if signals else nullcontext(Preemption()) as preemption:
+                    return self._train(resume, start, steps, save or type(self).checkpoint, preemption)
             finally:
-                self.preemption = Preemption()  # the handlers are gone: nothing sets this one
                 lock.release()
         finally:
             self.close()
@@ -253,7 +250,7 @@ class Trainer:
         self.runner.close()  # last: a runner that started a cluster ends it, the in-process one the backend
 
     def _train(self, resume: str | None, start: float, steps: int | None,
-               save: Callable[[Trainer], Path]) -> TrainResult:
+               save: Callable[[Trainer], Path], preemption: Preemption) -> TrainResult:
         resumed = resume is not None and self.run_state.resume(resume)
         # written only once the resume checks passed: a refused resume leaves the run's config as it was
         write_atomically(self.run_dir / "config.yaml",
@@ -267,25 +264,25 @@ class Trainer:
         history: list[dict[str, Any]] = []
         try:
             if not resumed and self.eval_items:
-                eval_before, first = self.held_out.before(self.eval_items)
+                eval_before, first = self.held_out.before(self.eval_items, preemption.check)
                 logger.log(0, first)
             unlogged = self.run_state.take_unlogged()
             if unlogged is not None:  # preempted during that step's evaluation: evaluate and log it now
                 self._log_step(unlogged["step"], unlogged["metrics"], unlogged["episodes"], logger, history,
-                               evaluate=bool(self.eval_items))
+                               evaluate=bool(self.eval_items), check=preemption.check)
                 if self.on_step is not None:
                     self.on_step(unlogged["step"], unlogged["metrics"])
             if self.on_start is not None:  # after the evaluations above: they describe the state as restored
                 self.on_start(self)
             taken = 0
-            while self._go_on(taken, steps):
+            while self._go_on(taken, steps, preemption):
                 result = self.step()
                 taken += 1
                 metrics, step = result.metrics, result.step
                 last, stop = self.run_state.finished, self.nonfinite.tripped  # stop: too many non-finite steps in a row
                 due = bool(self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0)
                 self._log_step(step, metrics, self.episode_log(result), logger, history,
-                               evaluate=due and not (last or stop))
+                               evaluate=due and not (last or stop), check=preemption.check)
                 if stop:  # before the checkpoint: the last one written stays the last good one
                     last_good = latest_checkpoint(self.run_dir)
                     raise self.nonfinite.error(step, str(last_good) if last_good is not None else None)
@@ -296,30 +293,31 @@ class Trainer:
                 if self.on_step is not None:
                     self.on_step(step, metrics)
             if self.eval_items and self.run_state.finished:
-                eval_after, last_line = self.held_out.after(self.eval_items)
+                eval_after, last_line = self.held_out.after(self.eval_items, preemption.check)
                 logger.log(self.state.step, last_line)
         except StopRequested:  # an evaluation abandoned at a stop asked for by a signal
-            raise self.run_state.preempted(self.preemption) from None
+            raise self.run_state.preempted(preemption) from None
         finally:
             logger.close()
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after, time.perf_counter() - start, history)
 
-    def _go_on(self, taken: int, limit: int | None) -> bool:
+    def _go_on(self, taken: int, limit: int | None, preemption: Preemption) -> bool:
         """Whether the loop takes another step: not once the run is finished or once this call took
         ``limit`` steps, and not after a SIGTERM or SIGINT (then the last completed step is
         checkpointed and ``Preempted`` raised)."""
-        if self.preemption.requested:
-            raise self.run_state.preempted(self.preemption)
+        if preemption.requested:
+            raise self.run_state.preempted(preemption)
         return not self.run_state.finished and (limit is None or taken < limit)
 
     def _log_step(self, step: int, metrics: dict[str, Any], episodes: list[dict[str, Any]], logger: MetricsLogger,
-                  history: list[dict[str, Any]], evaluate: bool) -> None:
-        """The step's held-out evaluation (when ``evaluate``), then its lines in metrics.jsonl and
+                  history: list[dict[str, Any]], evaluate: bool, check: Callable[[], None]) -> None:
+        """The step's held-out evaluation (when ``evaluate``; ``check`` at its safe points: the
+        call's ``Preemption.check``), then its lines in metrics.jsonl and
         episodes.jsonl. An evaluation abandoned for a preemption leaves the step unlogged, to be
         evaluated and logged first by the resumed run (``RunState.unlogged_on_stop``)."""
         if evaluate:
             with self.run_state.unlogged_on_stop(step, metrics, episodes):
-                metrics.update(self.held_out.at_step(step, self.eval_items))
+                metrics.update(self.held_out.at_step(step, self.eval_items, check))
         logger.log(step, metrics)
         logger.log_episodes(step, episodes)
         history.append({"step": step, **metrics})
