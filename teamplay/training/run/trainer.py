@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -118,6 +118,43 @@ class StepResult:
         """With token-level credit, aligned with ``credited``: per episode, per message its token
         advantages [C] or ``None`` (the scalar on every token); else ``None``."""
         return all_token_rows(self.groups)
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """When one ``train`` call evaluates, checkpoints and stops: rules over step counts, each
+    testable alone; the loop asks them after every step. A preemption and a non-finite streak stop
+    the run outside them (they raise).
+
+    Fields:
+        eval_every: a held-out evaluation after every ``eval_every``-th step (None: none between steps).
+        checkpoint_every: a checkpoint after every ``checkpoint_every``-th step (>= 1).
+        limit: the most steps this call takes (None: until the run is finished).
+        held_out: whether the run has held-out problems (without them nothing is evaluated).
+    """
+
+    eval_every: int | None
+    checkpoint_every: int
+    limit: int | None
+    held_out: bool
+
+    def another_step(self, taken: int, finished: bool) -> bool:
+        """Whether the call takes one more step after ``taken``: not once the run is finished, nor
+        once it took ``limit``."""
+        return not finished and (self.limit is None or taken < self.limit)
+
+    def evaluates(self, step: int, ends_run: bool) -> bool:
+        """Whether step ``step`` (counted from 1) is evaluated: every ``eval_every``-th, but not one
+        that ends the run (finished: the final evaluation covers it; or stopped for non-finite steps)."""
+        return bool(self.held_out and self.eval_every and step % self.eval_every == 0 and not ends_run)
+
+    def checkpoint(self, step: int, taken: int, finished: bool) -> Literal["call", "periodic"] | None:
+        """Which checkpoint step ``step`` (the call's ``taken``-th) writes: ``"call"``, the one that ends
+        the call (``train(save=...)``), on the run's last step or the call's; ``"periodic"`` every
+        ``checkpoint_every``-th step before; else None."""
+        if finished or taken == self.limit:
+            return "call"
+        return "periodic" if step % self.checkpoint_every == 0 else None
 
 
 @dataclass
@@ -274,21 +311,22 @@ class Trainer:
                     self.on_step(unlogged["step"], unlogged["metrics"])
             if self.on_start is not None:  # after the evaluations above: they describe the state as restored
                 self.on_start(self)
+            cadence = Cadence(self.cfg.eval_every, self.cfg.checkpoint_every, steps, bool(self.eval_items))
             taken = 0
-            while self._go_on(taken, steps, preemption):
+            while self._go_on(cadence, taken, preemption):
                 result = self.step()
                 taken += 1
                 metrics, step = result.metrics, result.step
                 last, stop = self.run_state.finished, self.nonfinite.tripped  # stop: too many non-finite steps in a row
-                due = bool(self.eval_items and self.cfg.eval_every and step % self.cfg.eval_every == 0)
                 self._log_step(step, metrics, self.episode_log(result), logger, history,
-                               evaluate=due and not (last or stop), check=preemption.check)
+                               evaluate=cadence.evaluates(step, ends_run=last or stop), check=preemption.check)
                 if stop:  # before the checkpoint: the last one written stays the last good one
                     last_good = latest_checkpoint(self.run_dir)
                     raise self.nonfinite.error(step, str(last_good) if last_good is not None else None)
-                if last or taken == steps:  # the call ends here
+                written = cadence.checkpoint(step, taken, last)
+                if written == "call":  # the call ends here
                     save(self)
-                elif step % self.cfg.checkpoint_every == 0:
+                elif written == "periodic":
                     self.checkpoint()
                 if self.on_step is not None:
                     self.on_step(step, metrics)
@@ -301,13 +339,12 @@ class Trainer:
             logger.close()
         return TrainResult(self.run_dir, self.state.step, eval_before, eval_after, time.perf_counter() - start, history)
 
-    def _go_on(self, taken: int, limit: int | None, preemption: Preemption) -> bool:
-        """Whether the loop takes another step: not once the run is finished or once this call took
-        ``limit`` steps, and not after a SIGTERM or SIGINT (then the last completed step is
-        checkpointed and ``Preempted`` raised)."""
+    def _go_on(self, cadence: Cadence, taken: int, preemption: Preemption) -> bool:
+        """Whether the loop takes another step (``Cadence.another_step``); after a SIGTERM or SIGINT
+        the last completed step is checkpointed and ``Preempted`` raised instead."""
         if preemption.requested:
             raise self.run_state.preempted(preemption)
-        return not self.run_state.finished and (limit is None or taken < limit)
+        return cadence.another_step(taken, self.run_state.finished)
 
     def _log_step(self, step: int, metrics: dict[str, Any], episodes: list[dict[str, Any]], logger: MetricsLogger,
                   history: list[dict[str, Any]], evaluate: bool, check: Callable[[], None]) -> None:
