@@ -73,8 +73,8 @@ def write_atomically(path: Path, content: str | bytes) -> None:
 def replace_folder(staged: Path, final: Path, *, sync: bool = True) -> None:
     """Put the fully written folder ``staged`` in place of ``final``: fsync every file under
     ``staged`` (``sync``; off where the caller fsyncs the whole tree itself, e.g. a folder written
-    inside a checkpoint's staging folder, or for a scratch copy), move an existing ``final`` aside (``.old-<name>-<pid>``), rename ``staged`` to
-    ``final``, then delete the old folder.
+    inside a checkpoint's staging folder, or for a scratch copy), move an existing ``final`` aside
+    (``.old-<name>-<pid>``), rename ``staged`` to ``final``, then delete the old folder.
 
     The renames are atomic and the old folder is deleted only once the new one is in place, so a
     reader never sees a half-written ``final`` and a kill at any moment leaves one folder whole: the

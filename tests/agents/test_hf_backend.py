@@ -142,7 +142,8 @@ def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_ca
     other_seed = backend.generate([replace(mine, row_seed=12)], params)[0]
     assert other_seed.completion_ids != alone.completion_ids
     # greedy decoding draws nothing: a row_seed changes nothing there
-    assert backend.generate([mine], GREEDY)[0].completion_ids == backend.generate([request(3)], GREEDY)[0].completion_ids
+    greedy = backend.generate([mine], GREEDY)[0].completion_ids
+    assert greedy == backend.generate([request(3)], GREEDY)[0].completion_ids
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.3])

@@ -53,3 +53,25 @@ def test_check_refuses_bad_input_with_one_line(config):
     assert result.exit_code == 2 and "needs --config" in result.output
     result = runner.invoke(app, ["credit", "--check", "cosac", "--config", str(path), "--problems", "0"])
     assert result.exit_code == 2 and "must be >= 1" in result.output
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_check_closes_the_backend_it_built(config, monkeypatch, fails):
+    from teamplay.agents.backends.hf import HFBackend
+    from teamplay.training.play.oracle import PrefixOracle
+
+    closed = []
+    monkeypatch.setattr(HFBackend, "close", lambda self: closed.append(self))
+    if fails:  # an error half-way (after the rollouts) must not leave the backend open
+        def broken(self, episodes, items):
+            raise RuntimeError("oracle failed")
+        monkeypatch.setattr(PrefixOracle, "values", broken)
+    _, data = config
+    cfg = build_config(TrainConfig, data)
+    if fails:
+        with pytest.raises(RuntimeError, match="oracle failed"):
+            check_fidelity(cfg, ["grpo"], problems=1, group=2, samples=1)
+    else:
+        rows, _ = check_fidelity(cfg, ["grpo"], problems=1, group=2, samples=1)
+        assert [r.method for r in rows] == ["grpo"]
+    assert len(closed) == 1 and isinstance(closed[0], HFBackend)

@@ -3,14 +3,25 @@ equals what the credit layer gives for those episodes, and the stages alone on h
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.records import Episode, Message, TaskItem
+from teamplay.training.learn.nonfinite import NonFiniteGuard
 from teamplay.training.learn.samples import PolicySample, sample_positions
 from teamplay.training.run.parts import LocalParts
-from teamplay.training.step.stages import GroupWork, all_credited, make_groups, resolve_token_rows, with_samples
+from teamplay.training.run.update_stage import UpdateStage
+from teamplay.training.step.stages import (
+    GroupWork,
+    StepContext,
+    all_credited,
+    make_groups,
+    resolve_token_rows,
+    with_samples,
+)
 from tests.training.test_trainer import make_trainer
 
 
@@ -79,6 +90,31 @@ def test_the_update_stage_calls_the_learner_seam_with_every_sample(tmp_path):
     samples, step = learner.calls[0]
     assert step == 0 and samples == [s for w in result.groups for s in w.samples] and samples
     assert result.metrics["optimizer_steps"] == 0 and result.metrics["loss"] == 0.25
+
+
+def test_the_logged_lr_is_the_rate_the_update_used(tmp_path):
+    # warm-up over 2 steps: step 1 updates at (0 + 1) / 2 of lr, step 2 at the full lr; the schedule
+    # advances after each update, so a rate read after it would be the next step's
+    trainer = make_trainer(tmp_path, {"steps": 3, "optim": {"warmup_steps": 2}})
+    assert [trainer.step().metrics["lr"] for _ in range(3)] == [0.01 * 0.5, 0.01, 0.01]
+
+
+def test_the_update_stage_advances_the_schedule_after_a_step_without_samples():
+    class NoSamplesLearner:  # a stand-in Learner: an update must not be asked for
+        lr, resolved_tokens, ended = 0.5, {}, 0
+
+        def update(self, samples, step):
+            raise AssertionError("no samples: no update")
+
+        def end_step(self):
+            self.lr, self.ended = 0.25, self.ended + 1
+
+    learner = NoSamplesLearner()
+    tokens = SimpleNamespace(resolved=lambda groups, rows, active: list(groups))
+    stage = UpdateStage(learner, NonFiniteGuard(3), tokens)
+    assert stage([], StepContext(4, frozenset({"a"}), ())) == []
+    assert learner.ended == 1  # the schedule moved on all the same
+    assert stage.metrics() == {"optimizer_steps": 0, "nonfinite_streak": 0, "lr": 0.5}  # the rate before it moved
 
 
 def _episode(group: str, problem: str, reward: float, roles=("a", "b")) -> Episode:

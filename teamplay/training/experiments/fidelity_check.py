@@ -23,7 +23,7 @@ from teamplay.errors import ConfigError
 from teamplay.training.play.oracle import PrefixOracle
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.step.credit_stage import CreditStage
-from teamplay.training.step.stages import informative, make_groups
+from teamplay.training.step.stages import GroupWork, StepContext, informative, make_groups
 from teamplay.training.wiring.setup import build_run, check_run
 
 #: |A*| above which a message counts as clearly helping or hurting (sign agreement)
@@ -54,29 +54,40 @@ def check_fidelity(cfg: TrainConfig, methods: Sequence[str], problems: int = 8, 
     configs = [cfg.model_copy(update={"credit": CreditConfig(method=m)}) for m in methods]
     checked = [check_run(c) for c in configs]
     run = build_run(cfg)
-    items = run.items[:problems]
-    by_id = {item.id: item for item in items}
-    runner = RolloutRunner(run.make_env, run.backend, run.sampling, max_batch=cfg.backend.max_batch)
-    jobs = [RolloutJob(item=item, group_id=f"check:{k}:{item.id}")
-            for k, item in enumerate(items) for _ in range(group)]
-    episodes = runner.run(jobs, seed=seed)
-    oracle = PrefixOracle(run.make_env, run.backend, run.sampling, samples=samples, max_batch=cfg.backend.max_batch,
-                          seed=seed + 7919)
-    true = {id(ep): np.diff(v) for ep, v in zip(episodes, oracle.values(episodes, by_id), strict=True)}
-    groups = make_groups(episodes, by_id)
-    rows = []
-    for method, mcfg, mchecked in zip(methods, configs, checked, strict=True):
-        stage = CreditStage(mcfg, mchecked, run)
-        kept = informative(stage(groups, episodes, 0))
-        credited = {id(ep): adv for work in kept for ep, adv in work.credited}
-        m, o, clusters = [], [], []
-        for ep in episodes:
-            adv = credited.get(id(ep), np.zeros(len(ep.messages)))
-            for t, msg in enumerate(ep.messages):
-                if msg.spoke:
-                    m.append(float(adv[t]))
-                    o.append(float(true[id(ep)][t]))
-                    clusters.append(ep.problem_id)
-        extra = stage.replay.stats.extra_tokens if stage.replay is not None else 0
-        rows.append(FidelityRow(method, agreement(m, o, clusters, threshold=THRESHOLD, seed=seed), extra, len(kept)))
+    try:
+        items = run.items[:problems]
+        by_id = {item.id: item for item in items}
+        runner = RolloutRunner(run.make_env, run.backend, run.sampling, max_batch=cfg.backend.max_batch)
+        jobs = [RolloutJob(item=item, group_id=f"check:{k}:{item.id}")
+                for k, item in enumerate(items) for _ in range(group)]
+        episodes = runner.run(jobs, seed=seed)
+        oracle = PrefixOracle(run.make_env, run.backend, run.sampling, samples=samples, max_batch=cfg.backend.max_batch,
+                              seed=seed + 7919)
+        true = {id(ep): np.diff(v) for ep, v in zip(episodes, oracle.values(episodes, by_id), strict=True)}
+        groups = make_groups(episodes, by_id)
+        ctx = StepContext(0, frozenset(), tuple(episodes))  # as a run's first step sees them
+        rows = [_row(CreditStage(mcfg, mchecked, run), groups, ctx, true, seed)
+                for mcfg, mchecked in zip(configs, checked, strict=True)]
+    finally:  # the backend this check built (never one of the caller's: build_run made it)
+        if run.owns_backend:
+            run.backend.close()
     return rows, oracle.generated_tokens
+
+
+def _row(stage: CreditStage, groups: Sequence[GroupWork], ctx: StepContext, true: dict[int, np.ndarray],
+         seed: int) -> FidelityRow:
+    """One method's row: ``stage`` credits ``groups``, the zero-variance rule keeps what training
+    would, and every spoken message's advantage (0 in a group not kept) is set beside its ``A*``
+    (``true``, by episode identity)."""
+    kept = informative(stage(groups, ctx))
+    credited = {id(ep): adv for work in kept for ep, adv in work.credited}
+    m, o, clusters = [], [], []
+    for ep in ctx.episodes:
+        adv = credited.get(id(ep), np.zeros(len(ep.messages)))
+        for t, msg in enumerate(ep.messages):
+            if msg.spoke:
+                m.append(float(adv[t]))
+                o.append(float(true[id(ep)][t]))
+                clusters.append(ep.problem_id)
+    extra = stage.replay.stats.extra_tokens if stage.replay is not None else 0
+    return FidelityRow(stage.method, agreement(m, o, clusters, threshold=THRESHOLD, seed=seed), extra, len(kept))

@@ -72,14 +72,15 @@ from teamplay.training.run.held_out import HeldOutEvaluation
 from teamplay.training.run.parts import Learner, PartsFactory, Runner, local_parts
 from teamplay.training.run.preemption import Preemption, StopRequested, preemption_handlers
 from teamplay.training.run.run_state import RunState
+from teamplay.training.run.update_stage import UpdateStage
 from teamplay.training.step.credit_stage import CreditStage
 from teamplay.training.step.episode_log import episode_lines
 from teamplay.training.step.stages import (
     GroupWork,
+    StepContext,
     TokenRows,
     active_adapters,
     all_credited,
-    all_samples,
     all_token_rows,
     make_groups,
 )
@@ -186,10 +187,11 @@ class Trainer:
     (``teamplay.training.run.parts``): ``runner`` produces the episodes and ``learner`` applies the
     update and owns the optimiser and schedule. ``parts`` builds them: in-process by default; use
     ``teamplay.distributed.compose.make_trainer(cfg)`` to get the parts the config asks for. The
-    step's stages are functions of ``teamplay.training.step.stages``, the run's ``credit`` and ``tokens``
-    parts and ``_update``; ``held_out`` (``teamplay.training.run.held_out``) runs the held-out evaluations;
-    ``run_state`` (``teamplay.training.run.run_state``) keeps what the run carries from step to step and
-    into its checkpoints (``state``, ``extra_tensors``; ``checkpoint``, ``restore``).
+    step's stages are ``credit``, ``tokens`` and ``update`` (one calling convention:
+    ``teamplay.training.step.stages.Stage``); ``held_out`` (``teamplay.training.run.held_out``) runs
+    the held-out evaluations; ``run_state`` (``teamplay.training.run.run_state``) keeps what the run
+    carries from step to step and into its checkpoints (``state``, ``extra_tensors``; ``checkpoint``,
+    ``restore``).
 
     Public attributes read by callers beside the methods: ``cfg``, ``run_dir``, ``task``, ``items``,
     ``eval_items`` (a caller may replace them before ``train``), ``team``, ``team_model``,
@@ -221,7 +223,9 @@ class Trainer:
             self.team, self.make_env, self.backend = run.team, run.make_env, run.backend
             # TeamModel.from_team froze the adapters of frozen roles (and refused conflicting ones)
             self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
-            self.credit, self.tokens = CreditStage(cfg, checked, run), TokenStage(cfg, checked)
+            # the step's stages, one calling convention (``stages.Stage``): credit, token credit, update
+            self.credit = CreditStage(cfg, checked, run)
+            self.tokens = TokenStage(cfg.credit.token, cfg.sampling, cfg.optim, checked, self.team_model)
             # built last: a run that cannot work is refused before a cluster starts
             self.runner: Runner
             self.learner: Learner
@@ -230,6 +234,7 @@ class Trainer:
             self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
+            self.update = UpdateStage(self.learner, self.nonfinite, self.tokens)
 
     @property
     def state(self) -> TrainerState:
@@ -362,8 +367,10 @@ class Trainer:
     def step(self) -> StepResult:
         """One training step, as a pipeline of stages over one ``GroupWork`` per group (see
         ``teamplay.training.step.stages``): rollout -> credit (replays prefetched) -> token credit ->
-        samples -> update -> metrics. Each stage is a method, function or part that can be read alone
-        (``credit``, a ``credit_stage.CreditStage``; ``tokens``, a ``token_stage.TokenStage``)."""
+        samples -> update -> metrics. The three stages after the rollout share one calling
+        convention, ``stage(groups, ctx)`` with the step's ``StepContext``: ``credit``
+        (``CreditStage``), ``tokens`` (``TokenStage``: informative groups, token credit, samples)
+        and ``update`` (``update_stage.UpdateStage``: the learner's update)."""
         self.run_state.share()
         step, t0 = self.state.step, time.perf_counter()
         problems = self.run_state.next_problems(self.items, self.cfg.rollout.problems_per_step)
@@ -375,28 +382,16 @@ class Trainer:
         judge = task_judge(self.task, by_id)  # the controllers' regret updates value answers with it
         controller_metrics = self.controllers.learn_step(episodes, judge) if self.controllers else {}
         active = active_adapters(self.trainable, step, self.cfg.alternate_roles_every)
+        ctx = StepContext(step, frozenset(active), tuple(episodes))
         groups = make_groups(episodes, by_id, self.group_hook)
-        work = self.credit([g for g in groups if self.tokens.keeps(g)], episodes, step)
-        work = self.tokens.samples(work, self.team_model, active)
+        work = self.tokens(self.credit(groups, ctx), ctx)
         t_credit = time.perf_counter() - t0 - t_rollout
-        work, update = self._update(work, step, active)
-        metrics = step_metrics(episodes, groups, work, active, update, self.learner.lr, self.credit.metrics())
+        work = self.update(work, ctx)
+        metrics = step_metrics(episodes, groups, work, active, self.update.metrics(), self.credit.metrics())
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
                         "credit_seconds": t_credit, **self.runner.step_metrics()})
         metrics["generated_tokens_total"] = self.run_state.end_step(generated_tokens(metrics))
         return StepResult(step=step + 1, metrics=metrics, groups=tuple(work))
-
-    # ------------------------------------------------------------------ the step's stages
-    def _update(self, groups: list[GroupWork], step: int, active: set[str]) -> tuple[list[GroupWork], dict[str, Any]]:
-        """The learner's update on the step's samples, the token rows a token rule resolved in it,
-        the schedule advanced (also after a step without samples)."""
-        samples = all_samples(groups)
-        update = self.learner.update(samples, step) if samples else {"optimizer_steps": 0}
-        # warns (one line) for a step whose loss or gradient was not finite; counts them in a row
-        update = {**update, "nonfinite_streak": self.nonfinite.observe(step + 1, update)}
-        groups = self.tokens.resolved(groups, self.learner.resolved_tokens, active)
-        self.learner.end_step()
-        return groups, update
 
     # ----------------------------------------------------------------------------- helpers
     def episode_log(self, result: StepResult) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from teamplay.records import Episode, TaskItem
 from teamplay.training.learn.nonfinite import check_advantage_size
 from teamplay.training.play.answer_probability import AnswerProbability
 from teamplay.training.play.replay import RolloutReplayEngine
-from teamplay.training.step.stages import GroupWork
+from teamplay.training.step.stages import GroupWork, StepContext
 from teamplay.training.wiring.setup import CheckedRun, RunParts, sampling_params
 
 
@@ -57,17 +57,20 @@ class CreditStage:
                 run.team_model, run.team, {it.id: it for it in run.items}, run.task.answer_instruction,
                 max_prompt_tokens=cfg.backend.max_prompt_tokens)
 
-    def __call__(self, groups: Sequence[GroupWork], episodes: Sequence[Episode], step: int) -> list[GroupWork]:
+    def __call__(self, groups: Sequence[GroupWork], ctx: StepContext) -> list[GroupWork]:
         """The method's advantages for each group, times the group's scale; an advantage beyond
-        ``nonfinite.MAX_ADVANTAGE`` stops the run (``CreditOutputError``). Every batch carries the
-        step's rewards (``batch_rewards``, for ``scale_rewards: batch``); with replay credit, every
-        replay the method will ask for runs first, in one batch."""
+        ``nonfinite.MAX_ADVANTAGE`` stops the run (``CreditOutputError``). Every group is credited,
+        with signal or not (which groups carry a signal is decided per agent after credit, by the
+        token stage). Every batch carries the step's rewards (``batch_rewards``: all of
+        ``ctx.episodes``, for ``scale_rewards: batch``); with replay credit, every replay the method
+        will ask for runs first, in one batch, budgeted against the step's generated tokens."""
+        episodes = ctx.episodes
         step_rewards = tuple(float(ep.reward) for ep in episodes)
         groups = [dataclasses.replace(g, batch=CreditBatch(
             episodes=g.episodes, item=g.item, score=self.task.score, extract=self.task.extract,
             resources=dataclasses.replace(self.resources(g.item), batch_rewards=step_rewards))) for g in groups]
         if self.replay is not None:
-            self.replay.begin_step(step, sum(ep.tokens for ep in episodes))
+            self.replay.begin_step(ctx.step, sum(ep.tokens for ep in episodes))
             self.replay.prefetch(lambda batch: assign(self.method, batch, self.options), [g.batch for g in groups])
         out = []
         for g in groups:

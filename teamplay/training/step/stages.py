@@ -7,10 +7,15 @@
 
 Between the stages travels one ``GroupWork`` per group (the G episodes of one problem); each stage
 returns the records with what it computed added (``dataclasses.replace``: a record is never
-changed in place), so nothing is kept beside them in step by position. This module holds the
-stages that need nothing of the trainer but their arguments; the credit and token credit stages
-are parts of their own (``credit_stage.CreditStage``, ``token_stage.TokenStage``), and the update
-is the trainer's ``learner`` (``parts.Learner``: in-process or a cluster's learner group).
+changed in place), so nothing is kept beside them in step by position.
+
+Every stage has one calling convention (``Stage``): ``stage(groups, ctx) -> groups``, where ``ctx``
+(a ``StepContext``) is what the step knows beside its groups (its number, the adapters it trains,
+all its episodes), and ``stage.metrics()`` what the stage adds to the step's metrics line. The
+three stages are ``credit_stage.CreditStage``, ``token_stage.TokenStage`` (informative groups,
+token credit, samples) and ``teamplay.training.run.update_stage.UpdateStage`` (the learner's
+update; it lives with the learner it drives). This module holds the record, the context and the
+functions the stages are made of.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,6 +37,31 @@ from teamplay.training.learn.token_stats import compute_token_stats
 
 #: per episode, per message its token advantages [C] or ``None`` (the message's scalar on every token)
 TokenRows = tuple[tuple[np.ndarray | None, ...], ...]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What every stage of a step reads beside the groups.
+
+    Fields:
+        step: the steps done before this one (0 for the run's first).
+        active: the adapters this step trains (``active_adapters``).
+        episodes: every episode of the step, in rollout order, the groups without signal included
+            (the credit stage's ``batch_rewards`` and the replay budget read them).
+    """
+
+    step: int
+    active: frozenset[str]
+    episodes: tuple[Episode, ...]
+
+
+class Stage(Protocol):
+    """One stage of the step: ``stage(groups, ctx)`` returns the groups it keeps with what it added;
+    ``metrics()`` is what its last call adds to the step's metrics line (JSON-ready; may be empty)."""
+
+    def __call__(self, groups: Sequence[GroupWork], ctx: StepContext) -> list[GroupWork]: ...
+
+    def metrics(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,12 @@ from teamplay.training.step.stages import GroupWork, all_credited, all_samples
 
 
 def step_metrics(episodes: Sequence[Episode], groups: Sequence[GroupWork], work: Sequence[GroupWork],
-                 active: Collection[str], update: dict[str, Any], lr: float,
+                 active: Collection[str], update: dict[str, Any],
                  replay: dict[str, Any] | None = None) -> dict[str, Any]:
     """The step's metrics (JSON-ready): rewards over all ``episodes``, group counts over all
-    ``groups``, credit over the credited ``work``, the ``update``'s metrics, the learning rate
-    ``lr`` the update used and, with replay credit, the replay engine's statistics."""
+    ``groups``, credit over the credited ``work``, the ``update``'s metrics (the update stage's:
+    ``lr`` among them, the learning rate the update used) and, with replay credit, the replay
+    engine's statistics."""
     rewards = [ep.reward for ep in episodes]
     samples = all_samples(work)
     credited = all_credited(work)
@@ -37,7 +38,6 @@ def step_metrics(episodes: Sequence[Episode], groups: Sequence[GroupWork], work:
         **advantage_range(credited),
         **token_credit_metrics(samples),
         **update,
-        "lr": lr,
         "tokens": sum(ep.tokens for ep in episodes),
         **(replay or {}),
     }
