@@ -13,6 +13,11 @@ length), go to raw ``model.generate`` with nothing else:
 * ``raw peft``: the same peft model, the request's adapter on, no scores kept;
 * ``raw plain``: the plain base model, loaded again without LoRA layers (the limit of the model).
 
+The runner itself runs twice: with the backend's default merged adapters (``runner``: each adapter
+merged into a LoRA-free copy of the base, ``teamplay.agents.merged``) and through peft's LoRA layers
+(``runner peft``, the backend before merging: the float32 micro-batch-16 one is today's baseline of
+the gain column).
+
 Each variant counts its own completion tokens (up to and including the first stop token; sampled
 runs stop at different places) per second of wall time. All variants of both dtypes live in one
 process and take turns within each repeat, so a change in the machine's load falls on all alike;
@@ -26,7 +31,7 @@ post-processing and prompt building (``HFBackend.generate`` minus raw peft with 
 protocol (the runner's time outside the backend, from a whole run). The parts are differences of
 timed calls, so small ones carry the machine's noise.
 
-    python -m benchmarks rollout_speed            # about 15 minutes on 2 cores
+    python -m benchmarks rollout_speed --threads 2   # about 20 minutes on 2 cores
     python -m benchmarks rollout_speed --quick    # tiny sizes, writes nothing
 """
 
@@ -143,9 +148,11 @@ def raw_generate(setup: Setup, micro_batch: int, plain: bool, *, scores: bool = 
     return seconds, tokens
 
 
-def run_runner(setup: Setup, micro_batch: int, seed: int) -> tuple[float, int, float]:
-    """Seconds, completion tokens and the seconds spent inside the backend of one whole runner run."""
+def run_runner(setup: Setup, micro_batch: int, seed: int, merged: bool = True) -> tuple[float, int, float]:
+    """Seconds, completion tokens and the seconds spent inside the backend of one whole runner run,
+    with adapters merged for generation or through peft's LoRA layers."""
     setup.backend.micro_batch_size = micro_batch
+    setup.backend.merged_generation = None if merged else "off for the benchmark"
     calls = len(setup.calls)
     setup.runner.run(setup.jobs, seed=seed)
     del setup.calls[calls:]  # keep the recorded run's requests only
@@ -153,21 +160,27 @@ def run_runner(setup: Setup, micro_batch: int, seed: int) -> tuple[float, int, f
     return stats.seconds, stats.tokens, stats.generate_seconds
 
 
-def profile(setup: Setup, repeats: int) -> dict[str, float]:
-    """Seconds of the first lock-step call split into parts (module docstring); best of ``repeats``."""
+def profile(setup: Setup, repeats: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Seconds of the first lock-step call split into parts (module docstring), best of ``repeats``;
+    and the behaviour / trainer fidelity of its tokens, generated merged and through peft."""
     first = setup.calls[:1]
     sampling = setup.runner.sampling
     setup.backend.micro_batch_size = 16
-    timed: dict[str, list[float]] = {k: [] for k in ("prefill", "plain", "peft", "scores", "backend")}
+    timed: dict[str, list[float]] = {k: [] for k in ("prefill", "plain", "peft", "scores", "backend", "merged")}
+    generations: dict[str, Any] = {}
     for _ in range(repeats):
         timed["prefill"].append(raw_generate(setup, 16, True, max_new_tokens=1, calls=first)[0])
         timed["plain"].append(raw_generate(setup, 16, True, calls=first)[0])
         timed["peft"].append(raw_generate(setup, 16, False, calls=first)[0])
         timed["scores"].append(raw_generate(setup, 16, False, scores=True, calls=first)[0])
-        start = time.perf_counter()
-        generations = setup.backend.generate(first[0], sampling)
-        timed["backend"].append(time.perf_counter() - start)
-    return {k: min(v) for k, v in timed.items()}, ratio_stats(setup, first[0], generations)
+        for path, off in (("backend", "off for the profile"), ("merged", None)):
+            setup.backend.merged_generation = off
+            start = time.perf_counter()
+            generations[path] = setup.backend.generate(first[0], sampling)
+            timed[path].append(time.perf_counter() - start)
+    fidelity = {"peft": ratio_stats(setup, first[0], generations["backend"]),
+                "merged": ratio_stats(setup, first[0], generations["merged"])}
+    return {k: min(v) for k, v in timed.items()}, fidelity
 
 
 def ratio_stats(setup: Setup, requests: Sequence[Any], generations: Sequence[Any]) -> dict[str, float]:
@@ -203,20 +216,25 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     for rep in range(repeats):  # variants take turns: the machine's load falls on all alike
         for setup in setups:
             for mb in batches:
-                seconds, tokens, gen = run_runner(setup, mb, seed=100 + rep)
-                measured.setdefault((setup.dtype, "runner", mb), []).append((seconds, tokens))
-                inside.setdefault((setup.dtype, mb), []).append(seconds - gen)
+                for label, merged in (("runner", True), ("runner peft", False)):
+                    seconds, tokens, gen = run_runner(setup, mb, seed=100 + rep, merged=merged)
+                    measured.setdefault((setup.dtype, label, mb), []).append((seconds, tokens))
+                    if merged:
+                        inside.setdefault((setup.dtype, mb), []).append(seconds - gen)
                 for label, plain in (("raw peft", False), ("raw plain", True)):
                     measured.setdefault((setup.dtype, label, mb), []).append(raw_generate(setup, mb, plain))
     best = {k: max(t / s for s, t in v) for k, v in measured.items()}  # tokens/s, best repeat
+    baseline = best[("float32", "runner peft", 16)]  # the backend before merging, at its defaults
     rows = []
     for dtype in DTYPES:
         for mb in batches:
-            runner, peft, plain = (best[(dtype, v, mb)] for v in ("runner", "raw peft", "raw plain"))
-            rows.append([dtype, mb, f"{runner:.1f}", f"{peft:.1f}", f"{plain:.1f}", fmt_ratio(runner / peft),
-                         fmt_ratio(runner / plain), fmt_ratio(runner / best[("float32", "runner", 16)])])
-    table = markdown_table(["dtype", "micro-batch", "runner tok/s", "raw peft tok/s", "raw plain tok/s",
-                            "runner / raw peft", "runner / raw plain", "runner / runner fp32 mb16"], rows)
+            runner, before, peft, plain = (best[(dtype, v, mb)] for v in ("runner", "runner peft", "raw peft",
+                                                                          "raw plain"))
+            rows.append([dtype, mb, f"{runner:.1f}", f"{before:.1f}", f"{peft:.1f}", f"{plain:.1f}",
+                         fmt_ratio(runner / peft), fmt_ratio(runner / plain), fmt_ratio(runner / baseline)])
+    table = markdown_table(["dtype", "micro-batch", "runner tok/s", "runner peft tok/s", "raw peft tok/s",
+                            "raw plain tok/s", "runner / raw peft", "runner / raw plain",
+                            "runner / runner peft fp32 mb16"], rows)
     profiled = {s.dtype: profile(s, repeats) for s in setups}
     parts = {d: p for d, (p, _) in profiled.items()}
     fidelity = {d: f for d, (_, f) in profiled.items()}
@@ -225,28 +243,35 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     for dtype, p in parts.items():
         split = [("prefill (prompt forward)", p["prefill"]), ("decode (base model)", p["plain"] - p["prefill"]),
                  ("LoRA layers", p["peft"] - p["plain"]), ("full-vocabulary scores kept", p["scores"] - p["peft"]),
-                 ("backend: prompts, log-probs, results", p["backend"] - p["scores"])]
+                 ("backend through peft: prompts, log-probs, results", p["backend"] - p["scores"])]
         prows += [[dtype, name, f"{s * 1e3:.0f}", fmt_pct(s / p["backend"])] for name, s in split]
+        prows.append([dtype, "merged adapters instead of LoRA layers (backend merged - through peft)",
+                      f"{(p['merged'] - p['backend']) * 1e3:.0f}", fmt_pct((p["merged"] - p["backend"]) / p["backend"])])
         prows.append([dtype, "(whole run) env + protocol outside the backend", f"{env_share[dtype] * 1e3:.0f}", "-"])
     profile_table = markdown_table(["dtype", "part of the first lock-step call (mb 16)", "ms", "share"], prows)
     best_ratio = max(best[(d, "runner", mb)] / best[(d, "raw peft", mb)] for d in DTYPES for mb in batches)
     fastest = max(((d, mb) for d in DTYPES for mb in batches), key=lambda k: best[(k[0], "runner", k[1])])
-    gain = best[(fastest[0], "runner", fastest[1])] / best[("float32", "runner", 16)]
+    gain = best[(fastest[0], "runner", fastest[1])] / baseline
     met = all(best[(d, "runner", mb)] / best[(d, "raw peft", mb)] >= TARGET_RATIO for d in DTYPES for mb in batches)
-    headline = (f"runner / raw peft generate: {', '.join(f'{r[0]} mb{r[1]} {r[5]}' for r in rows)} "
+    headline = (f"runner / raw peft generate: {', '.join(f'{r[0]} mb{r[1]} {r[6]}' for r in rows)} "
                 f"(target >= {TARGET_RATIO}× {'met' if met else 'NOT met'} at every dtype and batch; best "
                 f"{fmt_ratio(best_ratio)}); fastest runner setting {fastest[0]} mb{fastest[1]}: "
-                f"{fmt_ratio(gain)} the float32 mb16 runner.")
+                f"{best[(fastest[0], 'runner', fastest[1])]:.1f} tokens/s, {fmt_ratio(gain)} the float32 mb16 "
+                f"runner through peft.")
     tokens = {k: [t for _, t in v] for k, v in measured.items()}
+    from benchmarks.common import torch_threads
+
     notes = (f"Model {model}, demo team and protocol (controllers off), {problems} problems × {group} episodes "
              f"({len(setups[0].jobs)} episodes, {len(setups[0].calls)} lock-step calls), T=0.7, max_new_tokens="
-             f"{max_new}, 1 torch thread; best of {repeats} alternating repeats, tokens/s of wall time.",
+             f"{max_new}, {torch_threads()} torch thread(s); best of {repeats} alternating repeats, tokens/s of "
+             "wall time.",
              "Profile: differences of timed calls on the first lock-step call (best of the repeats); a negative "
              "part is noise of that size.", "", profile_table, "",
              "Behaviour / trainer fidelity on that call's tokens (ratio r = trainer probability / behaviour "
              "probability of each sampled token; float32 gives 1 to 1e-5): " + "; ".join(
-                 f"{d}: mean r {f['mean']:.4f}, mean |r - 1| {f['mean_abs_dev']:.4f}, max |r - 1| "
-                 f"{f['max_abs_dev']:.4f} over {f['tokens']} tokens" for d, f in fidelity.items()) + ".")
+                 f"{d} {path}: mean r {f['mean']:.4f}, mean |r - 1| {f['mean_abs_dev']:.4f}, max |r - 1| "
+                 f"{f['max_abs_dev']:.4f} over {f['tokens']} tokens"
+                 for d, paths in fidelity.items() for path, f in paths.items()) + ".")
     data = {"model": model, "episodes": len(setups[0].jobs), "calls": len(setups[0].calls), "max_new_tokens": max_new,
             "tokens_per_second": {f"{d} {v} mb{mb}": x for (d, v, mb), x in best.items()},
             "tokens": {f"{d} {v} mb{mb}": x for (d, v, mb), x in tokens.items()},

@@ -306,12 +306,15 @@ class TeamModel:
                           **{cache_name: cache}).logits  # [B, C-1, V]
         return torch.cat([first[:, None], rest], dim=1)
 
-    def prefix_cache(self, prefix: Sequence[int], rows: int) -> dict[str, Any]:
+    def prefix_cache(self, prefix: Sequence[int], rows: int, model: torch.nn.Module | None = None,
+                     ) -> dict[str, Any]:
         """``{cache keyword: cache}``: the key/value cache of ``prefix`` (K tokens), run once with the
         active adapter and copied to ``rows`` rows ([1, ...] -> [rows, ...]), for a forward pass or
-        ``generate`` that continues every row from it (``pad_after_prefix`` builds its inputs)."""
+        ``generate`` that continues every row from it (``pad_after_prefix`` builds its inputs).
+        ``model``: run it instead of the team's (a merged copy of the same base, ``agents.merged``)."""
         head = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)  # [1, K]
-        cache = getattr(self.model(input_ids=head, use_cache=True, logits_to_keep=1), self._cache_name)
+        model = self.model if model is None else model
+        cache = getattr(model(input_ids=head, use_cache=True, logits_to_keep=1), self._cache_name)
         cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=self.device))
         return {self._cache_name: cache}
 

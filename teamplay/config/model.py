@@ -69,6 +69,13 @@ class BackendConfig(Section):
     max_prompt_tokens: int = Field(1536, ge=16, description="Prompt budget; longer transcripts are "
                                                             "truncated by the stated rule.")
     max_batch: int | None = Field(None, ge=1, description="Most requests per generate call.")
+    micro_batch_size: int = Field(16, ge=1, description="hf: most sequences in one forward pass of "
+                                                        "generation (bounds memory; larger batches "
+                                                        "decode more tokens per second on a CPU).")
+    merge_adapters: bool = Field(True, description="hf: generate with each adapter merged into a "
+                                                   "LoRA-free copy of the base model (faster decoding; "
+                                                   "one more copy of the adapted weights in memory). "
+                                                   "false: generate through peft's LoRA layers.")
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description="vllm: share of GPU memory the "
                                                                           "engine may take (the learner "
                                                                           "needs the rest).")

@@ -50,22 +50,25 @@ def test_batched_greedy_equals_one_at_a_time():
     assert [g.completion_ids for g in micro] == [g.completion_ids for g in batched]
 
 
+@pytest.mark.parametrize("merge", [True, False])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_a_shared_prompt_prefix_runs_once_and_changes_nothing(temperature, monkeypatch):
-    shared, plain = make_backend(), make_backend(share_prompt_prefix=False)
+def test_a_shared_prompt_prefix_runs_once_and_changes_nothing(temperature, merge, monkeypatch):
+    shared = make_backend(merge_adapters=merge)
+    plain = make_backend(share_prompt_prefix=False, merge_adapters=merge)
     perturb(shared, "proposer", 1)
     perturb(plain, "proposer", 1)
     # remainders of different lengths, one of a single token past the common prefix
     requests = [request(i, problem_len=n) for i, n in ((1, 0), (2, 3), (3, 1), (4, 6))]
     params = SamplingParams(max_new_tokens=8, temperature=temperature, seed=5)
     calls = []
-    generate = shared.team_model.model.generate
+    generating = shared._generation_model("proposer") if merge else shared.team_model.model
+    generate = generating.generate
 
     def spy(**kwargs):
         calls.append((kwargs, kwargs[shared.team_model._cache_name].get_seq_length()))
         return generate(**kwargs)  # (generate then grows the cache)
 
-    monkeypatch.setattr(shared.team_model.model, "generate", spy)
+    monkeypatch.setattr(generating, "generate", spy)
     got, want = shared.generate(requests, params), plain.generate(requests, params)
     ((call, cached),) = calls
     assert cached >= 8  # the prefix ran once, its cache handed to generate

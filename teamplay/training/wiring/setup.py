@@ -152,8 +152,8 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
                            gpu_memory_utilization=backend_cfg.gpu_memory_utilization,
                            enforce_eager=backend_cfg.enforce_eager,
                            **backend_cfg.engine.model_dump(exclude_none=True))
-    return get_backend(backend_cfg.name, team_model=team_model,
-                       max_prompt_tokens=backend_cfg.max_prompt_tokens)
+    return get_backend(backend_cfg.name, team_model=team_model, max_prompt_tokens=backend_cfg.max_prompt_tokens,
+                       micro_batch_size=backend_cfg.micro_batch_size, merge_adapters=backend_cfg.merge_adapters)
 
 
 def lora_settings(model_cfg: ModelConfig) -> tuple[dict[str, Any], Path | None]:
