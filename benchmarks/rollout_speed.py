@@ -245,8 +245,9 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
                  ("LoRA layers", p["peft"] - p["plain"]), ("full-vocabulary scores kept", p["scores"] - p["peft"]),
                  ("backend through peft: prompts, log-probs, results", p["backend"] - p["scores"])]
         prows += [[dtype, name, f"{s * 1e3:.0f}", fmt_pct(s / p["backend"])] for name, s in split]
+        saved = p["merged"] - p["backend"]
         prows.append([dtype, "merged adapters instead of LoRA layers (backend merged - through peft)",
-                      f"{(p['merged'] - p['backend']) * 1e3:.0f}", fmt_pct((p["merged"] - p["backend"]) / p["backend"])])
+                      f"{saved * 1e3:.0f}", fmt_pct(saved / p["backend"])])
         prows.append([dtype, "(whole run) env + protocol outside the backend", f"{env_share[dtype] * 1e3:.0f}", "-"])
     profile_table = markdown_table(["dtype", "part of the first lock-step call (mb 16)", "ms", "share"], prows)
     best_ratio = max(best[(d, "runner", mb)] / best[(d, "raw peft", mb)] for d in DTYPES for mb in batches)
