@@ -26,6 +26,9 @@ from tests.training.test_sweep import sweep_config
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: steps of each run of the sweep
+STEPS = 3
+
 def train_steps(run: Path) -> list[int]:
     """The training steps logged in a run's metrics.jsonl (lines with a reward), in order."""
     path = run / "metrics.jsonl"
@@ -66,9 +69,11 @@ def signal_driver(args: list[str], out: Path, address: str, *signals: int) -> tu
 @pytest.mark.slow  # about 60-90 s on two shared cores (busy): 2 tiny 4-step runs in Ray workers, twice and a half
 def test_sigterm_to_a_parallel_sweep_stops_its_runs_at_a_step_and_rerun_matches(ray_cluster, tmp_path):
     config = sweep_config(tmp_path)
-    # checkpoints only at the last step: a checkpoint found at step 1 was written by the stop
-    args = ["sweep", "-c", str(config), "--grid", "credit.method=grpo", "--seeds", "0,1", "--steps", "2",
-            "--set", "checkpoint_every=2", "--parallel", "2"]
+    # checkpoints only at the last step: a checkpoint found before it was written by the stop. Three
+    # steps, so that a run that logged its first step still has two to go when the signal lands (with
+    # two, both runs could finish first on a loaded machine, and the sweep then had no run to stop)
+    args = ["sweep", "-c", str(config), "--grid", "credit.method=grpo", "--seeds", "0,1", "--steps", str(STEPS),
+            "--set", f"checkpoint_every={STEPS}", "--parallel", "2"]
     out = tmp_path / "stopped"
     returncode, warning = signal_driver(args, out, ray_cluster, signal.SIGTERM)
     assert returncode == 75
@@ -83,7 +88,7 @@ def test_sigterm_to_a_parallel_sweep_stops_its_runs_at_a_step_and_rerun_matches(
         if (folder / "train.lock").exists():
             RunLock(folder).acquire().release()  # no task holds it any more
         if (folder / "done.json").is_file():  # finished before it saw the request
-            assert train_steps(folder) == [1, 2]
+            assert train_steps(folder) == list(range(1, STEPS + 1))
             continue
         stopped += 1
         steps = train_steps(folder)
@@ -91,7 +96,7 @@ def test_sigterm_to_a_parallel_sweep_stops_its_runs_at_a_step_and_rerun_matches(
             assert not list_checkpoints(folder)
             assert f"{run.name} before the first step finished, no checkpoint written yet" in warnings[0]
             continue
-        # the checkpoint of its last logged step, written by the stop (or, at step 2, by the loop,
+        # the checkpoint of its last logged step, written by the stop (or, at the last step, by the loop,
         # the stop then abandoning the held-out evaluation after training)
         latest = list_checkpoints(folder)[-1]
         verify_checkpoint(latest)
@@ -104,7 +109,7 @@ def test_sigterm_to_a_parallel_sweep_stops_its_runs_at_a_step_and_rerun_matches(
     assert again.output.count("resuming from its checkpoint") + again.output.count("starting") == stopped
     assert not (out / "stop.request").exists()
     for run in sweep.runs:  # each step logged once, in order
-        assert train_steps(out / "runs" / run.name) == [1, 2]
+        assert train_steps(out / "runs" / run.name) == list(range(1, STEPS + 1))
 
     straight = runner.invoke(app, [*args, "-o", str(tmp_path / "straight")], catch_exceptions=False)
     assert straight.exit_code == 0, straight.output
