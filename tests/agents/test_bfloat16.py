@@ -133,9 +133,15 @@ def test_merged_bfloat16_behaviour_over_trainer_ratio_is_1_within_1e_2_on_averag
 
 def test_the_float32_head_brings_the_paths_closer():
     # a bfloat16 head rounds the logits themselves (measured: max |r - 1| 4.9% against 3.2%)
-    rounded = ratios(bf16_backend(head=False, merge_adapters=False), 0.7)
-    upcast = ratios(bf16_backend(merge_adapters=False), 0.7)
-    assert (upcast - 1).abs().max() < (rounded - 1).abs().max()
+    rounded = float((ratios(bf16_backend(head=False, merge_adapters=False), 0.7) - 1).abs().max())
+    upcast = float((ratios(bf16_backend(merge_adapters=False), 0.7) - 1).abs().max())
+    # Where cached decoding and one forward pass round alike there is nothing to bring closer
+    # (measured on an AMD EPYC: 6e-7 with either head at one thread, 6.7e-6 against 2.1e-6 at two):
+    # the float32 head never moves them apart beyond float32 noise, and where the bfloat16 head
+    # shows a deviation of bfloat16 size (above 1e-3) the float32 head's is smaller.
+    assert upcast <= rounded + 1e-5
+    if rounded > 1e-3:
+        assert upcast < rounded
 
 
 def test_bfloat16_batched_greedy_equals_one_at_a_time_for_prompts_of_one_length():
