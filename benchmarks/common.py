@@ -102,13 +102,6 @@ def machine_line(info: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------- timing
-def torch_threads() -> int:
-    """The torch CPU threads this process uses now."""
-    import torch
-
-    return torch.get_num_threads()
-
-
 def set_threads(n: int) -> None:
     """Use ``n`` torch CPU threads (0 = torch's default). One thread is the default of the suite:
     on a machine shared with other jobs, OpenMP threads that wait for a busy core spin, and a

@@ -260,12 +260,12 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
                 f"{best[(fastest[0], 'runner', fastest[1])]:.1f} tokens/s, {fmt_ratio(gain)} the float32 mb16 "
                 f"runner through peft.")
     tokens = {k: [t for _, t in v] for k, v in measured.items()}
-    from benchmarks.common import torch_threads
+    import torch
 
     notes = (f"Model {model}, demo team and protocol (controllers off), {problems} problems × {group} episodes "
              f"({len(setups[0].jobs)} episodes, {len(setups[0].calls)} lock-step calls), T=0.7, max_new_tokens="
-             f"{max_new}, {torch_threads()} torch thread(s); best of {repeats} alternating repeats, tokens/s of "
-             "wall time.",
+             f"{max_new}, {torch.get_num_threads()} torch thread(s); best of {repeats} alternating repeats, "
+             "tokens/s of wall time.",
              "Profile: differences of timed calls on the first lock-step call (best of the repeats); a negative "
              "part is noise of that size.", "", profile_table, "",
              "Behaviour / trainer fidelity on that call's tokens (ratio r = trainer probability / behaviour "

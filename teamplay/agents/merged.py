@@ -66,14 +66,12 @@ class MergedAdapterModel:
 
     Attributes:
         model: the plain causal LM to generate with (shares all but the adapted weights).
-        merged_adapter: the adapter whose weights ``model`` holds now (None: the base model).
     """
 
     def __init__(self, team_model: TeamModel) -> None:
         reason = unsupported(team_model)
         if reason is not None:
             raise ValueError(f"cannot merge adapters for generation: {reason}")
-        self.team_model = team_model
         base = team_model.base_model
         # Every tensor is its own copy in the memo: deepcopy then copies the module tree only, and the
         # copy shares the base model's parameters and buffers.
@@ -91,7 +89,6 @@ class MergedAdapterModel:
             self._layers[name] = (layer, merged)
         plain.eval()
         self.model = plain
-        self.merged_adapter: str | None = None
         self._key: Hashable = self._state_key(None)
 
     def use(self, adapter: str | None) -> torch.nn.Module:
@@ -100,7 +97,6 @@ class MergedAdapterModel:
         if key != self._key:
             self._merge(adapter)
             self._key = key
-            self.merged_adapter = adapter
         return self.model
 
     @torch.no_grad()
