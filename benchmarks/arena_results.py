@@ -21,7 +21,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "credit_arena"
 
 #: the fields of a result that are stored (the rest of a run_setting result is rebuilt or local)
 STORED = ("setting", "size", "sizes", "config", "refused", "per_seed", "curves", "tokens", "runs_total",
-          "command", "machine")
+          "command", "machine", "machines")
 
 
 def result_path(setting: str, size: str = "default", more: bool = False, folder: Path = RESULTS) -> Path:
@@ -49,7 +49,64 @@ def load_result(path: Path) -> dict[str, Any]:
                       for label, seeds in data["curves"].items()}
     data["tokens"] = {label: {int(s): {int(step): float(n) for step, n in t.items()} for s, t in seeds.items()}
                       for label, seeds in data.get("tokens", {}).items()}
+    if "machines" in data:
+        data["machines"] = {int(s): line for s, line in data["machines"].items()}
     return data
+
+
+def seeds_held(result: Mapping[str, Any]) -> set[int]:
+    """The seeds every method of a result finished (a paired seed: all its methods ran on it)."""
+    held = [set(seeds) for seeds in result["per_seed"].values()]
+    return set.intersection(*held) if held else set()
+
+
+def machines_of(result: Mapping[str, Any]) -> dict[int, str]:
+    """Seed -> the machine line it ran on (a result stored before per-seed lines: its one line)."""
+    if "machines" in result:
+        return dict(result["machines"])
+    return {s: result["machine"] for s in seeds_held(result)}
+
+
+def merge_results(stored: Mapping[str, Any], new: Mapping[str, Any], machine: str) -> dict[str, Any]:
+    """``stored`` with the seeds of ``new`` (run on ``machine``) added: the same setting, config and
+    methods, no seed in both. A seed is a pair of runs made together, so its difference to grpo is
+    paired whichever machine ran it; ``machines`` records which one did."""
+    if stored["setting"] != new["setting"] or list(stored["per_seed"]) != list(new["per_seed"]):
+        raise ValueError(
+            f"cannot add seeds of {new['setting']} ({', '.join(new['per_seed'])}) to the stored "
+            f"{stored['setting']} ({', '.join(stored['per_seed'])}): another comparison"
+        )
+    if json.loads(json.dumps(stored["config"])) != json.loads(json.dumps(new["config"])):
+        raise ValueError(
+            f"cannot add seeds to the stored {stored['setting']}: its config differs from this "
+            "version's (the runs would not be comparable); run the comparison in a folder of its own"
+        )
+    added = seeds_held(new)  # a seed stopped part-way (not every method finished) waits for its rerun
+    if seeds_held(stored) & added:
+        raise ValueError(f"seeds {sorted(seeds_held(stored) & added)} are stored already")
+    merged = dict(stored)
+    for key in ("per_seed", "curves", "tokens"):
+        merged[key] = {
+            label: {**stored[key].get(label, {}), **{s: v for s, v in new[key].get(label, {}).items() if s in added}}
+            for label in stored["per_seed"]
+        }
+    merged["machines"] = {**machines_of(stored), **{s: machine for s in added}}
+    n_seeds = len(seeds_held(merged))
+    merged["sizes"] = (*tuple(stored["sizes"])[:4], n_seeds, tuple(stored["sizes"])[5])
+    merged["runs_total"] = len(merged["per_seed"]) * n_seeds
+    return merged
+
+
+def machine_summary(result: Mapping[str, Any]) -> str:
+    """The machine line(s) of a result: its one line, or per machine the seeds it ran."""
+    machines = machines_of(result)
+    lines = sorted(set(machines.values()), key=lambda line: min(s for s, m in machines.items() if m == line))
+    if len(lines) <= 1:
+        return result["machine"]
+    return "; ".join(
+        f"seeds {', '.join(str(s) for s in sorted(s for s, m in machines.items() if m == line))}: {line}"
+        for line in lines
+    )
 
 
 # ------------------------------------------------------------------------------------- statistics

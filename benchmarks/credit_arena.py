@@ -53,7 +53,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.arena_results import load_result, mde, result_path, save_result, tokens_to_reach
+from benchmarks.arena_results import (
+    load_result,
+    machine_summary,
+    mde,
+    merge_results,
+    result_path,
+    save_result,
+    seeds_held,
+    tokens_to_reach,
+)
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
 from teamplay.report.sweep_page import curve_area, run_learning_curve
 
@@ -254,9 +263,11 @@ def _cell(mean: float, half: float, digits: int = 3, signed: bool = False) -> st
 # ------------------------------------------------------------------------------------- running
 def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default", folder: Path | None = None,
                 only: Sequence[str] | None = None, parallel: int = 1,
-                sizes: tuple[int, int, int, int, int, int] | None = None, train: bool = True) -> dict[str, Any]:
+                sizes: tuple[int, int, int, int, int, int] | None = None, train: bool = True,
+                seeds: Sequence[int] | None = None) -> dict[str, Any]:
     """Train every method x seed of ``setting`` (resuming a stored sweep) and collect per-seed results;
-    ``train=False`` only collects the runs the folder already finished (a comparison stopped part-way)."""
+    ``train=False`` only collects the runs the folder already finished (a comparison stopped part-way).
+    ``seeds``: train these seeds only (default ``range(sizes[4])``), in a sweep folder of their own."""
     from teamplay.distributed.compose import make_trainer
     from teamplay.training.experiments.sweep import plan, run_metrics, run_sweep
 
@@ -269,10 +280,12 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     if "grpo" not in labels:
         raise ValueError("the arena compares every method with grpo: keep grpo in --methods")
     methods, refused = applicable_methods(base, labels)
-    seeds = tuple(range(sizes[4]))
-    # a --methods comparison is a sweep of its own (a sweep folder holds one plan)
+    chosen = seeds is not None
+    seeds = tuple(seeds) if chosen else tuple(range(sizes[4]))
+    # a --methods comparison, or extra seeds, is a sweep of its own (a sweep folder holds one plan)
     out = folder or Path("runs") / (f"credit_arena-{setting}{'' if size == 'default' else '-' + size}"
-                                    f"{'' if only is None else '-more'}")
+                                    f"{'' if only is None else '-more'}"
+                                    f"{f'-seeds{seeds[0]}-{seeds[-1]}' if chosen and seeds else ''}")
     # seed by seed: a comparison stopped part-way holds whole seeds, every method paired on them
     sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds).seeds_first()
 
@@ -300,6 +313,8 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
         per_seed[label_of[r.label]][r.seed] = metrics
         curves[label_of[r.label]][r.seed] = run_learning_curve(run_dir)  # on the fixed 64-problem subset
         tokens[label_of[r.label]][r.seed] = step_tokens(run_dir)
+    if chosen:  # the seed count this result holds
+        sizes = (*sizes[:4], len(seeds), sizes[5])
     return {"setting": setting, "size": size, "sizes": sizes, "config": base, "refused": refused,
             "per_seed": per_seed, "curves": curves, "tokens": tokens, "folder": str(out),
             "runs_total": len(sweep.runs)}
@@ -557,7 +572,7 @@ def split_region(result: dict[str, Any]) -> str:
     """The BENCHMARKS.md region of a split setting, from its stored result (command and machine included)."""
     table, notes, headline = split_markdown(result)
     return Result(region_name(result["setting"]), table, headline, None, tuple(notes)).markdown(
-        result["command"], result["machine"])
+        result["command"], machine_summary(result))
 
 
 def summary_region(results: Sequence[dict[str, Any]]) -> str:
@@ -617,6 +632,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=None, help="keep the sweep folders here")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
     parser.add_argument("--methods", default=None, help="comma-separated method labels (grpo included)")
+    parser.add_argument("--seeds", type=int, default=None, metavar="N",
+                        help="split settings: bring the stored comparison to N paired seeds (the stored "
+                             "seeds are kept; only the missing ones train; resumable)")
     parser.add_argument("--table-only", action="store_true",
                         help="train nothing: write the table of the runs the sweep folder has finished "
                              "(split settings: of the stored per-seed results)")
@@ -624,6 +642,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="split settings: train nothing, store the runs the sweep folder has finished "
                              "(a comparison stopped part-way), then write the tables")
     args = parser.parse_args(argv)
+    if args.seeds is not None and (args.seeds < 1 or set(args.setting) - set(SPLIT_K)):
+        parser.error("--seeds N needs N >= 1 and split settings only (the others take --full)")
     set_threads(args.threads)
     line = machine_line(machine_info())
     size = "quick" if args.quick else ("full" if args.full else "default")
@@ -671,12 +691,16 @@ def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, settin
         if not path.is_file():
             parser.error(f"--table-only: no stored results for {setting} ({path.name}); run the comparison first")
         result = load_result(path)
+    elif args.seeds is not None and path.is_file() and not args.quick:
+        result = add_seeds(parser, args, setting, size, out, only, line, path)
     else:
         try:
-            result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect)
+            result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect,
+                                 seeds=None if args.seeds is None else range(args.seeds))
         except ValueError as exc:
             parser.error(str(exc))
         flags = [f"--setting {setting}", *(["--full"] if args.full else []),
+                 *([f"--seeds {args.seeds}"] if args.seeds is not None else []),
                  *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
                  *([f"--methods '{args.methods}'"] if args.methods else [])]
         result = {**result, "command": " ".join(["python -m benchmarks.credit_arena", *flags]), "machine": line}
@@ -693,6 +717,29 @@ def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, settin
     write_regions(DEFAULT_OUTPUT, {region_name(setting) + suffix: body})
     print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting) + suffix}")
     return setting
+
+
+def add_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: str, size: str,
+              out: Path | None, only: tuple[str, ...] | None, line: str, path: Path) -> dict[str, Any]:
+    """``--seeds N`` on a stored comparison: train the seeds below N it does not hold (every method
+    on each, in a sweep folder of their own, resumable), add them to the stored result and save it."""
+    stored = load_result(path)
+    missing = [s for s in range(args.seeds) if s not in seeds_held(stored)]
+    if not missing:
+        print(f"{setting}: the stored comparison holds seeds {sorted(seeds_held(stored))} already")
+        return stored
+    try:
+        new = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect,
+                          seeds=missing)
+        result = merge_results(stored, new, line)
+    except ValueError as exc:
+        parser.error(str(exc))
+    flags = [f"--setting {setting}", *(["--full"] if args.full else []), f"--seeds {args.seeds}",
+             *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
+             *([f"--methods '{args.methods}'"] if args.methods else [])]
+    result["command"] = " ".join(["python -m benchmarks.credit_arena", *flags])
+    save_result(result, path)
+    return result
 
 
 def stored_split_results(size: str = "default", suffix: str = "") -> list[dict[str, Any]]:

@@ -90,3 +90,51 @@ def test_committed_tables_are_the_ones_the_committed_results_give():
             results.append(result)
     summary = credit_arena.summary_region(results)
     assert replace_region(text, "credit_arena_split_summary", summary) == text
+
+
+def _result(seeds_by_method: dict[str, list[int]], config: dict | None = None) -> dict:
+    """A stored-result shape with one metric per run (the accuracy: seed / 10, +0.1 for oracle)."""
+    def acc(label: str, s: int) -> float:
+        return s / 10 + (0.1 if label == "oracle" else 0.0)
+
+    return {"setting": "split_k8", "size": "default", "sizes": (12, 1, 4, 25, 3, 4),
+            "config": config or {"steps": 12, "model": {"lora": {"target_modules": ["q_proj", "v_proj"]}}},
+            "refused": {}, "machine": "machine A", "command": "cmd",
+            "per_seed": {m: {s: {"heldout/team_accuracy": acc(m, s)} for s in seeds}
+                         for m, seeds in seeds_by_method.items()},
+            "curves": {m: {s: [(0, 0.1), (12, acc(m, s))] for s in seeds} for m, seeds in seeds_by_method.items()},
+            "tokens": {m: {s: {12: 100.0 + s} for s in seeds} for m, seeds in seeds_by_method.items()},
+            "runs_total": len(seeds_by_method) * 3}
+
+
+def test_more_seeds_join_the_stored_ones_paired_and_labelled_by_machine(tmp_path):
+    from benchmarks.arena_results import machine_summary, merge_results, seeds_held
+
+    stored = load_result(save_result(_result({"grpo": [0, 1, 2], "oracle": [0, 1, 2]}), tmp_path / "a.json"))
+    # seed 5 stopped part-way (only grpo finished): it is not added, so every stored seed stays paired
+    new = _result({"grpo": [3, 4, 5], "oracle": [3, 4]}, config={"steps": 12, "model": {"lora": {
+        "target_modules": ("q_proj", "v_proj")}}})  # a tuple in a fresh config equals its stored JSON list
+    merged = load_result(save_result(merge_results(stored, new, "machine B"), tmp_path / "b.json"))
+    assert seeds_held(merged) == {0, 1, 2, 3, 4} and sorted(merged["per_seed"]["grpo"]) == [0, 1, 2, 3, 4]
+    assert merged["per_seed"]["oracle"][4]["heldout/team_accuracy"] == pytest.approx(0.5)
+    assert merged["per_seed"]["grpo"][1] == stored["per_seed"]["grpo"][1]  # stored seeds kept as they were
+    assert merged["curves"]["oracle"][3] == [(0, 0.1), (12, pytest.approx(0.4))] and merged["tokens"]["grpo"][4] == {
+        12: 104.0}
+    assert merged["sizes"][4] == 5 and merged["runs_total"] == 10 and merged["sizes"][:4] == (12, 1, 4, 25)
+    assert merged["machines"] == {0: "machine A", 1: "machine A", 2: "machine A", 3: "machine B", 4: "machine B"}
+    assert machine_summary(merged) == "seeds 0, 1, 2: machine A; seeds 3, 4: machine B"
+    assert machine_summary(stored) == "machine A"
+    table = credit_arena.split_markdown(merged)[0]
+    assert "| oracle | 5 |" in table and "+0.100 ± 0.000" in table  # every paired difference is +0.1
+
+
+def test_more_seeds_are_refused_for_another_comparison():
+    from benchmarks.arena_results import merge_results
+
+    stored = _result({"grpo": [0, 1, 2], "oracle": [0, 1, 2]})
+    with pytest.raises(ValueError, match="config differs"):
+        merge_results(stored, _result({"grpo": [3], "oracle": [3]}, config={"steps": 16}), "B")
+    with pytest.raises(ValueError, match="another comparison"):
+        merge_results(stored, _result({"grpo": [3], "loto": [3]}), "B")
+    with pytest.raises(ValueError, match=r"seeds \[2\] are stored already"):
+        merge_results(stored, _result({"grpo": [2, 3], "oracle": [2, 3]}), "B")
