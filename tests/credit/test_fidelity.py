@@ -11,11 +11,14 @@ from hypothesis import strategies as st
 from teamplay.credit.audit.fidelity import (
     advantages_from_values,
     agreement,
+    centred_within,
     noisy_teammate_values,
+    paired_difference,
     pearson,
     ranks,
     sign_agreement,
     spearman,
+    within_pearson,
 )
 
 floats = st.floats(-10, 10, allow_nan=False, allow_infinity=False)
@@ -108,3 +111,59 @@ def test_agreement_intervals_hold_the_estimate_and_keep_clusters_together() -> N
 def test_agreement_refuses_mismatched_lengths() -> None:
     with pytest.raises(ValueError, match="one length"):
         agreement([1.0, 2.0], [1.0], ["a", "b"])
+
+
+def test_within_group_pearson_ignores_the_spread_between_groups() -> None:
+    # two problems: the method orders each problem's utterances as A* does, but its level per
+    # problem is the opposite of A*'s, so the pooled r is negative and the within-group r is 1
+    method = np.array([10.0, 11.0, 0.0, 1.0])
+    oracle = np.array([0.0, 0.5, 2.0, 2.5])
+    groups = np.array(["p", "p", "q", "q"])
+    assert centred_within(method, groups).tolist() == [-0.5, 0.5, -0.5, 0.5]
+    assert pearson(method, oracle) < -0.9
+    assert within_pearson(method, oracle, groups) == pytest.approx(1.0)
+    # constant within every group: undefined, like a constant method
+    assert np.isnan(within_pearson(np.array([1.0, 1.0, 3.0, 3.0]), oracle, groups))
+    fit = agreement(method, oracle, groups, resamples=40)
+    assert fit.within == pytest.approx(1.0) and fit.within_ci == pytest.approx((1.0, 1.0))
+
+
+def test_paired_difference_is_antisymmetric_and_drawn_on_agreements_resamples() -> None:
+    rng = np.random.default_rng(3)
+    oracle = rng.normal(size=48)
+    good = oracle + rng.normal(scale=0.3, size=48)
+    poor = oracle + rng.normal(scale=2.0, size=48)
+    clusters = np.repeat(np.arange(12), 4)
+    diff = paired_difference(good, poor, oracle, clusters, resamples=200, seed=5)
+    fit_good = agreement(good, oracle, clusters, resamples=200, seed=5)
+    fit_poor = agreement(poor, oracle, clusters, resamples=200, seed=5)
+    assert diff.pearson == pytest.approx(fit_good.pearson - fit_poor.pearson, abs=1e-12)
+    assert diff.within == pytest.approx(fit_good.within - fit_poor.within, abs=1e-12)
+    assert diff.pearson_ci[0] <= diff.pearson <= diff.pearson_ci[1] and diff.pearson_ci[0] > 0
+    back = paired_difference(poor, good, oracle, clusters, resamples=200, seed=5)
+    assert back.pearson == pytest.approx(-diff.pearson, abs=1e-12)
+    assert back.pearson_ci == pytest.approx((-diff.pearson_ci[1], -diff.pearson_ci[0]), abs=1e-12)
+    # a method against itself: 0 on every resample
+    same = paired_difference(good, good, oracle, clusters, resamples=50, seed=5)
+    assert same.pearson == 0.0 and same.pearson_ci == (0.0, 0.0) and same.within_ci == (0.0, 0.0)
+    with pytest.raises(ValueError, match="one length"):
+        paired_difference(good, poor[:-1], oracle, clusters)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(floats, floats), min_size=4, max_size=12), st.integers(2, 4),
+       st.lists(floats, min_size=4, max_size=4))
+def test_within_group_pearson_does_not_see_a_level_per_group(pairs, n_groups, shifts) -> None:
+    x = np.array([p[0] for p in pairs])
+    y = np.array([p[1] for p in pairs])
+    groups = np.arange(len(pairs)) % n_groups
+    shifted = x + np.array(shifts)[groups]  # any constant added to each group's values
+    before, after = within_pearson(x, y, groups), within_pearson(shifted, y, groups)
+    # the centred values agree to rounding (values and shifts up to 10), so r does where defined
+    assert np.allclose(centred_within(shifted, groups), centred_within(x, groups), atol=1e-9)
+    # where the centred x are well away from constant (a spread of 1e-3 against rounding of 1e-14)
+    if np.isfinite(before) and np.std(centred_within(x, groups)) > 1e-3 and np.std(y) > 1e-3:
+        assert after == pytest.approx(before, abs=1e-6)
+    # centring leaves every group's sum at 0 (to rounding of values up to 10)
+    for g in range(n_groups):
+        assert abs(centred_within(x, groups)[groups == g].sum()) < 1e-9 * len(pairs)

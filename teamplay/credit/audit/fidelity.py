@@ -11,9 +11,12 @@ is deterministic) and ``V(0)`` the problem's value before anyone spoke, so per e
 
 This module holds the arithmetic only: advantages from prefix values, the closed form of the
 noisy-teammate setting, and the agreement statistics (Pearson, Spearman, sign agreement on clearly
-non-zero true advantages, variance), with intervals from a cluster bootstrap over problems (the
-episodes of one problem share its group normalisation, so they are not independent). Estimating
-``V`` by re-execution is ``teamplay.training.play.oracle``'s job.
+non-zero true advantages, variance, and the within-group Pearson: both sides centred on their
+problem's mean first, so a method is judged on how it orders the utterances of one group, which
+is all a group-normalised update uses), with intervals from a cluster bootstrap over problems (the
+episodes of one problem share its group normalisation, so they are not independent), and paired
+differences between two methods on the same resamples. Estimating ``V`` by re-execution is
+``teamplay.training.play.oracle``'s job.
 """
 
 from __future__ import annotations
@@ -103,17 +106,50 @@ def sign_agreement(method: np.ndarray, oracle: np.ndarray, threshold: float) -> 
     return float(np.mean(np.sign(method[clear]) == np.sign(oracle[clear])))
 
 
+def centred_within(x: np.ndarray, clusters: np.ndarray) -> np.ndarray:
+    """``x`` minus the mean of its cluster, shape [n].
+
+    >>> centred_within(np.array([1.0, 3.0, 5.0]), np.array(["a", "a", "b"])).tolist()
+    [-1.0, 1.0, 0.0]
+    """
+    x = np.asarray(x, dtype=np.float64)
+    _, index = np.unique(np.asarray(clusters), return_inverse=True)
+    means = np.bincount(index, weights=x) / np.bincount(index)
+    return x - means[index]
+
+
+def within_pearson(x: np.ndarray, y: np.ndarray, clusters: np.ndarray) -> float:
+    """Pearson correlation of ``x`` and ``y`` after centring both within each cluster: how well
+    ``x`` orders the entries of one cluster (a problem's group) as ``y`` does, with the spread
+    between clusters taken out; NaN when either side is constant within every cluster."""
+    return pearson(centred_within(x, clusters), centred_within(y, clusters))
+
+
+def _resampled(labels: np.ndarray, resamples: int, seed: int):
+    """The cluster bootstrap's index draws: ``resamples`` arrays of message indices, whole clusters
+    drawn with replacement; the same ``(labels, resamples, seed)`` give the same draws, so two
+    methods measured on the same messages are compared on the same resamples."""
+    unique = sorted(set(labels.tolist()))
+    members = [np.flatnonzero(labels == c) for c in unique]
+    rng = np.random.default_rng(seed)
+    for _ in range(resamples if len(unique) > 1 else 0):
+        yield np.concatenate([members[k] for k in rng.integers(0, len(unique), size=len(unique))])
+
+
 @dataclass(frozen=True)
 class Agreement:
     """Agreement of a method's advantages with the oracle's, each with a 95% bootstrap interval
     (``(low, high)``; NaN where the statistic is undefined in too many resamples).
 
     Fields: pearson, spearman, sign (sign agreement on clear oracle advantages), variance (of the
-    method's advantages), n (messages), clear (messages with ``|A*|`` above the threshold).
+    method's advantages), n (messages), clear (messages with ``|A*|`` above the threshold),
+    within (Pearson after centring both sides within each problem, :func:`within_pearson`).
     """
 
     pearson: float
     pearson_ci: tuple[float, float]
+    within: float
+    within_ci: tuple[float, float]
     spearman: float
     spearman_ci: tuple[float, float]
     sign: float
@@ -138,21 +174,56 @@ def agreement(method: Sequence[float], oracle: Sequence[float], clusters: Sequen
     if not (m.shape == o.shape == labels.shape) or m.ndim != 1:
         raise ValueError(f"agreement: method {m.shape}, oracle {o.shape} and clusters {labels.shape} "
                          "must be 1-D of one length")
-    unique = sorted(set(labels.tolist()))
-    members = [np.flatnonzero(labels == c) for c in unique]
-    rng = np.random.default_rng(seed)
-    draws: dict[str, list[float]] = {"pearson": [], "spearman": [], "sign": []}
-    for _ in range(resamples if len(unique) > 1 else 0):
-        picked = np.concatenate([members[k] for k in rng.integers(0, len(unique), size=len(unique))])
+    draws: dict[str, list[float]] = {"pearson": [], "within": [], "spearman": [], "sign": []}
+    for picked in _resampled(labels, resamples, seed):
         draws["pearson"].append(pearson(m[picked], o[picked]))
+        # a cluster drawn twice counts as one cluster of twice the members: its mean is unchanged
+        draws["within"].append(within_pearson(m[picked], o[picked], labels[picked]))
         draws["spearman"].append(spearman(m[picked], o[picked]))
         draws["sign"].append(sign_agreement(m[picked], o[picked], threshold))
     return Agreement(
         pearson=pearson(m, o), pearson_ci=_interval(draws["pearson"]),
+        within=within_pearson(m, o, labels), within_ci=_interval(draws["within"]),
         spearman=spearman(m, o), spearman_ci=_interval(draws["spearman"]),
         sign=sign_agreement(m, o, threshold), sign_ci=_interval(draws["sign"]),
         variance=float(np.var(m)) if m.size else float("nan"), n=int(m.size),
         clear=int(np.sum(np.abs(o) > threshold)))
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """``statistic(method) - statistic(baseline)`` against the same oracle on the same messages,
+    with the 95% percentile interval of the difference over the same cluster resamples (a shared
+    draw cancels what the two methods share, so the interval is narrower than the two separate
+    ones): ``pearson`` and ``within`` (within-group Pearson)."""
+
+    pearson: float
+    pearson_ci: tuple[float, float]
+    within: float
+    within_ci: tuple[float, float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def paired_difference(method: Sequence[float], baseline: Sequence[float], oracle: Sequence[float],
+                      clusters: Sequence[object], resamples: int = 1000, seed: int = 0) -> PairedDifference:
+    """Pooled and within-group Pearson of ``method`` minus those of ``baseline`` (all shape [n],
+    the same messages in the same order), on :func:`agreement`'s resamples for the same ``seed``."""
+    m, b, o = (np.asarray(v, dtype=np.float64) for v in (method, baseline, oracle))
+    labels = np.asarray([str(c) for c in clusters])
+    if not (m.shape == b.shape == o.shape == labels.shape) or m.ndim != 1:
+        raise ValueError(f"paired difference: method {m.shape}, baseline {b.shape}, oracle {o.shape} and "
+                         f"clusters {labels.shape} must be 1-D of one length")
+
+    def both(idx: np.ndarray | slice) -> tuple[float, float]:
+        lab = labels[idx]
+        return (pearson(m[idx], o[idx]) - pearson(b[idx], o[idx]),
+                within_pearson(m[idx], o[idx], lab) - within_pearson(b[idx], o[idx], lab))
+
+    draws = [both(picked) for picked in _resampled(labels, resamples, seed)]
+    pooled, within = both(slice(None))
+    return PairedDifference(pooled, _interval([d[0] for d in draws]), within, _interval([d[1] for d in draws]))
 
 
 def _interval(values: Sequence[float]) -> tuple[float, float]:
