@@ -5,13 +5,17 @@ For every utterance ``u_t`` of an episode the true advantage is ``A*(u_t) = E[R 
 estimates ``A*`` with an oracle, runs every registered message-level credit method on the same
 episodes (groups of G episodes per problem, as in training), and reports per method and setting:
 Pearson and Spearman correlation with ``A*``, sign agreement on utterances with ``|A*| > 0.1``, the
-variance of the advantages, the Pearson correlation of per-agent totals, the generated tokens per
-episode (rollout plus the method's counterfactual re-executions) and the method's wall time.
-Intervals are 95% cluster-bootstrap intervals over problems.
+variance of the advantages, the Pearson correlation of per-agent totals, the within-group Pearson
+(both sides centred on their problem's mean: how a method orders one group's utterances, which is
+all a group-normalised update uses), the paired differences of both correlations to ``grpo`` (on
+the same bootstrap resamples), the generated tokens per episode (rollout plus the method's
+counterfactual re-executions) and the method's wall time. Intervals are 95% cluster-bootstrap
+intervals over problems.
 
-As in training, a group whose episodes all got the same reward gives no signal: every method's
-advantages are 0 there (the trainer skips such groups), while ``A*`` need not be. That is part of
-what the table measures: a teammate's noise can hide an agent's good answer from the team reward.
+As in training, every group is credited and an agent whose advantages in a group are all zero
+gives that group no signal (the trainer's per-agent zero-variance rule): ``grpo`` gives 0 to a
+group whose rewards are all equal, while ``A*`` need not be 0 there. That is part of what the table
+measures: a teammate's noise can hide an agent's good answer from the team reward.
 
 Settings (arith sums, answer-first replies "The answer is ...", temperature 1):
 
@@ -20,8 +24,9 @@ Settings (arith sums, answer-first replies "The answer is ...", temperature 1):
   before. ``A*`` is exact up to ``p = E[correct | problem]``, estimated from many fresh answers:
   ``A*(solver) = (1 - q)(c - p)``, ``A*(teammate) = R - (1 - q)c``.
 * ``chain K``: a sequential chain of K LLM agents (one shared adapter), each seeing the earlier
-  answers; ``vote 3``: three LLM voters and a majority. ``A*`` by Monte Carlo re-execution from
-  every prefix (``teamplay.training.play.oracle.PrefixOracle``).
+  answers; ``vote 3``: three LLM voters and a majority; ``split K=4``: the additive team, four LLM
+  solvers each on its own sum, team reward the fraction right (``A*(u_i) = (c_i - p_i) / 4``).
+  ``A*`` by Monte Carlo re-execution from every prefix (``teamplay.training.play.oracle.PrefixOracle``).
 * ``helpful`` / ``harmful`` / ``free-riding reviewer``: scripted proposer/reviewer dialogues (a
   proposer right half the time that complies with the review; a reviewer right with probability
   0.8, right with probability 0.2, or approving everything), ``A*`` by re-execution.
@@ -31,8 +36,13 @@ Settings (arith sums, answer-first replies "The answer is ...", temperature 1):
     python -m benchmarks.credit_fidelity --jobs 1   # one process (the default spreads settings over 2)
     python -m benchmarks.credit_fidelity --settings "noisy teammate q=0.5" --output runs/cf
 
-Each setting's result is stored in ``runs/credit_fidelity[-quick]/`` as it finishes; running the
-command again reuses the stored settings (delete the folder for a fresh run).
+Each setting's measurement (every utterance's true advantage and every method's advantage on it)
+is stored as it finishes: a full run's in ``benchmarks/results/credit_fidelity/`` (committed: the
+table is computed from these files alone, ``--table-only`` rewrites it, and a test checks that
+BENCHMARKS.md holds what they give), a quick run's in ``runs/credit_fidelity-quick/``. Running the
+command again reuses the stored settings (delete a file to measure its setting afresh).
+
+    python -m benchmarks.credit_fidelity --table-only   # the table again, from the stored files
 """
 
 from __future__ import annotations
@@ -48,6 +58,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
+
+#: the committed measurements of the full run (one JSON per setting, and ``run.json``)
+RESULTS = Path(__file__).resolve().parent / "results" / "credit_fidelity"
+#: the stored measurement's format: a stored file of another version is measured afresh
+VERSION = 4
+#: digits kept of every stored advantage (the statistics are computed from the stored values)
+DIGITS = 6
 
 SOLVER_PROMPT = "You solve arithmetic problems."
 REPLY_PREFIX = "The answer is"
@@ -75,6 +92,10 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "gigpo": ("gigpo", {}),
     "cal_grpo": ("cal_grpo", {}),
     "continuation": ("continuation", {}),
+    # the ceilings where A* has a closed form: the additive team (split) and the spoiled first answer
+    # (the noisy teammate); each is refused on the other protocols
+    "oracle (additive)": ("oracle", {"form": "additive"}),
+    "oracle (spoiler)": ("oracle", {"form": "spoiler"}),
 }
 
 
@@ -128,6 +149,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vote 3", {"name": "vote", "options": {"n_agents": 3, "reply_prefix": REPLY_PREFIX,
                                                    "instruction": "Give the answer."}},
             ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 3},), sizes=(8, 4, 16), quick_sizes=(2, 4, 4)),
+    Setting("split K=4", {"name": "split", "options": {"n_agents": 4, "reply_prefix": REPLY_PREFIX,
+                                                      "instruction": "Give the answer."}},
+            ({"name": "solver", "prompt": SOLVER_PROMPT, "count": 4},), sizes=(6, 4, 8), quick_sizes=(1, 4, 2),
+            extra={"tuple": 4}),
     _review("helpful reviewer", "noisy_reviewer(p_right=0.8)"),
     _review("harmful reviewer", "noisy_reviewer(p_right=0.2)"),
     _review("free-riding reviewer", "approver"),
@@ -137,10 +162,14 @@ SETTINGS: tuple[Setting, ...] = (
 def setting_config(setting: Setting, model: str, quick: bool, seed: int) -> dict[str, Any]:
     """The training config whose rollouts this setting measures (no step is ever taken)."""
     problems = (setting.quick_sizes if quick else setting.sizes)[0]
+    k = setting.extra.get("tuple")  # the additive team's problems: K sums per item
+    task = {"name": "arith", "split": "train", "options": TASK_OPTIONS, "limit": problems, "distinct": True,
+            "seed": seed} if k is None else \
+        {"name": "tuples", "split": "train", "options": {"task": "arith", "k": k, "options": TASK_OPTIONS},
+         "limit": problems, "seed": seed}
     return {
         "model": {"name": model, "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
-        "task": {"name": "arith", "split": "train", "options": TASK_OPTIONS, "limit": problems,
-                 "distinct": True, "seed": seed},
+        "task": task,
         "protocol": setting.protocol,
         "team": {"roles": [dict(r) for r in setting.roles]},
         "rollout": {"problems_per_step": problems, "group_size": (setting.quick_sizes if quick else setting.sizes)[1]},
@@ -155,7 +184,10 @@ def setting_config(setting: Setting, model: str, quick: bool, seed: int) -> dict
 # ------------------------------------------------------------------------------------- one setting
 def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, seed: int = 0,
             methods: Sequence[str] | None = None) -> dict[str, Any]:
-    """Episodes, oracle and every method's agreement with it, for one setting (JSON-ready)."""
+    """Episodes, oracle and every method's advantages, for one setting (JSON-ready): per spoken
+    utterance (``utterances``: its problem, episode, agent, whether a model played it and ``A*``)
+    and per method the advantage of each of those utterances, in the same order. The statistics
+    are :func:`summarise`'s, from this alone."""
     from teamplay.agents.backends.mixed import MixedBackend
     from teamplay.agents.roles import Team
     from teamplay.config import ProtocolConfig, TrainConfig, build_config
@@ -202,11 +234,20 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
         oracle_kind = f"Monte Carlo, {oracle_samples} re-executions per prefix"
     oracle_seconds = time.perf_counter() - t0
     true_adv = [np.diff(v) for v in values]
+    scripted = set(team.scripted_roles())
+    spoken = [(g, t) for g, ep in enumerate(episodes) for t, msg in enumerate(ep.messages) if msg.spoke]
+    utterances = {
+        "problem": [episodes[g].problem_id for g, _ in spoken],
+        "episode": [g for g, _ in spoken],
+        "agent": [episodes[g].messages[t].agent for g, t in spoken],
+        "model_played": [episodes[g].messages[t].role not in scripted for g, t in spoken],
+        "oracle": [round(float(true_adv[g][t]), DIGITS) for g, t in spoken],
+    }
 
     rows = {}
     for label in methods or METHODS:
         name, options = METHODS[label]
-        rows[label] = _method_row(name, options, episodes, by_id, true_adv, task, make_env, backend, sampling,
+        rows[label] = _method_row(name, options, episodes, by_id, spoken, task, make_env, backend, sampling,
                                   cfg, team, team_model, seed)
     rewards = np.array([ep.reward for ep in episodes])
     return {
@@ -217,7 +258,7 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
         "keep_mismatches": mismatches,
         "rollout_tokens_per_episode": float(np.mean([ep.tokens for ep in episodes])),
         "varied_groups": _varied_groups(episodes), "groups": len(items),
-        "load_and_rollout_seconds": load_rollout, "methods": rows,
+        "load_and_rollout_seconds": load_rollout, "methods": rows, "utterances": utterances,
         "true_advantage_mean_abs": float(np.mean(np.abs(np.concatenate(true_adv)))),
     }
 
@@ -261,15 +302,15 @@ def _varied_groups(episodes) -> int:
     return sum(1 for r in rewards.values() if np.ptp(r) > 0)
 
 
-def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backend, sampling, cfg, team,
+def _method_row(name, options, episodes, by_id, spoken, task, make_env, backend, sampling, cfg, team,
                 team_model, seed) -> dict[str, Any]:
-    """One method's advantages on the episodes, and their agreement with ``true_adv``."""
+    """One method's advantage on each spoken utterance ``spoken`` ([(episode, message)]), its
+    counterfactual tokens and wall time; ``{"skipped": why}`` where it does not apply."""
     from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
-    from teamplay.credit.audit.fidelity import agreement, pearson
-    from teamplay.credit.values.characteristic import last_answer_scorer
     from teamplay.errors import ConfigError
     from teamplay.training.play.answer_probability import AnswerProbability
     from teamplay.training.play.replay import RolloutReplayEngine
+    from teamplay.training.step.credit_stage import protocol_scorer
 
     try:
         parsed = check_credit(name, options, cfg.protocol.name, None)
@@ -291,13 +332,14 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
     groups: dict[str, list] = {}
     for ep in episodes:
         groups.setdefault(ep.problem_id, []).append(ep)
+    protocol = make_env().protocol  # its rule scores masked transcripts, as in training
     batches = []
     for pid, group in groups.items():
-        if np.ptp([ep.reward for ep in group]) == 0:
-            continue  # no reward signal: 0 from every method (the trainer's rule when this table was measured)
+        # every group is credited, as the trainer does: an agent whose advantages in a group are all
+        # zero gets no signal from it (for grpo: a group whose rewards are all equal)
         item = by_id[pid]
         resources = CreditResources(
-            transcript_scorer=last_answer_scorer(lambda answer, item=item: task.score_answer(answer, item)),
+            transcript_scorer=protocol_scorer(protocol, task, item),
             backend=backend, replay=engine, answer_probability=answer_probability, batch_rewards=step_rewards)
         batches.append(CreditBatch(episodes=tuple(group), item=item, score=task.score, extract=task.extract,
                                    resources=resources))
@@ -311,36 +353,49 @@ def _method_row(name, options, episodes, by_id, true_adv, task, make_env, backen
     except (ValueError, RuntimeError, ArithmeticError) as exc:
         return {"skipped": f"failed on these episodes: {exc}"}
     seconds = time.perf_counter() - started
-    scripted = set(team.scripted_roles())
-    method_adv, oracle_adv, clusters, agent_m, agent_o, model_played = [], [], [], [], [], []
-    for ep, star in zip(episodes, true_adv, strict=True):
-        adv = credited.get(id(ep), np.zeros(len(ep.messages)))
-        totals: dict[str, list[float]] = {}
-        for t, msg in enumerate(ep.messages):
-            if not msg.spoke:
-                continue
-            method_adv.append(float(adv[t]))
-            oracle_adv.append(float(star[t]))
-            clusters.append(ep.problem_id)
-            model_played.append(msg.role not in scripted)
-            pair = totals.setdefault(msg.agent, [0.0, 0.0])
-            pair[0] += float(adv[t])
-            pair[1] += float(star[t])
-        for m, o in totals.values():
-            agent_m.append(m)
-            agent_o.append(o)
-    fit = agreement(method_adv, oracle_adv, clusters, threshold=THRESHOLD, seed=seed)
-    model_fit = None
-    if any(model_played) and not all(model_played):  # the trained roles' utterances alone
-        keep = np.array(model_played)
-        model_fit = agreement(np.array(method_adv)[keep], np.array(oracle_adv)[keep], np.array(clusters)[keep],
-                              threshold=THRESHOLD, seed=seed)
     extra = engine.stats.extra_tokens if engine is not None else 0
-    return {**fit.to_dict(), "agent_pearson": pearson(np.array(agent_m), np.array(agent_o)),
-            "model_pearson": None if model_fit is None else model_fit.pearson,
-            "model_pearson_ci": None if model_fit is None else model_fit.pearson_ci,
-            "counterfactual_tokens": extra,
+    advantages = [round(float(credited[id(episodes[g])][t]), DIGITS) for g, t in spoken]
+    return {"advantages": advantages, "counterfactual_tokens": extra,
             "tokens_per_episode": (rollout_tokens + extra) / len(episodes), "seconds": seconds}
+
+
+def summarise(measured: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """A setting's stored measurement with each method's statistics in place of its advantages:
+    agreement with ``A*`` (pooled, within-group, Spearman, sign; on every utterance and on the
+    model-played ones), the Pearson of per-agent totals, and the paired differences to ``grpo``."""
+    from teamplay.credit.audit.fidelity import agreement, paired_difference, pearson
+
+    u = measured["utterances"]
+    oracle = np.array(u["oracle"], dtype=np.float64)
+    clusters = np.array(u["problem"])
+    model = np.array(u["model_played"], dtype=bool)
+    agent_of = [f"{g}/{a}" for g, a in zip(u["episode"], u["agent"], strict=True)]
+    base = measured["methods"].get("grpo", {}).get("advantages")
+    rows = {}
+    for label, raw in measured["methods"].items():
+        if "skipped" in raw:
+            rows[label] = dict(raw)
+            continue
+        adv = np.array(raw["advantages"], dtype=np.float64)
+        fit = agreement(adv, oracle, clusters, threshold=THRESHOLD, seed=seed)
+        totals: dict[str, list[float]] = {}
+        for key, m, o in zip(agent_of, adv, oracle, strict=True):
+            pair = totals.setdefault(key, [0.0, 0.0])
+            pair[0] += m
+            pair[1] += o
+        model_fit = None
+        if model.any() and not model.all():  # the trained roles' utterances alone
+            model_fit = agreement(adv[model], oracle[model], clusters[model], threshold=THRESHOLD, seed=seed)
+        diff = None if base is None or label == "grpo" else \
+            paired_difference(adv, np.array(base, dtype=np.float64), oracle, clusters, seed=seed).to_dict()
+        rows[label] = {**fit.to_dict(),
+                       "agent_pearson": pearson(np.array([t[0] for t in totals.values()]),
+                                                np.array([t[1] for t in totals.values()])),
+                       "model_pearson": None if model_fit is None else model_fit.pearson,
+                       "model_pearson_ci": None if model_fit is None else model_fit.pearson_ci,
+                       "vs_grpo": diff, **{k: raw[k] for k in ("counterfactual_tokens", "tokens_per_episode",
+                                                               "seconds")}}
+    return {**{k: v for k, v in measured.items() if k != "utterances"}, "methods": rows}
 
 
 # ------------------------------------------------------------------------------------- the table
@@ -352,15 +407,28 @@ def _fmt(x: float | None, ci: Sequence[float] | None = None) -> str:
     return f"{x:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
+def _signed(x: float | None, ci: Sequence[float] | None) -> str:
+    if x is None or not np.isfinite(x):
+        return "–"
+    if ci is None or not all(np.isfinite(c) for c in ci):
+        return f"{x:+.2f}"
+    return f"{x:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
 def markdown_table(results: Sequence[dict[str, Any]]) -> str:
-    lines = ["| setting | method | Pearson r [95% CI] | Spearman ρ [95% CI] | sign agreement, abs(A*) > 0.1 [95% CI] "
+    lines = ["| setting | method | Pearson r [95% CI] | Δr vs grpo [95% CI] | within-group r [95% CI] "
+             "| Δ within-group r vs grpo [95% CI] | Spearman ρ [95% CI] | sign agreement, abs(A*) > 0.1 [95% CI] "
              "| variance | agent-total r | LLM utterances r [95% CI] | tokens / episode | seconds |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for label, row in res["methods"].items():
             if "skipped" in row:
                 continue
+            diff = row.get("vs_grpo") or {}
             lines.append(f"| {res['setting']} | {label} | {_fmt(row['pearson'], row['pearson_ci'])} | "
+                         f"{_signed(diff.get('pearson'), diff.get('pearson_ci')) if diff else '—'} | "
+                         f"{_fmt(row['within'], row['within_ci'])} | "
+                         f"{_signed(diff.get('within'), diff.get('within_ci')) if diff else '—'} | "
                          f"{_fmt(row['spearman'], row['spearman_ci'])} | {_fmt(row['sign'], row['sign_ci'])} "
                          f"({row['clear']}) | {row['variance']:.3f} | {_fmt(row['agent_pearson'])} | "
                          f"{_fmt(row.get('model_pearson'), row.get('model_pearson_ci'))} | "
@@ -425,6 +493,17 @@ def _measure_in_worker(names: list[str], quick: bool, model: str, methods: Seque
     run(quick, model, names, methods, folder, seed, jobs=1)
 
 
+def setting_file(folder: Path, setting: Setting) -> Path:
+    """Where a setting's measurement is stored in ``folder``."""
+    return folder / (setting.name.replace(" ", "_").replace("=", "") + ".json")
+
+
+def stored_key(setting: Setting, model: str, quick: bool, seed: int, methods: Sequence[str] | None) -> dict:
+    """What a stored measurement must match to be reused (else the setting is measured afresh)."""
+    return {"model": model, "quick": quick, "seed": seed, "methods": list(methods or METHODS), "version": VERSION,
+            "sizes": list(setting.quick_sizes if quick else setting.sizes)}
+
+
 def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str] | None = None,
         methods: Sequence[str] | None = None, output: Path | None = None, seed: int = 0,
         jobs: int | None = None, threads: int = 1) -> Result:
@@ -432,7 +511,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
 
     ``jobs`` > 1 measures the settings in that many worker processes (``threads`` torch threads
     each), then reads their stored results; the numbers are the same as with one process (every
-    setting has its own seeds). None: ``DEFAULT_JOBS`` for the full run, 1 for ``quick``."""
+    setting has its own seeds). None: ``DEFAULT_JOBS`` for the full run, 1 for ``quick``. The
+    default ``output`` of a full run is the committed ``RESULTS``."""
     chosen = [s for s in SETTINGS if settings is None or s.name in settings]
     unknown = sorted(set(settings or ()) - {s.name for s in SETTINGS})
     if unknown:
@@ -445,8 +525,14 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     jobs = (1 if quick else DEFAULT_JOBS) if jobs is None else jobs
     if jobs < 1:
         raise SystemExit(f"error: jobs must be >= 1, got {jobs}")
-    folder = output or Path("runs") / ("credit_fidelity-quick" if quick else "credit_fidelity")
+    folder = output or (Path("runs") / "credit_fidelity-quick" if quick else RESULTS)
     folder.mkdir(parents=True, exist_ok=True)
+    # the committed run: every setting and method at full size into RESULTS, recorded in run.json
+    committed = folder == RESULTS and settings is None and methods is None and not quick
+    if committed:
+        from benchmarks.common import machine_info, machine_line
+
+        line = machine_line(machine_info())
     wall = time.perf_counter()
     if jobs > 1:
         import multiprocessing
@@ -458,44 +544,90 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
             for done in [pool.submit(_measure_in_worker, g, quick, model, methods, folder, seed, threads)
                          for g in groups]:
                 done.result()
-    results = []
+    measured = []
     for setting in chosen:
-        path = folder / (setting.name.replace(" ", "_").replace("=", "") + ".json")
-        key = {"model": model, "quick": quick, "seed": seed, "methods": list(methods or METHODS), "version": 3,
-               "sizes": list(setting.quick_sizes if quick else setting.sizes)}
+        path = setting_file(folder, setting)
+        key = stored_key(setting, model, quick, seed, methods)
         if path.exists():
             stored = json.loads(path.read_text(encoding="utf-8"))
             if stored.get("key") == key:
-                results.append(stored["result"])
+                measured.append(stored["result"])
                 print(f"# {setting.name}: reused {path}", flush=True)
                 continue
         t0 = time.perf_counter()
         result = measure(setting, model=model, quick=quick, seed=seed, methods=methods)
         result["seconds"] = time.perf_counter() - t0
-        write_atomically(path, json.dumps({"key": key, "result": result}, indent=1, default=float))
+        text = json.dumps({"key": key, "result": result}, indent=None, separators=(",", ":"), default=float)
+        write_atomically(path, text + "\n")
         print(f"# {setting.name}: {result['seconds']:.0f} s", flush=True)
-        results.append(result)
+        # the statistics are always computed from what was stored (rounded advantages included)
+        measured.append(json.loads(text)["result"])
+    result = fidelity_result(measured, model, seed, jobs, time.perf_counter() - wall)
+    if committed:
+        info = {"command": "python -m benchmarks credit_fidelity", "machine": line, "model": model, "seed": seed,
+                "jobs": jobs, "wall_seconds": result.data["wall_seconds"]}
+        write_atomically(RESULTS / "run.json", json.dumps(info, indent=1) + "\n")
+        result.data["region"] = stored_region()  # what --table-only writes, from the committed files
+    return result
+
+
+def fidelity_result(measured: Sequence[dict[str, Any]], model: str, seed: int, jobs: int,
+                    wall_seconds: float) -> Result:
+    """The tables, notes and headline of stored measurements (``--table-only`` gives the same)."""
+    results = [summarise(m, seed) for m in measured]
     table = settings_table(results) + "\n\n" + markdown_table(results)
     total = sum(r.get("seconds", 0.0) for r in results)
-    wall = time.perf_counter() - wall
     notes = (
         f"Model {model}, arith sums of two numbers up to {TASK_OPTIONS['max_operand']}, answer-first replies "
         f"('{REPLY_PREFIX}', {NEW_TOKENS} new tokens), temperature 1, seed {seed}; {total / 60:.1f} minutes of "
-        f"measurement in all; this invocation took {wall / 60:.1f} minutes of wall time with {jobs} "
-        "process(es) (less when stored settings were reused). A* = E[R | h, u] - E[R | h] per spoken "
+        f"measurement in all; the last invocation took {wall_seconds / 60:.1f} minutes of wall time with {jobs} "
+        "process(es) (less where it reused stored settings). A* = E[R | h, u] - E[R | h] per spoken "
         "utterance; every method runs on the same "
-        "episodes with its default options and its own replay seed (independent of the oracle's); groups "
-        "with equal rewards get 0 from every method (the trainer's rule before the per-agent zero-variance "
-        "rule). Intervals: 95% bootstrap over "
+        "episodes with its default options and its own replay seed (independent of the oracle's); every group "
+        "is credited (the trainer's per-agent zero-variance rule: grpo gives 0 to a group whose rewards are "
+        "all equal). 'within-group r': Pearson after centring the method's and the oracle's advantages on "
+        "their problem's mean. 'Δ ... vs grpo': the method's statistic minus grpo's on the same utterances, "
+        "its interval from the same resamples. Intervals: 95% bootstrap over "
         "problems (1000 resamples); '–': undefined (constant advantages). The number after a sign "
-        "agreement is how many utterances have |A*| > 0.1. gspo gives grpo's advantages and is not repeated.",
+        "agreement is how many utterances have |A*| > 0.1. gspo gives grpo's advantages and is not repeated. "
+        "Every utterance's A* and every method's advantage are committed (`benchmarks/results/credit_fidelity/`); "
+        "`python -m benchmarks.credit_fidelity --table-only` recomputes this table from them.",
     )
-    return Result("credit_fidelity", table, headline(results), None, notes, {"results": results})
+    return Result("credit_fidelity", table, headline(results), None, notes,
+                  {"results": results, "wall_seconds": wall_seconds})
+
+
+def stored_measurements(folder: Path = RESULTS) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every setting's committed measurement, in ``SETTINGS`` order, and the full run's ``run.json``
+    (command, machine, model, seed, jobs, wall seconds)."""
+    info_path = folder / "run.json"
+    if not info_path.is_file():
+        raise SystemExit(f"error: no stored credit fidelity run in {folder} (run.json missing); "
+                         "run `python -m benchmarks credit_fidelity` first")
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    measured = []
+    for setting in SETTINGS:
+        path = setting_file(folder, setting)
+        if not path.is_file():
+            raise SystemExit(f"error: the stored run lacks setting {setting.name!r} ({path.name})")
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("key") != stored_key(setting, info["model"], False, info["seed"], None):
+            raise SystemExit(f"error: {path.name} was measured with other settings than run.json's; "
+                             "measure it again")
+        measured.append(stored["result"])
+    return measured, info
+
+
+def stored_region(folder: Path = RESULTS) -> str:
+    """BENCHMARKS.md's credit_fidelity region, from the stored measurements alone."""
+    measured, info = stored_measurements(folder)
+    result = fidelity_result(measured, info["model"], info["seed"], info["jobs"], info["wall_seconds"])
+    return result.markdown(info["command"], info["machine"])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import machine_info, machine_line, write_regions
+    from benchmarks.common import write_regions
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.credit_fidelity", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke sizes; writes no BENCHMARKS.md region")
@@ -507,15 +639,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=None,
                         help=f"worker processes measuring settings in parallel (default {DEFAULT_JOBS}; "
                              "1 with --quick)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="measure nothing: write the table of the committed measurements")
     args = parser.parse_args(argv)
+    if args.table_only:
+        region = stored_region()
+        print(region)
+        write_regions(DEFAULT_OUTPUT, {"credit_fidelity": region})
+        return
     set_threads(args.threads)
-    line = machine_line(machine_info())
     result = run(args.quick, args.model, args.settings, args.methods, args.output, jobs=args.jobs,
                  threads=args.threads)
     print(result.table, *result.notes, result.headline, sep="\n\n")
-    if not args.quick and args.settings is None and args.methods is None:
-        region = result.markdown("python -m benchmarks credit_fidelity", line)
-        write_regions(DEFAULT_OUTPUT, {"credit_fidelity": region})
+    if "region" in result.data:
+        write_regions(DEFAULT_OUTPUT, {"credit_fidelity": result.data["region"]})
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ the methods' cards and fidelity, HTML reports of runs, and what is registered (p
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -80,15 +81,18 @@ def _credit_check(methods: list[str], config: Path, problems: int, group: int, s
     rows, oracle_tokens = check_fidelity(cfg, methods, problems, group, samples, cfg.seed)
     table = Table(title=f"credit fidelity on {config} ({problems} problems x {group}, true advantage from "
                         f"{samples} re-executions per prefix, {oracle_tokens} tokens)")
-    for col in ("method", "Pearson r [95% CI]", "Spearman [95% CI]", f"sign, |A*| > {THRESHOLD}", "groups kept",
-                "counterfactual tokens"):
+    for col in ("method", "Pearson r [95% CI]", "within-group r [95% CI]", "Spearman [95% CI]",
+                f"sign, |A*| > {THRESHOLD}", "groups kept", "counterfactual tokens"):
         table.add_column(col)
 
     def ci(x: float, lo_hi: tuple[float, float]) -> str:
+        if not math.isfinite(x):
+            return "– (constant)"
         return f"{x:.2f} [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]"
 
     for r in rows:
-        table.add_row(r.method, ci(r.fit.pearson, r.fit.pearson_ci), ci(r.fit.spearman, r.fit.spearman_ci),
+        table.add_row(r.method, ci(r.fit.pearson, r.fit.pearson_ci), ci(r.fit.within, r.fit.within_ci),
+                      ci(r.fit.spearman, r.fit.spearman_ci),
                       f"{r.fit.sign:.2f} ({r.fit.clear})", str(r.groups), str(r.counterfactual_tokens))
     console.print(table)
 

@@ -44,6 +44,19 @@ def test_every_method_is_measured_on_the_same_spoken_messages(config):
     assert rows[0].counterfactual_tokens == 0  # grpo re-executes nothing
 
 
+@pytest.mark.slow  # the same on the command line: 2 problems x 2 episodes, 2 re-executions per prefix
+def test_the_command_prints_the_pooled_and_the_within_group_correlation(config, monkeypatch):
+    from teamplay.cli.app import console
+
+    monkeypatch.setattr(console, "width", 240)  # wide enough that no header wraps
+    path, _ = config
+    result = runner.invoke(app, ["credit", "--check", "grpo", "--config", str(path), "--problems", "2", "--group",
+                                 "2", "--samples", "2"])
+    assert result.exit_code == 0, result.output
+    assert "Pearson r [95% CI]" in result.output and "within-group r [95% CI]" in result.output
+    assert "grpo" in result.output
+
+
 def test_check_refuses_bad_input_with_one_line(config):
     path, _ = config
     result = runner.invoke(app, ["credit", "--check", "grpo,nope", "--config", str(path)])
