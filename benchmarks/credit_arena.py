@@ -15,6 +15,17 @@ tokens, temperature 0.7 in training, greedy held-out evaluation):
   follows the solver's true contribution there.
 * ``pr``: the proposer/reviewer team with both roles trained (3 rounds: propose, review, propose
   again), short prompts, proposals that start "The answer is" and reviews that start "Verdict:".
+* ``split_k2`` / ``split_k4`` / ``split_k8``: the additive team, K solvers of one shared adapter each
+  on its own sum, team reward the fraction right, where credit must pay if it ever does; ``grpo``
+  (floor) against ``oracle`` (A* in closed form: the ceiling). ``split_kK_roles``: the same team with
+  one adapter per solver.
+* ``chain_k2`` / ``chain_k4`` / ``chain_k8``: COSAC's sequential chain, K solvers of one shared
+  adapter answering one sum in turn, each keeping or revising the running answer (credit is not
+  additive); ``grpo`` against ``cosac``, no closed-form ceiling.
+
+The split and chain settings store their per-seed results in ``benchmarks/results/credit_arena/``
+(committed; ``--table-only`` rewrites their tables from them, ``--seeds N`` brings a stored
+comparison to N paired seeds).
 
 Methods: ``grpo``, ``continuation`` and ``shapley`` with replay (the counterfactual methods the
 fidelity table ranks highest), ``cosac``, and ``tracer_roles`` for proposer/reviewer; others with
@@ -84,6 +95,16 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "loto (masking)": {"method": "loto", "options": {"value": "masking"}},
 }
 
+#: the additive team's settings by team size: ``split_kK`` (one LoRA adapter shared by the K solvers)
+#: and ``split_kK_roles`` (one adapter per solver: each role its own)
+SPLIT_K = {**{f"split_k{k}": k for k in (2, 4, 8)}, **{f"split_k{k}_roles": k for k in (2, 4, 8)}}
+PER_ROLE = frozenset(name for name in SPLIT_K if name.endswith("_roles"))
+#: COSAC's sequential chain by team size: K solvers of one shared adapter answer in turn, each seeing
+#: the earlier answers and keeping or revising the running one; team reward the last answer's score
+#: (credit is not additive: a later solver can repair or spoil an earlier one). No closed-form A*.
+CHAIN_K = {f"chain_k{k}": k for k in (2, 4, 8)}
+#: the settings whose per-seed results are committed (benchmarks/results/credit_arena/<setting>.json)
+STORED_K = {**SPLIT_K, **CHAIN_K}
 #: labels each setting runs by default (``--methods`` replaces them)
 SETTING_METHODS = {
     "noisy_q0": ("grpo", "continuation", "shapley (replay)", "cosac"),
@@ -92,11 +113,11 @@ SETTING_METHODS = {
     # the additive team: oracle is the ceiling (shapley (masking) equals it exactly on split: c_i / K,
     # tested, so it is not run twice); cosac needs a fixed turn order (refused on split)
     # the floor and the ceiling; the other methods run as a --methods comparison of their own
-    **{f"split_k{k}": ("grpo", "oracle") for k in (2, 4, 8)},
+    **{name: ("grpo", "oracle") for name in SPLIT_K},
+    # the chain: COSAC's own claim (faster learning of agents in turn) against broadcast
+    **{name: ("grpo", "cosac") for name in CHAIN_K},
 }
 SETTINGS = tuple(SETTING_METHODS)
-#: K of each split setting (K solvers, one sub-problem each, one adapter shared by all)
-SPLIT_K = {f"split_k{k}": k for k in (2, 4, 8)}
 #: the settings a plain ``python -m benchmarks.credit_arena`` runs (about 90 minutes with --parallel 2)
 DEFAULT_SETTINGS = ("noisy_q0", "noisy_q05")
 
@@ -144,6 +165,15 @@ SPLIT_SIZES = {
 }
 
 
+#: chain settings by size: (steps, problems per step, group, held-out problems, seeds, eval_every),
+#: the split settings' steps, curve and seeds; a problem is one arith sum for the whole chain
+CHAIN_SIZES = {
+    "quick": (2, 1, 2, 2, 2, 1),
+    "default": (12, 4, 4, 200, 3, 4),
+    "full": (12, 4, 4, 200, 10, 4),
+}
+
+
 def sizes_of(setting: str, size: str) -> tuple[int, int, int, int, int, int]:
     """(steps, problems per step, group, held-out problems, seeds, eval_every); for a split setting
     problems count tuples of K (``SPLIT_SIZES`` divided by K, at least 1)."""
@@ -151,6 +181,8 @@ def sizes_of(setting: str, size: str) -> tuple[int, int, int, int, int, int]:
         k = SPLIT_K[setting]
         steps, answers, group, heldout, seeds, every = SPLIT_SIZES[size]
         return steps, max(1, answers // k), group, max(1, heldout // k), seeds, every
+    if setting in CHAIN_K:
+        return CHAIN_SIZES[size]
     return (PR_SIZES if setting == "pr" else SIZES)[size]
 
 
@@ -160,10 +192,13 @@ def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int,
         raise ValueError(f"unknown arena setting {setting!r}; settings: {', '.join(SETTINGS)}")
     steps, problems, group, heldout, _, eval_every = sizes
     if setting in SPLIT_K:
-        return split_config(SPLIT_K[setting], model, sizes)
+        return split_config(SPLIT_K[setting], model, sizes, per_role=setting in PER_ROLE)
     if setting == "pr":
         protocol = {"name": "proposer_reviewer", "options": PR_PROTOCOL}
         team = {"roles": [dict(r) for r in PR_ROLES]}
+    elif setting in CHAIN_K:
+        protocol = {"name": "sequential", "options": {**CHAIN, "n_agents": CHAIN_K[setting]}}
+        team = {"roles": [{"name": "solver", "prompt": SOLVER_PROMPT, "count": CHAIN_K[setting]}]}
     else:
         q = 0.0 if setting == "noisy_q0" else 0.5
         protocol = {"name": "sequential", "options": CHAIN}
@@ -189,9 +224,11 @@ def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int,
     }
 
 
-def split_config(k: int, model: str, sizes: tuple[int, int, int, int, int, int]) -> dict[str, Any]:
-    """The additive team: K solvers of one shared adapter, each on its own arith sum, team reward
-    the fraction right; the same decoding, LoRA and optimiser as the noisy settings. Held-out
+def split_config(k: int, model: str, sizes: tuple[int, int, int, int, int, int],
+                 per_role: bool = False) -> dict[str, Any]:
+    """The additive team: K solvers of one shared adapter (``per_role``: K roles, one adapter each),
+    each on its own arith sum, team reward the fraction right; the same decoding, LoRA and optimiser
+    as the noisy settings. Held-out
     tuples are drawn as they come (arith's test split has 253 distinct sums, fewer than 200 x K);
     the curve's subset is the first ``CURVE_PROBLEMS / K`` of them (64 sub-problems)."""
     steps, problems, group, heldout, _, eval_every = sizes
@@ -202,7 +239,8 @@ def split_config(k: int, model: str, sizes: tuple[int, int, int, int, int, int])
         "eval_task": {"name": "tuples", "split": "test", "limit": heldout, "options": task},
         "protocol": {"name": "split", "options": {"n_agents": k, "reply_prefix": REPLY_PREFIX,
                                                   "instruction": "Give the answer."}},
-        "team": {"roles": [{"name": "solver", "prompt": SOLVER_PROMPT, "count": k}]},
+        "team": {"roles": [{"name": f"solver{i + 1}", "prompt": SOLVER_PROMPT} for i in range(k)] if per_role
+                 else [{"name": "solver", "prompt": SOLVER_PROMPT, "count": k}]},
         "rollout": {"problems_per_step": problems, "group_size": group},
         "backend": {"max_prompt_tokens": 512},
         "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": TEMPERATURE},
@@ -357,6 +395,12 @@ COSTS = (("train/updates", "updates", 0), ("budget/tokens", "rollout tokens", 0)
          ("budget/generated_tokens", "generated tokens", 0), ("replay_episodes", "replay episodes", 0))
 
 
+def labels_of(result: dict[str, Any]) -> list[str]:
+    """A result's method labels, grpo first and the others by name (the same order before and after
+    the result is stored as JSON with sorted keys)."""
+    return sorted(result["per_seed"], key=lambda label: (label != "grpo", label))
+
+
 def _values(result: dict[str, Any], label: str, key: str) -> dict[int, float]:
     if key == "curve_area":
         return {s: curve_area(c) for s, c in result["curves"][label].items()}
@@ -449,19 +493,22 @@ def _tokens_to_grpo(result: dict[str, Any], label: str) -> tuple[list[float], in
 
 
 def ceiling(result: dict[str, Any], key: str = "heldout/team_accuracy") -> tuple[float, float, int, bool]:
-    """oracle minus grpo, paired: (mean, 95% half-width, seeds, the interval lies above 0)."""
+    """oracle minus grpo, paired: (mean, 95% half-width, seeds, the interval lies above 0); NaN and 0
+    seeds where the setting has no oracle run."""
+    if "oracle" not in result["per_seed"]:
+        return math.nan, math.nan, 0, False
     mean, half, n = paired_difference(_values(result, "oracle", key), _values(result, "grpo", key))
     return mean, half, n, bool(n >= 2 and math.isfinite(half) and mean - half > 0)
 
 
 def split_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
-    """(table, notes, headline) of a split setting, from its stored result alone."""
-    setting, k = result["setting"], SPLIT_K[result["setting"]]
+    """(table, notes, headline) of a stored setting (split or chain), from its stored result alone."""
+    setting, k = result["setting"], STORED_K[result["setting"]]
     header = ["method", "seeds", "team acc.", "Δ team acc. vs grpo (paired)", "MDE (80%)", "curve area",
               "Δ curve area vs grpo", "tokens to grpo's final acc.", *(name for _, name, _ in SPLIT_COSTS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     acc, area = "heldout/team_accuracy", "curve_area"
-    for label in result["per_seed"]:
+    for label in labels_of(result):
         cells = [label, str(len(result["per_seed"][label])),
                  _cell(*mean_ci(list(_values(result, label, acc).values())))]
         if label == "grpo":
@@ -484,8 +531,12 @@ def split_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
     gain, half, learns = calibration(result)
     top, top_half, n_top, above = ceiling(result)
     discriminates = learns and above
+    if setting in CHAIN_K:
+        return "\n".join(lines), chain_notes(result, done, gain, half, learns), (
+            f"{setting}: grpo gain {_cell(gain, half, 3, signed=True)} ({len(result['per_seed']['grpo'])} "
+            "seeds; no closed-form ceiling).")
     notes = [
-        f"Setting `{setting}`: K = {k} solvers of one shared LoRA adapter, each on its own arith sum (operands up "
+        f"Setting `{setting}`: K = {k} solvers of {adapters_of(setting)}, each on its own arith sum (operands up "
         f"to {TASK['max_operand']}), team reward the fraction right. {done} of {result['runs_total']} runs finished "
         f"(seeds run in order, every method on each). {steps} steps of {problems} tuples x {group} episodes "
         f"({problems * k * group} answers per step, the same at every K); held-out: {heldout} tuples "
@@ -509,20 +560,58 @@ def split_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
     return "\n".join(lines), notes, headline
 
 
+def chain_notes(result: dict[str, Any], done: int, gain: float, half: float, learns: bool) -> list[str]:
+    """The notes of a chain setting's table: what it is, its sizes, its floor (it has no ceiling)."""
+    setting, k = result["setting"], CHAIN_K[result["setting"]]
+    steps, problems, group, heldout, seeds, eval_every = result["sizes"]
+    beats = [label for label in labels_of(result) if label != "grpo" and _beats_grpo(result, label)]
+    notes = [
+        f"Setting `{setting}`: a chain of K = {k} solvers of one shared LoRA adapter on one arith sum (operands "
+        f"up to {TASK['max_operand']}): each answers in turn after the earlier answers, keeping or revising the "
+        f"running one; team reward the last answer's score. {done} of {result['runs_total']} runs finished "
+        f"(seeds run in order, every method on each). {steps} steps of {problems} problems x {group} episodes; "
+        f"held-out: {heldout} problems, greedy, every {eval_every} steps on the first "
+        f"{min(CURVE_PROBLEMS, heldout)} and after training; LoRA r 8 on q and v, lr {LR}, {NEW_TOKENS} new "
+        f"tokens, temperature {TEMPERATURE}. Cells as in the split tables.",
+        f"Floor: grpo's gain over the untrained team is {_cell(gain, half, 3, signed=True)} "
+        f"({LEARNS if learns else 'not beyond its interval'}). Ceiling: none (A* has no closed form in a chain: "
+        "a later solver can repair or spoil an earlier answer). "
+        + (f"Beyond grpo by a paired 95% interval: {', '.join(beats)}." if beats and learns else
+           "No method is beyond grpo by a paired 95% interval." if learns else
+           "grpo does not learn here, so no comparison says anything about credit."),
+    ]
+    if result["refused"]:
+        notes.append("Not run: " + "; ".join(f"{m} ({why})" for m, why in result["refused"].items()) + ".")
+    return notes
+
+
+def _beats_grpo(result: dict[str, Any], label: str) -> bool:
+    mean, half, n = paired_difference(_values(result, label, "heldout/team_accuracy"),
+                                      _values(result, "grpo", "heldout/team_accuracy"))
+    return bool(n >= 2 and math.isfinite(half) and mean - half > 0)
+
+
+def adapters_of(setting: str) -> str:
+    """How a split setting's solvers hold their LoRA weights, in words."""
+    return "one LoRA adapter each" if setting in PER_ROLE else "one shared LoRA adapter"
+
+
 def gain_table(results: Sequence[dict[str, Any]]) -> str:
     """Per K and method, the paired team-accuracy difference to grpo with its interval and MDE."""
-    lines = ["| K | method | seeds | Δ team acc. vs grpo | MDE (80%) | grpo's gain over untrained |",
-             "|---|---|---|---|---|---|"]
-    for result in sorted(results, key=lambda r: SPLIT_K[r["setting"]]):
+    lines = ["| K | adapters | method | seeds | Δ team acc. vs grpo | MDE (80%) | grpo's gain over untrained |",
+             "|---|---|---|---|---|---|---|"]
+    for result in sorted(results, key=lambda r: (r["setting"] in PER_ROLE, SPLIT_K[r["setting"]])):
         gain, half, _ = calibration(result)
         base = _values(result, "grpo", "heldout/team_accuracy")
-        for label in result["per_seed"]:
+        for label in labels_of(result):
             if label == "grpo":
                 continue
             mine = _values(result, label, "heldout/team_accuracy")
             mean, h, n = paired_difference(mine, base)
             both = sorted(set(mine) & set(base))
-            lines.append(f"| {SPLIT_K[result['setting']]} | {label} | {n} | {_cell(mean, h, signed=True)} | "
+            adapters = "one per solver" if result["setting"] in PER_ROLE else "shared"
+            lines.append(f"| {SPLIT_K[result['setting']]} | {adapters} | {label} | {n} | "
+                         f"{_cell(mean, h, signed=True)} | "
                          f"{_cell(mde([mine[s] - base[s] for s in both]), math.nan) if n >= 2 else '—'} | "
                          f"{_cell(gain, half, signed=True)} |".replace(" (n=1)", ""))
     return "\n".join(lines)
@@ -540,11 +629,12 @@ def gain_figure(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
     series: dict[str, list[tuple[int, float, float]]] = {}
     for result in results:
         base = _values(result, "grpo", "heldout/team_accuracy")
-        for label in result["per_seed"]:
+        for label in labels_of(result):
             if label != "grpo":
                 mean, half, n = paired_difference(_values(result, label, "heldout/team_accuracy"), base)
                 if n:
-                    series.setdefault(label, []).append((SPLIT_K[result["setting"]], mean, half if n >= 2 else 0.0))
+                    name = f"{label}, {'one adapter per solver' if result['setting'] in PER_ROLE else 'shared adapter'}"
+                    series.setdefault(name, []).append((SPLIT_K[result["setting"]], mean, half if n >= 2 else 0.0))
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -609,7 +699,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     for setting in settings:
         out = None if folder is None else folder / setting
         result = run_setting(setting, model, size, out, only, parallel, sizes)
-        table, setting_notes, headline = (split_markdown if setting in SPLIT_K else markdown)(result)
+        table, setting_notes, headline = (split_markdown if setting in STORED_K else markdown)(result)
         tables.append(f"**{setting}**\n\n{table}")
         notes += setting_notes
         headlines.append(headline)
@@ -642,8 +732,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="split settings: train nothing, store the runs the sweep folder has finished "
                              "(a comparison stopped part-way), then write the tables")
     args = parser.parse_args(argv)
-    if args.seeds is not None and (args.seeds < 1 or set(args.setting) - set(SPLIT_K)):
-        parser.error("--seeds N needs N >= 1 and split settings only (the others take --full)")
+    if args.seeds is not None and (args.seeds < 1 or set(args.setting) - set(STORED_K)):
+        parser.error("--seeds N needs N >= 1 and split or chain settings only (the others take --full)")
     set_threads(args.threads)
     line = machine_line(machine_info())
     size = "quick" if args.quick else ("full" if args.full else "default")
@@ -651,7 +741,7 @@ def main(argv: list[str] | None = None) -> None:
     split_done = []
     for setting in args.setting:
         out = None if args.output is None else args.output / setting
-        if setting in SPLIT_K:
+        if setting in STORED_K:
             split_done.append(split_main(parser, args, setting, size, out, only, line))
             continue
         try:
@@ -680,7 +770,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: str, size: str,
                out: Path | None, only: tuple[str, ...] | None, line: str) -> str:
-    """One split setting: train (resuming) and store its per-seed results, or with ``--table-only``
+    """One stored setting (split or chain): train (resuming) and store its per-seed results, or with ``--table-only``
     read the stored ones; then its region of BENCHMARKS.md and its learning-curve figure."""
     from benchmarks.__main__ import DEFAULT_OUTPUT
     from benchmarks.common import write_regions

@@ -30,6 +30,13 @@ def test_every_team_size_trains_and_is_measured_on_the_same_answers(tiny_model):
                                                                  "instruction": "Give the answer."}}
         assert base["task"]["options"]["k"] == base["eval_task"]["options"]["k"] == k
         assert base["eval_curve_limit"] * k == 64 and steps % every == 0 and seeds >= 3
+        roles = base["team"]["roles"]
+        if setting in credit_arena.PER_ROLE:  # one adapter per solver: K roles of one solver each
+            assert [r["name"] for r in roles] == [f"solver{i + 1}" for i in range(k)] and "count" not in roles[0]
+            assert {**base, "team": None} == {**credit_arena.arena_config(setting.removesuffix("_roles"), tiny_model, (
+                steps, problems, group, heldout, seeds, every)), "team": None}  # all else as the shared setting's
+        else:
+            assert roles == [{"name": "solver", "prompt": credit_arena.SOLVER_PROMPT, "count": k}]
         ok, refused = credit_arena.applicable_methods(base, ("grpo", "oracle", "cosac", "loto (masking)"))
         assert list(ok) == ["grpo", "oracle", "loto (masking)"] and list(refused) == ["cosac"]
 
@@ -138,3 +145,26 @@ def test_more_seeds_are_refused_for_another_comparison():
         merge_results(stored, _result({"grpo": [3], "loto": [3]}), "B")
     with pytest.raises(ValueError, match=r"seeds \[2\] are stored already"):
         merge_results(stored, _result({"grpo": [2, 3], "oracle": [2, 3]}), "B")
+
+
+def test_chain_settings_are_cosacs_sequential_team_with_grpo_and_cosac(tiny_model):
+    for setting, k in credit_arena.CHAIN_K.items():
+        sizes = credit_arena.sizes_of(setting, "default")
+        base = credit_arena.arena_config(setting, tiny_model, sizes)
+        assert base["protocol"]["name"] == "sequential" and base["protocol"]["options"]["n_agents"] == k
+        assert base["team"]["roles"] == [{"name": "solver", "prompt": credit_arena.SOLVER_PROMPT, "count": k}]
+        assert base["task"]["name"] == "arith" and base["eval_task"]["limit"] == 200 and sizes[4] >= 3
+        ok, refused = credit_arena.applicable_methods(base, credit_arena.SETTING_METHODS[setting])
+        assert list(ok) == ["grpo", "cosac"] and refused == {}
+
+
+@pytest.mark.slow  # 2 methods x 2 seeds of 2 tiny training steps of a 2-solver chain
+def test_chain_quick_path_stores_results_that_give_the_same_table(tiny_model, tmp_path):
+    result = credit_arena.run_setting("chain_k2", tiny_model, folder=tmp_path / "arena", sizes=(2, 1, 2, 2, 2, 1))
+    assert result["runs_total"] == 4 and sorted(result["per_seed"]["cosac"]) == [0, 1]
+    stored = {**result, "command": "python -m benchmarks.credit_arena --setting chain_k2", "machine": "test"}
+    again = load_result(save_result(stored, tmp_path / "chain_k2.json"))
+    table, notes, headline = credit_arena.split_markdown(again)
+    assert (table, notes, headline) == credit_arena.split_markdown(result)
+    assert table.splitlines()[3].startswith("| cosac | 2 |")
+    assert "Ceiling: none" in notes[1] and headline.startswith("chain_k2: grpo gain")
