@@ -727,9 +727,9 @@ def main(argv: list[str] | None = None) -> None:
                              "seeds are kept; only the missing ones train; resumable)")
     parser.add_argument("--table-only", action="store_true",
                         help="train nothing: write the table of the runs the sweep folder has finished "
-                             "(split settings: of the stored per-seed results)")
+                             "(split and chain settings: of the stored per-seed results)")
     parser.add_argument("--collect", action="store_true",
-                        help="split settings: train nothing, store the runs the sweep folder has finished "
+                        help="split and chain settings: train nothing, store the runs the sweep folder has finished "
                              "(a comparison stopped part-way), then write the tables")
     args = parser.parse_args(argv)
     if args.seeds is not None and (args.seeds < 1 or set(args.setting) - set(STORED_K)):
@@ -752,6 +752,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n## {setting}\n\n{table}", *notes, headline, sep="\n\n")
         if args.quick:
             continue
+        # the per-seed evidence behind this table, committed beside the split settings' (its table is
+        # still written from the sweep folder, as before)
+        save_result({**result, "command": " ".join(["python -m benchmarks.credit_arena", f"--setting {setting}",
+                                                    *(["--full"] if args.full else []),
+                                                    *([f"--methods '{args.methods}'"] if args.methods else [])]),
+                     "machine": line}, result_path(setting, size, more=only is not None))
         # a --methods run is another comparison: its own region and figure, the default table stays
         suffix = ("_full" if args.full else "") + ("_more" if only is not None else "")
         png = figure(result, FIGURES / f"credit_arena_{setting}{suffix}.png")
