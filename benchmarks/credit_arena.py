@@ -755,10 +755,10 @@ def main(argv: list[str] | None = None) -> None:
         # the per-seed evidence behind this table, committed beside the split settings' (its table is
         # still written from the sweep folder, as before)
         if any(result["per_seed"].values()):
-                save_result({**result, "command": " ".join(["python -m benchmarks.credit_arena", f"--setting {setting}",
-                                                        *(["--full"] if args.full else []),
-                                                        *([f"--methods '{args.methods}'"] if args.methods else [])]),
-                         "machine": line}, result_path(setting, size, more=only is not None))
+            flags = [f"--setting {setting}", *(["--full"] if args.full else []),
+                     *([f"--methods '{args.methods}'"] if args.methods else [])]
+            save_result({**result, "command": " ".join(["python -m benchmarks.credit_arena", *flags]), "machine": line},
+                        result_path(setting, size, more=only is not None))
         # a --methods run is another comparison: its own region and figure, the default table stays
         suffix = ("_full" if args.full else "") + ("_more" if only is not None else "")
         png = figure(result, FIGURES / f"credit_arena_{setting}{suffix}.png")
