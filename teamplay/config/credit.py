@@ -26,3 +26,7 @@ class CreditConfig(Section):
     options: dict[str, Any] = Field(default_factory=dict, description="Options of that method.")
     token: TokenCreditConfig | None = Field(None, description="Token-level credit after the message "
                                                               "method (None = one advantage per message).")
+    judge_model: str | None = Field(
+        None, description="Model (hub id, folder or alias, as model.name) of the generative judge of a "
+                          "method that asks for one (shapley with value: judge), loaded beside the team's "
+                          "with model.dtype and without adapters. None: the team's base model, adapters off.")

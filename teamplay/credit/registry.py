@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from teamplay.credit.values.generative_judge import GenerativeJudge
 from teamplay.credit.values.replay_query import ReplayEngine
 from teamplay.errors import ConfigError, DataError, TeamplayError
 from teamplay.records import Episode, TaskItem
@@ -41,6 +42,9 @@ class CreditResources:
         answer_probability: ``prob(episode, prefix_len: int) -> float``: the policy's probability of
             the gold answer after the first ``prefix_len`` messages (``a2tgpo``).
         embedder: an :class:`~teamplay.credit.values.coverage.Embedder` (``coverage``; default: packaged).
+        judge: a :class:`~teamplay.credit.values.generative_judge.GenerativeJudge`: greedy completions of a
+            batch of prompts (``shapley value=judge``; the trainer's: the base model, adapters off,
+            or ``credit.judge_model``).
         backend: the generation backend of the run (for methods that generate).
         token_stats: per-token statistics of the step's completions (token-level methods), a
             :class:`~teamplay.credit.token.base.GroupTokenStats`.
@@ -53,6 +57,7 @@ class CreditResources:
     transcript_value: Callable[..., float] | None = None
     answer_probability: Callable[..., float] | None = None
     embedder: Any | None = None
+    judge: GenerativeJudge | None = None
     backend: Any | None = None
     token_stats: Any | None = None
     batch_rewards: Sequence[float] | None = None

@@ -138,21 +138,28 @@ _CARDS: dict[str, _Text] = {
         "phi_{g,i}: the Shapley value of agent i in the characteristic game v_g(S) of episode g, "
         "centred per agent across the group (A = n (phi - mean_g phi) / sigma) and broadcast to the "
         "agent's spoken messages. v is vote (verifier score of the majority answer of S, v(empty) = "
-        "0), masking (transcript scorer on the transcript with other agents' messages withheld) or "
-        "replay (mean verifier score of k re-executions with only S playing).",
+        "0), masking (transcript scorer on the transcript with other agents' messages withheld), "
+        "replay (mean verifier score of k re-executions with only S playing) or judge (verifier score "
+        "of the answer a generative judge writes after reading S's messages, v(empty) = 0 or the "
+        "judge's question-only answer).",
         ("efficiency splits v(N) - v(empty) among the agents: a fair split of their interaction, an "
          "interventional effect only when v is additive",
          "vote assumes the team's answer is a majority of answers the agents gave independently",
          _MASKING,
          _REPLAY,
+         "judge: the judge's answer is a fair aggregate of the paths it reads; a bare copy of another "
+         "path's answer is worth what the judge makes of it (an identical copy shares its original's "
+         "credit: Shapley's symmetry)",
          "all of an agent's messages share its value (uniform within the agent)"),
         (f"{_TESTS_METHODS}::test_shapley_efficiency_exact_and_mc",
          f"{_TESTS_METHODS}::test_shapley_masking_and_replay_values",
          f"{_TESTS_REPLAY}::test_replay_shapley_gives_the_table_through_the_trainer_step",
-         f"{_TESTS_REPLAY}::test_masking_cannot_see_the_review_but_replay_can"),
+         f"{_TESTS_REPLAY}::test_masking_cannot_see_the_review_but_replay_can",
+         "tests/credit/test_generative_judge.py::test_free_riders_get_no_credit_from_an_evidence_judge"),
         "vote: verifier calls only; masking: one scorer call per coalition (batched); replay: one "
         "re-execution per coalition and sample after the shared prefix (at most budget x the step's "
-        "rollout tokens when budget is set); Monte Carlo permutations above exact_max_agents"),
+        "rollout tokens when budget is set); judge: one greedy judge reply per coalition (one batched "
+        "call per episode, judge_max_new_tokens each); Monte Carlo permutations above exact_max_agents"),
     "shapley_prm": _Text(
         "shapley's agent advantage A_{g,i}, spread over agent i's messages by a local score q_t: a_t = "
         "A_{g,i} + beta_i (q_t - mean q), conserving n_i A_{g,i} per agent and bounded by B; q is "

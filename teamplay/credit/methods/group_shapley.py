@@ -13,6 +13,8 @@ Resources a method may need (fields of the typed ``batch.resources``, declared a
   ``message_score: masking``;
 * ``replay``: a :class:`~teamplay.credit.values.replay_query.ReplayEngine` (batched, what the trainer gives), or
   ``replay(episode, kept_agents: frozenset[str]) -> list[float]``, for ``value: replay``;
+* ``judge``: a :class:`~teamplay.credit.values.generative_judge.GenerativeJudge` (greedy completions of a
+  batch of prompts), for ``value: judge``;
 * ``embedder``: an :class:`~teamplay.credit.values.coverage.Embedder` for ``coverage`` (default: the
   packaged MiniLM model, loaded once per process).
 """
@@ -24,7 +26,7 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.credit.values.characteristic import (
@@ -35,6 +37,11 @@ from teamplay.credit.values.characteristic import (
     last_answer_scorer,
 )
 from teamplay.credit.values.coverage import Embedder, TransformerEmbedder, coverage_advantages, coverage_shapley
+from teamplay.credit.values.generative_judge import (
+    GenerativeJudge,
+    GenerativeJudgeCharacteristic,
+    check_judge_template,
+)
 from teamplay.credit.values.group import batch_std, group_advantage, group_credit_advantage
 from teamplay.credit.values.prm import leave_one_message_out_scores, refine_to_messages, verifier_message_scores
 from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery
@@ -77,10 +84,12 @@ class GRPOOptions(GroupOptions):
 class ShapleyOptions(GroupOptions):
     """Options of the ``shapley`` method."""
 
-    value: Literal["vote", "masking", "replay"] = Field(
+    value: Literal["vote", "masking", "replay", "judge"] = Field(
         "vote", description="Characteristic function: 'vote' (majority of the coalition's answers, "
                             "exact), 'masking' (withhold other agents' messages, score with "
-                            "the transcript_scorer resource), 'replay' (the replay resource).")
+                            "the transcript_scorer resource), 'replay' (the replay resource), 'judge' "
+                            "(withhold other agents' messages; the judge resource writes an answer, the "
+                            "task scores it: Parallel Shapley's generative reward model).")
     removal: Literal["skip", "null_message", "base_policy"] = Field(
         "skip", description="value=replay: what a removed agent's turns become: 'skip' (they do not "
                             "happen; the protocol proceeds as if it had not spoken), 'null_message' (a "
@@ -96,6 +105,21 @@ class ShapleyOptions(GroupOptions):
     permutations: int = Field(64, ge=1, description="Monte Carlo permutations above exact_max_agents.")
     antithetic: bool = Field(False, description="Also use each sampled permutation reversed.")
     seed: int = Field(0, description="Seed of the Monte Carlo permutations (one generator per call).")
+    judge_template: str | None = Field(
+        None, description="value=judge: the judge's prompt, with the fields {question} and {transcript} "
+                          "(literal braces doubled); None: DEFAULT_GENERATIVE_JUDGE_TEMPLATE (asks for "
+                          "the final answer as \\boxed{...}).")
+    judge_max_new_tokens: int = Field(256, ge=1, le=8192,
+                                      description="value=judge: the most tokens the judge writes per coalition.")
+    judge_empty: Literal["zero", "question_only"] = Field(
+        "zero", description="value=judge: v(empty): 'zero' (no paths, no answer) or 'question_only' (the "
+                            "judge answers with every message withheld; the agents then share only what "
+                            "they add to the judge's own answer).")
+
+    @field_validator("judge_template")
+    @classmethod
+    def _judge_template_formats(cls, value: str | None) -> str | None:
+        return value if value is None else check_judge_template(value)
 
 
 class ShapleyPRMOptions(ShapleyOptions):
@@ -163,7 +187,8 @@ def _score_answer(batch: CreditBatch) -> Callable[[str | None], float]:
 
 def _value_needs(options: ShapleyOptions) -> frozenset[str]:
     """Resources of a characteristic function choice (``value``)."""
-    return frozenset({"masking": {"transcript_scorer"}, "replay": {"replay"}}.get(options.value, set()))
+    return frozenset({"masking": {"transcript_scorer"}, "replay": {"replay"}, "judge": {"judge"}}
+                     .get(options.value, set()))
 
 
 def _prm_needs(options: ShapleyPRMOptions) -> frozenset[str]:
@@ -186,7 +211,24 @@ def _characteristic(batch: CreditBatch, ep: Episode, value: str,
         return VoteCharacteristic(ep, _score_answer(batch))
     if value == "masking":
         return MaskingCharacteristic(ep, batch.resources.need("transcript_scorer", "option value=masking"), question)
+    if value == "judge":
+        return judge_characteristic(batch, ep, batch.resources.need("judge", "option value=judge"), options)
     return replay_characteristic(batch, ep, batch.resources.need("replay", "option value=replay"), options)
+
+
+def judge_characteristic(batch: CreditBatch, ep: Episode, judge: GenerativeJudge, options: ShapleyOptions
+                         ) -> GenerativeJudgeCharacteristic:
+    """``v(S)`` by a generative judge: the task's extractor reads the answer the judge writes after the
+    question and S's messages (the others withheld), the task's verifier scores it (0 when the reply
+    holds no answer); every uncached coalition of an episode in one judge call."""
+    if batch.extract is None:
+        raise ValueError("value=judge reads the judge's answer with the task's extractor: the CreditBatch "
+                         "needs extract")
+    question = batch.item.prompt if batch.item is not None else ""
+    return GenerativeJudgeCharacteristic(
+        ep, judge, batch.extract, _score_answer(batch), question, template=options.judge_template,
+        max_new_tokens=options.judge_max_new_tokens, item=batch.item,
+        empty_value=0.0 if options.judge_empty == "zero" else None)
 
 
 def replay_characteristic(batch: CreditBatch, ep: Episode, replay, options: ShapleyOptions

@@ -11,6 +11,9 @@ interface, :class:`CharacteristicFunction`:
 * :class:`ReplayCharacteristic`: asks a replay engine to re-run the episode with only the agents in
   S, k seeds each, and takes the mean (most faithful, one rollout per coalition and seed).
 
+A fourth, masking with a judge that writes the team's answer itself (Parallel Shapley's generative
+reward model), is :class:`~teamplay.credit.values.generative_judge.GenerativeJudgeCharacteristic`.
+
 Players are ``episode.agents`` in order; player j is bit j of a coalition mask. Every
 implementation caches values by mask, evaluates all uncached coalitions of a ``values`` call in one
 batch, and raises ValueError when a value is NaN or outside ``value_range`` (naming the coalition).

@@ -28,7 +28,7 @@ from teamplay.records import Episode, TaskItem
 from teamplay.training.wiring.setup import TRAINER_RESOURCES, load_items
 
 #: resources available off-line (no model is loaded): everything the trainer gives but what needs one
-SAVED_RESOURCES = TRAINER_RESOURCES - {"backend", "replay", "answer_probability"}
+SAVED_RESOURCES = TRAINER_RESOURCES - {"backend", "replay", "answer_probability", "judge"}
 
 
 @dataclass(frozen=True)

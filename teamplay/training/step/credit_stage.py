@@ -1,6 +1,6 @@
 """The step's credit stage: the configured credit method's advantages for each group, with the
 resources expensive methods ask for (a transcript scorer, the backend, counterfactual replays,
-answer probabilities), every replay of a step prefetched in one batch."""
+answer probabilities, a generative judge), every replay of a step prefetched in one batch."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, TaskItem
 from teamplay.training.learn.nonfinite import check_advantage_size
 from teamplay.training.play.answer_probability import AnswerProbability
+from teamplay.training.play.judge import BackendJudge
 from teamplay.training.play.replay import RolloutReplayEngine
 from teamplay.training.step.stages import GroupWork, StepContext
-from teamplay.training.wiring.setup import CheckedRun, RunParts, sampling_params
+from teamplay.training.wiring.setup import CheckedRun, RunParts, build_judge_backend, sampling_params
 
 
 def protocol_scorer(protocol: Protocol, task: Task, item: TaskItem) -> TranscriptScorer:
@@ -39,8 +40,9 @@ def protocol_scorer(protocol: Protocol, task: Task, item: TaskItem) -> Transcrip
 class CreditStage:
     """Turns groups into credited groups (``__call__``) and says how an episode was valued
     (``record``). Built once per run from the checked config and its wiring; it owns the replay
-    engine (``replay``, when the method re-executes) and the answer-probability scorer (when the
-    method asks for one)."""
+    engine (``replay``, when the method re-executes), the answer-probability scorer and the
+    generative judge (``judge``: ``setup.build_judge_backend``'s backend, adapters off), each only when
+    the method asks for it."""
 
     def __init__(self, cfg: TrainConfig, checked: CheckedRun, run: RunParts) -> None:
         self.method, self.options = cfg.credit.method, checked.credit_options
@@ -56,6 +58,9 @@ class CreditStage:
             self.answer_probability = AnswerProbability(
                 run.team_model, run.team, {it.id: it for it in run.items}, run.task.answer_instruction,
                 max_prompt_tokens=cfg.backend.max_prompt_tokens)
+        self.judge: BackendJudge | None = None
+        if "judge" in checked.credit_needs:
+            self.judge = BackendJudge(build_judge_backend(cfg, run))
 
     def __call__(self, groups: Sequence[GroupWork], ctx: StepContext) -> list[GroupWork]:
         """The method's advantages for each group, times the group's scale; an advantage beyond
@@ -63,7 +68,8 @@ class CreditStage:
         with signal or not (which groups carry a signal is decided per agent after credit, by the
         token stage). Every batch carries the step's rewards (``batch_rewards``: all of
         ``ctx.episodes``, for ``scale_rewards: batch``); with replay credit, every replay the method
-        will ask for runs first, in one batch, budgeted against the step's generated tokens."""
+        will ask for runs first, in one batch, budgeted against the step's generated tokens; with a
+        judge, its counters restart."""
         episodes = ctx.episodes
         step_rewards = tuple(float(ep.reward) for ep in episodes)
         groups = [dataclasses.replace(g, batch=CreditBatch(
@@ -72,6 +78,8 @@ class CreditStage:
         if self.replay is not None:
             self.replay.begin_step(ctx.step, sum(ep.tokens for ep in episodes))
             self.replay.prefetch(lambda batch: assign(self.method, batch, self.options), [g.batch for g in groups])
+        if self.judge is not None:
+            self.judge.begin_step()
         out = []
         for g in groups:
             advantages = assign(self.method, g.batch, self.options)
@@ -84,11 +92,12 @@ class CreditStage:
     def resources(self, item: TaskItem) -> CreditResources:
         """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer
         of masked transcripts (the protocol's ``score_visible``: by default the last answer still
-        visible, scored against ``item``), the generation backend, the replay engine and the
-        answer-probability scorer."""
+        visible, scored against ``item``), the generation backend, the replay engine, the
+        answer-probability scorer and the generative judge."""
         return CreditResources(
             transcript_scorer=protocol_scorer(self.protocol, self.task, item),
-            backend=self.backend, replay=self.replay, answer_probability=self.answer_probability)
+            backend=self.backend, replay=self.replay, answer_probability=self.answer_probability,
+            judge=self.judge)
 
     def record(self, episode: Episode) -> dict[str, Any]:
         """How the episode's messages were valued, for reports: the method and, for replay-based
@@ -99,5 +108,9 @@ class CreditStage:
         return record
 
     def metrics(self) -> dict[str, Any]:
-        """The replay engine's statistics of the step (empty without replays)."""
-        return self.replay.stats.to_dict() if self.replay is not None else {}
+        """The step's statistics of the replay engine and of the judge (``judge_tokens``, ...), of
+        those the method uses (empty when it uses neither)."""
+        out = self.replay.stats.to_dict() if self.replay is not None else {}
+        if self.judge is not None:
+            out.update(self.judge.stats.to_dict())
+        return out

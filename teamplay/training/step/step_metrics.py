@@ -19,8 +19,8 @@ def step_metrics(episodes: Sequence[Episode], groups: Sequence[GroupWork], work:
                  replay: dict[str, Any] | None = None) -> dict[str, Any]:
     """The step's metrics (JSON-ready): rewards over all ``episodes``, group counts over all
     ``groups``, credit over the credited ``work``, the ``update``'s metrics (the update stage's:
-    ``lr`` among them, the learning rate the update used) and, with replay credit, the replay
-    engine's statistics."""
+    ``lr`` among them, the learning rate the update used) and the credit stage's statistics
+    (``replay``: the replay engine's and the generative judge's, when the method uses them)."""
     rewards = [ep.reward for ep in episodes]
     samples = all_samples(work)
     credited = all_credited(work)

@@ -15,8 +15,9 @@ from teamplay.atomic import write_atomically
 
 #: per-step counters of generated tokens: the episodes' own (``tokens``) and the counterfactual ones
 #: that are not in them (controllers valuing an unchosen speak; the replay engine's re-executions,
-#: which serve shapley's replay characteristic function and continuation credit)
-BUDGET_KEYS = ("tokens", "counterfactual_tokens", "replay_tokens")
+#: which serve shapley's replay characteristic function and continuation credit; the generative
+#: judge's replies, which serve shapley's judge characteristic function)
+BUDGET_KEYS = ("tokens", "counterfactual_tokens", "replay_tokens", "judge_tokens")
 
 
 def generated_tokens(metrics: dict[str, Any]) -> int:

@@ -259,10 +259,11 @@ def _export_controllers(controllers: TeamControllers, team_file: Path) -> TeamCo
     return controllers
 
 
-#: resources the trainer hands credit methods (``CreditResources`` fields it sets; ``replay`` and
-#: ``answer_probability`` only when the method needs them; the token statistics go to the token
-#: method, after the message method)
-TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards", "replay", "answer_probability"})
+#: resources the trainer hands credit methods (``CreditResources`` fields it sets; ``replay``,
+#: ``answer_probability`` and ``judge`` only when the method needs them; the token statistics go to
+#: the token method, after the message method)
+TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards", "replay", "answer_probability",
+                               "judge"})
 
 
 @dataclass(frozen=True)
@@ -299,11 +300,37 @@ def check_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) ->
     protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)
     options = check_credit(cfg.credit.method, cfg.credit.options, protocol.name, provided)
     needs = frozenset(get_credit(cfg.credit.method).requires(options))
+    if cfg.credit.judge_model is not None and "judge" not in needs:
+        raise ConfigError(f"credit.judge_model: credit method {cfg.credit.method!r} with these options uses no "
+                          f"judge; remove judge_model, or use a judge (shapley with value: judge)")
     token = cfg.credit.token
     if token is None:
         return CheckedRun(cfg, options, needs)
     method = get_token_credit(token.method)
     return CheckedRun(cfg, options, needs, method, parse_token_options(method, token.options))
+
+
+def build_judge_backend(cfg: TrainConfig, run: RunParts) -> GenerationBackend:
+    """The backend of the generative judge (the ``judge`` credit resource; its requests name no adapter):
+    the run's own backend, so the team's base model with every adapter off, or, with
+    ``credit.judge_model``, an hf backend on that model (no adapters, ``model.dtype``, the driver's
+    device, the run's prompt bound and micro-batch). A team with several base models has no one
+    base to judge with: it must name a judge model (ConfigError)."""
+    from teamplay.agents.models import load_configured_model
+    from teamplay.agents.team_model import TeamModel
+
+    if cfg.credit.judge_model is None:
+        if getattr(run.team_model, "parts", None) is not None:
+            raise ConfigError("credit.judge_model: this team has several base models, so the judge cannot be "
+                              "'the base model with adapters off'; name the judge's model in credit.judge_model")
+        return run.backend
+    device = model_device(driver_placement(cfg.distributed), cfg.model)
+    model, tokenizer = load_configured_model(cfg.credit.judge_model, cfg.model.dtype, device)
+    if device is not None and str(device) != "cpu":
+        model.to(device)
+    return get_backend("hf", team_model=TeamModel(model, tokenizer, adapters=()),
+                       max_prompt_tokens=cfg.backend.max_prompt_tokens,
+                       micro_batch_size=cfg.backend.micro_batch_size)
 
 
 @dataclass
