@@ -1,11 +1,13 @@
 """Scripted policies, their answer format against the real task extractors, and the backend registry."""
 
+import dataclasses
+
 import pytest
 
 from teamplay.agents.backends import BACKENDS, get_backend
 from teamplay.agents.backends.scripted import ScriptedBackend, format_answer, same_answer, wrong_answer
 from teamplay.errors import ConfigError
-from teamplay.records import ChatMessage, SamplingParams, TaskItem, TurnRequest
+from teamplay.records import ChatMessage, Message, SamplingParams, TaskItem, TurnRequest
 
 PARAMS = SamplingParams()
 ITEM = TaskItem(id="arith/test/0", prompt="What is 7 + 11?", reference="18")
@@ -78,6 +80,27 @@ def test_echo_random_and_custom_callables():
     assert len(texts) == 5  # different agents get different text
     out = ScriptedBackend(lambda r: f"{r.agent}:{r.round}").generate([turn(round_=3)], PARAMS)[0]
     assert out.text == "solver_0:3" and out.adapter == "solver" and out.completion_ids == ()
+
+
+def test_copier_restates_the_latest_visible_answer_bare_and_silent_answers_nothing():
+    seen = (Message("solver_0", "solver", 0, "solve", "7 + 11 = 18, so \\boxed{18}.", answer="18"),
+            Message("solver_1", "solver", 0, "solve", "\\boxed{19}", answer="19"),
+            Message("solver_2", "solver", 0, "solve", "no idea", answer=None))
+
+    def path(agent="copier_0", transcript=seen, stage="solve"):
+        return dataclasses.replace(turn(stage, agent=agent), transcript=transcript)
+
+    assert say("copier", path()) == "The answer is \\boxed{19}."  # the latest answer of any other agent
+    assert say("copier(agent=solver_0)", path()) == "The answer is \\boxed{18}."  # its work is not copied
+    assert say("copier(agent=solver_0)", path(agent="solver_0")) == "I have no answer."  # never itself
+    assert say("copier", path(transcript=())) == "I have no answer."  # a simultaneous round: nothing to copy
+    assert say("copier", path(transcript=seen[2:])) == "I have no answer."
+    assert say("copier", path(stage="review")) == "RIGHT"
+    assert {say("silent", path(stage=s)) for s in ("solve", "review")} == {"I have nothing to add."}
+    with pytest.raises(ConfigError, match="copier.*unknown option 'who'; copier takes \\['agent'\\]"):
+        ScriptedBackend("copier(who=solver_0)")
+    with pytest.raises(ConfigError, match="agent=3 is out of range"):
+        ScriptedBackend("copier(agent=3)")
 
 
 def test_errors():

@@ -30,6 +30,12 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
   on any other turn it behaves as ``oracle``.
 - ``approver``: a free-riding reviewer: every review says RIGHT whatever it reviews; on any other
   turn it restates the running answer (no answer when there was none).
+- ``copier(agent=NAME)``: a free-riding path: restates, as a bare answer sentence without any work,
+  the latest answer it can see in its transcript, from ``agent``'s messages (default: any other
+  agent's); ``"I have no answer."`` when it sees none, so in a simultaneous round (``vote``) it
+  answers nothing. Every review says RIGHT.
+- ``silent``: a path that answers nothing: ``"I have nothing to add."`` on every turn (no answer, no
+  verdict).
 
 A policy with options is written ``name(key=value, ...)`` (``noisy_proposer(p_right=0.3)``), values
 as YAML scalars; ``parse_policy`` reads that form and ``POLICY_OPTIONS`` lists what each accepts.
@@ -249,6 +255,18 @@ class ScriptedBackend(GenerationBackend):
     def _approver(self, request: TurnRequest, _sampling: SamplingParams) -> str:
         return "RIGHT" if _is_review(request) else _restate(request)
 
+    def _copier(self, request: TurnRequest, _sampling: SamplingParams) -> str:
+        if _is_review(request):
+            return "RIGHT"
+        source = self.options.get("agent")
+        for m in reversed(request.transcript):
+            if m.agent != request.agent and source in (None, m.agent) and m.spoke and m.answer is not None:
+                return format_answer(m.answer)
+        return "I have no answer."
+
+    def _silent(self, _request: TurnRequest, _sampling: SamplingParams) -> str:
+        return "I have nothing to add."
+
     def _coin(self, request: TurnRequest, sampling: SamplingParams, item: TaskItem) -> float:
         """A uniform draw in [0, 1) for this request, from (backend seed, sampling seed, position
         in the call, item, agent, round): independent of the transcript, repeatable."""
@@ -288,6 +306,8 @@ POLICIES: dict[str, Callable[[ScriptedBackend, TurnRequest, SamplingParams], str
     "noisy_teammate": ScriptedBackend._noisy_teammate,
     "noisy_reviewer": ScriptedBackend._noisy_reviewer,
     "approver": ScriptedBackend._approver,
+    "copier": ScriptedBackend._copier,
+    "silent": ScriptedBackend._silent,
 }
 
 #: options each policy accepts, with a check of the value
@@ -295,8 +315,13 @@ def _probability(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
+def _agent_name(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
 POLICY_OPTIONS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "noisy_proposer": {"p_right": _probability},
     "noisy_teammate": {"q": _probability},
     "noisy_reviewer": {"p_right": _probability},
+    "copier": {"agent": _agent_name},
 }
