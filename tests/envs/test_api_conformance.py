@@ -19,6 +19,7 @@ VARIANTS = [(p, {}) for p in ALL_PROTOCOLS] + [
     ("debate", {"n_agents": 2, "rounds": 0}),
     ("vote", {"n_agents": 5}),
     ("sequential", {"n_agents": 1}),
+    ("paths", {"n_paths": 1, "paths_see": "earlier"}),
 ]
 
 
@@ -34,7 +35,8 @@ def test_api_and_seed(variant):
     seed_test(lambda: TeamEnv(FakeTask(), name, items=ITEMS, protocol_options=options), num_cycles=20)
 
 
-@pytest.mark.parametrize("name", ["vote", "debate", PYTHON_EXAMPLE], ids=["vote", "debate", "example_py"])
+@pytest.mark.parametrize("name", ["vote", "debate", "paths", PYTHON_EXAMPLE],
+                         ids=["vote", "debate", "paths", "example_py"])
 def test_parallel_api_and_seed(name):
     parallel_api_test(parallel_team_env(FakeTask(), name, items=ITEMS), num_cycles=20)
     parallel_seed_test(lambda: parallel_team_env(FakeTask(), name, items=ITEMS))
@@ -60,7 +62,7 @@ def test_parallel_refused_when_a_round_sees_itself(tmp_path):
     assert [m.agent for m in env.infos["solver_1"]["turn"].transcript] == ["solver_0"]
 
 
-@pytest.mark.parametrize("name", ["vote", "debate"])
+@pytest.mark.parametrize("name", ["vote", "debate", "paths"])
 def test_parallel_and_aec_give_the_same_episode(name):
     # answers depend on agent and round, so any mix-up of order or visibility shows in the episode
     def policy(request):

@@ -1,11 +1,19 @@
 """Team protocols: who speaks when, who sees what, how the final answer is chosen.
 
 Built-ins (one module each): ``single``, ``vote``, ``proposer_reviewer``, ``debate``,
-``sequential``, ``split``. User protocols: a YAML file (``yaml_protocol``) or a Python file defining one
-``Protocol`` subclass, both loaded by path through ``get_protocol``.
+``sequential``, ``split``, ``paths``. User protocols: a YAML file (``yaml_protocol``) or a Python file
+defining one ``Protocol`` subclass, both loaded by path through ``get_protocol``.
 """
 
-from teamplay.envs.protocols import debate, proposer_reviewer, sequential, single, split, vote  # noqa: F401  (registers)
+from teamplay.envs.protocols import (  # noqa: F401  (registers)
+    debate,
+    paths,
+    proposer_reviewer,
+    sequential,
+    single,
+    split,
+    vote,
+)
 from teamplay.envs.protocols.base import (
     Controller,
     Protocol,
