@@ -134,6 +134,13 @@ class TrainConfig(TeamTrainingConfig):
                                 "steps use the first N held-out problems, and the run also logs "
                                 "`heldout_curve` (those N problems) before training, at each of those steps "
                                 "and after training. None = every evaluation uses every held-out problem.")
+    eval_samples: int | None = Field(
+        None, ge=2, description="pass@k: before and after training, also play every held-out problem k times "
+                                "with the training decoding (`sampling`), logged as `heldout_sampled` (step 0) "
+                                "and `heldout_sampled_final` (last line); their `extra.samples` holds pass@k and "
+                                "how many distinct right solutions each problem got "
+                                "(`teamplay.training.play.evaluation.sample_metrics`). None = the greedy "
+                                "evaluation only.")
     eval_cache: str | None = Field(
         None, description="Folder that keeps the held-out evaluation of the untrained team for reuse by "
                           "every run it equals (same model, team, protocol, controllers, tasks, eval "
@@ -142,6 +149,14 @@ class TrainConfig(TeamTrainingConfig):
     checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
     distributed: DistributedConfig | None = Field(
         None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
+
+    @model_validator(mode="after")
+    def _eval_samples_differ(self) -> TrainConfig:
+        if self.eval_samples is not None and self.sampling.temperature == 0:
+            raise ValueError(f"eval_samples: {self.eval_samples} samples of a held-out problem at "
+                             "sampling.temperature 0 are copies of one greedy episode; set sampling.temperature "
+                             "> 0 or drop eval_samples")
+        return self
 
     @model_validator(mode="after")
     def _distributed_fits(self) -> TrainConfig:
@@ -181,6 +196,8 @@ SINGLE_RUN_ONLY = {
     "eval_curve_limit": "eval_curve_limit: the server evaluates the global team on every held-out problem "
                         "after every round; drop it (or set eval_task.limit)",
     "eval_cache": "eval_cache: the server evaluates the untrained team once per run, not from a cache; drop it",
+    "eval_samples": "eval_samples: the server evaluates the global team greedily after every round (no pass@k); "
+                    "drop it",
 }
 
 

@@ -18,6 +18,7 @@ from tests.federated.fakes import tiny_config
     ({"token_budget": 1000}, "token_budget: a federated run's length"),
     ({"controllers": {"enabled": True}}, "controllers.enabled: learned speak/skip controllers"),
     ({"distributed": {"rollout_workers": 1}}, "distributed: a federated run's sites train in one process each"),
+    ({"eval_samples": 4}, "eval_samples: the server evaluates the global team greedily"),
 ])
 def test_fields_a_federated_run_cannot_use_are_refused_at_load(tmp_path, extra, message):
     data = {**tiny_config(tmp_path), **extra}

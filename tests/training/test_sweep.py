@@ -72,6 +72,22 @@ def test_grid_and_seed_parsing_and_errors(tmp_path):
         parse_seeds("0,0")
 
 
+def test_a_long_grid_value_gets_a_short_distinct_folder_name(tmp_path):
+    # a judge's prompt as a grid value: its label is longer than a file name may be (255 bytes)
+    prompts = ["Q: {question} " + "x" * 300 + " {transcript} A", "Q: {question} " + "x" * 300 + " {transcript} B"]
+    grid = {"credit": tuple({"method": "shapley", "options": {"value": "judge", "judge_template": p}} for p in prompts)}
+    sweep = plan(tmp_path, {"steps": 1}, grid, parse_seeds("0,11"))
+    names = [r.name for r in sweep.runs]
+    assert len(set(names)) == 4 and all(len(n) <= 255 for n in names)  # cut, yet distinct (the ends differ)
+    assert names[0].startswith("credit.method=shapley,credit.options.value=judge,credit.options.judge_template=Q")
+    assert names[0].endswith("__seed0") and names[1].endswith("__seed11")
+    for run in sweep.runs:  # the folder exists and holds the run's config
+        path = Path(sweep.config(run).output_dir)
+        path.mkdir(parents=True)
+        assert path.name == run.name
+    assert sweep.config(sweep.runs[2]).credit.options["judge_template"] == prompts[1]
+
+
 def test_seeds_first_pairs_seeds_and_resumes_the_grid_order_folder(tmp_path):
     from teamplay.training.experiments.sweep import pending_runs
 

@@ -34,6 +34,7 @@ metrics, cost), its gain over the evaluation before training, and the run's trai
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import itertools
 import json
@@ -59,6 +60,26 @@ DONE = "done.json"
 RUNS = "runs"
 EVAL_CACHE = "eval_cache"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
+#: the longest file name most file systems allow (NAME_MAX); a grid value may be a long text
+MAX_NAME = 255
+
+
+def run_name(label: str, seed: int) -> str:
+    """The folder name of a run: its label with characters unsafe in file names made ``_``, then
+    ``__seed<seed>``. A name longer than ``MAX_NAME`` (a grid value such as a judge's prompt) is cut,
+    the label ending in ``~`` and 12 hex digits of its sha256 so that names stay distinct.
+
+    >>> run_name("credit.method=grpo", 3)
+    'credit.method=grpo__seed3'
+    >>> name = run_name("credit.options.prompt=" + "x" * 300, 0)
+    >>> len(name), name[-20:]
+    (255, '~4033abc0cc0f__seed0')
+    """
+    safe, tail = _UNSAFE.sub("_", label), f"__seed{seed}"
+    if len(safe) + len(tail) <= MAX_NAME:
+        return safe + tail
+    digest = hashlib.sha256(label.encode()).hexdigest()[:12]
+    return f"{safe[:MAX_NAME - len(tail) - 13]}~{digest}{tail}"
 
 
 @dataclass(frozen=True)
@@ -203,7 +224,7 @@ def plan(folder: Path, base: Mapping[str, Any], grid: Mapping[str, Sequence[Any]
         label = ",".join(part for k, v in point.items() for part in _label(k, v)) or "base"
         for seed in seeds:
             sets = tuple(f"{k}={json.dumps(v)}" for k, v in point.items()) + (f"seed={seed}",)
-            name = f"{_UNSAFE.sub('_', label)}__seed{seed}"
+            name = run_name(label, seed)
             runs.append(SweepRun(name=name, point=point, label=label, seed=seed, overrides=sets))
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
@@ -323,6 +344,9 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     * ``heldout/<field>``: the final held-out evaluation (``heldout_final``; nested fields such as
       ``role_accuracy`` and ``extra.team`` become ``heldout/role_accuracy/proposer``);
     * ``heldout_gain/team_accuracy``: final minus before-training held-out accuracy (when both exist);
+    * ``heldout_sampled/<field>`` (runs with ``eval_samples``): the final sampled evaluation
+      (``heldout_sampled_final``: ``heldout_sampled/samples/pass_at_k``, ...), and
+      ``heldout_sampled_gain/pass_at_k``: its pass@k minus the one before training;
     * ``train/reward_last``: mean team reward of the last step;
     * ``train/updates``: optimiser steps taken over the run (a step whose groups all had equal rewards
       may take none);
@@ -341,6 +365,13 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
         out.update(_flatten(final, "heldout/"))
         if before is not None:
             out["heldout_gain/team_accuracy"] = float(final["team_accuracy"]) - float(before["team_accuracy"])
+    sampled = next((r["heldout_sampled_final"] for r in reversed(rows) if "heldout_sampled_final" in r), None)
+    sampled_before = next((r["heldout_sampled"] for r in rows if r.get("step") == 0 and "heldout_sampled" in r), None)
+    if sampled is not None:
+        out.update(_flatten(sampled, "heldout_sampled/"))
+        if sampled_before is not None:
+            out["heldout_sampled_gain/pass_at_k"] = (float(sampled["extra"]["samples"]["pass_at_k"])
+                                                     - float(sampled_before["extra"]["samples"]["pass_at_k"]))
     steps = [r for r in rows if "reward_mean" in r]
     if steps:
         out["train/reward_last"] = float(steps[-1]["reward_mean"])
@@ -356,7 +387,8 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
                 out[f"budget/{key}"] = total(key)
         # every token the run generated: its episodes' plus counterfactual ones (not in ``tokens``)
         out["budget/generated_tokens"] = sum(out.get(f"budget/{key}", 0.0) for key in BUDGET_KEYS)
-    for key in ("heldout/seconds", "heldout/tokens_per_second", "heldout/episodes"):
+    for key in (f"{part}/{name}" for part in ("heldout", "heldout_sampled")
+                for name in ("seconds", "tokens_per_second", "episodes")):
         out.pop(key, None)  # wall time and episode counts are not results
     return out
 

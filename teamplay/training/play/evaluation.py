@@ -22,12 +22,16 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
 * ``extra["team"]``: what each role learned: first-answer accuracy per role, review verdict
   accuracy split into wrong answers caught and right answers wrongly rejected, correction and harm
   rates, debate moves toward/away from the majority (``teamplay.training.play.team_metrics``).
+* ``extra["samples"]`` (only when every problem was played at least twice, ``evaluate(samples=k)``
+  with sampled decoding): pass@k and the distinct right solutions per problem (``sample_metrics``);
+  ``team_accuracy`` is then the mean accuracy of the samples (sampled pass@1).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 import warnings
 from collections import defaultdict
@@ -96,6 +100,56 @@ def lm_eval_scores(episodes: Sequence[Episode], items: dict[str, TaskItem], task
     return scores
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one problem from ``n`` samples of which ``c`` are right (Chen et al.,
+    2021): ``1 - C(n - c, k) / C(n, k)``, the chance that k of the n samples drawn without
+    replacement hold a right one; with ``k == n`` it is 1 when any sample is right, else 0.
+
+    >>> pass_at_k(4, 1, 4), pass_at_k(4, 0, 4), pass_at_k(4, 1, 2)
+    (1.0, 0.0, 0.5)
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def solution_text(episode: Episode) -> str:
+    """The team's written solution: ``final_text`` (for ``single``, the completion) with runs of
+    whitespace made one space, so that two samples differ only by what they say."""
+    return " ".join(final_text(episode).split())
+
+
+def sample_metrics(episodes: Sequence[Episode]) -> dict[str, float | None] | None:
+    """Per-problem statistics of several episodes per problem (``evaluate(samples=k)``, sampled), or
+    ``None`` when some problem was played once. An episode is right when its reward is above 0.5.
+
+    * ``k``: the fewest episodes of a problem (every problem's count with ``evaluate``);
+    * ``pass_at_k``: the mean over problems of ``pass_at_k(n_p, right_p, k)``;
+    * ``distinct_correct_texts``: the mean over problems of the number of distinct
+      ``solution_text`` among its right episodes (0 for a problem with none). Distinct right
+      *answers* would say nothing on a task with one reference (every right answer is the same
+      number); the solutions are what can differ;
+    * ``distinct_correct_share``: over the problems with a right episode, the mean of distinct right
+      texts / right episodes (1: no two right samples wrote the same solution); ``None`` when no
+      problem has a right episode.
+    """
+    by_problem: dict[str, list[Episode]] = defaultdict(list)
+    for ep in episodes:
+        by_problem[ep.problem_id].append(ep)
+    k = min((len(eps) for eps in by_problem.values()), default=0)
+    if k < 2:
+        return None
+    passes, distinct, shares = [], [], []
+    for eps in by_problem.values():
+        right = [solution_text(ep) for ep in eps if ep.reward > 0.5]
+        passes.append(pass_at_k(len(eps), len(right), k))
+        distinct.append(len(set(right)))
+        if right:
+            shares.append(len(set(right)) / len(right))
+    return {"k": k, "pass_at_k": sum(passes) / len(passes), "distinct_correct_texts": sum(distinct) / len(distinct),
+            "distinct_correct_share": sum(shares) / len(shares) if shares else None}
+
+
 def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Task,
               seconds: float = 0.0) -> EvalMetrics:
     """Metrics of ``episodes``; ``items`` maps problem id to item (to score initial answers)."""
@@ -137,7 +191,8 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
         extra={"team": team_metrics(episodes, correct, initial_flags),
-               **({"speak_rate": rates} if (rates := speak_rates(episodes)) else {})},
+               **({"speak_rate": rates} if (rates := speak_rates(episodes)) else {}),
+               **({"samples": samples} if (samples := sample_metrics(episodes)) is not None else {})},
         lm_eval=lm_eval_scores(episodes, items, task),
     )
 

@@ -9,6 +9,11 @@ problems, and every ``eval_every`` steps on them only (cheap enough to run often
 team's evaluations are read from ``eval_cache`` when a run of the same untrained team stored them
 (``evaluation.cached_untrained_eval``).
 
+With ``eval_samples = k`` the untrained and the trained team also play every held-out problem k
+times with the training decoding (``cfg.sampling``): pass@k and the distinct right solutions
+(``evaluation.sample_metrics``), logged as ``heldout_sampled`` in the step-0 line and
+``heldout_sampled_final`` in the last one (not every ``eval_every`` steps: k times the cost).
+
 The trainer decides when to evaluate and where the lines go; this part only evaluates. Before
 each evaluation it calls ``prepare(label)`` (the trainer shares its state with the learner's copies
 and calls ``on_eval``). Each call takes ``check``, called at each safe point of the rollouts: it
@@ -48,12 +53,14 @@ class HeldOutEvaluation:
 
     def before(self, items: Sequence[TaskItem], check: Callable[[], None]) -> tuple[EvalMetrics, dict[str, Any]]:
         """The untrained team on every problem, and the step-0 line of metrics.jsonl (``heldout``,
-        and ``heldout_curve`` on the curve's problems)."""
+        ``heldout_curve`` on the curve's problems, ``heldout_sampled`` with ``eval_samples``)."""
         metrics = self.untrained(items, check)
         line = {"heldout": metrics.to_dict()}
         curve = self.curve(items)
         if curve is not None:
             line["heldout_curve"] = self.untrained(items, check, curve).to_dict()
+        if self.cfg.eval_samples is not None:
+            line["heldout_sampled"] = self.untrained_sampled(items, check).to_dict()
         return metrics, line
 
     def at_step(self, step: int, items: Sequence[TaskItem], check: Callable[[], None]) -> dict[str, Any]:
@@ -65,12 +72,14 @@ class HeldOutEvaluation:
 
     def after(self, items: Sequence[TaskItem], check: Callable[[], None]) -> tuple[EvalMetrics, dict[str, Any]]:
         """The trained team on every problem, and the last line of metrics.jsonl (``heldout_final``,
-        and ``heldout_curve`` on the curve's problems)."""
+        ``heldout_curve`` on the curve's problems, ``heldout_sampled_final`` with ``eval_samples``)."""
         metrics = self.run("after", items, check)
         line = {"heldout_final": metrics.to_dict()}
         curve = self.curve(items)
         if curve is not None:
             line["heldout_curve"] = self.run("after (curve)", curve, check).to_dict()
+        if self.cfg.eval_samples is not None:
+            line["heldout_sampled_final"] = self.sampled("after (sampled)", items, check).to_dict()
         return metrics, line
 
     def untrained(self, items: Sequence[TaskItem], check: Callable[[], None],
@@ -86,6 +95,24 @@ class HeldOutEvaluation:
         if curve is not None:  # the first N distinct problems: the same evaluation as eval_task.limit = N
             config["eval_task"] = {**(config.get("eval_task") or {}), "limit": len(curve), "curve": True}
         return cached_untrained_eval(Path(self.cfg.eval_cache), config, lambda: self.run(label, problems, check))
+
+    def untrained_sampled(self, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
+        """The untrained team's sampled evaluation (``eval_samples``), read from ``eval_cache`` as
+        ``untrained`` is, under a key of its own (the training decoding, k episodes per problem)."""
+        if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
+            return self.sampled("before (sampled)", items, check)
+        config = self.cfg.model_dump(mode="json")
+        config["eval_sampling"] = config["sampling"]
+        config["eval_task"] = {**(config.get("eval_task") or {}), "samples": self.cfg.eval_samples}
+        return cached_untrained_eval(Path(self.cfg.eval_cache), config,
+                                     lambda: self.sampled("before (sampled)", items, check))
+
+    def sampled(self, label: str, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
+        """``eval_samples`` episodes of every problem of ``items`` with the training decoding, as
+        ``run`` plays one greedy episode each."""
+        self.prepare(label)
+        runner = self.runner.held_out(sampling_params(self.cfg.sampling), check)
+        return evaluate(runner, self.task, items, samples=self.cfg.eval_samples, seed=self.cfg.seed)[1]
 
     def run(self, label: str, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
         """One evaluation of the team as it is now on ``items``, announced as ``label``; ``check``

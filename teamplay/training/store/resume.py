@@ -63,7 +63,7 @@ def checkpoint_to_resume(run_dir: Path, resume: str, cfg: TrainConfig) -> Loaded
 
 #: config fields a resumed run may change: how long it runs and what it logs, never what it learns
 RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_task", "eval_sampling", "eval_every",
-                     "eval_curve_limit",
+                     "eval_curve_limit", "eval_samples",
                      "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
                      # when a run gives up on non-finite steps, not what it learns
                      "optim.max_nonfinite_steps",
