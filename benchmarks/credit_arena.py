@@ -23,9 +23,40 @@ tokens, temperature 0.7 in training, greedy held-out evaluation):
   adapter answering one sum in turn, each keeping or revising the running answer (credit is not
   additive); ``grpo`` against ``cosac``, no closed-form ceiling.
 
-The split and chain settings store their per-seed results in ``benchmarks/results/credit_arena/``
-(committed; ``--table-only`` rewrites their tables from them, ``--seeds N`` brings a stored
-comparison to N paired seeds).
+The seeds' own claims (issue 39), each against grpo on the same config, with no closed-form ceiling:
+
+* ``gcpo``: GCPO's claim that coverage credit over a group of samples gives better accuracy *and*
+  diversity. One solver (``single``) that works the sum before answering (32 new tokens, no reply
+  prefix: at 6 answer-first tokens every right solution is the same text); the group of G = 4 is the
+  team ``coverage`` credits. Held-out: greedy pass@1, pass@4 from 4 samples per problem at the training
+  temperature (``eval_samples``, before and after training), and the distinct right solutions per
+  problem (texts: every right answer to a sum is the same number).
+* ``parallel_shapley``: Parallel Shapley's claim that a generative judge's Shapley values credit the
+  paths that work. Protocol ``paths``: K = 4 paths (two of the model, one shared adapter; a scripted
+  ``copier`` of path_a and a scripted ``silent`` path), then a judge, the model with a frozen adapter
+  (the base model: an aggregator that does not learn, as Parallel Shapley's reward model, so every
+  method trains the same two paths under the same aggregator; trained, it would take a share of
+  every method's credit and all of masking's). ``grpo``, ``shapley (judge)`` (the base model asked which
+  answer the visible solutions give, 10 tokens, 31 coalitions per episode) and ``shapley (masking)``
+  (which sees only the judge's message, so credits the frozen judge alone and trains nothing). The
+  table reports each role's credit share (the free riders' among them) and the judge's tokens.
+* ``tracer``: TRACER's claim of tokens saved at equal accuracy: the ``pr`` team with learned speak/skip
+  controllers on the review only (the second proposal always speaks), a review token priced at 0.02
+  in the controller's value of speaking, so that skipping the review of a right answer pays;
+  ``tracer_roles`` against ``grpo``; tokens per problem, team and verdict accuracy, correction rates.
+
+Their default sizes, estimated from a split_k8 run (12 steps x 32 answers of 6 tokens: about 7
+minutes on one core) and probes of the 135M model on this 2-core machine while other runs shared it
+(a greedy batch of 16 answers of 32 tokens: 0.45 s per answer; a credit judge prompt of 5 messages:
+0.6 s), each about 90 minutes or less with ``--parallel 2``: ``gcpo`` 10 runs of about 14 minutes (12 steps of 8
+problems x 4, 100 held-out problems, 400 sampled ones twice) = about 70 minutes; ``parallel_shapley``
+5 seeds of grpo and masking (about 4 minutes each) and shapley (judge) (about 28 minutes: 10 steps x
+8 episodes x 31 judged coalitions) = about 85 minutes; ``tracer`` 16 runs of about 6.5 minutes (the
+``pr`` sizes, 8 seeds) = about 55 minutes.
+
+The split, chain and claim settings store their per-seed results in
+``benchmarks/results/credit_arena/`` (committed; ``--table-only`` rewrites their tables from them,
+``--seeds N`` brings a stored comparison to N paired seeds).
 
 Methods: ``grpo``, ``continuation`` and ``shapley`` with replay (the counterfactual methods the
 fidelity table ranks highest), ``cosac``, and ``tracer_roles`` for proposer/reviewer; others with
@@ -46,6 +77,8 @@ accuracy over training, on a fixed subset of the first 64 problems) and after tr
 
     python -m benchmarks.credit_arena --parallel 2                 # noisy_q0 and noisy_q05, 5 seeds
     python -m benchmarks.credit_arena --setting pr --parallel 2    # proposer/reviewer (longer)
+    python -m benchmarks.credit_arena --setting gcpo --parallel 2  # a claim (stored per-seed results)
+    python -m benchmarks.credit_arena --setting gcpo --table-only  # its table from the stored results
     python -m benchmarks.credit_arena --quick                      # a smoke run of the pipeline
     python -m benchmarks.credit_arena --full --parallel 2          # 10 seeds; resumes where it stopped
 
@@ -62,7 +95,7 @@ import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks.arena_results import (
     load_result,
@@ -79,6 +112,15 @@ from teamplay.report.sweep_page import curve_area, run_learning_curve
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
+#: the credit judge of ``shapley (judge)`` (Parallel Shapley's generative reward model): asked which
+#: answer the visible solutions give, in a few tokens. With the value's default template (reason, then
+#: \boxed{}) and this budget the 135M judge solved the sum itself ("23 + 32 = 65") whatever it was
+#: shown, so every coalition had one value and every agent no credit (a probe of 3 untrained episodes);
+#: a longer reply costs its tokens 31 times per episode (every coalition of 5 agents is judged)
+JUDGE_TEMPLATE = ("Question:\n{question}\n\nSolutions written by members of a team (some may be withheld):\n"
+                  "{transcript}\n\nWhich final answer do the solutions give? Reply with that number only.")
+JUDGE_TOKENS = 10
+
 #: method label -> credit section; only registered methods the trainer accepts run
 ARENA_METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"method": "grpo"},
@@ -93,6 +135,9 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "oracle": {"method": "oracle", "options": {"form": "additive"}},
     "oracle (spoiler)": {"method": "oracle", "options": {"form": "spoiler"}},
     "loto (masking)": {"method": "loto", "options": {"value": "masking"}},
+    "coverage": {"method": "coverage"},
+    "shapley (judge)": {"method": "shapley", "options": {"value": "judge", "judge_template": JUDGE_TEMPLATE,
+                                                         "judge_max_new_tokens": JUDGE_TOKENS}},
 }
 
 #: the additive team's settings by team size: ``split_kK`` (one LoRA adapter shared by the K solvers)
@@ -105,6 +150,9 @@ PER_ROLE = frozenset(name for name in SPLIT_K if name.endswith("_roles"))
 CHAIN_K = {f"chain_k{k}": k for k in (2, 4, 8)}
 #: the settings whose per-seed results are committed (benchmarks/results/credit_arena/<setting>.json)
 STORED_K = {**SPLIT_K, **CHAIN_K}
+#: the seeds' own claims (issue 39), stored too, each with a table of its own (``claim_markdown``)
+CLAIMS = ("gcpo", "parallel_shapley", "tracer")
+STORED_SETTINGS = (*STORED_K, *CLAIMS)
 #: labels each setting runs by default (``--methods`` replaces them)
 SETTING_METHODS = {
     "noisy_q0": ("grpo", "continuation", "shapley (replay)", "cosac"),
@@ -116,6 +164,11 @@ SETTING_METHODS = {
     **{name: ("grpo", "oracle") for name in SPLIT_K},
     # the chain: COSAC's own claim (faster learning of agents in turn) against broadcast
     **{name: ("grpo", "cosac") for name in CHAIN_K},
+    # the claims: GCPO's coverage credit of a group of samples, Parallel Shapley's judged paths (and
+    # masking, which cannot see paths), TRACER's role credit with cost-aware review controllers
+    "gcpo": ("grpo", "coverage"),
+    "parallel_shapley": ("grpo", "shapley (judge)", "shapley (masking)"),
+    "tracer": ("grpo", "tracer_roles"),
 }
 SETTINGS = tuple(SETTING_METHODS)
 #: the settings a plain ``python -m benchmarks.credit_arena`` runs (about 90 minutes with --parallel 2)
@@ -174,9 +227,42 @@ CHAIN_SIZES = {
 }
 
 
+#: the claims by size: (steps, problems per step, group, held-out problems, seeds, eval_every). The
+#: defaults fit about 90 minutes each with --parallel 2 on 2 cores (estimates in the module docstring)
+CLAIM_SIZES = {
+    "gcpo": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 8, 4, 100, 5, 4), "full": (12, 8, 4, 100, 10, 4)},
+    "parallel_shapley": {"quick": (2, 1, 2, 2, 2, 1), "default": (10, 2, 4, 64, 5, 5),
+                         "full": (10, 2, 4, 64, 10, 5)},
+    "tracer": {"quick": (1, 1, 4, 6, 2, 1), "default": (12, 4, 4, 200, 8, 4), "full": (12, 4, 4, 200, 10, 4)},
+}
+#: gcpo's solver reasons before it answers (no reply prefix), so that two right solutions can differ:
+#: at 32 tokens the untrained solver was right on 10 of 64 samples at temperature 0.7 and 2 of 16
+#: greedily (at 48 tokens 1 of 32 sampled: long ramblings); longer replies stop mid-sentence
+GCPO_NEW_TOKENS = 32
+#: parallel_shapley's team (protocol ``paths``): two working paths of one shared adapter, then the two
+#: free riders; ``earlier`` lets the copier read path_a (in a simultaneous round it sees nothing)
+PATHS_PROTOCOL = {"n_paths": 4, "paths_see": "earlier", "reply_prefix": REPLY_PREFIX, "instruction": "Give the answer."}
+PATHS_ROLES = ({"name": "path_a", "adapter": "path", "prompt": SOLVER_PROMPT},
+               {"name": "path_b", "adapter": "path", "prompt": SOLVER_PROMPT},
+               {"name": "copier", "policy": "scripted:copier(agent=path_a_0)"},
+               {"name": "silent", "policy": "scripted:silent"},
+               # the model with a frozen adapter, i.e. the base model: an aggregator that does not
+               # learn, as Parallel Shapley's reward model; see the module docstring
+               {"name": "judge", "trainable": False})
+#: tracer's price of a review token to the review controller: any price > 0 makes skipping the review
+#: of a right answer pay (speaking is worth at most 1 - price x tokens there, skipping 1); at 0.02 a
+#: 6-token review of an answer under review that is wrong still pays when it catches it more than 6% of
+#: the time (2 p - 1 - 0.12 > -1)
+PRICE_PER_TOKEN = 0.02
+TRACER_CONTROLLERS = {"enabled": True, "mode": "average_greedy", "stages": ["review"],
+                      "price_per_token": PRICE_PER_TOKEN}
+
+
 def sizes_of(setting: str, size: str) -> tuple[int, int, int, int, int, int]:
     """(steps, problems per step, group, held-out problems, seeds, eval_every); for a split setting
     problems count tuples of K (``SPLIT_SIZES`` divided by K, at least 1)."""
+    if setting in CLAIM_SIZES:
+        return CLAIM_SIZES[setting][size]
     if setting in SPLIT_K:
         k = SPLIT_K[setting]
         steps, answers, group, heldout, seeds, every = SPLIT_SIZES[size]
@@ -191,6 +277,8 @@ def arena_config(setting: str, model: str, sizes: tuple[int, int, int, int, int,
     if setting not in SETTING_METHODS:
         raise ValueError(f"unknown arena setting {setting!r}; settings: {', '.join(SETTINGS)}")
     steps, problems, group, heldout, _, eval_every = sizes
+    if setting in CLAIMS:
+        return claim_config(setting, model, sizes)
     if setting in SPLIT_K:
         return split_config(SPLIT_K[setting], model, sizes, per_role=setting in PER_ROLE)
     if setting == "pr":
@@ -250,6 +338,44 @@ def split_config(k: int, model: str, sizes: tuple[int, int, int, int, int, int],
         "checkpoint_every": max(1, steps // 2), "keep_checkpoints": 1,
         "tensorboard": False, "log_episodes": 2,
     }
+
+
+def claim_config(setting: str, model: str, sizes: tuple[int, int, int, int, int, int]) -> dict[str, Any]:
+    """A claim's base config: the arena's task, LoRA, optimiser, temperature and curve, with the claim's
+    team (``claim_team``); held-out problems are distinct, the curve's are the first ``CURVE_PROBLEMS``
+    (every evaluation uses them all when there are no more)."""
+    steps, problems, group, heldout, _, eval_every = sizes
+    protocol, roles, new_tokens, extra = claim_team(setting, group)
+    return {
+        "model": {"name": model, "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
+        "task": {"name": "arith", "split": "train", "options": TASK, "limit": 2000},
+        "eval_task": {"name": "arith", "split": "test", "limit": heldout, "distinct": True, "options": TASK},
+        "protocol": protocol, "team": {"roles": roles},
+        "rollout": {"problems_per_step": problems, "group_size": group},
+        "backend": {"max_prompt_tokens": 512},
+        "sampling": {"max_new_tokens": new_tokens, "temperature": TEMPERATURE},
+        "eval_sampling": {"max_new_tokens": new_tokens},
+        "optim": {"lr": LR, "minibatch_size": 16},
+        "steps": steps, "eval_every": eval_every,
+        **({"eval_curve_limit": CURVE_PROBLEMS} if heldout > CURVE_PROBLEMS else {}),
+        "checkpoint_every": max(1, steps // 2), "keep_checkpoints": 1,
+        "tensorboard": False, "log_episodes": 2, **extra,
+    }
+
+
+def claim_team(setting: str, group: int) -> tuple[dict[str, Any], list[dict[str, Any]], int, dict[str, Any]]:
+    """(protocol, roles, new tokens per message, other config fields) of a claim: ``gcpo`` one solver
+    that reasons (``GCPO_NEW_TOKENS``) and pass@k with k = the group (``eval_samples``);
+    ``parallel_shapley`` the paths team (``PATHS_ROLES``; prompts up to 1024 tokens); ``tracer`` the
+    ``pr`` team with review controllers priced per token (``TRACER_CONTROLLERS``)."""
+    if setting == "gcpo":
+        solver = {"name": "solver", "prompt": SOLVER_PROMPT}
+        return {"name": "single"}, [solver], GCPO_NEW_TOKENS, {"eval_samples": group}
+    if setting == "parallel_shapley":  # the judge reads four paths (a byte-level test tokenizer: 600 tokens)
+        return ({"name": "paths", "options": dict(PATHS_PROTOCOL)}, [dict(r) for r in PATHS_ROLES], NEW_TOKENS,
+                {"backend": {"max_prompt_tokens": 1024}})
+    return ({"name": "proposer_reviewer", "options": PR_PROTOCOL}, [dict(r) for r in PR_ROLES], NEW_TOKENS,
+            {"controllers": dict(TRACER_CONTROLLERS)})
 
 
 def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -348,6 +474,8 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
         metrics = run_metrics(run_dir)
         metrics["replay_episodes"] = replay_episodes(run_dir)
         metrics["train/messages_updated"] = step_total(run_dir, "samples")
+        if setting in CLAIMS:
+            metrics.update(claim_metrics(run_dir))
         per_seed[label_of[r.label]][r.seed] = metrics
         curves[label_of[r.label]][r.seed] = run_learning_curve(run_dir)  # on the fixed 64-problem subset
         tokens[label_of[r.label]][r.seed] = step_tokens(run_dir)
@@ -371,6 +499,24 @@ def step_tokens(run_dir: Path) -> dict[int, float]:
 
     return {int(row["step"]): float(row["generated_tokens_total"]) for row in read_metrics(run_dir)
             if "reward_mean" in row and "generated_tokens_total" in row}
+
+
+def claim_metrics(run_dir: Path) -> dict[str, float]:
+    """What the claims' tables read beyond ``run_metrics``: ``train/credit_share/<role>``, the role's
+    credit share (its messages' sum of |advantage| over all messages', the step metric ``credit_share``)
+    averaged over the training steps that credited anything, and ``untrained/tokens_per_problem``, the
+    untrained team's held-out tokens per problem (the step-0 evaluation)."""
+    from teamplay.training.store.metrics import read_metrics
+
+    rows = read_metrics(run_dir)
+    shares = [row["credit_share"] for row in rows
+              if "reward_mean" in row and sum(row.get("credit_share", {}).values())]
+    roles = sorted({role for share in shares for role in share})
+    out = {f"train/credit_share/{role}": sum(share.get(role, 0.0) for share in shares) / len(shares) for role in roles}
+    before = next((row["heldout"] for row in rows if row.get("step") == 0 and "heldout" in row), None)
+    if before is not None:
+        out["untrained/tokens_per_problem"] = float(before["tokens_per_problem"])
+    return out
 
 
 def replay_episodes(run_dir: Path) -> float:
@@ -596,6 +742,200 @@ def adapters_of(setting: str) -> str:
     return "one LoRA adapter each" if setting in PER_ROLE else "one shared LoRA adapter"
 
 
+# ------------------------------------------------------------------------------ the claims' tables
+class ClaimColumns(NamedTuple):
+    """The columns of a claim's table.
+
+    Fields:
+        measures: (metric key, column, digits) shown as mean ± 95% interval over seeds; ``{k}`` in a
+            column stands for the group size.
+        paired: the keys whose per-seed difference to grpo is shown with its interval and MDE.
+        costs: (counter key, column, digits) of training; a counter a run did not log is 0 for it.
+    """
+
+    measures: tuple[tuple[str, str, int], ...]
+    paired: tuple[str, ...]
+    costs: tuple[tuple[str, str, int], ...]
+
+
+ACC, PASS_K = "heldout/team_accuracy", "heldout_sampled/samples/pass_at_k"
+DISTINCT = "heldout_sampled/samples/distinct_correct_texts"
+PATH_ROLES = ("path_a", "path_b", "copier", "silent", "judge")
+REVIEW_SPEAKS, TOKENS = "heldout/speak_rate/reviewer_0/review", "heldout/tokens_per_problem"
+CLAIM_COLUMNS = {
+    "gcpo": ClaimColumns(
+        measures=((ACC, "pass@1 (greedy)", 3), (PASS_K, "pass@{k}", 3),
+                  ("heldout_sampled/team_accuracy", "sampled acc.", 3),
+                  (DISTINCT, "distinct right solutions / problem", 2),
+                  ("heldout_sampled/samples/distinct_correct_share", "distinct / right samples", 2),
+                  ("curve_area", "curve area", 3)),
+        paired=(ACC, PASS_K, DISTINCT),
+        costs=(("train/updates", "updates", 0), ("budget/generated_tokens", "training tokens", 0))),
+    "parallel_shapley": ClaimColumns(
+        measures=((ACC, "team acc.", 3), ("heldout/role_accuracy/path_a", "path_a acc.", 3),
+                  ("curve_area", "curve area", 3),
+                  *((f"train/credit_share/{role}", f"credit share {role}", 3) for role in PATH_ROLES)),
+        paired=(ACC, "train/credit_share/copier", "train/credit_share/silent"),
+        costs=(("train/updates", "updates", 0), ("budget/tokens", "rollout tokens", 0),
+               ("budget/judge_tokens", "judge tokens", 0), ("budget/generated_tokens", "generated tokens", 0))),
+    "tracer": ClaimColumns(
+        measures=((ACC, "team acc.", 3), (TOKENS, "tokens / problem", 1), (REVIEW_SPEAKS, "reviews spoken", 2),
+                  ("heldout/team/verdict_accuracy", "verdict acc.", 3),
+                  ("heldout/team/wrong_caught", "wrong caught", 3),
+                  ("heldout/team/right_rejected", "right rejected", 3),
+                  ("heldout/team/correction_rate", "correction rate", 3), ("heldout/team/harm_rate", "harm rate", 3),
+                  ("heldout/team/first_answer_accuracy/proposer", "proposer first acc.", 3),
+                  ("curve_area", "curve area", 3)),
+        paired=(ACC, TOKENS),
+        costs=(("train/updates", "updates", 0), ("budget/tokens", "rollout tokens", 0),
+               ("budget/counterfactual_tokens", "counterfactual review tokens", 0),
+               ("budget/generated_tokens", "generated tokens", 0))),
+}
+
+
+def _cost(result: dict[str, Any], label: str, key: str) -> dict[int, float]:
+    """A training counter per seed (0 where the run logged none of it: a run without a judge)."""
+    return {s: m.get(key, 0.0) for s, m in result["per_seed"][label].items()}
+
+
+def _paired_cell(result: dict[str, Any], label: str, key: str, digits: int) -> str:
+    """``label - grpo`` on ``key``, paired: mean ± interval (MDE m)."""
+    mine, base = _values(result, label, key), _values(result, "grpo", key)
+    both = sorted(set(mine) & set(base))
+    mean, half, n = paired_difference(mine, base)
+    cell = _cell(mean, half, digits, signed=True)
+    return cell if n < 2 else f"{cell} (MDE {mde([mine[s] - base[s] for s in both]):.{digits}f})"
+
+
+def claim_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
+    """(table, notes, headline) of a claim (``CLAIM_COLUMNS``), from its stored result alone."""
+    setting = result["setting"]
+    columns = CLAIM_COLUMNS[setting]
+    digits = {key: d for key, _, d in columns.measures}
+    names = {key: name.format(k=result["sizes"][2]) for key, name, _ in columns.measures}
+    header = ["method", "seeds", *names.values(), *(f"Δ {names[key]} vs grpo (paired; MDE)" for key in columns.paired),
+              *(name for _, name, _ in columns.costs)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label in labels_of(result):
+        cells = [label, str(len(result["per_seed"][label]))]
+        cells += [_cell(*mean_ci(list(_values(result, label, key).values())), d) for key, _, d in columns.measures]
+        cells += ["—" if label == "grpo" else _paired_cell(result, label, key, digits[key]) for key in columns.paired]
+        cells += [_cell(*mean_ci(list(_cost(result, label, key).values())), d) for key, _, d in columns.costs]
+        lines.append("| " + " | ".join(cells).replace(" (n=1)", "") + " |")
+    # (method, key, mean, half-width, seeds) of every paired comparison
+    pairs = [(label, key, *paired_difference(_values(result, label, key), _values(result, "grpo", key)))
+             for label in labels_of(result) if label != "grpo" for key in columns.paired]
+    tested = [(label, key, mean, half) for label, key, mean, half, n in pairs if n >= 2 and math.isfinite(half)]
+    apart = [f"{label} is {'above' if mean > 0 else 'below'} grpo on {names[key]}"
+             for label, key, mean, half in tested if abs(mean) > half]
+    gain, half, learns = calibration(result)
+    notes = [*CLAIM_NOTES[setting](result),
+             f"Floor: grpo's gain in {names[ACC]} over the untrained team is {_cell(gain, half, 3, signed=True)} "
+             f"({LEARNS if learns else DOES_NOT_LEARN}). Ceiling: none ({CLAIM_CEILINGS[setting]}).",
+             ("Paired differences beyond their intervals: " + "; ".join(apart)
+              + f"; the other {len(tested) - len(apart)} overlap 0." if apart else
+              f"Paired differences beyond their intervals: none ({len(tested)} comparisons of 2 seeds or more, "
+              "all overlapping 0).")]
+    if result["refused"]:
+        notes.append("Not run: " + "; ".join(f"{m} ({why})" for m, why in result["refused"].items()) + ".")
+    by_method = {label: ", ".join(f"{names[key]} {_cell(mean, h, digits[key], signed=True)}"
+                                  for who, key, mean, h, _ in pairs if who == label)
+                 for label in labels_of(result) if label != "grpo"}
+    headline = (f"{setting}: grpo gain {_cell(gain, half, 3, signed=True)} ({len(result['per_seed']['grpo'])} seeds)"
+                + "".join(f"; {label} - grpo: {text}" for label, text in by_method.items()) + ".")
+    return "\n".join(lines), notes, headline.replace(" (n=1)", "")
+
+
+def _untrained(result: dict[str, Any], key: str, gain_key: str) -> str:
+    """The untrained team's mean over grpo's seeds of ``key``: each run's final value minus its gain."""
+    runs = result["per_seed"]["grpo"].values()
+    values = [m[key] - m[gain_key] for m in runs if key in m and gain_key in m]
+    return _cell(*mean_ci(values))
+
+
+def _setting_line(result: dict[str, Any]) -> str:
+    """The sizes sentence every claim's notes share."""
+    steps, problems, group, heldout, seeds, eval_every = result["sizes"]
+    done = sum(len(v) for v in result["per_seed"].values())
+    curve = min(CURVE_PROBLEMS, heldout)
+    return (f"{done} of {result['runs_total']} runs finished (seeds run in order, every method on each). {steps} "
+            f"steps of {problems} problems x {group} episodes for every method; held-out: {heldout} distinct arith "
+            f"test problems (operands up to {TASK['max_operand']}), greedy, every {eval_every} steps on the first "
+            f"{curve} and after training; LoRA r 8 on q and v, lr {LR}, temperature {TEMPERATURE}. Cells: mean ± 95% "
+            "t interval over seeds; Δ: the mean of per-seed differences to grpo (seeds paired: same data order, "
+            "initialisation and sampling streams) with its interval, and the MDE: the paired difference a two-sided "
+            "95% test would find with 80% power at these seeds (from the sd of the differences).")
+
+
+def gcpo_notes(result: dict[str, Any]) -> list[str]:
+    k = result["sizes"][2]
+    return [
+        f"Setting `gcpo`: one solver (protocol `single`), {GCPO_NEW_TOKENS} new tokens to work the sum and answer "
+        f"(no reply prefix); the group of {k} episodes of a problem is the team that GCPO's coverage game credits "
+        f"(coverage: the method's defaults, the packaged all-MiniLM-L6-v2 embedding of the solution, alpha 1). "
+        + _setting_line(result) + f" pass@{k}: before and after training every held-out problem is also played "
+        f"{k} times at the training temperature (unbiased pass@k; 'sampled acc.' is the mean of those samples). "
+        "Diversity: the distinct right solutions per problem (whitespace-normalised texts of its right samples; "
+        "every right answer to a sum is the same number, so distinct right answers could not differ between "
+        "methods, the written solutions can) and their share of the right samples. 'training tokens' are all "
+        "the tokens generated in training (coverage's embeddings generate none).",
+        f"The untrained solver: pass@1 {_untrained(result, ACC, 'heldout_gain/team_accuracy')}, pass@{k} "
+        f"{_untrained(result, PASS_K, 'heldout_sampled_gain/pass_at_k')}.",
+    ]
+
+
+def paths_notes(result: dict[str, Any]) -> list[str]:
+    return [
+        "Setting `parallel_shapley`: K = 4 paths and a judge (protocol `paths`, paths_see earlier: path k reads "
+        "the earlier paths): path_a and path_b are the model with one shared LoRA adapter; `copier` (scripted) "
+        "restates path_a's answer without any work and `silent` (scripted) answers nothing; the judge reads the "
+        "four and gives the team's answer, which the verifier scores. The judge is the model with a frozen "
+        "adapter (the base model): not trained, as Parallel Shapley's reward model is not, so every method trains "
+        "the same two paths under the same aggregator (a trained judge would take a share of every method's "
+        "credit and all of masking's, and change the aggregation while the paths learn). Replies start "
+        f"'{REPLY_PREFIX}', {NEW_TOKENS} new tokens. shapley (judge): exact Shapley over the 5 agents, v(S) the "
+        "verifier's score of the answer the base model (adapters off) writes after reading S's messages, the "
+        f"others withheld (31 coalitions per episode, up to {JUDGE_TOKENS} tokens each, asked which answer the "
+        "solutions give); shapley (masking): v(S) the team reward when the judge's message is in S, else 0, so it "
+        "credits the judge alone and, the judge being frozen, trains nothing. Credit share: a role's sum of "
+        "|advantage| over all messages', averaged over the training steps (grpo gives every message of an episode "
+        "one advantage: 0.2 each). " + _setting_line(result) + " 'judge tokens': the credit judge's; "
+        "'rollout tokens' include the team judge's.",
+    ]
+
+
+def tracer_notes(result: dict[str, Any]) -> list[str]:
+    untrained = mean_ci([m["untrained/tokens_per_problem"] for m in result["per_seed"]["grpo"].values()
+                         if "untrained/tokens_per_problem" in m])
+    return [
+        "Setting `tracer`: the proposer/reviewer team of `pr` (both roles trained; propose, review, propose "
+        f"again; replies start '{REPLY_PREFIX}' or 'Verdict:', {NEW_TOKENS} new tokens) with learned speak/skip "
+        "controllers on the review only (controllers.stages: review; the second proposal always speaks), a "
+        f"review token priced at {PRICE_PER_TOKEN}: to its controller a spoken review is worth +1 for a right "
+        "verdict and -1 for a wrong one, less the price, against +1 (-1) for skipping the review of a right "
+        "(wrong) answer, so skipping pays where the review adds nothing. The controllers learn from every "
+        "method's episodes alike (a skipped review is generated anyway, as a counterfactual) and decide greedily "
+        "at evaluation (average_greedy). " + _setting_line(result) + " 'tokens / problem' are the held-out "
+        "team's (a skipped review costs none): compare them at equal team accuracy.",
+        f"The untrained team (its controllers have seen no state, so every review speaks) used "
+        f"{_cell(*untrained, 1)} tokens per problem.",
+    ]
+
+
+CLAIM_NOTES = {"gcpo": gcpo_notes, "parallel_shapley": paths_notes, "tracer": tracer_notes}
+#: why no claim has a closed-form ceiling
+CLAIM_CEILINGS = {
+    "gcpo": "no closed-form best credit of a group of samples: the coverage game is a modelling choice, not A*",
+    "parallel_shapley": "the team reward is a judge's reading of its paths, with no closed-form A*",
+    "tracer": "a review's value depends on the proposer's revision, with no closed-form A*",
+}
+
+
+def stored_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
+    """(table, notes, headline) of a stored setting: a claim's, or a split or chain setting's."""
+    return (claim_markdown if result["setting"] in CLAIMS else split_markdown)(result)
+
+
 def gain_table(results: Sequence[dict[str, Any]]) -> str:
     """Per K and method, the paired team-accuracy difference to grpo with its interval and MDE."""
     lines = ["| K | adapters | method | seeds | Δ team acc. vs grpo | MDE (80%) | grpo's gain over untrained |",
@@ -659,8 +999,9 @@ def gain_figure(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
 
 
 def split_region(result: dict[str, Any]) -> str:
-    """The BENCHMARKS.md region of a split setting, from its stored result (command and machine included)."""
-    table, notes, headline = split_markdown(result)
+    """The BENCHMARKS.md region of a stored setting (split, chain or claim), from its stored result
+    (command and machine included)."""
+    table, notes, headline = stored_markdown(result)
     return Result(region_name(result["setting"]), table, headline, None, tuple(notes)).markdown(
         result["command"], machine_summary(result))
 
@@ -699,7 +1040,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     for setting in settings:
         out = None if folder is None else folder / setting
         result = run_setting(setting, model, size, out, only, parallel, sizes)
-        table, setting_notes, headline = (split_markdown if setting in STORED_K else markdown)(result)
+        table, setting_notes, headline = (stored_markdown if setting in STORED_SETTINGS else markdown)(result)
         tables.append(f"**{setting}**\n\n{table}")
         notes += setting_notes
         headlines.append(headline)
@@ -723,17 +1064,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
     parser.add_argument("--methods", default=None, help="comma-separated method labels (grpo included)")
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
-                        help="split settings: bring the stored comparison to N paired seeds (the stored "
-                             "seeds are kept; only the missing ones train; resumable)")
+                        help="stored settings (split, chain, claims): bring the stored comparison to N paired "
+                             "seeds (the stored seeds are kept; only the missing ones train; resumable)")
     parser.add_argument("--table-only", action="store_true",
                         help="train nothing: write the table of the runs the sweep folder has finished "
-                             "(split and chain settings: of the stored per-seed results)")
+                             "(stored settings: of the stored per-seed results)")
     parser.add_argument("--collect", action="store_true",
-                        help="split and chain settings: train nothing, store the runs the sweep folder has finished "
+                        help="stored settings: train nothing, store the runs the sweep folder has finished "
                              "(a comparison stopped part-way), then write the tables")
     args = parser.parse_args(argv)
-    if args.seeds is not None and (args.seeds < 1 or set(args.setting) - set(STORED_K)):
-        parser.error("--seeds N needs N >= 1 and split or chain settings only (the others take --full)")
+    if args.seeds is not None and (args.seeds < 1 or set(args.setting) - set(STORED_SETTINGS)):
+        parser.error("--seeds N needs N >= 1 and stored settings only (split, chain, claims; the others take "
+                     "--full)")
     set_threads(args.threads)
     line = machine_line(machine_info())
     size = "quick" if args.quick else ("full" if args.full else "default")
@@ -741,8 +1083,10 @@ def main(argv: list[str] | None = None) -> None:
     split_done = []
     for setting in args.setting:
         out = None if args.output is None else args.output / setting
-        if setting in STORED_K:
-            split_done.append(split_main(parser, args, setting, size, out, only, line))
+        if setting in STORED_SETTINGS:
+            split_main(parser, args, setting, size, out, only, line)
+            if setting in STORED_K:  # the team-size summary is the split and chain settings'
+                split_done.append(setting)
             continue
         try:
             result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.table_only)
@@ -777,8 +1121,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: str, size: str,
                out: Path | None, only: tuple[str, ...] | None, line: str) -> str:
-    """One stored setting (split or chain): train (resuming) and store its per-seed results, or with ``--table-only``
-    read the stored ones; then its region of BENCHMARKS.md and its learning-curve figure."""
+    """One stored setting (split, chain or claim): train (resuming) and store its per-seed results, or with
+    ``--table-only`` read the stored ones; then its region of BENCHMARKS.md and its learning-curve figure."""
     from benchmarks.__main__ import DEFAULT_OUTPUT
     from benchmarks.common import write_regions
 
@@ -803,7 +1147,7 @@ def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, settin
         result = {**result, "command": " ".join(["python -m benchmarks.credit_arena", *flags]), "machine": line}
         if not args.quick:
             save_result(result, path)
-    table, notes, headline = split_markdown(result)
+    table, notes, headline = stored_markdown(result)
     print(f"\n## {setting}\n\n{table}", *notes, headline, sep="\n\n")
     if args.quick:
         return setting
