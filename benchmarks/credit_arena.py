@@ -638,13 +638,19 @@ def _tokens_to_grpo(result: dict[str, Any], label: str) -> tuple[list[float], in
     return [t for t in reached if math.isfinite(t)], len(seeds)
 
 
-def ceiling(result: dict[str, Any], key: str = "heldout/team_accuracy") -> tuple[float, float, int, bool]:
-    """oracle minus grpo, paired: (mean, 95% half-width, seeds, the interval lies above 0); NaN and 0
-    seeds where the setting has no oracle run."""
-    if "oracle" not in result["per_seed"]:
+def versus_grpo(result: dict[str, Any], label: str, key: str = "heldout/team_accuracy"
+                ) -> tuple[float, float, int, bool]:
+    """``label`` minus grpo, paired: (mean, 95% half-width, seeds, the interval lies above 0); NaN and
+    0 seeds where the setting has no ``label`` run."""
+    if label not in result["per_seed"]:
         return math.nan, math.nan, 0, False
-    mean, half, n = paired_difference(_values(result, "oracle", key), _values(result, "grpo", key))
+    mean, half, n = paired_difference(_values(result, label, key), _values(result, "grpo", key))
     return mean, half, n, bool(n >= 2 and math.isfinite(half) and mean - half > 0)
+
+
+def ceiling(result: dict[str, Any], key: str = "heldout/team_accuracy") -> tuple[float, float, int, bool]:
+    """oracle minus grpo (:func:`versus_grpo`): the setting's ceiling."""
+    return versus_grpo(result, "oracle", key)
 
 
 def split_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
@@ -710,7 +716,7 @@ def chain_notes(result: dict[str, Any], done: int, gain: float, half: float, lea
     """The notes of a chain setting's table: what it is, its sizes, its floor (it has no ceiling)."""
     setting, k = result["setting"], CHAIN_K[result["setting"]]
     steps, problems, group, heldout, seeds, eval_every = result["sizes"]
-    beats = [label for label in labels_of(result) if label != "grpo" and _beats_grpo(result, label)]
+    beats = [label for label in labels_of(result) if label != "grpo" and versus_grpo(result, label)[3]]
     notes = [
         f"Setting `{setting}`: a chain of K = {k} solvers of one shared LoRA adapter on one arith sum (operands "
         f"up to {TASK['max_operand']}): each answers in turn after the earlier answers, keeping or revising the "
@@ -729,12 +735,6 @@ def chain_notes(result: dict[str, Any], done: int, gain: float, half: float, lea
     if result["refused"]:
         notes.append("Not run: " + "; ".join(f"{m} ({why})" for m, why in result["refused"].items()) + ".")
     return notes
-
-
-def _beats_grpo(result: dict[str, Any], label: str) -> bool:
-    mean, half, n = paired_difference(_values(result, label, "heldout/team_accuracy"),
-                                      _values(result, "grpo", "heldout/team_accuracy"))
-    return bool(n >= 2 and math.isfinite(half) and mean - half > 0)
 
 
 def adapters_of(setting: str) -> str:
