@@ -65,7 +65,7 @@ def test_a_shared_prompt_prefix_runs_once_and_changes_nothing(temperature, merge
     generate = generating.generate
 
     def spy(**kwargs):
-        calls.append((kwargs, kwargs[shared.team_model._cache_name].get_seq_length()))
+        calls.append((kwargs, kwargs[shared.team_model.cache_keyword].get_seq_length()))
         return generate(**kwargs)  # (generate then grows the cache)
 
     monkeypatch.setattr(generating, "generate", spy)
@@ -120,13 +120,14 @@ def test_seeded_sampling_is_reproducible():
     assert [g.completion_ids for g in other] != [g.completion_ids for g in first]
 
 
-def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_call():
+@pytest.mark.parametrize("sampler", ["inverse_cdf", "multinomial"])
+def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_call(sampler):
     """``TurnRequest.row_seed``: the row's own stream. Alone, beside other rows (other prompt
     lengths, so other padding), at another place in the batch, in another micro-batch size and
     under another call seed, it samples the same tokens; another row_seed samples others."""
     from dataclasses import replace
 
-    backend = make_backend()
+    backend = make_backend(sampler=sampler)
     perturb(backend, "proposer", 2)
     mine = replace(request(3), row_seed=11)
     others = [request(i) for i in (1, 5, 7)]
@@ -134,7 +135,7 @@ def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_ca
     alone = backend.generate([mine], params)[0]
     beside = backend.generate([others[0], mine, *others[1:]], params)[1]
     last = backend.generate([*others, mine], replace(params, seed=8))[3]
-    small = make_backend(micro_batch_size=2)
+    small = make_backend(micro_batch_size=2, sampler=sampler)
     perturb(small, "proposer", 2)
     chunked = small.generate([*others, mine], params)[3]
     assert len(alone.completion_ids) > 3  # not an immediate stop: the test compares real samples
@@ -255,6 +256,8 @@ def test_unknown_adapter_and_bad_options():
     model, tokenizer = tiny_model_and_tokenizer()
     with pytest.raises(ConfigError, match="micro_batch_size"):
         HFBackend(TeamModel(model, tokenizer, ()), micro_batch_size=0)
+    with pytest.raises(ConfigError, match="sampler must be one of"):
+        HFBackend(TeamModel(model, tokenizer, ()), sampler="gumbel")
 
 
 def test_yes_probability_matches_a_direct_forward():
@@ -283,15 +286,76 @@ def test_yes_probability_matches_a_direct_forward():
 
 
 @pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (7, 0.9)])
-def test_sampled_tokens_are_those_of_generates_own_sampling_processors(top_k, top_p):
-    # HFBackend applies temperature / top-k / top-p itself (so that its log-prob recorder runs
-    # after them); with the same seed it must draw exactly what generate's own processors draw
+def test_sampled_tokens_are_kept_by_generates_own_sampling_processors(top_k, top_p):
+    # HFBackend applies temperature / top-k / top-p itself and draws the token after them: every
+    # token it samples must be one that generate's own warpers keep at that step (finite score), and
+    # its recorded log-prob that token's log-prob under the warped distribution
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    backend = make_backend()
+    perturb(backend, "proposer", 1)
+    params = SamplingParams(max_new_tokens=10, temperature=0.7, top_k=top_k, top_p=top_p, seed=11)
+    gens = backend.generate([request(i) for i in (1, 3, 3, 5)], params)
+    warpers = [TemperatureLogitsWarper(0.7), *([TopKLogitsWarper(top_k)] if top_k else []),
+               *([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])]
+    drawn = 0
+    for g in gens:
+        ids = torch.tensor([list(g.prompt_ids) + list(g.completion_ids)])  # [1, P + N]
+        with torch.no_grad(), backend.team_model.using("proposer"):
+            logits = backend.team_model.model(input_ids=ids).logits[0]  # [P + N, V]
+        for t, token in enumerate(g.completion_ids):
+            step = logits[len(g.prompt_ids) - 1 + t][None].float()  # [1, V]: the scores that chose token t
+            for warp in warpers:
+                step = warp(ids[:, : len(g.prompt_ids) + t], step)
+            assert torch.isfinite(step[0, token])
+            assert g.logprobs[t] == pytest.approx(float(torch.log_softmax(step, -1)[0, token]), abs=1e-5)
+            drawn += 1
+    assert drawn > 20  # real samples were checked, not immediate stops
+
+
+@pytest.mark.parametrize("streams", ["one", "per row"])
+def test_inverse_cdf_sampler_draws_each_token_with_its_probability(streams):
+    """20,000 draws from a fixed 6-token distribution (one token removed: probability 0): each
+    token's frequency is within 4.5 binomial standard deviations of its probability (a false alarm
+    has probability below 1e-5 per token; the seeds are fixed, so the test is deterministic), and
+    the removed token is never drawn."""
+    from teamplay.agents.backends.hf import InverseCdfSampler
+
+    scores = torch.tensor([[2.0, 0.5, -1.0, 1.0, float("-inf"), -3.0]])  # [1, V]
+    probs = torch.softmax(scores, -1)[0]
+    rows = 200
+    batch = scores.expand(rows, -1)  # [200, V]: 200 rows a step, 100 steps
+    if streams == "one":
+        sampler = InverseCdfSampler(torch.Generator().manual_seed(5))
+    else:
+        sampler = InverseCdfSampler([torch.Generator().manual_seed(1000 + r) for r in range(rows)])
+    counts = torch.zeros(6)
+    for _ in range(100):
+        only = sampler(torch.zeros(rows, 1, dtype=torch.long), batch.clone())
+        tokens = only.argmax(-1)  # the one finite score left per row
+        assert torch.all(torch.isfinite(only).sum(-1) == 1)
+        counts += torch.bincount(tokens, minlength=6)
+    n = rows * 100
+    assert counts[4] == 0
+    sd = (probs * (1 - probs) / n).sqrt()
+    assert torch.all((counts / n - probs).abs() <= 4.5 * sd + 1e-12), (counts / n, probs)
+    logps, _ = sampler.finish(torch.zeros(rows, 101, dtype=torch.long))
+    assert logps.shape == (rows, 100)
+    # each recorded log-prob is that of the token the row drew
+    assert float(logps[0, -1]) == pytest.approx(float(probs[tokens[0]].log()), abs=1e-6)
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (7, 0.9)])
+def test_the_multinomial_sampler_draws_what_generate_draws(top_k, top_p):
+    # sampler multinomial: HFBackend applies temperature / top-k / top-p itself (so that its log-prob
+    # recorder runs after them); with the same seed it must draw exactly what generate's own
+    # processors and torch.multinomial draw (the tokens of teamplay before inverse_cdf)
     from transformers import GenerationConfig
 
     from teamplay.agents.prompts import build_reply_ids
     from teamplay.agents.team_model import left_pad
 
-    backend = make_backend()
+    backend = make_backend(sampler="multinomial")
     perturb(backend, "proposer", 1)
     requests = [request(i) for i in (3, 3, 3)]  # one prompt length: no padding, one micro-batch
     params = SamplingParams(max_new_tokens=10, temperature=0.7, top_k=top_k, top_p=top_p, seed=11)
