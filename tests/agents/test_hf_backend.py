@@ -61,18 +61,21 @@ def test_a_shared_prompt_prefix_runs_once_and_changes_nothing(temperature, merge
     requests = [request(i, problem_len=n) for i, n in ((1, 0), (2, 3), (3, 1), (4, 6))]
     params = SamplingParams(max_new_tokens=8, temperature=temperature, seed=5)
     calls = []
-    generating = shared._generation_model("proposer") if merge else shared.team_model.model
-    generate = generating.generate
+    import teamplay.agents.backends.hf as hf
 
-    def spy(**kwargs):
-        calls.append((kwargs, kwargs[shared.team_model.cache_keyword].get_seq_length()))
-        return generate(**kwargs)  # (generate then grows the cache)
+    decode = hf.decode
 
-    monkeypatch.setattr(generating, "generate", spy)
-    got, want = shared.generate(requests, params), plain.generate(requests, params)
-    ((call, cached),) = calls
-    assert cached >= 8  # the prefix ran once, its cache handed to generate
-    assert call["attention_mask"][:, :cached].eq(1).all() and call["attention_mask"][:, cached:].eq(0).any()
+    def spy(model, keyword, cache, input_ids, attention, **kwargs):
+        calls.append((attention, cache.get_seq_length()))
+        return decode(model, keyword, cache, input_ids, attention, **kwargs)  # (decoding then grows the cache)
+
+    monkeypatch.setattr(hf, "decode", spy)
+    got = shared.generate(requests, params)
+    monkeypatch.setattr(hf, "decode", decode)
+    want = plain.generate(requests, params)
+    ((attention, cached),) = calls
+    assert cached >= 8  # the prefix ran once, its cache handed to the decoding loop
+    assert attention[:, :cached].eq(1).all() and attention[:, cached:].eq(0).any()
     for a, b in zip(got, want, strict=True):
         assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
@@ -314,35 +317,29 @@ def test_sampled_tokens_are_kept_by_generates_own_sampling_processors(top_k, top
 
 
 @pytest.mark.parametrize("streams", ["one", "per row"])
-def test_inverse_cdf_sampler_draws_each_token_with_its_probability(streams):
+def test_inverse_cdf_draws_each_token_with_its_probability(streams):
     """20,000 draws from a fixed 6-token distribution (one token removed: probability 0): each
     token's frequency is within 4.5 binomial standard deviations of its probability (a false alarm
     has probability below 1e-5 per token; the seeds are fixed, so the test is deterministic), and
     the removed token is never drawn."""
-    from teamplay.agents.backends.hf import InverseCdfSampler
+    from teamplay.agents.decode import Streams, inverse_cdf_tokens
 
     scores = torch.tensor([[2.0, 0.5, -1.0, 1.0, float("-inf"), -3.0]])  # [1, V]
     probs = torch.softmax(scores, -1)[0]
     rows = 200
-    batch = scores.expand(rows, -1)  # [200, V]: 200 rows a step, 100 steps
+    log_dist = torch.log_softmax(scores, -1).expand(rows, -1)  # [200, V]: 200 rows a step, 100 steps
     if streams == "one":
-        sampler = InverseCdfSampler(torch.Generator().manual_seed(5))
+        source = Streams(shared=torch.Generator().manual_seed(5))
     else:
-        sampler = InverseCdfSampler([torch.Generator().manual_seed(1000 + r) for r in range(rows)])
+        source = Streams(per_row=[torch.Generator().manual_seed(1000 + r) for r in range(rows)])
     counts = torch.zeros(6)
     for _ in range(100):
-        only = sampler(torch.zeros(rows, 1, dtype=torch.long), batch.clone())
-        tokens = only.argmax(-1)  # the one finite score left per row
-        assert torch.all(torch.isfinite(only).sum(-1) == 1)
-        counts += torch.bincount(tokens, minlength=6)
+        counts += torch.bincount(inverse_cdf_tokens(log_dist, source.uniforms(torch.arange(rows), "cpu")),
+                                 minlength=6)
     n = rows * 100
     assert counts[4] == 0
     sd = (probs * (1 - probs) / n).sqrt()
-    assert torch.all((counts / n - probs).abs() <= 4.5 * sd + 1e-12), (counts / n, probs)
-    logps, _ = sampler.finish(torch.zeros(rows, 101, dtype=torch.long))
-    assert logps.shape == (rows, 100)
-    # each recorded log-prob is that of the token the row drew
-    assert float(logps[0, -1]) == pytest.approx(float(probs[tokens[0]].log()), abs=1e-6)
+    assert torch.all((counts / n - probs).abs() <= 4.5 * sd), (counts / n, probs)
 
 
 @pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (7, 0.9)])
@@ -371,3 +368,32 @@ def test_the_multinomial_sampler_draws_what_generate_draws(top_k, top_p):
         out = backend.team_model.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
     for g, row in zip(ours, out[:, input_ids.shape[1]:].tolist(), strict=True):
         assert list(g.completion_ids) == row[: len(g.completion_ids)]
+
+
+def test_greedy_decoding_gives_generates_tokens_while_finished_rows_leave_the_batch():
+    # teamplay's decoding loop drops finished rows from the batch (teamplay.agents.decode); the rows
+    # still writing must see what generate shows them: the same greedy tokens, prompts of 4 lengths
+    from transformers import GenerationConfig
+
+    from teamplay.agents.prompts import build_reply_ids
+    from teamplay.agents.team_model import left_pad
+
+    backend = make_backend(share_prompt_prefix=False)
+    perturb(backend, "proposer", 3)
+    tok = backend.tokenizer
+    requests = [request(i) for i in (1, 2, 4, 7, 2, 1)]
+    # the 5th greedy token of the first row becomes an extra stop token: rows stop at different steps
+    stop = backend.generate(requests[:1], SamplingParams(max_new_tokens=5))[0].completion_ids[4]
+    backend.team_model.base_model.generation_config.eos_token_id = [tok.eos_token_id, stop]
+    ours = backend.generate(requests, SamplingParams(max_new_tokens=16))
+    lengths = {len(g.completion_ids) for g in ours}
+    assert len(lengths) >= 2  # rows did finish at different steps, so the batch did shrink
+    prompts = [build_reply_ids(tok, r.chat, backend.max_prompt_tokens)[0] for r in requests]
+    input_ids, attention = left_pad(prompts, tok.pad_token_id, backend.team_model.device)
+    config = GenerationConfig(do_sample=False, max_new_tokens=16, eos_token_id=list(backend.stop_ids),
+                              pad_token_id=tok.pad_token_id)
+    with torch.no_grad(), backend.team_model.using("proposer"):
+        out = backend.team_model.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+    for g, row in zip(ours, out[:, input_ids.shape[1]:].tolist(), strict=True):
+        assert list(g.completion_ids) == row[: len(g.completion_ids)]
+        assert len(g.completion_ids) == 16 or g.completion_ids[-1] in backend.stop_ids

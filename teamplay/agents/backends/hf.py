@@ -3,31 +3,29 @@
 ``HFBackend.generate`` builds each request's prompt with the chat template under the token budget
 (``teamplay.agents.prompts``), groups the requests by adapter (``None`` = base model, adapters
 disabled), sorts each group by prompt length (less padding) and cuts it into micro-batches. Each
-micro-batch is one ``model.generate`` call with an attention mask; position ids follow the mask, so
-a left-padded prompt gets the same positions as the prompt alone (tested: batched greedy output
-equals one-at-a-time output).
+micro-batch is decoded by ``teamplay.agents.decode`` (teamplay's own loop: rows that finished leave
+the batch) with an attention mask; position ids follow the mask, so a left-padded prompt gets the
+same positions as the prompt alone (tested: batched greedy output equals one-at-a-time output and
+``generate``'s).
 
 Shared prompt prefix: the prompts of a micro-batch usually start alike (the role's system prompt,
 the task's answer instruction, often most of a short prompt), and on a CPU the prompt's forward pass
 is most of a turn's cost. When every prompt of the micro-batch shares at least ``MIN_SHARED_PREFIX``
-leading tokens, that prefix runs once: its key/value cache is copied to every row, and ``generate``
+leading tokens, that prefix runs once: its key/value cache is copied to every row, and decoding
 continues from it with each row's own remainder, left-padded after the prefix (the padding in the
 middle is masked; positions follow the mask, so each row sees the positions of its prompt alone).
 Outputs equal the unshared path's up to float rounding (tested). ``share_prompt_prefix=False`` turns
 it off.
 
-Sampling and behaviour log-probs: ``generate`` always runs greedy; the processors given to it do
-the sampling. Temperature, then top-k, then top-p are applied (``sampling_processors``, in
-``generate``'s own order), then ``InverseCdfSampler``, the last processor, draws each row's token
-from that processed distribution, records its log-prob (and, when asked for,
-``SamplingParams.entropies``, the distribution's entropy: ``Generation.entropies``, which
-token-level credit reads instead of scoring the message again) and leaves only that token's score,
-so that greedy ``generate`` takes it. Drawing by one uniform and a cumulative sum instead of
-``torch.multinomial`` (an exponential variate for every vocabulary token at every step) is what
-pays on a CPU; one number per row and step is kept, instead of ``generate`` keeping every step's
-full-vocabulary scores (``output_scores``) to be stacked and log-softmaxed at the end. For greedy
-decoding ``SampledLogprobs`` records the log-probs of the T=1 model distribution (what
-``TeamModel.completion_logprobs(..., temperature=1)`` recomputes).
+Sampling and behaviour log-probs: temperature, then top-k, then top-p are applied
+(``sampling_processors``, in ``generate``'s own order), then the token is drawn from that processed
+distribution by inverse CDF (``decode.inverse_cdf_tokens``: one uniform and a cumulative sum per row,
+where ``torch.multinomial`` draws an exponential variate for every vocabulary token at every step,
+the larger cost on a CPU), and its log-prob under it is recorded: one number per row and step, never
+the full-vocabulary scores of every step. Asked for (``SamplingParams.entropies``), the entropy of
+that same distribution at each token is recorded as well (``Generation.entropies``): token-level
+credit reads it instead of scoring the message again. Greedy decoding records the log-probs of the
+T=1 model distribution (what ``TeamModel.completion_logprobs(..., temperature=1)`` recomputes).
 
 Random streams: a sampled micro-batch draws from a generator seeded with the call's seed, its
 adapter and its place (``_derive_seed``; unseeded calls use the global torch generator). A request
@@ -35,9 +33,10 @@ that carries ``TurnRequest.row_seed`` (a server batching seeded sampled requests
 generator of its own, seeded with it; a row without one in such a batch gets a generator seeded
 from the call's seed and its place. So a seeded row's completion does not depend on its batch, up
 to the float rounding of its logits (tested: a row alone and beside others sample the same tokens).
-``sampler="multinomial"`` draws as teamplay did before ``InverseCdfSampler``: ``generate``'s own
-``torch.multinomial`` from the global generator seeded with the same per-micro-batch seed (and
-restored after), ``RowSampler`` for rows with their own seeds; same seed, same tokens as those runs.
+``sampler="multinomial"`` decodes as teamplay did before its own loop: ``model.generate`` with its
+own ``torch.multinomial`` draws from the global generator, seeded with the same per-micro-batch seed
+(and restored after), ``SampledLogprobs`` recording the log-probs and ``RowSampler`` drawing rows that
+have their own seeds; same seed, same tokens as those runs.
 
 Merged adapters (``merge_adapters=True``, the default): a micro-batch generates with a LoRA-free copy
 of the base model into which its adapter is merged (``teamplay.agents.merged``), so decoding runs
@@ -47,7 +46,7 @@ summation order (tested); a model whose adapters cannot be merged (DoRA, adapted
 generates through peft, and ``merged_generation`` says why.
 
 A completion ends after the first stop token (the tokenizer's eos and the model's generation-config
-eos ids), which it includes; the padding ``generate`` writes after it is never returned.
+eos ids), which it includes; nothing after it is returned.
 """
 
 from __future__ import annotations
@@ -62,7 +61,8 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from teamplay.agents import kv_cache
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.agents.kv_cache import GrowingCache
+from teamplay.agents.decode import Streams, decode
+from teamplay.agents.kv_cache import DynamicCache, GrowingCache
 from teamplay.agents.merged import MergedAdapterModel, unsupported
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
 from teamplay.agents.team_model import TeamModel, common_prefix, left_pad, pad_after_prefix
@@ -88,8 +88,9 @@ class HFBackend(GenerationBackend):
         share_prompt_prefix: run a micro-batch's common prompt prefix once (module docstring).
         merge_adapters: generate with the adapter merged into a LoRA-free copy of the base model
             (module docstring); False generates through peft's LoRA layers.
-        sampler: ``inverse_cdf`` (``InverseCdfSampler``) or ``multinomial`` (``generate``'s own
-            ``torch.multinomial``, the draws of earlier teamplay versions: same seed, same tokens).
+        sampler: ``inverse_cdf`` (teamplay's decoding loop, ``teamplay.agents.decode``) or
+            ``multinomial`` (``generate`` and its own ``torch.multinomial``, the draws of earlier
+            teamplay versions: same seed, same tokens).
 
     Attributes:
         merged_generation: None when generation runs merged, else why it does not (a sentence).
@@ -174,8 +175,8 @@ class HFBackend(GenerationBackend):
         # Built from scratch: a checkpoint's own generation_config (temperature 0.2, repetition
         # penalty, ...) must not change what SamplingParams asked for.
         # Temperature, top-k and top-p are left out here: ``sampling_processors`` applies them, so that
-        # the log-prob recorder runs after them; ``draws``: generate draws the token itself (sampler
-        # multinomial), else it runs greedy over what the processors left (see the module docstring).
+        # the log-prob recorder runs after them; ``draws``: generate draws the token itself, else
+        # RowSampler has drawn it and generate runs greedy over what it left.
         common = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=list(self.stop_ids),
                       pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True)
         if not draws:
@@ -186,37 +187,51 @@ class HFBackend(GenerationBackend):
     def _generate_chunk(self, prompts: list[list[int]], adapter: str | None, sampling: SamplingParams,
                         seed: int | None, row_seeds: Sequence[int] | None = None,
                         ) -> list[tuple[list[int], list[float], list[float]]]:
+        """(completion ids up to and including the first stop token, their log-probs, entropies or [])
+        per prompt of one micro-batch."""
         device = self.team_model.device
         shared = common_prefix(prompts) if self.share_prompt_prefix else 0
         if shared < MIN_SHARED_PREFIX:
             shared = 0
         # [B, K + R]: the shared prefix (K tokens, 0 when not shared), then each row's remainder left-padded
         rest, attention = pad_after_prefix(prompts, shared, self.tokenizer.pad_token_id, device)
+        tm = self.team_model
+        merged = self._generation_model(adapter)
+        with tm.using(adapter) if merged is None else contextlib.nullcontext():
+            model = tm.model if merged is None else merged
+            if self.sampler == "multinomial" and not sampling.greedy:
+                return self._generate_multinomial(model, prompts, shared, rest, attention, sampling, seed, row_seeds)
+            # a cache that grows in place, with room for the completion (teamplay.agents.kv_cache)
+            cache = GrowingCache(reserve=sampling.max_new_tokens) if kv_cache.SUPPORTED else DynamicCache()
+            if shared:
+                tm.prefix_cache(prompts[0][:shared], len(prompts), model, cache=cache)
+            out = decode(model, tm.cache_keyword, cache, rest, attention, processors=sampling_processors(sampling),
+                         streams=None if sampling.greedy else _streams(seed, row_seeds, device),
+                         max_new_tokens=sampling.max_new_tokens, stop_ids=self.stop_ids,
+                         pad_id=self.tokenizer.pad_token_id, entropies=sampling.entropies)
+        ents = out.entropies or [[] for _ in prompts]
+        return list(zip(out.ids, out.logprobs, ents, strict=True))
+
+    def _generate_multinomial(self, model: torch.nn.Module, prompts: list[list[int]], shared: int,
+                              rest: torch.Tensor, attention: torch.Tensor, sampling: SamplingParams,
+                              seed: int | None, row_seeds: Sequence[int] | None,
+                              ) -> list[tuple[list[int], list[float], list[float]]]:
+        """``sampler: multinomial``: ``generate`` with its own draws (``_generate_chunk``'s results)."""
+        device, tm = self.team_model.device, self.team_model
         head = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)  # [1, K]
-        input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)
-        multinomial = self.sampler == "multinomial" and not sampling.greedy
-        if sampling.greedy or multinomial:
-            recorder: SampledLogprobs | InverseCdfSampler = SampledLogprobs(entropies=sampling.entropies)
-        else:
-            recorder = InverseCdfSampler(_streams(seed, row_seeds, device), entropies=sampling.entropies)
-        own = [RowSampler(row_seeds, device)] if multinomial and row_seeds is not None else []
+        input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)  # [B, K + R]
+        recorder = SampledLogprobs(entropies=sampling.entropies)
+        own = [] if row_seeds is None else [RowSampler(row_seeds, device)]
         processors = LogitsProcessorList([*sampling_processors(sampling), recorder, *own])
-        config = self._generation_config(sampling, draws=multinomial and not own)
+        config = self._generation_config(sampling, draws=not own)
         # generate's multinomial draws from the global generator: seeded here, and restored after
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=multinomial):
-            if multinomial and seed is not None:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            if seed is not None:
                 torch.manual_seed(seed)
-            merged = self._generation_model(adapter)
-            with self.team_model.using(adapter) if merged is None else contextlib.nullcontext():
-                model = self.team_model.model if merged is None else merged
-                # a cache that grows in place, with room for the completion (teamplay.agents.kv_cache)
-                cache = GrowingCache(reserve=sampling.max_new_tokens) if kv_cache.SUPPORTED else None
-                tm = self.team_model
-                prefix = (tm.prefix_cache(prompts[0][:shared], len(prompts), model, cache=cache) if shared
-                          else {} if cache is None else {tm.cache_keyword: cache})
-                # with a filled cache, generate runs only the uncached part of input_ids
-                out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                     logits_processor=processors, **prefix)
+            prefix = tm.prefix_cache(prompts[0][:shared], len(prompts), model) if shared else {}
+            # with a filled cache, generate runs only the uncached part of input_ids
+            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                 logits_processor=processors, **prefix)
         new = out.sequences[:, input_ids.shape[1]:]  # [B, N]
         logps, entropies = recorder.finish(out.sequences)  # [B, N] each (entropies None unless asked)
         stops = torch.tensor(self.stop_ids, device=device)
@@ -325,60 +340,9 @@ class SampledLogprobs(LogitsProcessor):
         return logps, entropies
 
 
-class InverseCdfSampler(LogitsProcessor):
-    """The last logits processor of a sampled ``generate`` call: draws each row's next token from the
-    processed scores (temperature, top-k, top-p already applied), records its log-prob (and entropy
-    when asked for), and leaves only that token's score, so that ``generate`` runs greedy over it.
-
-    The draw is inverse transform sampling: one uniform u per row, the token is the first whose
-    cumulative probability exceeds u times the row's total. That is one pass of softmax and a cumulative
-    sum over the vocabulary, where ``torch.multinomial`` draws an exponential variate for every
-    token of the vocabulary at every step (on a CPU, 16-40 ms a step at batch 16-32 over 49k tokens,
-    more than the rest of the step's sampling together). A token of probability 0 (removed by top-k
-    or top-p) is never drawn: its cumulative sum equals its predecessor's, and the search takes the
-    first index whose sum is above u. Float32 cumulative sums cannot draw a token whose probability is
-    below the float32 resolution near 1 (about 6e-8); such a token is drawn with probability 0.
-
-    Streams: ``streams`` is one generator for the whole micro-batch (``None``: the global torch
-    generator), or one per row (``TurnRequest.row_seed``): then row b's draws depend only on its own
-    generator and its own scores, not on the other rows of the batch.
-    """
-
-    def __init__(self, streams: torch.Generator | Sequence[torch.Generator] | None, entropies: bool = False) -> None:
-        self.streams = streams
-        self.entropies = entropies
-        self._logps: list[torch.Tensor] = []  # N x [B]
-        self._entropies: list[torch.Tensor] = []  # N x [B]
-
-    def _uniforms(self, rows: int, device: torch.device) -> torch.Tensor:
-        """[rows] uniforms in [0, 1)."""
-        if isinstance(self.streams, Sequence):
-            return torch.stack([torch.rand((), generator=g, device=device) for g in self.streams])
-        return torch.rand(rows, generator=self.streams, device=device)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        log_dist = torch.log_softmax(scores.float(), dim=-1)  # [B, V]; -inf where top-k / top-p removed
-        probs = log_dist.exp()  # [B, V]
-        cumulative = probs.cumsum_(dim=-1)  # [B, V], in place: probs is not needed after this
-        u = self._uniforms(scores.shape[0], scores.device) * cumulative[:, -1]  # [B]
-        tokens = torch.searchsorted(cumulative, u[:, None], right=True).clamp_(max=scores.shape[-1] - 1)  # [B, 1]
-        self._logps.append(log_dist.gather(-1, tokens).squeeze(-1))  # [B]
-        if self.entropies:  # tokens that top-k / top-p removed have p = 0 and add nothing
-            self._entropies.append(-torch.where(log_dist.isfinite(), log_dist.exp() * log_dist, 0.0).sum(-1))
-        only = torch.full_like(scores, float("-inf"))  # [B, V]
-        return only.scatter_(1, tokens, 0.0)
-
-    def finish(self, sequences: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(logps, entropies)`` [B, N] of the N generated tokens, as ``SampledLogprobs.finish``."""
-        empty = sequences.new_zeros((sequences.shape[0], 0), dtype=torch.float32)
-        logps = torch.stack(self._logps, dim=1) if self._logps else empty  # [B, N]
-        entropies = (torch.stack(self._entropies, dim=1) if self._entropies else empty) if self.entropies else None
-        return logps, entropies
-
-
 class RowSampler(LogitsProcessor):
     """``sampler: multinomial`` with own streams: draws each row's next token from that row's own
-    generator by ``torch.multinomial`` (the draws of teamplay before ``InverseCdfSampler``) and leaves
+    generator by ``torch.multinomial`` (the draws of teamplay before its own decoding loop) and leaves
     only its score.
 
     Runs after the warpers and the log-prob recorder (which keep the distribution actually sampled);
@@ -397,13 +361,14 @@ class RowSampler(LogitsProcessor):
         return only.scatter_(1, tokens[:, None], 0.0)
 
 
-def _streams(seed: int | None, row_seeds: Sequence[int] | None, device: torch.device,
-             ) -> torch.Generator | list[torch.Generator] | None:
+def _streams(seed: int | None, row_seeds: Sequence[int] | None, device: torch.device) -> Streams:
     """The random streams of a sampled micro-batch: one generator per row where the rows carry their own
-    seeds, else one seeded with the chunk's seed, else None (the global torch generator)."""
+    seeds, else one seeded with the chunk's seed, else the global torch generator."""
     if row_seeds is not None:
-        return [torch.Generator(device=device).manual_seed(int(s) & 0x7FFF_FFFF_FFFF_FFFF) for s in row_seeds]
-    return None if seed is None else torch.Generator(device=device).manual_seed(seed & 0x7FFF_FFFF_FFFF_FFFF)
+        return Streams(per_row=[torch.Generator(device=device).manual_seed(int(s) & 0x7FFF_FFFF_FFFF_FFFF)
+                                for s in row_seeds])
+    return Streams(shared=None if seed is None else torch.Generator(device=device).manual_seed(
+        seed & 0x7FFF_FFFF_FFFF_FFFF))
 
 
 def _derive_seed(seed: int, adapter: str | None, start: int) -> int:
