@@ -1,4 +1,4 @@
-"""Generation with transformers: batched, left-padded, one ``generate`` call per adapter and micro-batch.
+"""Generation with transformers: batched, left-padded, one decoding loop per adapter and micro-batch.
 
 ``HFBackend.generate`` builds each request's prompt with the chat template under the token budget
 (``teamplay.agents.prompts``), groups the requests by adapter (``None`` = base model, adapters
