@@ -13,10 +13,12 @@ length), go to raw ``model.generate`` with nothing else:
 * ``raw peft``: the same peft model, the request's adapter on, no scores kept;
 * ``raw plain``: the plain base model, loaded again without LoRA layers (the limit of the model).
 
-The runner itself runs twice: with the backend's default merged adapters (``runner``: each adapter
-merged into a LoRA-free copy of the base, ``teamplay.agents.merged``) and through peft's LoRA layers
-(``runner peft``, the backend before merging: the float32 micro-batch-16 one is today's baseline of
-the gain column).
+The runner itself runs three times: with the backend's defaults (``runner``: each adapter merged
+into a LoRA-free copy of the base, ``teamplay.agents.merged``; tokens drawn by inverse CDF; a key/value
+cache that grows in place, ``teamplay.agents.kv_cache``), through peft's LoRA layers (``runner
+peft``: the float32 micro-batch-16 one is the issue's baseline of the gain column, before merging),
+and merged but with ``generate``'s own multinomial draws and concatenating cache (``runner before``:
+the backend before the sampler and the cache, side by side).
 
 Each variant counts its own completion tokens (up to and including the first stop token; sampled
 runs stop at different places) per second of wall time. All variants of both dtypes live in one
@@ -31,12 +33,13 @@ post-processing and prompt building (``HFBackend.generate`` minus raw peft with 
 protocol (the runner's time outside the backend, from a whole run). The parts are differences of
 timed calls, so small ones carry the machine's noise.
 
-    python -m benchmarks rollout_speed --threads 2   # about 20 minutes on 2 cores
+    python -m benchmarks rollout_speed --threads 2   # about 40 minutes on 2 cores
     python -m benchmarks rollout_speed --quick    # tiny sizes, writes nothing
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -148,13 +151,30 @@ def raw_generate(setup: Setup, micro_batch: int, plain: bool, *, scores: bool = 
     return seconds, tokens
 
 
-def run_runner(setup: Setup, micro_batch: int, seed: int, merged: bool = True) -> tuple[float, int, float]:
+@contextlib.contextmanager
+def as_before(backend: Any, before: bool):
+    """With ``before``: the backend as it was before the inverse-CDF sampler and the growing cache
+    (``sampler: multinomial``, generate's own concatenating cache); else unchanged."""
+    from teamplay.agents import kv_cache
+
+    sampler, supported = backend.sampler, kv_cache.SUPPORTED
+    if before:
+        backend.sampler, kv_cache.SUPPORTED = "multinomial", False
+    try:
+        yield
+    finally:
+        backend.sampler, kv_cache.SUPPORTED = sampler, supported
+
+
+def run_runner(setup: Setup, micro_batch: int, seed: int, merged: bool = True,
+               before: bool = False) -> tuple[float, int, float]:
     """Seconds, completion tokens and the seconds spent inside the backend of one whole runner run,
-    with adapters merged for generation or through peft's LoRA layers."""
+    with adapters merged for generation or through peft's LoRA layers; ``before``: see ``as_before``."""
     setup.backend.micro_batch_size = micro_batch
     setup.backend.merged_generation = None if merged else "off for the benchmark"
     calls = len(setup.calls)
-    setup.runner.run(setup.jobs, seed=seed)
+    with as_before(setup.backend, before):
+        setup.runner.run(setup.jobs, seed=seed)
     del setup.calls[calls:]  # keep the recorded run's requests only
     stats = setup.runner.last_stats
     return stats.seconds, stats.tokens, stats.generate_seconds
@@ -216,10 +236,11 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     for rep in range(repeats):  # variants take turns: the machine's load falls on all alike
         for setup in setups:
             for mb in batches:
-                for label, merged in (("runner", True), ("runner peft", False)):
-                    seconds, tokens, gen = run_runner(setup, mb, seed=100 + rep, merged=merged)
+                for label, merged, before in (("runner", True, False), ("runner peft", False, False),
+                                              ("runner before", True, True)):
+                    seconds, tokens, gen = run_runner(setup, mb, seed=100 + rep, merged=merged, before=before)
                     measured.setdefault((setup.dtype, label, mb), []).append((seconds, tokens))
-                    if merged:
+                    if merged and not before:
                         inside.setdefault((setup.dtype, mb), []).append(seconds - gen)
                 for label, plain in (("raw peft", False), ("raw plain", True)):
                     measured.setdefault((setup.dtype, label, mb), []).append(raw_generate(setup, mb, plain))
@@ -228,13 +249,14 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     rows = []
     for dtype in DTYPES:
         for mb in batches:
-            runner, before, peft, plain = (best[(dtype, v, mb)] for v in ("runner", "runner peft", "raw peft",
-                                                                          "raw plain"))
-            rows.append([dtype, mb, f"{runner:.1f}", f"{before:.1f}", f"{peft:.1f}", f"{plain:.1f}",
-                         fmt_ratio(runner / peft), fmt_ratio(runner / plain), fmt_ratio(runner / baseline)])
-    table = markdown_table(["dtype", "micro-batch", "runner tok/s", "runner peft tok/s", "raw peft tok/s",
-                            "raw plain tok/s", "runner / raw peft", "runner / raw plain",
-                            "runner / runner peft fp32 mb16"], rows)
+            runner, through, before, peft, plain = (best[(dtype, v, mb)] for v in (
+                "runner", "runner peft", "runner before", "raw peft", "raw plain"))
+            rows.append([dtype, mb, f"{runner:.1f}", f"{through:.1f}", f"{before:.1f}", f"{peft:.1f}", f"{plain:.1f}",
+                         fmt_ratio(runner / peft), fmt_ratio(runner / plain), fmt_ratio(runner / before),
+                         fmt_ratio(runner / baseline)])
+    table = markdown_table(["dtype", "micro-batch", "runner tok/s", "runner peft tok/s", "runner before tok/s",
+                            "raw peft tok/s", "raw plain tok/s", "runner / raw peft", "runner / raw plain",
+                            "runner / runner before", "runner / runner peft fp32 mb16"], rows)
     profiled = {s.dtype: profile(s, repeats) for s in setups}
     parts = {d: p for d, (p, _) in profiled.items()}
     fidelity = {d: f for d, (_, f) in profiled.items()}

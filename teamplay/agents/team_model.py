@@ -269,7 +269,7 @@ class TeamModel:
         return torch.where(mask, logp, torch.zeros_like(logp)), mask_f
 
     @functools.cached_property
-    def _cache_name(self) -> str:
+    def cache_keyword(self) -> str:
         """The key/value cache's keyword and output field: ``cache`` in transformers 5,
         ``past_key_values`` in 4.x."""
         return "cache" if "cache" in inspect.signature(self.base_model.forward).parameters else "past_key_values"
@@ -286,7 +286,7 @@ class TeamModel:
         middle is masked out, positions count real tokens only)."""
         device = targets.device
         owner = owner.to(device)
-        cache_name = self._cache_name
+        cache_name = self.cache_keyword
         prefix_kwargs = self.prefix_cache(unique[0][:shared], len(unique)) if shared else {}
         r_ids, p_mask = pad_after_prefix(unique, shared, self.tokenizer.pad_token_id, device)  # [U, R], [U, K+R]
         positions = (p_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]  # [U, R]
@@ -307,16 +307,18 @@ class TeamModel:
         return torch.cat([first[:, None], rest], dim=1)
 
     def prefix_cache(self, prefix: Sequence[int], rows: int, model: torch.nn.Module | None = None,
-                     ) -> dict[str, Any]:
+                     cache: Any = None) -> dict[str, Any]:
         """``{cache keyword: cache}``: the key/value cache of ``prefix`` (K tokens), run once with the
         active adapter and copied to ``rows`` rows ([1, ...] -> [rows, ...]), for a forward pass or
         ``generate`` that continues every row from it (``pad_after_prefix`` builds its inputs).
-        ``model``: run it instead of the team's (a merged copy of the same base, ``agents.merged``)."""
+        ``model``: run it instead of the team's (a merged copy of the same base, ``agents.merged``);
+        ``cache``: an empty cache object to fill (a ``GrowingCache``) instead of the model's default."""
         head = torch.tensor([list(prefix)], dtype=torch.long, device=self.device)  # [1, K]
         model = self.model if model is None else model
-        cache = getattr(model(input_ids=head, use_cache=True, logits_to_keep=1), self._cache_name)
+        given = {} if cache is None else {self.cache_keyword: cache}
+        cache = getattr(model(input_ids=head, use_cache=True, logits_to_keep=1, **given), self.cache_keyword)
         cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=self.device))
-        return {self._cache_name: cache}
+        return {self.cache_keyword: cache}
 
     def reference_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                            adapter: str | None = None, temperature: float = 1.0,

@@ -76,6 +76,11 @@ class BackendConfig(Section):
                                                    "LoRA-free copy of the base model (faster decoding; "
                                                    "one more copy of the adapted weights in memory). "
                                                    "false: generate through peft's LoRA layers.")
+    sampler: Literal["inverse_cdf", "multinomial"] = Field(
+        "inverse_cdf", description="hf: how a sampled token is drawn. inverse_cdf: one uniform per row and "
+                                   "a cumulative sum (fast on a CPU); multinomial: generate's own "
+                                   "torch.multinomial, the draws of teamplay before inverse_cdf (same seed, "
+                                   "same tokens as those runs).")
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description="vllm: share of GPU memory the "
                                                                           "engine may take (the learner "
                                                                           "needs the rest).")

@@ -131,17 +131,31 @@ def test_merged_bfloat16_behaviour_over_trainer_ratio_is_1_within_1e_2_on_averag
     assert float((ratio - 1).abs().max()) < 0.2
 
 
-def test_the_float32_head_brings_the_paths_closer():
-    # a bfloat16 head rounds the logits themselves (measured: max |r - 1| 4.9% against 3.2%)
-    rounded = float((ratios(bf16_backend(head=False, merge_adapters=False), 0.7) - 1).abs().max())
-    upcast = float((ratios(bf16_backend(merge_adapters=False), 0.7) - 1).abs().max())
-    # Where cached decoding and one forward pass round alike there is nothing to bring closer
-    # (measured on an AMD EPYC: 6e-7 with either head at one thread, 6.7e-6 against 2.1e-6 at two):
-    # the float32 head never moves them apart beyond float32 noise, and where the bfloat16 head
-    # shows a deviation of bfloat16 size (above 1e-3) the float32 head's is smaller.
-    assert upcast <= rounded + 1e-5
-    if rounded > 1e-3:
-        assert upcast < rounded
+def test_the_float32_head_computes_the_logits_in_float32():
+    # A bfloat16 head rounds the logits themselves to 8 bits of mantissa (on the embedded model the
+    # behaviour/trainer ratio's mean |r - 1| fell from 0.034 to 0.019 with the float32 head,
+    # BENCHMARKS.md §2b). On this tiny model, with the tokens held fixed, the body's own bfloat16
+    # rounding dominates both heads' deviation from a float32 copy (mean |delta log p| 0.019 against
+    # 0.020), so what is asserted is the mechanism: the float32 head's logits are the float32 product
+    # of the body's bfloat16 hidden state, and not on bfloat16's grid as the bfloat16 head's are.
+    ids = torch.tensor([list(range(3, 40))])  # [1, T]
+    logits = {}
+    for head in (True, False):
+        model = bf16_backend(head=head).team_model.base_model
+        with torch.no_grad():
+            hidden = model.model(input_ids=ids).last_hidden_state  # [1, T, H], bfloat16
+            logits[head] = model(input_ids=ids).logits  # [1, T, V]
+            weight = model.get_output_embeddings().weight.float()  # [V, H]
+        assert hidden.dtype == torch.bfloat16
+        if head:
+            # float32 summation order may differ from the reference matmul: ~1e-6 of logits up to ~30
+            torch.testing.assert_close(logits[head], hidden.float() @ weight.T, atol=1e-4, rtol=1e-5)
+    assert logits[True].dtype == torch.float32 and logits[False].dtype == torch.bfloat16
+    on_grid = logits[True] == logits[True].to(torch.bfloat16).float()
+    assert on_grid.float().mean() < 0.5  # float32 logits: most are between bfloat16's grid points
+    # the bfloat16 head's logits are those same products, rounded: within bfloat16's relative
+    # resolution (2^-8) of the float32 ones, plus the rounding of the hidden state's sum
+    assert torch.all((logits[False].float() - logits[True]).abs() <= 2 ** -7 * logits[True].abs() + 0.05)
 
 
 def test_bfloat16_batched_greedy_equals_one_at_a_time_for_prompts_of_one_length():

@@ -61,18 +61,21 @@ def test_a_shared_prompt_prefix_runs_once_and_changes_nothing(temperature, merge
     requests = [request(i, problem_len=n) for i, n in ((1, 0), (2, 3), (3, 1), (4, 6))]
     params = SamplingParams(max_new_tokens=8, temperature=temperature, seed=5)
     calls = []
-    generating = shared._generation_model("proposer") if merge else shared.team_model.model
-    generate = generating.generate
+    import teamplay.agents.backends.hf as hf
 
-    def spy(**kwargs):
-        calls.append((kwargs, kwargs[shared.team_model._cache_name].get_seq_length()))
-        return generate(**kwargs)  # (generate then grows the cache)
+    decode = hf.decode
 
-    monkeypatch.setattr(generating, "generate", spy)
-    got, want = shared.generate(requests, params), plain.generate(requests, params)
-    ((call, cached),) = calls
-    assert cached >= 8  # the prefix ran once, its cache handed to generate
-    assert call["attention_mask"][:, :cached].eq(1).all() and call["attention_mask"][:, cached:].eq(0).any()
+    def spy(model, keyword, cache, input_ids, attention, **kwargs):
+        calls.append((attention, cache.get_seq_length()))
+        return decode(model, keyword, cache, input_ids, attention, **kwargs)  # (decoding then grows the cache)
+
+    monkeypatch.setattr(hf, "decode", spy)
+    got = shared.generate(requests, params)
+    monkeypatch.setattr(hf, "decode", decode)
+    want = plain.generate(requests, params)
+    ((attention, cached),) = calls
+    assert cached >= 8  # the prefix ran once, its cache handed to the decoding loop
+    assert attention[:, :cached].eq(1).all() and attention[:, cached:].eq(0).any()
     for a, b in zip(got, want, strict=True):
         assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
@@ -120,13 +123,14 @@ def test_seeded_sampling_is_reproducible():
     assert [g.completion_ids for g in other] != [g.completion_ids for g in first]
 
 
-def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_call():
+@pytest.mark.parametrize("sampler", ["inverse_cdf", "multinomial"])
+def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_call(sampler):
     """``TurnRequest.row_seed``: the row's own stream. Alone, beside other rows (other prompt
     lengths, so other padding), at another place in the batch, in another micro-batch size and
     under another call seed, it samples the same tokens; another row_seed samples others."""
     from dataclasses import replace
 
-    backend = make_backend()
+    backend = make_backend(sampler=sampler)
     perturb(backend, "proposer", 2)
     mine = replace(request(3), row_seed=11)
     others = [request(i) for i in (1, 5, 7)]
@@ -134,7 +138,7 @@ def test_a_row_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_ca
     alone = backend.generate([mine], params)[0]
     beside = backend.generate([others[0], mine, *others[1:]], params)[1]
     last = backend.generate([*others, mine], replace(params, seed=8))[3]
-    small = make_backend(micro_batch_size=2)
+    small = make_backend(micro_batch_size=2, sampler=sampler)
     perturb(small, "proposer", 2)
     chunked = small.generate([*others, mine], params)[3]
     assert len(alone.completion_ids) > 3  # not an immediate stop: the test compares real samples
@@ -255,6 +259,8 @@ def test_unknown_adapter_and_bad_options():
     model, tokenizer = tiny_model_and_tokenizer()
     with pytest.raises(ConfigError, match="micro_batch_size"):
         HFBackend(TeamModel(model, tokenizer, ()), micro_batch_size=0)
+    with pytest.raises(ConfigError, match="sampler must be one of"):
+        HFBackend(TeamModel(model, tokenizer, ()), sampler="gumbel")
 
 
 def test_yes_probability_matches_a_direct_forward():
@@ -283,15 +289,70 @@ def test_yes_probability_matches_a_direct_forward():
 
 
 @pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (7, 0.9)])
-def test_sampled_tokens_are_those_of_generates_own_sampling_processors(top_k, top_p):
-    # HFBackend applies temperature / top-k / top-p itself (so that its log-prob recorder runs
-    # after them); with the same seed it must draw exactly what generate's own processors draw
+def test_sampled_tokens_are_kept_by_generates_own_sampling_processors(top_k, top_p):
+    # HFBackend applies temperature / top-k / top-p itself and draws the token after them: every
+    # token it samples must be one that generate's own warpers keep at that step (finite score), and
+    # its recorded log-prob that token's log-prob under the warped distribution
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    backend = make_backend()
+    perturb(backend, "proposer", 1)
+    params = SamplingParams(max_new_tokens=10, temperature=0.7, top_k=top_k, top_p=top_p, seed=11)
+    gens = backend.generate([request(i) for i in (1, 3, 3, 5)], params)
+    warpers = [TemperatureLogitsWarper(0.7), *([TopKLogitsWarper(top_k)] if top_k else []),
+               *([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])]
+    drawn = 0
+    for g in gens:
+        ids = torch.tensor([list(g.prompt_ids) + list(g.completion_ids)])  # [1, P + N]
+        with torch.no_grad(), backend.team_model.using("proposer"):
+            logits = backend.team_model.model(input_ids=ids).logits[0]  # [P + N, V]
+        for t, token in enumerate(g.completion_ids):
+            step = logits[len(g.prompt_ids) - 1 + t][None].float()  # [1, V]: the scores that chose token t
+            for warp in warpers:
+                step = warp(ids[:, : len(g.prompt_ids) + t], step)
+            assert torch.isfinite(step[0, token])
+            assert g.logprobs[t] == pytest.approx(float(torch.log_softmax(step, -1)[0, token]), abs=1e-5)
+            drawn += 1
+    assert drawn > 20  # real samples were checked, not immediate stops
+
+
+@pytest.mark.parametrize("streams", ["one", "per row"])
+def test_inverse_cdf_draws_each_token_with_its_probability(streams):
+    """20,000 draws from a fixed 6-token distribution (one token removed: probability 0): each
+    token's frequency is within 4.5 binomial standard deviations of its probability (a false alarm
+    has probability below 1e-5 per token; the seeds are fixed, so the test is deterministic), and
+    the removed token is never drawn."""
+    from teamplay.agents.decode import Streams, inverse_cdf_tokens
+
+    scores = torch.tensor([[2.0, 0.5, -1.0, 1.0, float("-inf"), -3.0]])  # [1, V]
+    probs = torch.softmax(scores, -1)[0]
+    rows = 200
+    log_dist = torch.log_softmax(scores, -1).expand(rows, -1)  # [200, V]: 200 rows a step, 100 steps
+    if streams == "one":
+        source = Streams(shared=torch.Generator().manual_seed(5))
+    else:
+        source = Streams(per_row=[torch.Generator().manual_seed(1000 + r) for r in range(rows)])
+    counts = torch.zeros(6)
+    for _ in range(100):
+        counts += torch.bincount(inverse_cdf_tokens(log_dist, source.uniforms(torch.arange(rows), "cpu")),
+                                 minlength=6)
+    n = rows * 100
+    assert counts[4] == 0
+    sd = (probs * (1 - probs) / n).sqrt()
+    assert torch.all((counts / n - probs).abs() <= 4.5 * sd), (counts / n, probs)
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (7, 0.9)])
+def test_the_multinomial_sampler_draws_what_generate_draws(top_k, top_p):
+    # sampler multinomial: HFBackend applies temperature / top-k / top-p itself (so that its log-prob
+    # recorder runs after them); with the same seed it must draw exactly what generate's own
+    # processors and torch.multinomial draw (the tokens of teamplay before inverse_cdf)
     from transformers import GenerationConfig
 
     from teamplay.agents.prompts import build_reply_ids
     from teamplay.agents.team_model import left_pad
 
-    backend = make_backend()
+    backend = make_backend(sampler="multinomial")
     perturb(backend, "proposer", 1)
     requests = [request(i) for i in (3, 3, 3)]  # one prompt length: no padding, one micro-batch
     params = SamplingParams(max_new_tokens=10, temperature=0.7, top_k=top_k, top_p=top_p, seed=11)
@@ -307,3 +368,32 @@ def test_sampled_tokens_are_those_of_generates_own_sampling_processors(top_k, to
         out = backend.team_model.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
     for g, row in zip(ours, out[:, input_ids.shape[1]:].tolist(), strict=True):
         assert list(g.completion_ids) == row[: len(g.completion_ids)]
+
+
+def test_greedy_decoding_gives_generates_tokens_while_finished_rows_leave_the_batch():
+    # teamplay's decoding loop drops finished rows from the batch (teamplay.agents.decode); the rows
+    # still writing must see what generate shows them: the same greedy tokens, prompts of 4 lengths
+    from transformers import GenerationConfig
+
+    from teamplay.agents.prompts import build_reply_ids
+    from teamplay.agents.team_model import left_pad
+
+    backend = make_backend(share_prompt_prefix=False)
+    perturb(backend, "proposer", 3)
+    tok = backend.tokenizer
+    requests = [request(i) for i in (1, 2, 4, 7, 2, 1)]
+    # the 5th greedy token of the first row becomes an extra stop token: rows stop at different steps
+    stop = backend.generate(requests[:1], SamplingParams(max_new_tokens=5))[0].completion_ids[4]
+    backend.team_model.base_model.generation_config.eos_token_id = [tok.eos_token_id, stop]
+    ours = backend.generate(requests, SamplingParams(max_new_tokens=16))
+    lengths = {len(g.completion_ids) for g in ours}
+    assert len(lengths) >= 2  # rows did finish at different steps, so the batch did shrink
+    prompts = [build_reply_ids(tok, r.chat, backend.max_prompt_tokens)[0] for r in requests]
+    input_ids, attention = left_pad(prompts, tok.pad_token_id, backend.team_model.device)
+    config = GenerationConfig(do_sample=False, max_new_tokens=16, eos_token_id=list(backend.stop_ids),
+                              pad_token_id=tok.pad_token_id)
+    with torch.no_grad(), backend.team_model.using("proposer"):
+        out = backend.team_model.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+    for g, row in zip(ours, out[:, input_ids.shape[1]:].tolist(), strict=True):
+        assert list(g.completion_ids) == row[: len(g.completion_ids)]
+        assert len(g.completion_ids) == 16 or g.completion_ids[-1] in backend.stop_ids

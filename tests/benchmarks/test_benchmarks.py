@@ -66,8 +66,8 @@ def test_rollout_speed_quick(tiny_model):
     # 1 problem x 2 episodes of proposer/reviewer (3 rounds): 3 lock-step calls; 2 dtypes x 2 batches
     assert result.data["episodes"] == 2 and result.data["calls"] == 3
     rates = result.data["tokens_per_second"]
-    # runner merged, runner through peft, raw peft, raw plain
-    assert len(rates) == 16 and all(v > 0 for v in rates.values())
+    # runner merged, runner through peft, runner before the sampler and cache, raw peft, raw plain
+    assert len(rates) == 20 and all(v > 0 for v in rates.values())
     assert result.data["resolved_dtypes"]["float32"] == "torch.float32"
     # float32 decoding, merged or through peft, and the trainer's forward pass agree on every token
     # (the bound of test_hf_backend)

@@ -113,16 +113,18 @@ def placeholders(value: Any, paths: dict[str, str]) -> Any:
     return paths.get(value, value) if isinstance(value, str) else value
 
 
-def record(name: str, work: Path) -> dict[str, Any]:
+def record(name: str, work: Path, backend: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``name`` in the empty folder ``work`` (the tiny model, the config, the run folder) and
-    return its record."""
+    return its record. ``backend``: fields added to the run's backend section that the record's
+    config does not show (a field today's code needs to run as the recorded code did)."""
     from tests.tiny import save_tiny
 
     model = save_tiny(work / "tiny", seed=0)
     run = work / "run"
     command, data = run_config(name, model, run)
     config = work / "config.yaml"
-    config.write_text(json.dumps(data, indent=1))  # JSON is YAML
+    written = {**data, "backend": {**data["backend"], **(backend or {})}}
+    config.write_text(json.dumps(written, indent=1))  # JSON is YAML
     env = {**os.environ, "PYTHONPATH": str(CODE_ROOT), "OMP_NUM_THREADS": "1",
            "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}  # the last one silences a Ray FutureWarning
     imported = subprocess.run([sys.executable, "-c", "import teamplay; print(teamplay.__file__)"], env=env,

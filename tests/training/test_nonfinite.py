@@ -137,7 +137,9 @@ def test_consecutive_nonfinite_steps_stop_the_run_before_a_checkpoint(tmp_path, 
 
 def test_a_step_that_learns_ends_the_streak(tmp_path, monkeypatch):
     # NaN in steps 1 and 3 only: never 2 in a row, so the run finishes
-    trainer = small_trainer(tmp_path, {"steps": 3, "optim": {"max_nonfinite_steps": 2}})
+    # alternating +-1 advantages: every step has messages to update on, whatever the sampled rewards
+    trainer = small_trainer(tmp_path, {"steps": 3, "optim": {"max_nonfinite_steps": 2},
+                                       "credit": {"method": "test_alternating_advantage"}})
     poison(monkeypatch, trainer, when=lambda adapter: trainer.state.step in (0, 2))
     with pytest.warns(NonFiniteWarning):
         history = trainer.train().history
@@ -171,6 +173,11 @@ def test_max_nonfinite_steps_is_validated(value):
 
 class _NoOptions(BaseModel):
     pass
+
+
+@register_credit("test_alternating_advantage", _NoOptions, "+1 and -1 by turns, whatever the rewards")
+def _alternating(batch, options):
+    return [np.where(np.arange(len(ep.messages)) % 2 == k % 2, 1.0, -1.0) for k, ep in enumerate(batch.episodes)]
 
 
 @register_credit("test_absurd_advantage", _NoOptions, "finite advantages of absurd size (1e300)")

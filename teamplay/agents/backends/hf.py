@@ -1,40 +1,42 @@
-"""Generation with transformers: batched, left-padded, one ``generate`` call per adapter and micro-batch.
+"""Generation with transformers: batched, left-padded, one decoding loop per adapter and micro-batch.
 
 ``HFBackend.generate`` builds each request's prompt with the chat template under the token budget
 (``teamplay.agents.prompts``), groups the requests by adapter (``None`` = base model, adapters
 disabled), sorts each group by prompt length (less padding) and cuts it into micro-batches. Each
-micro-batch is one ``model.generate`` call with an attention mask; position ids follow the mask, so
-a left-padded prompt gets the same positions as the prompt alone (tested: batched greedy output
-equals one-at-a-time output).
+micro-batch is decoded by ``teamplay.agents.decode`` (teamplay's own loop: rows that finished leave
+the batch) with an attention mask; position ids follow the mask, so a left-padded prompt gets the
+same positions as the prompt alone (tested: batched greedy output equals one-at-a-time output and
+``generate``'s).
 
 Shared prompt prefix: the prompts of a micro-batch usually start alike (the role's system prompt,
 the task's answer instruction, often most of a short prompt), and on a CPU the prompt's forward pass
 is most of a turn's cost. When every prompt of the micro-batch shares at least ``MIN_SHARED_PREFIX``
-leading tokens, that prefix runs once: its key/value cache is copied to every row, and ``generate``
+leading tokens, that prefix runs once: its key/value cache is copied to every row, and decoding
 continues from it with each row's own remainder, left-padded after the prefix (the padding in the
 middle is masked; positions follow the mask, so each row sees the positions of its prompt alone).
 Outputs equal the unshared path's up to float rounding (tested). ``share_prompt_prefix=False`` turns
 it off.
 
-Behaviour log-probs: the log-prob of a token is taken from the scores of the distribution actually
-sampled (temperature, then top-k, then top-p applied), by ``SampledLogprobs``, the last logits
-processor of the call: each step it keeps only the sampled token's score minus the log-sum-exp of
-the step's scores (one number per row), instead of ``generate`` keeping every step's
-full-vocabulary scores (``output_scores``, [B, V] per step) to be stacked and log-softmaxed at the
-end. The processors are built here, in ``generate``'s own order, because ``generate`` runs the
-processors it is given before the sampling ones it builds itself. For greedy decoding no sampling
-processor runs: the log-probs are those of the T=1 model distribution (what
-``TeamModel.completion_logprobs(..., temperature=1)`` recomputes). Asked for
-(``SamplingParams.entropies``), the entropy of that same distribution at each token is recorded as
-well (``Generation.entropies``): token-level credit reads it instead of scoring the message again.
+Sampling and behaviour log-probs: temperature, then top-k, then top-p are applied
+(``sampling_processors``, in ``generate``'s own order), then the token is drawn from that processed
+distribution by inverse CDF (``decode.inverse_cdf_tokens``: one uniform and a cumulative sum per row,
+where ``torch.multinomial`` draws an exponential variate for every vocabulary token at every step,
+the larger cost on a CPU), and its log-prob under it is recorded: one number per row and step, never
+the full-vocabulary scores of every step. Asked for (``SamplingParams.entropies``), the entropy of
+that same distribution at each token is recorded as well (``Generation.entropies``): token-level
+credit reads it instead of scoring the message again. Greedy decoding records the log-probs of the
+T=1 model distribution (what ``TeamModel.completion_logprobs(..., temperature=1)`` recomputes).
 
-Own random streams: a request that carries ``TurnRequest.row_seed`` (a server batching seeded
-sampled requests) is drawn from a generator of its own, seeded with it: when a sampled micro-batch
-holds one, ``RowSampler`` (after the log-prob recorder) draws every row's token from its row's
-generator and leaves only that token's score, and ``generate`` runs greedy over it. A row without
-a ``row_seed`` in such a batch gets a generator seeded from the call's seed and its place. So a
-seeded row's completion does not depend on its batch, up to the float rounding of its logits
-(tested: a row alone and beside others sample the same tokens).
+Random streams: a sampled micro-batch draws from a generator seeded with the call's seed, its
+adapter and its place (``_derive_seed``; unseeded calls use the global torch generator). A request
+that carries ``TurnRequest.row_seed`` (a server batching seeded sampled requests) is drawn from a
+generator of its own, seeded with it; a row without one in such a batch gets a generator seeded
+from the call's seed and its place. So a seeded row's completion does not depend on its batch, up
+to the float rounding of its logits (tested: a row alone and beside others sample the same tokens).
+``sampler="multinomial"`` decodes as teamplay did before its own loop: ``model.generate`` with its
+own ``torch.multinomial`` draws from the global generator, seeded with the same per-micro-batch seed
+(and restored after), ``SampledLogprobs`` recording the log-probs and ``RowSampler`` drawing rows that
+have their own seeds; same seed, same tokens as those runs.
 
 Merged adapters (``merge_adapters=True``, the default): a micro-batch generates with a LoRA-free copy
 of the base model into which its adapter is merged (``teamplay.agents.merged``), so decoding runs
@@ -44,7 +46,7 @@ summation order (tested); a model whose adapters cannot be merged (DoRA, adapted
 generates through peft, and ``merged_generation`` says why.
 
 A completion ends after the first stop token (the tokenizer's eos and the model's generation-config
-eos ids), which it includes; the padding ``generate`` writes after it is never returned.
+eos ids), which it includes; nothing after it is returned.
 """
 
 from __future__ import annotations
@@ -57,7 +59,10 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from teamplay.agents import kv_cache
 from teamplay.agents.backends.base import GenerationBackend
+from teamplay.agents.decode import Streams, decode
+from teamplay.agents.kv_cache import DynamicCache, GrowingCache
 from teamplay.agents.merged import MergedAdapterModel, unsupported
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
 from teamplay.agents.team_model import TeamModel, common_prefix, left_pad, pad_after_prefix
@@ -67,6 +72,8 @@ from teamplay.records import ChatMessage, Generation, SamplingParams, TurnReques
 #: words whose first token counts as "yes" / "no" in ``yes_probability``
 YES_WORDS = ("yes", "Yes")
 NO_WORDS = ("no", "No")
+#: how a sampled token can be drawn (module docstring)
+SAMPLERS = ("inverse_cdf", "multinomial")
 #: fewest common leading tokens worth a separate prefix pass (the pass has a fixed cost per layer)
 MIN_SHARED_PREFIX = 8
 
@@ -81,6 +88,9 @@ class HFBackend(GenerationBackend):
         share_prompt_prefix: run a micro-batch's common prompt prefix once (module docstring).
         merge_adapters: generate with the adapter merged into a LoRA-free copy of the base model
             (module docstring); False generates through peft's LoRA layers.
+        sampler: ``inverse_cdf`` (teamplay's decoding loop, ``teamplay.agents.decode``) or
+            ``multinomial`` (``generate`` and its own ``torch.multinomial``, the draws of earlier
+            teamplay versions: same seed, same tokens).
 
     Attributes:
         merged_generation: None when generation runs merged, else why it does not (a sentence).
@@ -91,11 +101,14 @@ class HFBackend(GenerationBackend):
 
     def __init__(self, team_model: TeamModel, max_prompt_tokens: int = 2048,
                  micro_batch_size: int = 16, share_prompt_prefix: bool = True,
-                 merge_adapters: bool = True) -> None:
+                 merge_adapters: bool = True, sampler: str = "inverse_cdf") -> None:
         if max_prompt_tokens < 1:
             raise ConfigError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
         if micro_batch_size < 1:
             raise ConfigError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+        if sampler not in SAMPLERS:
+            raise ConfigError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        self.sampler = sampler
         self.team_model = team_model
         self.tokenizer = team_model.tokenizer
         self.max_prompt_tokens = max_prompt_tokens
@@ -158,14 +171,15 @@ class HFBackend(GenerationBackend):
                         adapter=adapter, truncated=prompts[i][1], entropies=tuple(ents))
         return [g for g in results if g is not None]
 
-    def _generation_config(self, sampling: SamplingParams, own_streams: bool = False) -> GenerationConfig:
+    def _generation_config(self, sampling: SamplingParams, draws: bool) -> GenerationConfig:
         # Built from scratch: a checkpoint's own generation_config (temperature 0.2, repetition
         # penalty, ...) must not change what SamplingParams asked for.
-        # Temperature, top-k and top-p are left out here: ``sampling_processors`` applies them, so
-        # that the log-prob recorder runs after them (see the module docstring).
+        # Temperature, top-k and top-p are left out here: ``sampling_processors`` applies them, so that
+        # the log-prob recorder runs after them; ``draws``: generate draws the token itself, else
+        # RowSampler has drawn it and generate runs greedy over what it left.
         common = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=list(self.stop_ids),
                       pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True)
-        if sampling.greedy or own_streams:  # with own streams RowSampler has drawn the token already
+        if not draws:
             return GenerationConfig(do_sample=False, **common)
         return GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, **common)
 
@@ -173,28 +187,51 @@ class HFBackend(GenerationBackend):
     def _generate_chunk(self, prompts: list[list[int]], adapter: str | None, sampling: SamplingParams,
                         seed: int | None, row_seeds: Sequence[int] | None = None,
                         ) -> list[tuple[list[int], list[float], list[float]]]:
+        """(completion ids up to and including the first stop token, their log-probs, entropies or [])
+        per prompt of one micro-batch."""
         device = self.team_model.device
         shared = common_prefix(prompts) if self.share_prompt_prefix else 0
         if shared < MIN_SHARED_PREFIX:
             shared = 0
         # [B, K + R]: the shared prefix (K tokens, 0 when not shared), then each row's remainder left-padded
         rest, attention = pad_after_prefix(prompts, shared, self.tokenizer.pad_token_id, device)
+        tm = self.team_model
+        merged = self._generation_model(adapter)
+        with tm.using(adapter) if merged is None else contextlib.nullcontext():
+            model = tm.model if merged is None else merged
+            if self.sampler == "multinomial" and not sampling.greedy:
+                return self._generate_multinomial(model, prompts, shared, rest, attention, sampling, seed, row_seeds)
+            # a cache that grows in place, with room for the completion (teamplay.agents.kv_cache)
+            cache = GrowingCache(reserve=sampling.max_new_tokens) if kv_cache.SUPPORTED else DynamicCache()
+            if shared:
+                tm.prefix_cache(prompts[0][:shared], len(prompts), model, cache=cache)
+            out = decode(model, tm.cache_keyword, cache, rest, attention, processors=sampling_processors(sampling),
+                         streams=None if sampling.greedy else _streams(seed, row_seeds, device),
+                         max_new_tokens=sampling.max_new_tokens, stop_ids=self.stop_ids,
+                         pad_id=self.tokenizer.pad_token_id, entropies=sampling.entropies)
+        ents = out.entropies or [[] for _ in prompts]
+        return list(zip(out.ids, out.logprobs, ents, strict=True))
+
+    def _generate_multinomial(self, model: torch.nn.Module, prompts: list[list[int]], shared: int,
+                              rest: torch.Tensor, attention: torch.Tensor, sampling: SamplingParams,
+                              seed: int | None, row_seeds: Sequence[int] | None,
+                              ) -> list[tuple[list[int], list[float], list[float]]]:
+        """``sampler: multinomial``: ``generate`` with its own draws (``_generate_chunk``'s results)."""
+        device, tm = self.team_model.device, self.team_model
         head = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)  # [1, K]
-        input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)
-        config = self._generation_config(sampling, own_streams=row_seeds is not None)
+        input_ids = torch.cat([head.expand(len(prompts), -1), rest], dim=1)  # [B, K + R]
         recorder = SampledLogprobs(entropies=sampling.entropies)
         own = [] if row_seeds is None else [RowSampler(row_seeds, device)]
         processors = LogitsProcessorList([*sampling_processors(sampling), recorder, *own])
+        config = self._generation_config(sampling, draws=not own)
+        # generate's multinomial draws from the global generator: seeded here, and restored after
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             if seed is not None:
                 torch.manual_seed(seed)
-            merged = self._generation_model(adapter)
-            with self.team_model.using(adapter) if merged is None else contextlib.nullcontext():
-                model = self.team_model.model if merged is None else merged
-                prefix = self.team_model.prefix_cache(prompts[0][:shared], len(prompts), model) if shared else {}
-                # with a cache, generate runs only the uncached part of input_ids
-                out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                     logits_processor=processors, **prefix)
+            prefix = tm.prefix_cache(prompts[0][:shared], len(prompts), model) if shared else {}
+            # with a filled cache, generate runs only the uncached part of input_ids
+            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                 logits_processor=processors, **prefix)
         new = out.sequences[:, input_ids.shape[1]:]  # [B, N]
         logps, entropies = recorder.finish(out.sequences)  # [B, N] each (entropies None unless asked)
         stops = torch.tensor(self.stop_ids, device=device)
@@ -304,7 +341,9 @@ class SampledLogprobs(LogitsProcessor):
 
 
 class RowSampler(LogitsProcessor):
-    """Draws each row's next token from that row's own generator and leaves only its score.
+    """``sampler: multinomial`` with own streams: draws each row's next token from that row's own
+    generator by ``torch.multinomial`` (the draws of teamplay before its own decoding loop) and leaves
+    only its score.
 
     Runs after the warpers and the log-prob recorder (which keep the distribution actually sampled);
     ``generate`` then runs greedy, so the token drawn here is the one it takes. Row b's draws depend
@@ -320,6 +359,16 @@ class RowSampler(LogitsProcessor):
                             for b, g in enumerate(self.generators)])  # [B]
         only = torch.full_like(scores, float("-inf"))
         return only.scatter_(1, tokens[:, None], 0.0)
+
+
+def _streams(seed: int | None, row_seeds: Sequence[int] | None, device: torch.device) -> Streams:
+    """The random streams of a sampled micro-batch: one generator per row where the rows carry their own
+    seeds, else one seeded with the chunk's seed, else the global torch generator."""
+    if row_seeds is not None:
+        return Streams(per_row=[torch.Generator(device=device).manual_seed(int(s) & 0x7FFF_FFFF_FFFF_FFFF)
+                                for s in row_seeds])
+    return Streams(shared=None if seed is None else torch.Generator(device=device).manual_seed(
+        seed & 0x7FFF_FFFF_FFFF_FFFF))
 
 
 def _derive_seed(seed: int, adapter: str | None, start: int) -> int:

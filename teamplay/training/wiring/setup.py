@@ -153,7 +153,8 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
                            enforce_eager=backend_cfg.enforce_eager,
                            **backend_cfg.engine.model_dump(exclude_none=True))
     return get_backend(backend_cfg.name, team_model=team_model, max_prompt_tokens=backend_cfg.max_prompt_tokens,
-                       micro_batch_size=backend_cfg.micro_batch_size, merge_adapters=backend_cfg.merge_adapters)
+                       micro_batch_size=backend_cfg.micro_batch_size, merge_adapters=backend_cfg.merge_adapters,
+                       sampler=backend_cfg.sampler)
 
 
 def lora_settings(model_cfg: ModelConfig) -> tuple[dict[str, Any], Path | None]:
