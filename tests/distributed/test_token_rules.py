@@ -36,6 +36,10 @@ def dgpo_config(model_dir, run_dir, address: str, learner_workers: int = 1, stra
     cfg = train_config(model_dir, run_dir, address, steps=STEPS, team={"roles": [{"name": "proposer"},
                                                                                   {"name": "reviewer"}]},
                        optim={"lr": 0.05, "minibatch_size": 6, "epochs": 2},
+                       # all 6 problems x 4 a step: this peaked tiny model starts about 1 reply in 5 with
+                       # a printable character, so with 2 groups of 4 a step can have no reward variance
+                       # (no token rows to compare); with 6 groups that is about 1 step in 200
+                       rollout={"problems_per_step": 6, "group_size": 4},
                        credit={"method": "grpo", "token": {"method": "dgpo", "options": {"mix": 1.0}}})
     # one rollout worker: its sampled episodes are the single-process runner's (same seeds, one batch)
     return cfg.model_copy(update={"distributed": cfg.distributed.model_copy(update={

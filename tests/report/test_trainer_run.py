@@ -19,12 +19,14 @@ from teamplay.training.run.trainer import Trainer
 from tests.training.fixtures import FirstTokenTask, tiny_team_model
 
 
-@pytest.mark.slow  # about 30 s on two CPU cores: a tiny model, 2 steps of 8 episodes, 2 evaluations
+@pytest.mark.slow  # about 40 s on two CPU cores: a tiny model, 2 steps of 32 episodes, 2 evaluations
 def test_report_of_a_real_two_step_proposer_reviewer_run(tmp_path: Path) -> None:
     task = FirstTokenTask("abcdefghijklmnopqrstuvwxyz")  # reward: the first token is a lower-case letter
     cfg = build_config(TrainConfig, {
         "steps": 2, "protocol": {"name": "proposer_reviewer"}, "credit": {"method": "grpo"},
-        "rollout": {"problems_per_step": 2, "group_size": 4},
+        # 4 groups of 8 a step: a group of this tiny model's replies starts with a letter about 1 time in
+        # 8, so 2 groups of 4 are often all wrong (nothing credited); 8 groups of 8 leave that ~2e-4
+        "rollout": {"problems_per_step": 4, "group_size": 8},
         "sampling": {"max_new_tokens": 2, "temperature": 1.0}, "eval_sampling": {"max_new_tokens": 2},
         "optim": {"lr": 0.01, "minibatch_size": 64}, "log_episodes": 3,
         "output_dir": str(tmp_path / "run"), "tensorboard": False, "checkpoint_every": 100,

@@ -70,14 +70,21 @@ def test_token_method_for_one_role_and_message_credit_for_the_other_in_one_step(
                 assert "".join(pieces) == tok.decode(msg["completion_ids"], skip_special_tokens=True)
 
 
+#: 4 groups of 8: with 2 groups of 4 the tiny model's sampled first tokens can leave every reward
+#: equal (no update at all, which would make every comparison below vacuous)
+STEP_ROLLOUT = {"problems_per_step": 4, "group_size": 8}
+
+
 def _train_one_step(tmp_path, credit, objective=None):
-    overrides = {"steps": 1, "credit": credit, "optim": {"minibatch_size": 64},
-                 "rollout": {"problems_per_step": 2, "group_size": 4}}
+    overrides = {"steps": 1, "credit": credit, "optim": {"minibatch_size": 64}, "rollout": STEP_ROLLOUT}
     if objective:
         overrides["objective"] = objective
     trainer = make_trainer(tmp_path, overrides)
+    before = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
     trainer.train()
-    return [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+    after = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+    assert not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))  # the step did update
+    return after
 
 
 @pytest.mark.parametrize("objective", [None, {"name": "gspo"}])
@@ -97,7 +104,7 @@ def test_uniform_token_advantages_update_exactly_like_message_credit(tmp_path, o
 
 def _dgpo_step(tmp_path, resolve_in_update: bool):
     trainer = make_trainer(tmp_path, {"steps": 1, "optim": {"minibatch_size": 64}, "log_episodes": 100,
-                                      "rollout": {"problems_per_step": 2, "group_size": 4},
+                                      "rollout": STEP_ROLLOUT,
                                       "credit": {"token": {"method": "dgpo", "options": {"mix": 1.0}}}})
     torch.manual_seed(5)
     with torch.no_grad():  # move the adapter off the reference, so the Hellinger weights are not uniform
