@@ -276,7 +276,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     fastest = max(((d, mb) for d in DTYPES for mb in batches), key=lambda k: best[(k[0], "runner", k[1])])
     gain = best[(fastest[0], "runner", fastest[1])] / baseline
     met = all(best[(d, "runner", mb)] / best[(d, "raw peft", mb)] >= TARGET_RATIO for d in DTYPES for mb in batches)
-    headline = (f"runner / raw peft generate: {', '.join(f'{r[0]} mb{r[1]} {r[6]}' for r in rows)} "
+    headline = (f"runner / raw peft generate: {', '.join(f'{r[0]} mb{r[1]} {r[7]}' for r in rows)} "
                 f"(target >= {TARGET_RATIO}× {'met' if met else 'NOT met'} at every dtype and batch; best "
                 f"{fmt_ratio(best_ratio)}); fastest runner setting {fastest[0]} mb{fastest[1]}: "
                 f"{best[(fastest[0], 'runner', fastest[1])]:.1f} tokens/s, {fmt_ratio(gain)} the float32 mb16 "
