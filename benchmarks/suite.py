@@ -25,6 +25,7 @@ from benchmarks import (
     serve_throughput,
     token_credit_step,
     trainer_vs_trl,
+    update_speed,
 )
 from benchmarks.common import Result, fmt_ratio
 
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "rollout_speed": rollout_speed.run,
     "credit_fraction": credit_fraction.run,
     "trainer_vs_trl": trainer_vs_trl.run,
+    "update_speed": update_speed.run,
     "lora_memory": lora_memory.run,
     "cosac_bandit": cosac_result,
     "replay_cost": replay_cost.run,

@@ -220,8 +220,9 @@ class TeamModel:
             entropies; callers keep B small, the tensor is B*C*V floats).
             share_prompts: run each distinct prompt once and continue its key/value cache for every
                 completion that follows it (a group's G samples of one question share it); the
-                values equal the plain path's up to float summation order. For no-grad scoring
-                (the reference pass, token statistics); the update keeps the plain path.
+                values equal the plain path's up to float summation order, and so do the gradients
+                with grad enabled (they flow through the shared cache to every row that continues
+                it). The update scores with it, and so do the reference pass and token statistics.
         """
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")

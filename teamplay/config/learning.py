@@ -43,6 +43,14 @@ class ObjectiveConfig(Section):
                                                               "advantages (verl: 3); None = off.")
     logratio_clamp: float | None = Field(None, gt=0.0, description="GSPO: clamp the mean log-ratio "
                                                                     "to [-c, c] before exp (TRACER: 2).")
+    old_logprobs: Literal["auto", "generation", "trainer"] = Field(
+        "auto", description="The old policy's log-probs in the ratio. generation: those the backend "
+                            "recorded while sampling. trainer: the learner's own forward pass on the "
+                            "update's starting weights (no grad; free for the passes before the first "
+                            "optimiser step), so the ratio measures the update alone and the gap to "
+                            "the generation log-probs is logged. auto: trainer where the two cannot "
+                            "agree (a bfloat16/float16 model, the vllm backend), generation elsewhere "
+                            "(a float32 hf model: equal to 1e-5).")
 
     @model_validator(mode="after")
     def _meaningful_combination(self) -> ObjectiveConfig:

@@ -339,3 +339,16 @@ def test_credit_fidelity_on_a_scripted_split_team_ranks_the_oracle_above_broadca
     assert oracle["vs_grpo"]["pearson"] == pytest.approx(oracle["pearson"] - grpo["pearson"], abs=1e-12)
     assert oracle["vs_grpo"]["within_ci"][0] > 0  # the paired interval lies above 0
     assert grpo["vs_grpo"] is None
+
+
+def test_update_speed_quick(tiny_model):
+    from benchmarks import update_speed
+
+    result = update_speed.run(quick=True, model=tiny_model)
+    _check(result, "update_speed")
+    timed = result.data["float32"]
+    assert timed["samples"] >= 1 and set(timed["best"]) == set(update_speed.VARIANTS)
+    # the three variants run the same update: equal losses up to float summation order (2e-5 as in
+    # tests/training/test_update_shared_prompts.py)
+    losses = list(timed["loss"].values())
+    assert max(losses) - min(losses) <= 2e-5

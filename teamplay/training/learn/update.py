@@ -77,6 +77,14 @@ class PolicyUpdater:
     """Holds what an update needs: the config, the team model, the trainable parameters by adapter,
     the optimizer, and an optional data-parallel group."""
 
+    #: score each adapter's share with its prompts shared (``TeamModel.completion_logprobs``
+    #: ``share_prompts``): a group's samples of one question run their prompt once, and the prompts'
+    #: common prefix (a role's system prompt) runs once for the share, gradients flowing through the
+    #: shared key/value cache. The loss and gradients equal the plain path's up to float summation
+    #: order (tested); on the demo's step the update took half the time (BENCHMARKS.md §4). A
+    #: lock-step group keeps the plain path (one pass per adapter on every rank).
+    share_prompts: bool = True
+
     def __init__(self, cfg, team_model, params: dict[str, list[torch.nn.Parameter]],
                  optimizer: torch.optim.Optimizer, group: DataParallel | None = None) -> None:
         self.cfg = cfg
@@ -86,6 +94,10 @@ class PolicyUpdater:
         self.group = group
         #: token advantages the last update computed for samples with a ``token_rule``, by index
         self.resolved_tokens: dict[int, tuple[float, ...]] = {}
+        #: where the ratio's old log-probs come from (``objective.old_logprobs``, ``auto`` resolved)
+        self.old_source = old_logprob_source(cfg, team_model)
+        #: the trainer's old log-probs of the current update, by sample index (``old_source`` trainer)
+        self._old: dict[int, torch.Tensor] = {}
 
     def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
         """Every epoch and minibatch of one step; returns the update's metrics (means over the
@@ -105,22 +117,16 @@ class PolicyUpdater:
         params = [p for ps in self.params.values() for p in ps]
         lockstep = bool(getattr(self.group, "lockstep", False))
         rules = any(s.token_rule is not None for s in samples)
-        for epoch in range(cfg.epochs):
-            rng = np.random.default_rng([self.cfg.seed, step, epoch])
-            order = rng.permutation(len(samples))
-            minibatches = [order[i:i + cfg.minibatch_size] for i in range(0, len(order), cfg.minibatch_size)]
+        epochs = [self._minibatches(len(samples), step, epoch) for epoch in range(cfg.epochs)]
+        self._old = {}
+        if self.old_source == "trainer":
+            self._trainer_old(samples, epochs, temperature, rank, world, lockstep)
+        for epoch, minibatches in enumerate(epochs):
             clip_epoch: list[float] = []
             for mb_index, mb in enumerate(minibatches):
                 finite = True
                 bad_loss: list[str] = []  # adapters whose loss was not finite
-                by_adapter: dict[str, list[int]] = defaultdict(list)
-                for i in mb[rank::world]:
-                    by_adapter[samples[i].adapter].append(int(i))
-                placeholders: dict[str, list[int]] = {}
-                if lockstep:  # a pass per adapter of the whole minibatch on every rank
-                    for i in mb:
-                        if samples[i].adapter not in by_adapter:
-                            placeholders.setdefault(samples[i].adapter, [int(i)])
+                by_adapter, placeholders = self._parts(samples, mb, rank, world, lockstep)
                 for adapter, indices in sorted({**by_adapter, **placeholders}.items()):
                     part = [samples[i] for i in indices]
                     # lock step: the whole minibatch's share of this adapter decides the reference pass
@@ -173,11 +179,97 @@ class PolicyUpdater:
             stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
             stats["clip_fraction"].extend(clip_epoch)
         out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        if self._old:
+            out.update(self._generation_gap(samples))
         out["optimizer_steps"] = optimizer_steps
         out["skipped_nonfinite_steps"] = len(skips)
         if skips:
             out["nonfinite_skips"] = [s.to_dict() for s in skips]
         return out
+
+    def _minibatches(self, n: int, step: int, epoch: int) -> list[np.ndarray]:
+        """The seeded minibatches of one epoch: a permutation of the ``n`` samples, cut in ``minibatch_size``."""
+        order = np.random.default_rng([self.cfg.seed, step, epoch]).permutation(n)
+        size = self.cfg.optim.minibatch_size
+        return [order[i:i + size] for i in range(0, n, size)]
+
+    @staticmethod
+    def _parts(samples: Sequence[PolicySample], mb: np.ndarray, rank: int, world: int,
+               lockstep: bool) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        """This rank's share of minibatch ``mb`` by adapter, and (lock step) a placeholder sample of
+        each adapter of the minibatch the share lacks: a lock-step group runs a pass per adapter of
+        the whole minibatch on every rank."""
+        by_adapter: dict[str, list[int]] = defaultdict(list)
+        for i in mb[rank::world]:
+            by_adapter[samples[i].adapter].append(int(i))
+        placeholders: dict[str, list[int]] = {}
+        if lockstep:
+            for i in mb:
+                if samples[i].adapter not in by_adapter:
+                    placeholders.setdefault(samples[i].adapter, [int(i)])
+        return dict(by_adapter), placeholders
+
+    def _trainer_old(self, samples: Sequence[PolicySample], epochs: Sequence[Sequence[np.ndarray]],
+                     temperature: float, rank: int, world: int, lockstep: bool) -> None:
+        """The trainer's old log-probs (``old_source`` trainer) into ``_old``: a no-grad pass on the
+        update's starting weights for every sample this rank scores after the first optimiser step.
+
+        The passes before the first optimiser step (the first ``grad_accum`` minibatches of epoch 1)
+        run on the starting weights themselves, so their samples take their own detached log-probs
+        there (``loss``) and cost no pass here. The others are scored in the parts epoch 1 scores them
+        in (the same rows, so the same float rounding as the pass that would score them unchanged),
+        then any sample a later epoch hands this rank, by adapter. A lock-step group runs the same
+        passes on every rank: every sample, by adapter, in minibatch-sized chunks."""
+        size = self.cfg.optim.minibatch_size
+        chunks: list[tuple[str, list[int]]] = []
+        if lockstep:
+            by_adapter: dict[str, list[int]] = defaultdict(list)
+            for i in range(len(samples)):
+                by_adapter[samples[i].adapter].append(i)
+            chunks = [(a, ix[k:k + size]) for a, ix in sorted(by_adapter.items()) for k in range(0, len(ix), size)]
+        else:
+            first_step = min(self.cfg.optim.grad_accum, len(epochs[0]))
+            free = {i for mb in epochs[0][:first_step]
+                    for ix in self._parts(samples, mb, rank, world, False)[0].values() for i in ix}
+            for mb in epochs[0][first_step:]:
+                chunks += sorted(self._parts(samples, mb, rank, world, False)[0].items())
+            later: dict[str, list[int]] = defaultdict(list)
+            seen = free | {i for _, ix in chunks for i in ix}
+            for mbs in epochs[1:]:
+                for mb in mbs:
+                    for a, ix in self._parts(samples, mb, rank, world, False)[0].items():
+                        fresh = [i for i in ix if i not in seen]
+                        later[a] += fresh
+                        seen.update(fresh)
+            chunks += [(a, ix[k:k + size]) for a, ix in sorted(later.items()) for k in range(0, len(ix), size)]
+        with torch.no_grad():
+            for adapter, indices in chunks:
+                logp, _ = self.team_model.completion_logprobs(
+                    [list(samples[i].prompt_ids) for i in indices], [list(samples[i].completion_ids) for i in indices],
+                    adapter=adapter, temperature=temperature, share_prompts=self.share_prompts and not lockstep)
+                for row, i in enumerate(indices):
+                    self._old[i] = logp[row, :len(samples[i].completion_ids)].detach()
+
+    def _old_rows(self, part: Sequence[PolicySample], indices: Sequence[int], logp: torch.Tensor) -> torch.Tensor:
+        """The old log-probs [b, C] of ``part`` (``logp`` [b, C]: this pass's): the generation's, or the
+        trainer's (``_old``; a sample first scored before the first optimiser step takes this pass's,
+        detached, and keeps them for the later epochs)."""
+        if self.old_source != "trainer":
+            return _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype, logp.device)
+        for k, (s, i) in enumerate(zip(part, indices, strict=True)):
+            if i not in self._old:
+                self._old[i] = logp[k, :len(s.completion_ids)].detach().clone()
+        rows = torch.zeros(len(part), logp.shape[1], dtype=logp.dtype, device=logp.device)
+        for k, i in enumerate(indices):
+            rows[k, :len(self._old[i])] = self._old[i].to(logp.dtype)
+        return rows
+
+    def _generation_gap(self, samples: Sequence[PolicySample]) -> dict[str, float]:
+        """How far the generation's log-probs are from the trainer's old ones, over the tokens this
+        rank scored: ``old_logprob_gap_mean`` and ``old_logprob_gap_max`` (|difference|, nats)."""
+        gaps = np.concatenate([np.abs(np.asarray(samples[i].old_logprobs, dtype=np.float64)
+                                      - self._old[i].double().cpu().numpy()) for i in sorted(self._old)])
+        return {"old_logprob_gap_mean": float(gaps.mean()), "old_logprob_gap_max": float(gaps.max())}
 
     def loss(self, adapter: str, part: Sequence[PolicySample], temperature: float,
              indices: Sequence[int] | None = None, resolve: bool = True, reference: bool | None = None):
@@ -197,13 +289,16 @@ class PolicyUpdater:
         prompts = [list(s.prompt_ids) for s in part]
         completions = [list(s.completion_ids) for s in part]
         pending = self._pending(part, indices) if resolve else []
+        # a lock-step group needs one pass per adapter on every rank, whatever its share's prompts
+        share = self.share_prompts and reference is None
         if pending:  # token rules read this pass's full distributions (and the reference's)
             logp_all, targets, mask = self.team_model.completion_logprobs(
-                prompts, completions, adapter=adapter, temperature=temperature, return_distributions=True)  # [b, C, V]
+                prompts, completions, adapter=adapter, temperature=temperature, return_distributions=True,
+                share_prompts=share)  # [b, C, V]
             logp = _masked(logp_all.gather(-1, targets[..., None]).squeeze(-1), mask)  # [b, C]
         else:
             logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
-                                                             temperature=temperature)  # [b, C], [b, C]
+                                                             temperature=temperature, share_prompts=share)  # [b, C]
         lq = ref = None  # the reference's distributions [b, C, V] (for rules) and token log-probs [b, C]
         if self._wants_reference([part[k] for k in pending]) if reference is None else reference:
             lq, ref = self._reference(adapter, prompts, completions, temperature, distributions=bool(pending),
@@ -211,7 +306,7 @@ class PolicyUpdater:
         if pending:
             self._resolve_tokens(part, indices, pending, logp_all.detach(), lq, targets)
         # built where the log-probs live (the learner's GPU when there is one)
-        old = _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype, logp.device)  # [b, C]
+        old = self._old_rows(part, indices, logp)  # [b, C]
         if any(s.token_advantages is not None or s.token_rule is not None for s in part):
             # token-level credit: [b, C]; messages without token credit broadcast their scalar
             adv = _pad([self._tokens_of(s, i) for s, i in zip(part, indices, strict=True)], logp.shape[1], logp.dtype,
@@ -274,6 +369,20 @@ class PolicyUpdater:
             stats = TokenStats(logprobs=np.asarray(part[k].old_logprobs, dtype=np.float64), **fields[k])
             row = message_tokens(methods[rule.method], part[k].advantage, stats, rule.options)
             self.resolved_tokens[indices[k]] = tuple(float(x) for x in row)
+
+
+def old_logprob_source(cfg, team_model) -> str:
+    """``objective.old_logprobs`` with ``auto`` resolved: ``trainer`` where the generation's log-probs
+    cannot equal the trainer's (a half-precision base: cached bfloat16 decoding and one forward pass
+    round differently, by up to 0.5 nats on a token of the embedded model; the vllm backend's own
+    kernels), ``generation`` elsewhere (a float32 hf model: equal to 1e-5, so a pass would buy nothing)."""
+    chosen = cfg.objective.old_logprobs
+    if chosen != "auto":
+        return chosen
+    parts = getattr(team_model, "parts", None)  # a multi-base team: one TeamModel per base
+    models = [part.model for part in parts.values()] if parts else [team_model.model]
+    half = any(p.dtype in (torch.bfloat16, torch.float16) for m in models for p in m.parameters())
+    return "trainer" if half or cfg.backend.name == "vllm" else "generation"
 
 
 def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype,
