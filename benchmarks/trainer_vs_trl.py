@@ -28,6 +28,8 @@ from pathlib import Path
 from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, script_main
 
 LORA_R, LORA_ALPHA, LR = 8, 16, 1e-5
+#: TRL's step time over teamplay's that the benchmark asks for
+TARGET = 1.5
 
 
 def closeness_task():
@@ -186,10 +188,10 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
              f"{mean_theirs:.2f}"],
             ["**TRL / teamplay**", "", "", f"**{fmt_ratio(ratio)}**"]]
     table = markdown_table(["trainer", "warm-up step s", "timed steps s", "mean s"], rows)
-    met = ratio >= 1.0
+    met = ratio >= TARGET
     headline = (f"a teamplay GRPO step takes {mean_ours:.2f} s, TRL {version}'s {mean_theirs:.2f} s: TRL / "
                 f"teamplay = {fmt_ratio(ratio)} ({'teamplay faster' if ratio >= 1 else 'TRL faster'}); "
-                f"target ≥ 1× {'met' if met else 'NOT met'}.")
+                f"target ≥ {fmt_ratio(TARGET)} {'met' if met else 'NOT met'}.")
     notes = (f"Model {model}, arith level 1 scored by closeness to the answer, {problems} problems × {group} "
              f"completions of exactly {max_new} tokens per step, LoRA r={LORA_R}, beta=0, one epoch, one "
              f"optimiser step per batch; ratio > 1 means teamplay is faster. Completions teamplay trained on "
