@@ -273,13 +273,14 @@ def mean_over_ranks(per_rank: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ``entropy``, ...: a mean over that rank's passes) is the mean over the ranks that report it (a
     rank with no pass that measures one, e.g. no finite loss in its shares, leaves it out); the
     rest (the counts and the skip list: the ranks take and skip every optimiser step together) is
-    rank 0's.
+    rank 0's. A metric named ``*_max`` (``old_logprob_gap_max``) is the maximum over the ranks.
 
     Joined at the driver, which receives every rank's metrics anyway, not by an all-reduce on the
     ranks: a collective would need the same keys on every rank."""
     out = dict(per_rank[0])
     for key in {k for m in per_rank for k, v in m.items() if isinstance(v, float)}:
-        out[key] = float(np.mean([m[key] for m in per_rank if key in m]))
+        values = [m[key] for m in per_rank if key in m]
+        out[key] = float(np.max(values) if key.endswith("_max") else np.mean(values))
     return out
 
 
