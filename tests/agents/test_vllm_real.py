@@ -163,6 +163,9 @@ def test_one_step_of_teamplay_train_with_the_vllm_backend(tmp_path):
         "rollout": {"problems_per_step": 4, "group_size": 8},
         "sampling": {"max_new_tokens": 4, "temperature": 1.0},
         "optim": {"lr": 1e-3, "minibatch_size": 4096, "epochs": 1},  # one minibatch: before any update
+        # the engine's own log-probs in the ratio (auto would take the trainer's, whose first-pass
+        # ratio is 1 by construction and would test nothing here)
+        "objective": {"old_logprobs": "generation"},
         "steps": 1, "tensorboard": False, "output_dir": str(tmp_path / "run"),
     }))
     teamplay = Path(sys.executable).parent / "teamplay"
