@@ -27,7 +27,7 @@ from teamplay.training.learn.update import PolicyUpdater
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.wiring.setup import build_team_model, sampling_params
 from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
-from tests.training.fixtures import FirstTokenTask
+from tests.training.fixtures import FirstTokenTask, InProcessRank
 
 pytest.importorskip("ray")
 
@@ -138,23 +138,6 @@ def test_two_gloo_ranks_equal_one_process(trainer, learner_pair):
     assert worst <= RANKS_VS_ONE_PROCESS_TOL  # ...and 2 ranks did the same as 1 process
 
 
-class OneRankOfTwo:
-    """The ``DataParallel`` hooks of one rank of two, in this process: it updates on its own shares
-    and sums nothing, so its step-0 loss is that rank's (measured before the optimiser step)."""
-
-    def __init__(self, rank: int) -> None:
-        self.rank, self.world = rank, 2
-
-    def all_finite(self, finite: bool) -> bool:
-        return finite
-
-    def all_reduce_gradients(self, params) -> None:
-        pass
-
-    def share_resolved(self, resolved):
-        return resolved
-
-
 #: the largest difference allowed between the ranks' mean step-0 loss from their actors and the same
 #: mean from this process: the same forward passes on the same weights, in other processes with
 #: another thread count, so summation order at most (float32 rounding of losses of order 1 is about
@@ -174,7 +157,7 @@ def test_two_ranks_report_the_mean_loss_over_ranks(trainer, learner_pair):
         params = {a: tm.adapter_parameters(a) for a in trainable}
         optimizer = torch.optim.AdamW([p for a in trainable for p in params[a]], lr=cfg.optim.lr)
         fresh = optimizer.state_dict()  # no moments yet
-        updater = PolicyUpdater(cfg, tm, params, optimizer, group=OneRankOfTwo(rank))
+        updater = PolicyUpdater(cfg, tm, params, optimizer, group=InProcessRank(rank, world=2))
         rank_loss.append(updater.update(samples, step=0)["loss"])
     # the ranks' shares give losses far apart: reporting rank 0's would miss the mean by far more
     # than the tolerance

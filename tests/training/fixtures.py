@@ -52,3 +52,21 @@ def tiny_team_model(team: Team, seed: int = 0, r: int = 4, alpha: int = 8, logit
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
     return TeamModel.from_team(model, tokenizer, team, r=r, alpha=alpha, target_modules="all-linear")
+
+
+class InProcessRank:
+    """The ``DataParallel`` hooks of one rank of a ``world``-rank learner group, in this process: it
+    updates on its own shares and sums nothing (so its loss is that rank's). ``lockstep``: the calling
+    pattern of an FSDP learner (every rank runs the same passes)."""
+
+    def __init__(self, rank: int = 0, world: int = 1, lockstep: bool = False) -> None:
+        self.rank, self.world, self.lockstep = rank, world, lockstep
+
+    def all_finite(self, finite: bool) -> bool:
+        return finite
+
+    def all_reduce_gradients(self, params) -> None:
+        pass
+
+    def share_resolved(self, resolved):
+        return resolved

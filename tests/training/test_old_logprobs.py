@@ -12,6 +12,7 @@ from teamplay.agents.team_model import TeamModel
 from teamplay.config import TrainConfig, build_config
 from teamplay.training.learn.update import PolicyUpdater, old_logprob_source
 from tests.tiny import tiny_model_and_tokenizer
+from tests.training.fixtures import InProcessRank
 from tests.training.test_update_shared_prompts import samples, team
 
 #: two float32 updates that should be equal run the same products on the same rows; measured equal
@@ -27,21 +28,6 @@ def config(source: str, minibatch: int = 16, epochs: int = 1, grad_accum: int = 
         "sampling": {"max_new_tokens": 6, "temperature": 0.7},
         "objective": {"old_logprobs": source},
         "optim": {"lr": 0.1, "minibatch_size": minibatch, "epochs": epochs, "grad_accum": grad_accum}, **extra})
-
-
-class OneLockstepRank:
-    """The ``DataParallel`` hooks of a lock-step group of one rank (an FSDP learner's calling pattern)."""
-
-    rank, world, lockstep = 0, 1, True
-
-    def all_finite(self, finite: bool) -> bool:
-        return finite
-
-    def all_reduce_gradients(self, params) -> None:
-        pass
-
-    def share_resolved(self, resolved):
-        return resolved
 
 
 def run(cfg: TrainConfig, shift: float = 0.0, group=None) -> tuple[dict, list[torch.Tensor]]:
@@ -94,8 +80,8 @@ def test_the_trainers_source_does_not_read_the_generations_numbers_and_logs_thei
 
 
 def test_a_lockstep_group_scores_the_old_logprobs_in_the_same_passes_and_gets_the_same_update():
-    generation, by_generation = run(config("generation", minibatch=4, epochs=2), group=OneLockstepRank())
-    trainer, by_trainer = run(config("trainer", minibatch=4, epochs=2), shift=0.3, group=OneLockstepRank())
+    generation, by_generation = run(config("generation", minibatch=4, epochs=2), group=InProcessRank(lockstep=True))
+    trainer, by_trainer = run(config("trainer", minibatch=4, epochs=2), shift=0.3, group=InProcessRank(lockstep=True))
     assert trainer["ratio_mean"] == pytest.approx(generation["ratio_mean"], rel=TOL)
     assert_same(by_trainer, by_generation)
 
