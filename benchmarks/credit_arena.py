@@ -53,8 +53,9 @@ problems x 4, 100 held-out problems, 400 sampled ones twice) = about 70 minutes;
 5 seeds of grpo and masking (about 4 minutes each) and shapley (judge) (about 28 minutes: 10 steps x
 8 episodes x 31 judged coalitions) = about 85 minutes; ``tracer`` 16 runs of about 6.5 minutes (the
 ``pr`` sizes, 8 seeds) = about 55 minutes. Measured: ``tracer --seeds 5`` (10 runs) took 98 minutes,
-about 19 minutes a run on one core, three times its estimate; expect the other two to be short by
-about as much (run each in a session of its own, resumable with the same command).
+about 19 minutes a run on one core, three times its estimate; ``gcpo`` (10 runs, on the code with
+teamplay's own decoding loop) took 115 minutes beside other jobs and about 14 minutes a pair of runs
+on an idle machine, i.e. about the 70 estimated (each resumable with the same command).
 
 The split, chain and claim settings store their per-seed results in
 ``benchmarks/results/credit_arena/`` (committed; ``--table-only`` rewrites their tables from them,
