@@ -69,8 +69,9 @@ def step_samples(raw: dict[str, Any], synthetic: bool = False):
         return {"optimizer_steps": 0}
 
     def played(*args, **kwargs):
-        episodes.extend(play(*args, **kwargs))
-        return episodes
+        out = play(*args, **kwargs)
+        episodes.extend(out)
+        return out
 
     trainer.update.learner.update = keep
     trainer.runner.run = played
@@ -116,6 +117,8 @@ def time_variants(trainer, samples, repeats: int) -> dict[str, Any]:
 def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     """``quick``: one repeat of a 1 x 2 step with 4 new tokens, float32 only; otherwise 3 repeats per
     variant, float32 and auto."""
+    from teamplay.agents.models import resolve_dtype
+
     dtypes, repeats = (("float32",), 1) if quick else (("float32", "auto"), 3)
     data: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,8 +130,6 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
                 timed = time_variants(trainer, samples, repeats)
             finally:
                 trainer.close()
-            from teamplay.agents.models import resolve_dtype
-
             timed.update(samples=len(samples), resolved=resolve_dtype(dtype),
                          prompt_tokens=sum(len(s.prompt_ids) for s in samples),
                          completion_tokens=sum(len(s.completion_ids) for s in samples),

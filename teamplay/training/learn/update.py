@@ -37,7 +37,7 @@ adapter's pass needs the reference over the whole minibatch, so every rank runs 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -221,27 +221,18 @@ class PolicyUpdater:
         then any sample a later epoch hands this rank, by adapter. A lock-step group runs the same
         passes on every rank: every sample, by adapter, in minibatch-sized chunks."""
         size = self.cfg.optim.minibatch_size
-        chunks: list[tuple[str, list[int]]] = []
         if lockstep:
-            by_adapter: dict[str, list[int]] = defaultdict(list)
-            for i in range(len(samples)):
-                by_adapter[samples[i].adapter].append(i)
-            chunks = [(a, ix[k:k + size]) for a, ix in sorted(by_adapter.items()) for k in range(0, len(ix), size)]
+            chunks = _adapter_chunks(samples, range(len(samples)), size)
         else:
+            def share(mb: np.ndarray) -> dict[str, list[int]]:
+                return self._parts(samples, mb, rank, world, False)[0]
+
             first_step = min(self.cfg.optim.grad_accum, len(epochs[0]))
-            free = {i for mb in epochs[0][:first_step]
-                    for ix in self._parts(samples, mb, rank, world, False)[0].values() for i in ix}
-            for mb in epochs[0][first_step:]:
-                chunks += sorted(self._parts(samples, mb, rank, world, False)[0].items())
-            later: dict[str, list[int]] = defaultdict(list)
-            seen = free | {i for _, ix in chunks for i in ix}
-            for mbs in epochs[1:]:
-                for mb in mbs:
-                    for a, ix in self._parts(samples, mb, rank, world, False)[0].items():
-                        fresh = [i for i in ix if i not in seen]
-                        later[a] += fresh
-                        seen.update(fresh)
-            chunks += [(a, ix[k:k + size]) for a, ix in sorted(later.items()) for k in range(0, len(ix), size)]
+            chunks = [part for mb in epochs[0][first_step:] for part in sorted(share(mb).items())]
+            # epoch 1 scores these itself: the first minibatches for free, the others in ``chunks``
+            scored = {i for mb in epochs[0] for ix in share(mb).values() for i in ix}
+            later = dict.fromkeys(int(i) for mbs in epochs[1:] for mb in mbs for i in mb[rank::world])
+            chunks += _adapter_chunks(samples, [i for i in later if i not in scored], size)
         with torch.no_grad():
             for adapter, indices in chunks:
                 logp, _ = self.team_model.completion_logprobs(
@@ -383,6 +374,15 @@ def old_logprob_source(cfg, team_model) -> str:
     models = [part.model for part in parts.values()] if parts else [team_model.model]
     half = any(p.dtype in (torch.bfloat16, torch.float16) for m in models for p in m.parameters())
     return "trainer" if half or cfg.backend.name == "vllm" else "generation"
+
+
+def _adapter_chunks(samples: Sequence[PolicySample], indices: Iterable[int], size: int) -> list[tuple[str, list[int]]]:
+    """``indices`` grouped by the adapter of their sample (adapters sorted, order kept within one),
+    each group cut in chunks of at most ``size``: the passes of a no-grad scoring."""
+    by_adapter: dict[str, list[int]] = defaultdict(list)
+    for i in indices:
+        by_adapter[samples[i].adapter].append(i)
+    return [(a, ix[k:k + size]) for a, ix in sorted(by_adapter.items()) for k in range(0, len(ix), size)]
 
 
 def _pad(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype,
