@@ -4,13 +4,17 @@ the trainer, float32 against ``model.dtype: auto``.
 The demo's team (``configs/demo.yaml``: proposer/reviewer, Shapley credit, one LoRA adapter per role,
 48 new tokens) plays one training step; the step's policy samples (the messages of the groups that
 train) are kept, and ``PolicyUpdater.update`` runs on them again and again, from the same adapter
-weights and a fresh optimiser each time, in three variants, alternating their order over the
+weights and a fresh optimiser each time, in four variants, alternating their order over the
 repeats (the machine is noisy):
 
 * ``before``: every row's prompt and completion run whole (``share_prompts`` off), the ratio's old
   log-probs the generation's: the update as it was;
-* ``shared``: each adapter's share runs its distinct prompts once and their common prefix (the role's
-  system prompt) once, gradients through the shared key/value cache (``PolicyUpdater.share_prompts``);
+* ``shared, head on every position``: each adapter's share runs its distinct prompts once and their
+  common prefix (the role's system prompt) once, gradients through the shared key/value cache
+  (``PolicyUpdater.share_prompts``), and the output head runs on every completion position of the
+  padded batch, through the model's own forward (what ``TeamModel`` still does for an architecture
+  outside ``HEAD_ONLY_TYPES``);
+* ``shared``: as above with the head on the real completion tokens only (the update's path now);
 * ``shared + trainer old``: as ``shared``, with ``objective.old_logprobs: trainer`` (a no-grad pass on
   the starting weights for every minibatch after the first optimiser step): ``auto``'s choice for a
   bfloat16 model.
@@ -32,7 +36,7 @@ from typing import Any
 
 from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, script_main
 
-VARIANTS = ("before", "shared", "shared + trainer old")
+VARIANTS = ("before", "shared, head on every position", "shared", "shared + trainer old")
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 
 
@@ -94,6 +98,7 @@ def time_variants(trainer, samples, repeats: int) -> dict[str, Any]:
     tm = trainer.team_model
     params = trainer.update.learner.updater.params
     start = {name: [p.detach().clone() for p in ps] for name, ps in params.items()}
+    split = tm._body_and_head
     seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
     losses: dict[str, float] = {}
     for r in range(repeats):
@@ -107,10 +112,13 @@ def time_variants(trainer, samples, repeats: int) -> dict[str, Any]:
             optimizer = torch.optim.AdamW([p for ps in params.values() for p in ps], lr=cfg.optim.lr)
             updater = PolicyUpdater(cfg, tm, params, optimizer)
             updater.share_prompts = variant != "before"
+            # the model's own forward, head on every kept position (TeamModel's path for other architectures)
+            tm.__dict__["_body_and_head"] = None if variant == "shared, head on every position" else split
             t0 = time.perf_counter()
             metrics = updater.update(samples, step=0)
             seconds[variant].append(time.perf_counter() - t0)
             losses[variant] = float(metrics.get("loss", float("nan")))
+    tm.__dict__["_body_and_head"] = split
     return {"seconds": seconds, "best": {v: min(s) for v, s in seconds.items()}, "loss": losses}
 
 
@@ -153,6 +161,9 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
              f"and a fresh AdamW each time. {shapes}.",)
     gains = ", ".join(f"{dtype} {fmt_ratio(d['best']['before'] / d['best']['shared'])}" for dtype, d in data.items())
     headline = f"sharing prompts in the update: before / shared = {gains}"
+    head = ", ".join(f"{dtype} {fmt_ratio(d['best']['shared, head on every position'] / d['best']['shared'])}"
+                     for dtype, d in data.items())
+    headline += f"; the head on real tokens only: {head}"
     if "auto" in data:
         f32, auto = data["float32"], data["auto"]
         per_token = (f32["best"]["before"] / (f32["prompt_tokens"] + f32["completion_tokens"])) / (

@@ -36,6 +36,9 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 #: file listing the adapters of a ``save_adapters`` folder and which are frozen
 MANIFEST = "team_adapters.json"
+#: architectures whose causal-LM logits are the output head applied to the body's last hidden state and
+#: nothing else (no logit scaling or soft-capping), so scoring may run the head on chosen positions only
+HEAD_ONLY_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "smollm3"})
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,8 @@ class TeamModel:
 
         Each row is ``prompt + completion``, left-padded to the longest row, with position ids
         counted from the first real token (as ``generate`` does with left padding), so padding does
-        not change the values. Only the last ``C+1`` positions go through the output head.
+        not change the values. Only the real completion tokens' positions go through the output head
+        (all ``C`` positions of every row with ``return_distributions``).
 
         Args:
             prompt_ids: B prompts, each of at least one token.
@@ -250,24 +254,68 @@ class TeamModel:
         shared = common_prefix(unique) if share_prompts else 0
         with self.using(adapter):
             if share_prompts and (len(unique) < batch or shared > 0):
-                picked = self._shared_prompt_logits(unique, shared, owner, targets, mask)  # [B, C, V]
+                states = self._shared_prompt_states(unique, shared, owner, targets, mask)  # [B, C, D]
             else:
                 rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
                 input_ids, attention = left_pad(rows, self.tokenizer.pad_token_id, device)  # [B, L]
                 positions = (attention.cumsum(-1) - 1).clamp(min=0)  # [B, L]
-                logits = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                    logits_to_keep=c_max + 1).logits  # [B, C+1, V]
+                kept, _ = self._run(keep=c_max + 1, input_ids=input_ids, attention_mask=attention,
+                                    position_ids=positions)  # [B, C+1, D]
                 # Token j of completion b sits at L - C_b + j and is predicted at L - C_b + j - 1,
-                # i.e. at column C - C_b + j of the kept logits.
+                # i.e. at column C - C_b + j of the kept positions.
                 column = (c_max - c_len[:, None] + j[None, :]).clamp(max=c_max)  # [B, C]
-                picked = logits.gather(1, column[..., None].expand(-1, -1, logits.shape[-1]))  # [B, C, V]
-        logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)  # [B, C, V]
-        mask_f = mask.to(logp_all.dtype)
-        if return_distributions:
-            return logp_all, targets, mask_f
-        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, C]
-        # selected, not multiplied: a -inf log-prob at a padded position times 0 would be NaN
-        return torch.where(mask, logp, torch.zeros_like(logp)), mask_f
+                states = kept.gather(1, column[..., None].expand(-1, -1, kept.shape[-1]))  # [B, C, D]
+            if return_distributions:
+                logp_all = torch.log_softmax(self._logits(states).float() / temperature, dim=-1)  # [B, C, V]
+                return logp_all, targets, mask.to(logp_all.dtype)
+            # only the real completion tokens go through the output head and the softmax: padding
+            # is most of [B, C] when a batch's completions differ in length
+            logits = self._logits(states[mask])  # [N, V], N = real tokens
+        logp_real = torch.log_softmax(logits.float() / temperature, dim=-1).gather(
+            -1, targets[mask][:, None]).squeeze(-1)  # [N]
+        logp = torch.zeros(batch, c_max, dtype=logp_real.dtype, device=device).index_put(
+            torch.nonzero(mask, as_tuple=True), logp_real)  # [B, C], 0 on padding
+        return logp, mask.to(logp.dtype)
+
+    @functools.cached_property
+    def _body_and_head(self) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+        """``(body, head)`` of the base model when its logits are exactly ``head(body(...)
+        .last_hidden_state)`` (``HEAD_ONLY_TYPES``), so a caller can run the head on the positions it
+        needs; ``None`` for other architectures (logit scaling or soft-capping after the head),
+        which are scored through their own forward."""
+        if getattr(self.base_model.config, "model_type", None) not in HEAD_ONLY_TYPES:
+            return None
+        body = self.base_model.get_decoder() if hasattr(self.base_model, "get_decoder") else None
+        head = self.base_model.get_output_embeddings()
+        if body is None or head is None or body is self.base_model:
+            return None
+        return body, head
+
+    def _run(self, keep: int, **inputs: Any) -> tuple[torch.Tensor, Any]:
+        """``(states [B, keep, D], cache)``: a forward pass of ``inputs`` through the active adapter,
+        kept at the last ``keep`` positions; states are final hidden states (D = hidden size) where
+        the head can run apart (``_body_and_head``), else logits (D = V). ``_logits`` maps them to
+        logits."""
+        split = self._scoring_split()
+        if split is None:
+            out = self.model(logits_to_keep=keep, **inputs)
+            return out.logits, getattr(out, self.cache_keyword, None)
+        out = split[0](**inputs)
+        return out.last_hidden_state[:, -keep:], getattr(out, self.cache_keyword, None)
+
+    def _logits(self, states: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] of ``_run``'s states [..., D]."""
+        split = self._scoring_split()
+        return states if split is None else split[1](states)
+
+    def _scoring_split(self) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+        """``_body_and_head``, unless FSDP2 shards the model (``distributed.sharding``): its root
+        module gathers the embedding and the head before its own forward only, so scoring must call
+        the whole model."""
+        split = self._body_and_head
+        if split is None:
+            return None
+        return None if any(_fsdp_sharded(m) for m in (self.model, _peft_root(self.model))) else split
 
     @functools.cached_property
     def cache_keyword(self) -> str:
@@ -275,11 +323,12 @@ class TeamModel:
         ``past_key_values`` in 4.x."""
         return "cache" if "cache" in inspect.signature(self.base_model.forward).parameters else "past_key_values"
 
-    def _shared_prompt_logits(self, unique: Sequence[tuple[int, ...]], shared: int, owner: torch.Tensor,
+    def _shared_prompt_states(self, unique: Sequence[tuple[int, ...]], shared: int, owner: torch.Tensor,
                               targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Next-token logits [B, C, V] at every completion position, each of the U ``unique`` prompts
-        run once: its last position predicts token 0, its key/value cache (copied to the B rows that
-        ``owner`` [B] maps to it) carries tokens 0..C-2 (right-padded, ``mask`` [B, C]) to predict 1..C-1.
+        """``_run``'s states [B, C, D] at every completion position (``_logits`` maps them to the
+        next-token logits), each of the U ``unique`` prompts run once: its last position predicts
+        token 0, its key/value cache (copied to the B rows that ``owner`` [B] maps to it) carries
+        tokens 0..C-2 (right-padded, ``mask`` [B, C]) to predict 1..C-1.
 
         The prompts' common prefix of ``shared`` tokens (``common_prefix``: a team's system prompt
         and instructions, often most of a prompt) runs once for all U: its cache is copied to the U
@@ -287,24 +336,22 @@ class TeamModel:
         middle is masked out, positions count real tokens only)."""
         device = targets.device
         owner = owner.to(device)
-        cache_name = self.cache_keyword
         prefix_kwargs = self.prefix_cache(unique[0][:shared], len(unique)) if shared else {}
         r_ids, p_mask = pad_after_prefix(unique, shared, self.tokenizer.pad_token_id, device)  # [U, R], [U, K+R]
         positions = (p_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]  # [U, R]
-        out = self.model(input_ids=r_ids, attention_mask=p_mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1, **prefix_kwargs)
-        first = out.logits[:, -1][owner]  # [B, V]: predicts completion token 0
+        last, cache = self._run(keep=1, input_ids=r_ids, attention_mask=p_mask, position_ids=positions,
+                                use_cache=True, **prefix_kwargs)
+        first = last[:, -1][owner]  # [B, D]: predicts completion token 0
         c_max = targets.shape[1]
         if c_max == 1:
             return first[:, None]
-        cache = getattr(out, cache_name)
         cache.reorder_cache(owner)  # [U, ...] -> [B, ...]: row b continues its prompt
         fed = targets[:, :-1]  # [B, C-1] tokens 0..C-2 (padding past each completion's end)
         fed_mask = mask[:, :-1].long()  # [B, C-1]
         attention = torch.cat([p_mask[owner], fed_mask], dim=1)  # [B, P + C-1]
         positions = p_mask[owner].sum(-1, keepdim=True) + torch.arange(c_max - 1, device=device)[None, :]  # [B, C-1]
-        rest = self.model(input_ids=fed, attention_mask=attention, position_ids=positions,
-                          **{cache_name: cache}).logits  # [B, C-1, V]
+        rest, _ = self._run(keep=c_max - 1, input_ids=fed, attention_mask=attention, position_ids=positions,
+                            **{self.cache_keyword: cache})  # [B, C-1, D]
         return torch.cat([first[:, None], rest], dim=1)
 
     def prefix_cache(self, prefix: Sequence[int], rows: int, model: torch.nn.Module | None = None,
@@ -468,6 +515,20 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int,
             ids[b, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
             mask[b, width - len(row):] = 1
     return ids.to(device), mask.to(device)
+
+
+def _fsdp_sharded(module: torch.nn.Module | None) -> bool:
+    """Whether torch's FSDP2 ``fully_shard`` manages ``module``."""
+    if module is None or not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def _peft_root(model: torch.nn.Module) -> torch.nn.Module | None:
+    """peft's ``LoraModel`` inside a ``PeftModel`` (what ``shard_team_model`` shards), else ``None``."""
+    return model.base_model if isinstance(model, PeftModel) else None
 
 
 def _adapter_of(param_name: str) -> str | None:

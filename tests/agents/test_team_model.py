@@ -258,3 +258,32 @@ def test_constructor_checks():
         TeamModel(model, tokenizer, ("proposer",), frozen=("judge",))
     with pytest.raises(ConfigError, match="lora.r"):
         TeamModel(model, tokenizer, ("proposer",), r=0)
+
+
+def test_the_head_runs_on_real_tokens_only_and_a_capped_head_keeps_its_forward():
+    """Llama's logits are its head on the last hidden state, so scoring runs the head on the real
+    completion tokens only; Gemma 2 soft-caps its logits after the head, so it is scored through
+    its own forward. Both equal the unpadded single-row reference."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from tests.tiny import tiny_tokenizer
+
+    llama = team()
+    assert llama._body_and_head is not None
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                          pad_token_id=tokenizer.pad_token_id, final_logit_softcapping=0.5)
+    gemma = TeamModel(Gemma2ForCausalLM(config).eval(), tokenizer, ["proposer"])
+    assert gemma._body_and_head is None
+    for tm in (llama, gemma):
+        perturb(tm, "proposer", 3)
+        for share in (False, True):
+            with torch.no_grad():
+                logp, mask = tm.completion_logprobs(PROMPTS, COMPLETIONS, adapter="proposer", share_prompts=share)
+            assert torch.all(logp[mask == 0] == 0)
+            for b, (p, c) in enumerate(zip(PROMPTS, COMPLETIONS, strict=True)):
+                # 1e-5: float32 sums of a 2-layer model in another order (padding, shared cache)
+                torch.testing.assert_close(logp[b, :len(c)], direct_logprobs(tm, p, c, "proposer"),
+                                           atol=1e-5, rtol=0)

@@ -348,7 +348,7 @@ def test_update_speed_quick(tiny_model):
     _check(result, "update_speed")
     timed = result.data["float32"]
     assert timed["samples"] >= 1 and set(timed["best"]) == set(update_speed.VARIANTS)
-    # the three variants run the same update: equal losses up to float summation order (2e-5 as in
+    # the variants run the same update: equal losses up to float summation order (2e-5 as in
     # tests/training/test_update_shared_prompts.py)
     losses = list(timed["loss"].values())
     assert max(losses) - min(losses) <= 2e-5
