@@ -1,4 +1,5 @@
-"""teamplay's own decoding loop: greedy or inverse-CDF sampling, rows that finished leave the batch.
+"""teamplay's own decoding loop: greedy or inverse-CDF sampling, rows that finished leave the batch,
+identical prompts run once.
 
 ``generate`` keeps every row of a batch until the last one stops: a proposal that stopped after 10
 tokens is still run, as padding, for as long as the longest reply of its micro-batch (on the demo's
@@ -71,15 +72,19 @@ class Decoded:
 @torch.no_grad()
 def decode(model: torch.nn.Module, cache_keyword: str, cache: object, input_ids: torch.Tensor,
            attention: torch.Tensor, *, processors: Sequence, streams: Streams | None, max_new_tokens: int,
-           stop_ids: Sequence[int], pad_id: int, entropies: bool = False) -> Decoded:
+           stop_ids: Sequence[int], pad_id: int, entropies: bool = False,
+           owner: torch.Tensor | None = None) -> Decoded:
     """Decode every row of ``input_ids`` [B, T] (the part of the prompts not in ``cache`` yet) after
     the C tokens ``cache`` holds; ``attention`` [B, C + T] masks the padding of cached and new parts.
 
     ``streams`` None decodes greedily; otherwise each token is drawn from the processed scores.
     ``processors`` must be stateless warpers (they see a placeholder for ``input_ids``).
+    ``owner`` [R]: the rows of ``input_ids``, ``attention`` and ``cache`` are distinct prompts, and
+    the call decodes R rows, row r continuing prompt ``owner[r]`` (a group's samples of one question):
+    each distinct prompt runs once, then its cache and first scores are copied to its rows.
     """
     device = input_ids.device
-    rows = input_ids.shape[0]
+    rows = input_ids.shape[0] if owner is None else len(owner)
     # per step: (places in the call, tokens, log-probs, entropies or None) of the rows writing, [w] each
     record: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
     active = torch.arange(rows, device=device)  # [b]: places in the call of the rows still in the batch
@@ -91,7 +96,14 @@ def decode(model: torch.nn.Module, cache_keyword: str, cache: object, input_ids:
     for _ in range(max_new_tokens):
         out = model(input_ids=step_ids, attention_mask=attention, position_ids=positions, use_cache=True,
                     logits_to_keep=1, **{cache_keyword: cache})
-        scores = out.logits[:, -1].float()  # [b, V]
+        logits = out.logits[:, -1]  # [b, V]
+        if owner is not None:  # the distinct prompts ran: each row continues its own from here
+            owner = owner.to(device)
+            cache.reorder_cache(owner)
+            logits, attention, next_position, step_ids = (
+                logits[owner], attention[owner], next_position[owner], step_ids[owner])
+            owner = None
+        scores = logits.float()  # [b, V]
         for warp in processors:
             scores = warp(step_ids, scores)
         log_dist = torch.log_softmax(scores, dim=-1)  # [b, V]

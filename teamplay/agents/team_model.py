@@ -250,7 +250,7 @@ class TeamModel:
         targets = torch.zeros(batch, c_max, dtype=torch.long, device=device)  # [B, C]
         for b, c in enumerate(completion_ids):
             targets[b, : len(c)] = torch.tensor(list(c), dtype=torch.long, device=device)
-        owner, unique = _prompt_owners(prompt_ids)
+        owner, unique = prompt_owners(prompt_ids)
         shared = common_prefix(unique) if share_prompts else 0
         with self.using(adapter):
             if share_prompts and (len(unique) < batch or shared > 0):
@@ -474,7 +474,7 @@ def _read_adapter_weights(path: Path, device: str) -> dict[str, torch.Tensor]:
         raise ModelLoadError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
-def _prompt_owners(prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
+def prompt_owners(prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
     """``(owner [B], unique prompts)``: ``unique[owner[b]]`` is prompt b; first-seen order."""
     index: dict[tuple[int, ...], int] = {}
     owner = [index.setdefault(tuple(p), len(index)) for p in prompt_ids]

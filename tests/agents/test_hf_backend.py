@@ -397,3 +397,33 @@ def test_greedy_decoding_gives_generates_tokens_while_finished_rows_leave_the_ba
     for g, row in zip(ours, out[:, input_ids.shape[1]:].tolist(), strict=True):
         assert list(g.completion_ids) == row[: len(g.completion_ids)]
         assert len(g.completion_ids) == 16 or g.completion_ids[-1] in backend.stop_ids
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_identical_prompts_run_once_and_each_row_samples_its_own_reply(temperature, monkeypatch):
+    """A group's samples of one question: the distinct prompts run once (3 rows for 7 requests),
+    and every row's tokens and log-probs equal those of the path that runs every row's prompt."""
+    import teamplay.agents.backends.hf as hf
+
+    backend = make_backend()
+    perturb(backend, "proposer", 2)
+    requests = [request(i, problem_len=n) for i, n in ((1, 2), (1, 2), (2, 5), (1, 2), (2, 5), (3, 1), (3, 1))]
+    params = SamplingParams(max_new_tokens=8, temperature=temperature, seed=11)
+    prefilled = []
+    decode = hf.decode
+
+    def spy(model, keyword, cache, input_ids, attention, **kwargs):
+        prefilled.append(input_ids.shape[0])
+        return decode(model, keyword, cache, input_ids, attention, **kwargs)
+
+    monkeypatch.setattr(hf, "decode", spy)
+    got = backend.generate(requests, params)
+    monkeypatch.setattr(HFBackend, "dedupe_prompts", False)
+    want = backend.generate(requests, params)
+    assert prefilled == [3, 7]
+    for a, b in zip(got, want, strict=True):
+        assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
+        # 1e-5: float32 sums over 3 rows instead of 7 (another blocking of the same products)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    if temperature > 0:  # rows of one prompt draw from their own streams: not all the same reply
+        assert len({got[i].completion_ids for i in (0, 1, 3)}) > 1

@@ -58,6 +58,18 @@ def test_rollout_overhead_quick(tiny_model):
     assert result.data["prompts"] == 4
 
 
+def test_rollout_gain_quick(tiny_model):
+    from benchmarks import rollout_gain
+    from teamplay.agents.backends.hf import HFBackend
+
+    result = rollout_gain.run(quick=True, model=tiny_model)
+    _check(result, "rollout_gain")
+    assert set(result.data["best"]) == set(rollout_gain.VARIANTS)
+    assert all(len(r) == 1 and r[0] > 0 for r in result.data["tokens_per_second"].values())
+    assert result.data["resolved_dtypes"]["float32"] == "float32"
+    assert HFBackend.dedupe_prompts is True  # the variant's switch does not outlive it
+
+
 def test_rollout_speed_quick(tiny_model):
     from benchmarks import rollout_speed
 

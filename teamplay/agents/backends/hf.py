@@ -14,8 +14,10 @@ is most of a turn's cost. When every prompt of the micro-batch shares at least `
 leading tokens, that prefix runs once: its key/value cache is copied to every row, and decoding
 continues from it with each row's own remainder, left-padded after the prefix (the padding in the
 middle is masked; positions follow the mask, so each row sees the positions of its prompt alone).
-Outputs equal the unshared path's up to float rounding (tested). ``share_prompt_prefix=False`` turns
-it off.
+Identical prompts in a micro-batch (a group's samples of one question) go further: each distinct
+prompt runs once, and its cache and first scores are copied to its rows before the first token is
+drawn (``decode``'s ``owner``). Outputs equal the unshared path's up to float rounding (tested).
+``share_prompt_prefix=False`` turns both off.
 
 Sampling and behaviour log-probs: temperature, then top-k, then top-p are applied
 (``sampling_processors``, in ``generate``'s own order), then the token is drawn from that processed
@@ -65,7 +67,7 @@ from teamplay.agents.decode import Streams, decode
 from teamplay.agents.kv_cache import DynamicCache, GrowingCache
 from teamplay.agents.merged import MergedAdapterModel, unsupported
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
-from teamplay.agents.team_model import TeamModel, common_prefix, left_pad, pad_after_prefix
+from teamplay.agents.team_model import TeamModel, common_prefix, left_pad, pad_after_prefix, prompt_owners
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, Generation, SamplingParams, TurnRequest, derived_seed
 
@@ -85,7 +87,8 @@ class HFBackend(GenerationBackend):
         team_model: base model + adapters; requests name adapters of it (or ``None``).
         max_prompt_tokens: prompt budget; longer chats are cut (``Generation.truncated``).
         micro_batch_size: most sequences in one forward / generate call (bounds memory).
-        share_prompt_prefix: run a micro-batch's common prompt prefix once (module docstring).
+        share_prompt_prefix: run a micro-batch's common prompt prefix once, and each of its distinct
+            prompts once (module docstring).
         merge_adapters: generate with the adapter merged into a LoRA-free copy of the base model
             (module docstring); False generates through peft's LoRA layers.
         sampler: ``inverse_cdf`` (teamplay's decoding loop, ``teamplay.agents.decode``) or
@@ -98,6 +101,9 @@ class HFBackend(GenerationBackend):
 
     name = "hf"
     row_seeds = True
+    #: run each distinct prompt of a micro-batch once (with ``share_prompt_prefix``; module docstring);
+    #: off only to measure what it saves, side by side (``benchmarks/rollout_speed.py``)
+    dedupe_prompts = True
 
     def __init__(self, team_model: TeamModel, max_prompt_tokens: int = 2048,
                  micro_batch_size: int = 16, share_prompt_prefix: bool = True,
@@ -193,22 +199,28 @@ class HFBackend(GenerationBackend):
         shared = common_prefix(prompts) if self.share_prompt_prefix else 0
         if shared < MIN_SHARED_PREFIX:
             shared = 0
-        # [B, K + R]: the shared prefix (K tokens, 0 when not shared), then each row's remainder left-padded
-        rest, attention = pad_after_prefix(prompts, shared, self.tokenizer.pad_token_id, device)
         tm = self.team_model
         merged = self._generation_model(adapter)
         with tm.using(adapter) if merged is None else contextlib.nullcontext():
             model = tm.model if merged is None else merged
             if self.sampler == "multinomial" and not sampling.greedy:
+                # [B, K + R]: the shared prefix (K tokens, 0 when not shared), then each remainder left-padded
+                rest, attention = pad_after_prefix(prompts, shared, self.tokenizer.pad_token_id, device)
                 return self._generate_multinomial(model, prompts, shared, rest, attention, sampling, seed, row_seeds)
+            # a group's samples of one question: each distinct prompt runs once (decode's ``owner``)
+            owner, distinct = prompt_owners(prompts)
+            dedupe = self.dedupe_prompts and self.share_prompt_prefix and len(distinct) < len(prompts)
+            rows = [list(p) for p in distinct] if dedupe else prompts
+            rest, attention = pad_after_prefix(rows, shared, self.tokenizer.pad_token_id, device)  # [U, K + R]
             # a cache that grows in place, with room for the completion (teamplay.agents.kv_cache)
             cache = GrowingCache(reserve=sampling.max_new_tokens) if kv_cache.SUPPORTED else DynamicCache()
             if shared:
-                tm.prefix_cache(prompts[0][:shared], len(prompts), model, cache=cache)
+                tm.prefix_cache(prompts[0][:shared], len(rows), model, cache=cache)
             out = decode(model, tm.cache_keyword, cache, rest, attention, processors=sampling_processors(sampling),
                          streams=None if sampling.greedy else _streams(seed, row_seeds, device),
                          max_new_tokens=sampling.max_new_tokens, stop_ids=self.stop_ids,
-                         pad_id=self.tokenizer.pad_token_id, entropies=sampling.entropies)
+                         pad_id=self.tokenizer.pad_token_id, entropies=sampling.entropies,
+                         owner=owner if dedupe else None)
         ents = out.entropies or [[] for _ in prompts]
         return list(zip(out.ids, out.logprobs, ents, strict=True))
 

@@ -1,0 +1,82 @@
+"""The runner against its baseline of the rollout-speed issue, side by side: the gain in one short run.
+
+``rollout_speed`` (40 minutes) compares the runner with raw ``generate`` in every dtype and batch;
+this benchmark times only what the issue's ">= 2.5x" is about, on the same demo rollouts (the demo's
+team, controllers off, 8 problems x 4 episodes, T=0.7, 48 new tokens), all variants in one process
+taking turns in each repeat:
+
+* ``baseline``: the runner through peft's LoRA layers in float32 at micro-batch 16, every prompt run
+  (the backend's settings when the issue measured 57-59 tokens/s; its sampler and cache are today's,
+  which gave float32 micro-batch 16 1.09x, ``rollout_speed``);
+* ``runner``: the backend's defaults with ``model.dtype: auto`` (bfloat16 where the CPU has native
+  units) at micro-batch 32;
+* ``runner, every prompt run``: the same with ``HFBackend.dedupe_prompts`` off, so a group's 4
+  identical first-turn prompts run 4 times (what running each distinct prompt once saves).
+
+Tokens per second of wall time (each variant counts its own completion tokens), best of the repeats.
+
+    python -m benchmarks rollout_gain --threads 2
+    python -m benchmarks.rollout_gain --quick
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, script_main
+from benchmarks.rollout_speed import build, run_runner
+
+#: the issue's bar: the runner at >= 2.5x the baseline's tokens/s
+TARGET_GAIN = 2.5
+VARIANTS = ("baseline", "runner", "runner, every prompt run")
+
+
+@contextlib.contextmanager
+def prompts_deduplicated(backend, on: bool) -> Iterator[None]:
+    """``backend.dedupe_prompts`` set to ``on`` for the block (the class default after)."""
+    backend.dedupe_prompts = on
+    try:
+        yield
+    finally:
+        del backend.dedupe_prompts
+
+
+def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
+    """``quick``: 1 problem x 2 episodes, 4 new tokens, 1 repeat; otherwise 8 x 4, 48 new tokens, 3 repeats."""
+    problems, group, max_new, repeats = (1, 2, 4, 1) if quick else (8, 4, 48, 3)
+    setups = {dtype: build(model, dtype, problems, group, max_new) for dtype in ("float32", "auto")}
+    plan = {"baseline": ("float32", 16, False, False), "runner": ("auto", 32, True, True),
+            "runner, every prompt run": ("auto", 32, True, False)}
+    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for rep in range(repeats):  # variants take turns: the machine's load falls on all alike
+        for variant in (VARIANTS if rep % 2 == 0 else tuple(reversed(VARIANTS))):
+            dtype, mb, merged, dedupe = plan[variant]
+            setup = setups[dtype]
+            with prompts_deduplicated(setup.backend, dedupe):
+                seconds, tokens, _ = run_runner(setup, mb, seed=200 + rep, merged=merged)
+            rates[variant].append(tokens / seconds)
+    best = {v: max(r) for v, r in rates.items()}
+    resolved = {d: str(s.backend.team_model.base_model.dtype).removeprefix("torch.") for d, s in setups.items()}
+    rows = [[v, f"{plan[v][0]} ({resolved[plan[v][0]]})", plan[v][1], "merged" if plan[v][2] else "peft layers",
+             "yes" if plan[v][3] else "no", ", ".join(f"{r:.1f}" for r in rates[v]), f"{best[v]:.1f}",
+             f"**{fmt_ratio(best[v] / best['baseline'])}**"] for v in VARIANTS]
+    table = markdown_table(["variant", "dtype", "micro-batch", "adapters", "distinct prompts once", "repeats tok/s",
+                            "best tok/s", "/ baseline"], rows)
+    gain = best["runner"] / best["baseline"]
+    dedupe = best["runner"] / best["runner, every prompt run"]
+    met = gain >= TARGET_GAIN
+    headline = (f"the runner makes {best['runner']:.1f} tokens/s, {fmt_ratio(gain)} the baseline's "
+                f"{best['baseline']:.1f} (target >= {TARGET_GAIN}× {'met' if met else 'NOT met'}); running each "
+                f"distinct prompt once: {fmt_ratio(dedupe)}.")
+    import torch
+
+    notes = (f"Model {model}, the demo's team and protocol (controllers off), {problems} problems × {group} "
+             f"episodes, T=0.7, max_new_tokens={max_new}, {torch.get_num_threads()} torch thread(s); "
+             f"{repeats} repeat(s), variants alternating their order.",)
+    return Result("rollout_gain", table, headline, met, notes,
+                  {"tokens_per_second": rates, "best": best, "resolved_dtypes": resolved})
+
+
+if __name__ == "__main__":
+    script_main(run, __doc__.splitlines()[0])
