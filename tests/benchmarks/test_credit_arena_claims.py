@@ -246,3 +246,16 @@ def test_quick_command_line_prints_a_claims_table_and_writes_nothing(tiny_model,
     assert "## gcpo" in out and "| coverage | 2 |" in out and "Ceiling: none (" in out
     assert (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8") == before
     assert not credit_arena.result_path("gcpo", "quick").exists()
+
+
+def test_committed_claim_tables_are_the_ones_the_committed_results_give():
+    """Each claim whose per-seed results are committed has, in BENCHMARKS.md, the region that
+    ``--table-only`` writes from them (then the learning-curve figure's line)."""
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    stored = [s for s in credit_arena.CLAIMS if arena_results.result_path(s).is_file()]
+    assert {"gcpo", "tracer"} <= set(stored)
+    for setting in stored:
+        result = load_result(arena_results.result_path(setting))
+        assert result["setting"] == setting
+        body = credit_arena.split_region(result)
+        assert f"bench:{credit_arena.region_name(setting)}:start -->\n{body}" in text, setting
