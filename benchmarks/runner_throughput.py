@@ -41,7 +41,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     import torch
 
-    import teamplay
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.config import TrainConfig, build_config
 
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
         runner.run(jobs, seed=100 + r)
         stats = runner.last_stats
         rates.append(stats.tokens / stats.seconds)
-    result = {"teamplay": teamplay.__file__, "dtype": args.dtype,
+    result = {"dtype": args.dtype,
               "resolved": str(backend.team_model.base_model.dtype).removeprefix("torch."),
               "micro_batch": args.micro_batch, "threads": args.threads, "tokens_per_second": rates}
     print(json.dumps(result))

@@ -102,7 +102,7 @@ class HFBackend(GenerationBackend):
     name = "hf"
     row_seeds = True
     #: run each distinct prompt of a micro-batch once (with ``share_prompt_prefix``; module docstring);
-    #: off only to measure what it saves, side by side (``benchmarks/rollout_speed.py``)
+    #: off only to measure what it saves, side by side (``benchmarks/rollout_gain.py``)
     dedupe_prompts = True
 
     def __init__(self, team_model: TeamModel, max_prompt_tokens: int = 2048,
