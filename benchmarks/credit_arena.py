@@ -55,7 +55,10 @@ problems x 4, 100 held-out problems, 400 sampled ones twice) = about 70 minutes;
 ``pr`` sizes, 8 seeds) = about 55 minutes. Measured: ``tracer --seeds 5`` (10 runs) took 98 minutes,
 about 19 minutes a run on one core, three times its estimate; ``gcpo`` (10 runs, on the code with
 teamplay's own decoding loop) took 115 minutes beside other jobs and about 14 minutes a pair of runs
-on an idle machine, i.e. about the 70 estimated (each resumable with the same command).
+on an idle machine, i.e. about the 70 estimated; ``parallel_shapley`` (15 runs) took two sittings:
+a judged run 23 minutes on one core beside one other run (44-47 beside foreground jobs), 93% of it
+the credit judge, and the others about 4 minutes, so about 80 minutes idle (each resumable with the
+same command).
 
 The split, chain and claim settings store their per-seed results in
 ``benchmarks/results/credit_arena/`` (committed; ``--table-only`` rewrites their tables from them,
