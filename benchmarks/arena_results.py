@@ -70,8 +70,9 @@ def machines_of(result: Mapping[str, Any]) -> dict[int, str]:
 def merge_results(stored: Mapping[str, Any], new: Mapping[str, Any], machine: str) -> dict[str, Any]:
     """``stored`` with the seeds of ``new`` (run on ``machine``) added: the same setting, config and
     methods, no seed in both. A seed is a pair of runs made together, so its difference to grpo is
-    paired whichever machine ran it; ``machines`` records which one did."""
-    if stored["setting"] != new["setting"] or list(stored["per_seed"]) != list(new["per_seed"]):
+    paired whichever machine ran it; ``machines`` records which one did. The methods are compared as
+    a set: a stored file lists them sorted, a run in the setting's order."""
+    if stored["setting"] != new["setting"] or set(stored["per_seed"]) != set(new["per_seed"]):
         raise ValueError(
             f"cannot add seeds of {new['setting']} ({', '.join(new['per_seed'])}) to the stored "
             f"{stored['setting']} ({', '.join(stored['per_seed'])}): another comparison"

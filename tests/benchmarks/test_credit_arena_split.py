@@ -135,6 +135,17 @@ def test_more_seeds_join_the_stored_ones_paired_and_labelled_by_machine(tmp_path
     assert "| oracle | 5 |" in table and "+0.100 ± 0.000" in table  # every paired difference is +0.1
 
 
+def test_more_seeds_join_a_stored_file_whatever_order_it_lists_the_methods_in(tmp_path):
+    """A stored file lists its methods sorted (JSON with sorted keys); a run lists them in the setting's
+    order (chain: grpo, cosac). The same methods are the same comparison."""
+    from benchmarks.arena_results import merge_results, seeds_held
+
+    stored = load_result(save_result(_result({"grpo": [0, 1, 2], "cosac": [0, 1, 2]}), tmp_path / "a.json"))
+    assert list(stored["per_seed"]) == ["cosac", "grpo"]  # what made the order differ
+    merged = merge_results(stored, _result({"grpo": [3, 4], "cosac": [3, 4]}), "machine B")
+    assert seeds_held(merged) == {0, 1, 2, 3, 4} and merged["runs_total"] == 10
+
+
 def test_more_seeds_are_refused_for_another_comparison():
     from benchmarks.arena_results import merge_results
 
