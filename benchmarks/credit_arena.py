@@ -942,11 +942,19 @@ def stored_markdown(result: dict[str, Any]) -> tuple[str, list[str], str]:
     return (claim_markdown if result["setting"] in CLAIMS else split_markdown)(result)
 
 
+def team_of(setting: str) -> str:
+    """The team-size summary's "team" cell of a split or chain setting: its protocol and adapters."""
+    adapters = "one adapter per solver" if setting in PER_ROLE else "shared adapter"
+    return f"{'chain' if setting in CHAIN_K else 'split'}, {adapters}"
+
+
 def gain_table(results: Sequence[dict[str, Any]]) -> str:
-    """Per K and method, the paired team-accuracy difference to grpo with its interval and MDE."""
-    lines = ["| K | adapters | method | seeds | Δ team acc. vs grpo | MDE (80%) | grpo's gain over untrained |",
+    """Per team (split, chain), K and method, the paired team-accuracy difference to grpo with its
+    interval and MDE, and grpo's own gain (the floor)."""
+    lines = ["| team | K | method | seeds | Δ team acc. vs grpo | MDE (80%) | grpo's gain over untrained |",
              "|---|---|---|---|---|---|---|"]
-    for result in sorted(results, key=lambda r: (r["setting"] in PER_ROLE, SPLIT_K[r["setting"]])):
+    for result in sorted(results, key=lambda r: (r["setting"] in CHAIN_K, r["setting"] in PER_ROLE,
+                                                 STORED_K[r["setting"]])):
         gain, half, _ = calibration(result)
         base = _values(result, "grpo", "heldout/team_accuracy")
         for label in labels_of(result):
@@ -955,8 +963,7 @@ def gain_table(results: Sequence[dict[str, Any]]) -> str:
             mine = _values(result, label, "heldout/team_accuracy")
             mean, h, n = paired_difference(mine, base)
             both = sorted(set(mine) & set(base))
-            adapters = "one per solver" if result["setting"] in PER_ROLE else "shared"
-            lines.append(f"| {SPLIT_K[result['setting']]} | {adapters} | {label} | {n} | "
+            lines.append(f"| {team_of(result['setting'])} | {STORED_K[result['setting']]} | {label} | {n} | "
                          f"{_cell(mean, h, signed=True)} | "
                          f"{_cell(mde([mine[s] - base[s] for s in both]), math.nan) if n >= 2 else '—'} | "
                          f"{_cell(gain, half, signed=True)} |".replace(" (n=1)", ""))
@@ -979,8 +986,8 @@ def gain_figure(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
             if label != "grpo":
                 mean, half, n = paired_difference(_values(result, label, "heldout/team_accuracy"), base)
                 if n:
-                    name = f"{label}, {'one adapter per solver' if result['setting'] in PER_ROLE else 'shared adapter'}"
-                    series.setdefault(name, []).append((SPLIT_K[result["setting"]], mean, half if n >= 2 else 0.0))
+                    name = f"{label} ({team_of(result['setting'])})"
+                    series.setdefault(name, []).append((STORED_K[result["setting"]], mean, half if n >= 2 else 0.0))
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -991,7 +998,7 @@ def gain_figure(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks([2, 4, 8], labels=["2", "4", "8"])
-    ax.set_xlabel("team size K (split: one sub-problem each)")
+    ax.set_xlabel("team size K (split: one sub-problem each; chain: one sum in turn)")
     ax.set_ylabel("held-out team accuracy - grpo's (paired)")
     ax.set_title("credit arena: gain over broadcast grpo against team size")
     ax.legend()
@@ -1013,7 +1020,8 @@ def split_region(result: dict[str, Any]) -> str:
 
 
 def summary_region(results: Sequence[dict[str, Any]]) -> str:
-    """The team-size summary region: the gain table and the headline figure of every split setting."""
+    """The team-size summary region: the gain table and the headline figure of every split and chain setting."""
+    results = sorted(results, key=lambda r: list(STORED_K).index(r["setting"]))  # the command's order
     runs = sum(len(v) for r in results for v in r["per_seed"].values())
     total = sum(r["runs_total"] for r in results)
     return (f"Team-size summary, from {runs} of {total} runs (`benchmarks/results/credit_arena/*.json`; "
@@ -1190,13 +1198,13 @@ def add_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace, setting
 
 
 def stored_split_results(size: str = "default", suffix: str = "") -> list[dict[str, Any]]:
-    """Every split setting's stored result of this size (the ones that exist), by K."""
-    paths = [result_path(s, size, more=suffix == "_more") for s in SPLIT_K]
+    """Every split and chain setting's stored result of this size (the ones that exist), by K."""
+    paths = [result_path(s, size, more=suffix == "_more") for s in STORED_K]
     return [load_result(p) for p in paths if p.is_file()]
 
 
 def write_split_summary(size: str = "default", suffix: str = "") -> None:
-    """The team-size summary region and headline figure, from every stored split result."""
+    """The team-size summary region and headline figure, from every stored split and chain result."""
     from benchmarks.__main__ import DEFAULT_OUTPUT
     from benchmarks.common import write_regions
 
