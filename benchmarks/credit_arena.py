@@ -1129,8 +1129,8 @@ def main(argv: list[str] | None = None) -> None:
             body += f"\n![learning curves: {setting}](benchmarks/figures/{png.name})\n"
         write_regions(DEFAULT_OUTPUT, {region_name(setting) + suffix: body})
         print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting) + suffix}")
-    if split_done and not args.quick:
-        write_split_summary(size, "" if only is None else "_more")  # a --full table: credit_arena_split_summary
+    if split_done and not args.quick and only is None:  # a --methods comparison has its own table only
+        write_split_summary(size)
 
 
 def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: str, size: str,
@@ -1197,18 +1197,20 @@ def add_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace, setting
     return result
 
 
-def stored_split_results(size: str = "default", suffix: str = "") -> list[dict[str, Any]]:
-    """Every split and chain setting's stored result of this size (the ones that exist), by K."""
-    paths = [result_path(s, size, more=suffix == "_more") for s in STORED_K]
+def stored_split_results(size: str = "default") -> list[dict[str, Any]]:
+    """Every split and chain setting's stored default comparison of this size (the ones that exist)."""
+    paths = [result_path(s, size) for s in STORED_K]
     return [load_result(p) for p in paths if p.is_file()]
 
 
-def write_split_summary(size: str = "default", suffix: str = "") -> None:
-    """The team-size summary region and headline figure, from every stored split and chain result."""
+def write_split_summary(size: str = "default") -> None:
+    """The team-size summary region and headline figure, from every stored split and chain result
+    (``credit_arena_split_summary``; ``_full`` for the --full comparisons)."""
     from benchmarks.__main__ import DEFAULT_OUTPUT
     from benchmarks.common import write_regions
 
-    results = stored_split_results(size, suffix)
+    suffix = "" if size == "default" else f"_{size}"
+    results = stored_split_results(size)
     if results:
         gain_figure(results, FIGURES / f"credit_arena_split_gain{suffix}.png")
         write_regions(DEFAULT_OUTPUT, {f"credit_arena_split_summary{suffix}": summary_region(results)})
