@@ -1094,13 +1094,13 @@ def main(argv: list[str] | None = None) -> None:
     line = machine_line(machine_info())
     size = "quick" if args.quick else ("full" if args.full else "default")
     only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
-    split_done = []
+    team_sizes_done = []
     for setting in args.setting:
         out = None if args.output is None else args.output / setting
         if setting in STORED_SETTINGS:
             split_main(parser, args, setting, size, out, only, line)
             if setting in STORED_K:  # the team-size summary is the split and chain settings'
-                split_done.append(setting)
+                team_sizes_done.append(setting)
             continue
         try:
             result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.table_only)
@@ -1129,8 +1129,8 @@ def main(argv: list[str] | None = None) -> None:
             body += f"\n![learning curves: {setting}](benchmarks/figures/{png.name})\n"
         write_regions(DEFAULT_OUTPUT, {region_name(setting) + suffix: body})
         print(f"updated {DEFAULT_OUTPUT.name}: {region_name(setting) + suffix}")
-    if split_done and not args.quick and only is None:  # a --methods comparison has its own table only
-        write_split_summary(size)
+    if team_sizes_done and not args.quick and only is None:  # a --methods comparison has its own table only
+        write_team_size_summary(size)
 
 
 def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: str, size: str,
@@ -1197,20 +1197,20 @@ def add_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace, setting
     return result
 
 
-def stored_split_results(size: str = "default") -> list[dict[str, Any]]:
+def stored_team_size_results(size: str = "default") -> list[dict[str, Any]]:
     """Every split and chain setting's stored default comparison of this size (the ones that exist)."""
     paths = [result_path(s, size) for s in STORED_K]
     return [load_result(p) for p in paths if p.is_file()]
 
 
-def write_split_summary(size: str = "default") -> None:
+def write_team_size_summary(size: str = "default") -> None:
     """The team-size summary region and headline figure, from every stored split and chain result
     (``credit_arena_split_summary``; ``_full`` for the --full comparisons)."""
     from benchmarks.__main__ import DEFAULT_OUTPUT
     from benchmarks.common import write_regions
 
     suffix = "" if size == "default" else f"_{size}"
-    results = stored_split_results(size)
+    results = stored_team_size_results(size)
     if results:
         gain_figure(results, FIGURES / f"credit_arena_split_gain{suffix}.png")
         write_regions(DEFAULT_OUTPUT, {f"credit_arena_split_summary{suffix}": summary_region(results)})

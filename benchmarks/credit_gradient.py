@@ -76,7 +76,7 @@ def measure(k: int, model: str, steps: int, seed: int) -> dict[str, Any]:
         runner = RolloutRunner(run.make_env, run.backend, run.sampling, max_batch=configs["grpo"].backend.max_batch)
         stages = {m: CreditStage(configs[m], checked[m], run) for m in METHODS}
         adapters = [a for a in team_model.adapter_names if a not in team_model.frozen]
-        params = [p for a in adapters for p in team_model.adapter_parameters(a)]
+        params = team_model.trainable_parameters()  # the same adapters, in the same order
         grads: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
         kept: dict[str, list[int]] = {m: [] for m in METHODS}
         answers: dict[str, list[float]] = {m: [] for m in METHODS}
