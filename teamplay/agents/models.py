@@ -193,12 +193,10 @@ def _load_smollm2(dtype: torch.dtype | str, cache_root: Path) -> tuple[Any, Any]
     # Dequantize in float32 for the copy so that every later dtype is cast from the same weights.
     model, tokenizer = _load_gguf(gguf, torch.float32)
     _save_atomically(model, tokenizer, cached, source)
-    # Point the model at its plain copy: a backend that reloads the weights itself (vllm) reads it.
-    model.config._name_or_path = str(cached)
-    model.name_or_path = str(cached)
-    if dtype not in ("auto", torch.float32):
-        model = model.to(dtype)
-    return model, tokenizer
+    # Load the copy just written, as every later run does, rather than cast this one: ``model.to``
+    # would also round the float32 buffers that loading in a dtype keeps (the rotary frequencies), so
+    # the first run's bfloat16 model would answer differently from every other run's.
+    return _load_local(cached, dtype)
 
 
 def _save_atomically(model: Any, tokenizer: Any, target: Path, source: dict[str, Any]) -> None:

@@ -27,6 +27,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from teamplay.agents.head_logprobs import head_logprobs
+from teamplay.agents.lora_product import fuse_lora_layers
 from teamplay.agents.roles import Team
 from teamplay.atomic import staged_folder
 from teamplay.errors import ConfigError, ModelLoadError
@@ -51,12 +53,15 @@ class LoraSettings:
         dropout: dropout on the adapter input (0 keeps the log-probs deterministic).
         target_modules: module names to adapt, or ``"all-linear"`` (every linear layer except the
             output head; right for llama-like models and most others).
+        fused: compute each plain LoRA layer as one product in the base's precision
+            (``agents.lora_product``); False keeps peft's own forward everywhere.
     """
 
     r: int = 16
     alpha: int = 32
     dropout: float = 0.0
     target_modules: str | tuple[str, ...] = "all-linear"
+    fused: bool = True
 
     def __post_init__(self) -> None:
         if self.r < 1:
@@ -77,7 +82,7 @@ class TeamModel:
         model: the base causal LM (modified in place: LoRA layers are injected).
         tokenizer: its tokenizer (chat template, pad token, left padding: see ``load_model``).
         adapters: adapter names, unique; may be empty (then only the base model generates).
-        r, alpha, dropout, target_modules: LoRA settings of every adapter (see ``LoraSettings``).
+        r, alpha, dropout, target_modules, fused: LoRA settings of every adapter (see ``LoraSettings``).
         frozen: adapters that never train (their weights still load and generate).
         init_seed: seed of the LoRA initialisation (A matrices are random, B start at zero): the
             same seed gives the same adapters in every process, which exact resume and
@@ -87,7 +92,7 @@ class TeamModel:
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  adapters: Sequence[str], *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
                  target_modules: str | Sequence[str] = "all-linear", frozen: Iterable[str] = (),
-                 init_seed: int = 0) -> None:
+                 init_seed: int = 0, fused: bool = True) -> None:
         names = tuple(adapters)
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -98,7 +103,7 @@ class TeamModel:
                               f"{list(names)}")
         self.tokenizer = tokenizer
         self.lora = LoraSettings(r=r, alpha=alpha, dropout=dropout, target_modules=(
-            target_modules if isinstance(target_modules, str) else tuple(target_modules)))
+            target_modules if isinstance(target_modules, str) else tuple(target_modules)), fused=fused)
         self.frozen = frozen
         self._names = names
         self.base_model = model
@@ -111,6 +116,8 @@ class TeamModel:
                 self.model: torch.nn.Module = get_peft_model(model, config, adapter_name=names[0])
                 for name in names[1:]:
                     self.model.add_adapter(name, self.lora.peft_config())
+            if fused:
+                fuse_lora_layers(self.model)
             self._active: str | None = names[0]
             self._apply_trainability()
         else:
@@ -121,7 +128,8 @@ class TeamModel:
     def from_team(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, team: Team,
                   **lora: Any) -> TeamModel:
         """One adapter per ``team.adapter_names()``; an adapter is frozen when its roles do not train.
-        ``lora`` holds the LoRA keyword arguments of the constructor (r, alpha, dropout, target_modules).
+        ``lora`` holds the LoRA keyword arguments of the constructor (r, alpha, dropout, target_modules,
+        fused).
 
         Raises ConfigError when roles sharing an adapter disagree on ``trainable``.
         """
@@ -270,9 +278,7 @@ class TeamModel:
                 return logp_all, targets, mask.to(logp_all.dtype)
             # only the real completion tokens go through the output head and the softmax: padding
             # is most of [B, C] when a batch's completions differ in length
-            logits = self._logits(states[mask])  # [N, V], N = real tokens
-        logp_real = torch.log_softmax(logits.float() / temperature, dim=-1).gather(
-            -1, targets[mask][:, None]).squeeze(-1)  # [N]
+            logp_real = self._token_logprobs(states[mask], targets[mask], temperature)  # [N], N = real tokens
         logp = torch.zeros(batch, c_max, dtype=logp_real.dtype, device=device).index_put(
             torch.nonzero(mask, as_tuple=True), logp_real)  # [B, C], 0 on padding
         return logp, mask.to(logp.dtype)
@@ -307,6 +313,14 @@ class TeamModel:
         """Logits [..., V] of ``_run``'s states [..., D]."""
         split = self._scoring_split()
         return states if split is None else split[1](states)
+
+    def _token_logprobs(self, states: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Float32 log-probs [N] of ``targets`` [N] from ``_run``'s states [N, D] at temperature
+        ``temperature``; through ``head_logprobs`` (one [N, V] buffer) where the head runs apart."""
+        split = self._scoring_split()
+        if split is None:  # the states are the model's own logits
+            return torch.log_softmax(states.float() / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+        return head_logprobs(states, split[1], targets, temperature)
 
     def _scoring_split(self) -> tuple[torch.nn.Module, torch.nn.Module] | None:
         """``_body_and_head``, unless FSDP2 shards the model (``distributed.sharding``): its root
@@ -448,6 +462,8 @@ class TeamModel:
                 assert isinstance(self.model, PeftModel)
                 _read_adapter_weights(sub / ADAPTER_WEIGHTS, "cpu")  # a damaged file: one clear error
                 self.model.load_adapter(str(sub), adapter_name=name, is_trainable=True)
+                if self.lora.fused:  # a layer the new adapter adds gets the fused product too
+                    fuse_lora_layers(self.model)
                 self._names = self._names + (name,)
             loaded.append(name)
         if self._active is not None:

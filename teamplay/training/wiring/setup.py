@@ -164,13 +164,13 @@ def lora_settings(model_cfg: ModelConfig) -> tuple[dict[str, Any], Path | None]:
     from teamplay.training.store.checkpoint import resolve_adapters_dir
 
     lora = dict(r=model_cfg.lora.r, alpha=model_cfg.lora.alpha, dropout=model_cfg.lora.dropout,
-                target_modules=model_cfg.lora.target_modules)
+                target_modules=model_cfg.lora.target_modules, fused=model_cfg.lora.fused)
     adapters_dir = resolve_adapters_dir(model_cfg.checkpoint) if model_cfg.checkpoint else None
     if adapters_dir is not None:
         saved = read_adapter_config(next(p for p in sorted(adapters_dir.iterdir()) if p.is_dir()))
         targets = saved.target_modules
         lora = dict(r=saved.r, alpha=saved.lora_alpha, dropout=saved.lora_dropout,
-                    target_modules=targets if isinstance(targets, str) else sorted(targets))
+                    target_modules=targets if isinstance(targets, str) else sorted(targets), fused=model_cfg.lora.fused)
     return lora, adapters_dir
 
 
