@@ -214,13 +214,17 @@ class HFBackend(GenerationBackend):
             rest, attention = pad_after_prefix(rows, shared, self.tokenizer.pad_token_id, device)  # [U, K + R]
             # a cache that grows in place, with room for the completion (teamplay.agents.kv_cache)
             cache = GrowingCache(reserve=sampling.max_new_tokens) if kv_cache.SUPPORTED else DynamicCache()
-            if shared:
-                tm.prefix_cache(prompts[0][:shared], len(rows), model, cache=cache)
-            out = decode(model, tm.cache_keyword, cache, rest, attention, processors=sampling_processors(sampling),
-                         streams=None if sampling.greedy else _streams(seed, row_seeds, device),
-                         max_new_tokens=sampling.max_new_tokens, stop_ids=self.stop_ids,
-                         pad_id=self.tokenizer.pad_token_id, entropies=sampling.entropies,
-                         owner=owner if dedupe else None)
+            # inference mode (no version counters, no view tracking): every tensor made here (the
+            # cache, the scores) lives and dies inside this call; the merged weights were made above
+            with torch.inference_mode():
+                if shared:
+                    tm.prefix_cache(prompts[0][:shared], len(rows), model, cache=cache)
+                out = decode(model, tm.cache_keyword, cache, rest, attention,
+                             processors=sampling_processors(sampling),
+                             streams=None if sampling.greedy else _streams(seed, row_seeds, device),
+                             max_new_tokens=sampling.max_new_tokens, stop_ids=self.stop_ids,
+                             pad_id=self.tokenizer.pad_token_id, entropies=sampling.entropies,
+                             owner=owner if dedupe else None)
         ents = out.entropies or [[] for _ in prompts]
         return list(zip(out.ids, out.logprobs, ents, strict=True))
 
