@@ -4,24 +4,32 @@ the trainer, float32 against ``model.dtype: auto``.
 The demo's team (``configs/demo.yaml``: proposer/reviewer, Shapley credit, one LoRA adapter per role,
 48 new tokens) plays one training step; the step's policy samples (the messages of the groups that
 train) are kept, and ``PolicyUpdater.update`` runs on them again and again, from the same adapter
-weights and a fresh optimiser each time, in four variants, alternating their order over the
+weights and a fresh optimiser each time, in six variants, alternating their order over the
 repeats (the machine is noisy):
 
 * ``before``: every row's prompt and completion run whole (``share_prompts`` off), the ratio's old
-  log-probs the generation's: the update as it was;
+  log-probs the generation's, peft's LoRA layers and the head's logits log-softmaxed: the update as
+  it was;
 * ``shared, head on every position``: each adapter's share runs its distinct prompts once and their
   common prefix (the role's system prompt) once, gradients through the shared key/value cache
   (``PolicyUpdater.share_prompts``), and the output head runs on every completion position of the
   padded batch, through the model's own forward (what ``TeamModel`` still does for an architecture
-  outside ``HEAD_ONLY_TYPES``);
-* ``shared``: as above with the head on the real completion tokens only (the update's path now);
-* ``shared + trainer old``: as ``shared``, with ``objective.old_logprobs: trainer`` (a no-grad pass on
-  the starting weights for every minibatch after the first optimiser step): ``auto``'s choice for a
-  bfloat16 model.
+  outside ``HEAD_ONLY_TYPES``); peft's LoRA layers;
+* ``shared, peft LoRA``: as above with the head on the real completion tokens only, its logits
+  log-softmaxed and gathered (``TeamModel.fused_head`` off), through peft's LoRA layers
+  (``lora.fused: false``);
+* ``shared, fused head``: as that, the chosen tokens' log-probs through ``head_logprobs`` (one
+  [N, V] buffer);
+* ``shared``: as that, every LoRA layer as one product in the base's precision
+  (``agents.lora_product``): the update's path now;
+* ``shared + trainer old``: as ``shared``, with ``objective.old_logprobs: trainer`` (a no-grad pass
+  on the starting weights for every minibatch after the first optimiser step): ``auto``'s choice
+  for a bfloat16 model.
 
 Each dtype loads its own model and plays its own step (the samples differ between dtypes, so compare
 the dtypes by seconds per sample token). The losses of the variants are compared too: equal up to
-float summation order within a dtype.
+float summation order in float32, and within bfloat16 rounding in bfloat16 (the fused LoRA product
+rounds its rank-r intermediate to bfloat16).
 
     python -m benchmarks update_speed
     python -m benchmarks.update_speed --quick
@@ -36,7 +44,11 @@ from typing import Any
 
 from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table, script_main
 
-VARIANTS = ("before", "shared, head on every position", "shared", "shared + trainer old")
+VARIANTS = ("before", "shared, head on every position", "shared, peft LoRA", "shared, fused head", "shared",
+            "shared + trainer old")
+#: the variants that run peft's own LoRA layers, and those that log-softmax the head's logits
+PEFT_LORA = frozenset(VARIANTS[:3])
+PLAIN_HEAD = frozenset(VARIANTS[:3])
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 
 
@@ -93,6 +105,7 @@ def time_variants(trainer, samples, repeats: int) -> dict[str, Any]:
     """Seconds of each variant's update (best and all repeats) and its loss."""
     import torch
 
+    from teamplay.agents.lora_product import fuse_lora_layers, unfuse_lora_layers
     from teamplay.training.learn.update import PolicyUpdater
 
     tm = trainer.team_model
@@ -114,11 +127,15 @@ def time_variants(trainer, samples, repeats: int) -> dict[str, Any]:
             updater.share_prompts = variant != "before"
             # the model's own forward, head on every kept position (TeamModel's path for other architectures)
             tm.__dict__["_body_and_head"] = None if variant == "shared, head on every position" else split
+            tm.fused_head = variant not in PLAIN_HEAD
+            (unfuse_lora_layers if variant in PEFT_LORA else fuse_lora_layers)(tm.model)
             t0 = time.perf_counter()
             metrics = updater.update(samples, step=0)
             seconds[variant].append(time.perf_counter() - t0)
             losses[variant] = float(metrics.get("loss", float("nan")))
     tm.__dict__["_body_and_head"] = split
+    tm.fused_head = True
+    fuse_lora_layers(tm.model)
     return {"seconds": seconds, "best": {v: min(s) for v, s in seconds.items()}, "loss": losses}
 
 
@@ -161,9 +178,12 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
              f"and a fresh AdamW each time. {shapes}.",)
     gains = ", ".join(f"{dtype} {fmt_ratio(d['best']['before'] / d['best']['shared'])}" for dtype, d in data.items())
     headline = f"sharing prompts in the update: before / shared = {gains}"
-    head = ", ".join(f"{dtype} {fmt_ratio(d['best']['shared, head on every position'] / d['best']['shared'])}"
-                     for dtype, d in data.items())
-    headline += f"; the head on real tokens only: {head}"
+    def gain(slower: str, faster: str) -> str:
+        return ", ".join(f"{dtype} {fmt_ratio(d['best'][slower] / d['best'][faster])}" for dtype, d in data.items())
+
+    headline += f"; the head on real tokens only: {gain('shared, head on every position', 'shared, peft LoRA')}"
+    headline += f"; the fused head: {gain('shared, peft LoRA', 'shared, fused head')}"
+    headline += f"; LoRA layers as one product: {gain('shared, fused head', 'shared')}"
     if "auto" in data:
         f32, auto = data["float32"], data["auto"]
         per_token = (f32["best"]["before"] / (f32["prompt_tokens"] + f32["completion_tokens"])) / (

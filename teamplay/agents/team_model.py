@@ -89,6 +89,10 @@ class TeamModel:
             reproducible runs need. The global torch RNG is left untouched.
     """
 
+    #: score chosen tokens through ``head_logprobs`` (one [N, V] buffer, values equal up to float32
+    #: rounding) where the head runs apart; False: the head's logits, then ``log_softmax`` and a gather
+    fused_head: bool = True
+
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  adapters: Sequence[str], *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
                  target_modules: str | Sequence[str] = "all-linear", frozen: Iterable[str] = (),
@@ -318,9 +322,10 @@ class TeamModel:
         """Float32 log-probs [N] of ``targets`` [N] from ``_run``'s states [N, D] at temperature
         ``temperature``; through ``head_logprobs`` (one [N, V] buffer) where the head runs apart."""
         split = self._scoring_split()
-        if split is None:  # the states are the model's own logits
-            return torch.log_softmax(states.float() / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
-        return head_logprobs(states, split[1], targets, temperature)
+        if split is not None and self.fused_head:
+            return head_logprobs(states, split[1], targets, temperature)
+        logits = self._logits(states)  # [N, V]
+        return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
 
     def _scoring_split(self) -> tuple[torch.nn.Module, torch.nn.Module] | None:
         """``_body_and_head``, unless FSDP2 shards the model (``distributed.sharding``): its root
