@@ -47,7 +47,7 @@ from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table,
 VARIANTS = ("before", "shared, head on every position", "shared, peft LoRA", "shared, fused head", "shared",
             "shared + trainer old")
 #: the variants that run peft's own LoRA layers, and those that log-softmax the head's logits
-PEFT_LORA = frozenset(VARIANTS[:3])
+PEFT_LORA = frozenset(VARIANTS[:4])
 PLAIN_HEAD = frozenset(VARIANTS[:3])
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 

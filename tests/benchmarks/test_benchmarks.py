@@ -353,6 +353,18 @@ def test_credit_fidelity_on_a_scripted_split_team_ranks_the_oracle_above_broadca
     assert grpo["vs_grpo"] is None
 
 
+def test_head_scoring_quick():
+    from benchmarks import head_scoring
+
+    result = head_scoring.run(quick=True)
+    _check(result, "head_scoring")
+    for runs in result.data["runs"].values():
+        plain, fused = runs["plain"][0], runs["fused"][0]
+        # the same inputs (seeded) through both paths: the same log-probs up to float32 rounding
+        assert fused["checksum"] == pytest.approx(plain["checksum"], rel=1e-5)
+        assert fused["seconds"] > 0 and plain["seconds"] > 0
+
+
 def test_update_speed_quick(tiny_model):
     from benchmarks import update_speed
 
