@@ -104,6 +104,9 @@ class HFBackend(GenerationBackend):
     #: run each distinct prompt of a micro-batch once (with ``share_prompt_prefix``; module docstring);
     #: off only to measure what it saves, side by side (``benchmarks/rollout_gain.py``)
     dedupe_prompts = True
+    #: decode under ``torch.inference_mode`` (no version counters or view tracking); off (``no_grad``
+    #: only, as before 2026-12-05) only to measure what it saves (``benchmarks/rollout_gain.py``)
+    inference_mode = True
 
     def __init__(self, team_model: TeamModel, max_prompt_tokens: int = 2048,
                  micro_batch_size: int = 16, share_prompt_prefix: bool = True,
@@ -216,7 +219,7 @@ class HFBackend(GenerationBackend):
             cache = GrowingCache(reserve=sampling.max_new_tokens) if kv_cache.SUPPORTED else DynamicCache()
             # inference mode (no version counters, no view tracking): every tensor made here (the
             # cache, the scores) lives and dies inside this call; the merged weights were made above
-            with torch.inference_mode():
+            with torch.inference_mode(self.inference_mode):
                 if shared:
                     tm.prefix_cache(prompts[0][:shared], len(rows), model, cache=cache)
                 out = decode(model, tm.cache_keyword, cache, rest, attention,
