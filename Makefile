@@ -84,7 +84,8 @@ test: install
 PORTABLE_TESTS := tests/equivalence tests/distributed/test_token_rules.py tests/distributed/test_distributed.py \
 	tests/distributed/test_fsdp_learner.py tests/federated/test_repeatable.py tests/federated/test_byzantine.py \
 	tests/training/test_loss_padding.py tests/training/test_update_shared_prompts.py tests/training/test_old_logprobs.py \
-	tests/agents/test_team_model.py tests/agents/test_hf_backend.py
+	tests/agents/test_team_model.py tests/agents/test_hf_backend.py tests/agents/test_lora_product.py \
+	tests/agents/test_head_logprobs.py
 
 test-portable: install
 	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS)
