@@ -1,9 +1,9 @@
 """The chosen tokens' log-probs through a float32 output head: ``head_logprobs`` (one [N, V] buffer)
 against the head's logits, ``log_softmax`` and a gather, forward and backward.
 
-Each run is a fresh Python subprocess (so that its peak resident set is its own: ``VmHWM`` of
-/proc/self/status, as ``lora_memory`` reads it) that builds a frozen float32 head of the embedded
-model's size (576 -> 49,152) and N bfloat16 hidden states, then computes the N chosen tokens'
+Each run is a fresh Python subprocess (so that its peak resident set is its own:
+``lora_memory.peak_rss_kib``) that builds a frozen float32 head of the embedded model's size
+(576 -> 49,152) and N bfloat16 hidden states, then computes the N chosen tokens'
 log-probs at temperature 0.7 and their gradient. It reports the seconds of that forward and
 backward and how far the peak rose over the setup. ``plain`` and ``fused`` take turns over the
 repeats; N = 256 (a demo minibatch's completion tokens) and 2048 (16 completions of 128 tokens).
@@ -22,27 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Result, fmt_ratio, markdown_table
+from benchmarks.lora_memory import peak_rss_kib
 
 VARIANTS = ("plain", "fused")
 HIDDEN, VOCAB = 576, 49_152
-
-
-def _peak_kib() -> int:
-    """Peak resident set of this process in KiB (``VmHWM``; 0 where /proc has no such line)."""
-    try:
-        for line in open("/proc/self/status", encoding="ascii"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def measure(variant: str, rows: int, hidden: int, vocab: int, threads: int) -> dict[str, float]:
     """One forward and backward of ``rows`` chosen-token log-probs (in this process)."""
     import torch
 
-    from teamplay.agents.head_logprobs import head_logprobs
+    from teamplay.agents.head_logprobs import head_logprobs, logits_logprobs
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)  # the head's initialisation: the same head in every run
@@ -50,15 +40,15 @@ def measure(variant: str, rows: int, hidden: int, vocab: int, threads: int) -> d
     head = torch.nn.Linear(hidden, vocab, bias=False).requires_grad_(False)
     states = torch.randn(rows, hidden, generator=gen).to(torch.bfloat16).requires_grad_(True)
     targets = torch.randint(0, vocab, (rows,), generator=gen)
-    before = _peak_kib()
+    before = peak_rss_kib()
     start = time.perf_counter()
     if variant == "fused":
         logp = head_logprobs(states, head, targets, 0.7)
     else:
-        logp = torch.log_softmax(head(states.float()) / 0.7, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+        logp = logits_logprobs(head(states.float()), targets, 0.7)  # the plain path TeamModel falls back to
     logp.sum().backward()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_mib": (_peak_kib() - before) / 1024,
+    return {"seconds": seconds, "peak_mib": (peak_rss_kib() - before) / 1024,
             "checksum": float(logp.detach().double().sum())}
 
 

@@ -69,5 +69,10 @@ def head_logprobs(states: torch.Tensor, head: torch.nn.Module, targets: torch.Te
     if (type(head) is torch.nn.Linear and weight is not None and weight.dtype == torch.float32
             and not weight.requires_grad and (head.bias is None or not head.bias.requires_grad)):
         return HeadLogprobs.apply(states, weight, head.bias, targets, temperature)
-    logits = head(states).float()  # [N, V]
-    return torch.log_softmax(logits / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    return logits_logprobs(head(states), targets, temperature)
+
+
+def logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Float32 log-probs [N] of ``targets`` [N] under ``logits`` [N, V] divided by ``temperature``:
+    the unfused path (the logits, their scaled copy and the log-softmax each an [N, V] tensor)."""
+    return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)

@@ -23,6 +23,7 @@ forward, so DoRA, dropout, mixed-adapter batches, quantised or sharded layers ke
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -127,8 +128,16 @@ def _plain_adapter(layer, x: torch.Tensor) -> str | None:
 
 def _is_sharded(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a distributed tensor (FSDP2 shards parameters into ``DTensor``s)."""
+    dtensor = _dtensor_type()
+    return dtensor is not None and isinstance(tensor, dtensor)
+
+
+@functools.cache
+def _dtensor_type() -> type | None:
+    """torch's ``DTensor`` class, imported once (every fused layer checks its weights on every call),
+    or None where torch has no distributed package."""
     if not torch.distributed.is_available():
-        return False
+        return None
     from torch.distributed.tensor import DTensor
 
-    return isinstance(tensor, DTensor)
+    return DTensor

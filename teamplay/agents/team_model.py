@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from teamplay.agents.head_logprobs import head_logprobs
+from teamplay.agents.head_logprobs import head_logprobs, logits_logprobs
 from teamplay.agents.lora_product import fuse_lora_layers
 from teamplay.agents.roles import Team
 from teamplay.atomic import staged_folder
@@ -324,8 +324,7 @@ class TeamModel:
         split = self._scoring_split()
         if split is not None and self.fused_head:
             return head_logprobs(states, split[1], targets, temperature)
-        logits = self._logits(states)  # [N, V]
-        return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+        return logits_logprobs(self._logits(states), targets, temperature)
 
     def _scoring_split(self) -> tuple[torch.nn.Module, torch.nn.Module] | None:
         """``_body_and_head``, unless FSDP2 shards the model (``distributed.sharding``): its root
