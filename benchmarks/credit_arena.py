@@ -388,7 +388,7 @@ def applicable_methods(base: dict[str, Any], labels: Sequence[str]) -> tuple[dic
     """(the methods of ``labels`` the trainer accepts for this config, {label: why not} for the others)."""
     from teamplay.config import TrainConfig, build_config
     from teamplay.credit import credit_methods
-    from teamplay.training.wiring.setup import check_run
+    from teamplay.training.wiring.checks import check_run
 
     known = credit_methods()
     ok, refused = {}, {}

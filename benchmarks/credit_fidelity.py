@@ -193,7 +193,9 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
     from teamplay.config import ProtocolConfig, TrainConfig, build_config
     from teamplay.training.play.oracle import PrefixOracle
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.wiring.setup import build_run, env_factory, load_items, sampling_params
+    from teamplay.training.wiring.envs import env_factory, load_items
+    from teamplay.training.wiring.sampling import sampling_params
+    from teamplay.training.wiring.wired_run import build_run
 
     data = setting_config(setting, model, quick, seed)
     problems, group, oracle_samples = setting.quick_sizes if quick else setting.sizes

@@ -60,7 +60,8 @@ def measure(k: int, model: str, steps: int, seed: int) -> dict[str, Any]:
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
     from teamplay.training.step.credit_stage import CreditStage
     from teamplay.training.step.stages import StepContext, all_samples, informative, make_groups, with_samples
-    from teamplay.training.wiring.setup import build_run, check_run
+    from teamplay.training.wiring.checks import check_run
+    from teamplay.training.wiring.wired_run import build_run
 
     base = split_config(k, model, sizes_of(f"split_k{k}", "default"))
     configs = {m: build_config(TrainConfig, {**base, "seed": seed, "credit": ARENA_METHODS[m]}) for m in METHODS}

@@ -84,7 +84,7 @@ def run_variant(name: str, model: str, size: dict[str, int], seed: int, root: Pa
     level2 = {**data["task"], "options": {"level": 2, "max_operand": 12}}
     if name == "centralized":
         from teamplay.distributed.compose import make_trainer
-        from teamplay.training.wiring.setup import load_items
+        from teamplay.training.wiring.envs import load_items
 
         steps = size["clients"] * size["rounds"] * size["local_steps"]
         cfg = build_config(TrainConfig, {**data, "steps": steps, "checkpoint_every": steps})

@@ -1,6 +1,6 @@
 """Byzantine sites: how far one bad site of five pulls the global model, per aggregation rule.
 
-The federation's own aggregation code (``teamplay.federated.strategies.aggregate`` with each
+The federation's own aggregation code (``teamplay.federated.aggregation.aggregate`` with each
 ``federated.robust.aggregator``, and the server's norm check ``screen.outlying_norms``) runs on a
 synthetic problem whose deltas are cheap: the "adapters" are a logistic-regression weight vector
 (D = 200), each of K = 5 sites holds its own non-IID shard (features shifted by a site-specific
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import EMBEDDED_MODEL, Result, markdown_table, script_main
+from teamplay.federated.aggregation import AggregatorOptions, aggregate, fedavg_weights, update_norms
 from teamplay.federated.screen import outlying_norms
-from teamplay.federated.strategies import AggregatorOptions, aggregate, fedavg_weights, update_norms
 
 K, D, LOCAL_STEPS, LR = 5, 200, 5, 1.0
 ATTACKER = 4

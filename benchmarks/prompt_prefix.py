@@ -45,7 +45,8 @@ def measure(config: dict[str, Any], repeats: int = 2) -> dict[str, Any]:
     from teamplay.config import TrainConfig, build_config
     from teamplay.training.play.evaluation import evaluate
     from teamplay.training.play.rollout import RolloutRunner
-    from teamplay.training.wiring.setup import build_run, sampling_params
+    from teamplay.training.wiring.sampling import sampling_params
+    from teamplay.training.wiring.wired_run import build_run
 
     cfg = build_config(TrainConfig, {**config, "credit": {"method": "grpo"}})
     parts = build_run(cfg)

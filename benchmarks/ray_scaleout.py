@@ -42,7 +42,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
     from teamplay.distributed.weights import AdapterWeights, full_weight_bytes
     from teamplay.records import SamplingParams
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.wiring.setup import build_team_model, env_factory
+    from teamplay.training.wiring.envs import env_factory
+    from teamplay.training.wiring.model import build_team_model
 
     n_problems, group, max_new, repeats = (2, 2, 8, 1) if quick else (8, 4, 32, 5)
     task, items = arith_items(n_problems)

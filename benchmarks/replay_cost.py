@@ -73,7 +73,7 @@ def measure(kind: str, method: str, options: dict, reuse_prefix: bool, problems:
     from teamplay.training.play.replay import RolloutReplayEngine
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
     from teamplay.training.step.stages import group_episodes
-    from teamplay.training.wiring.setup import env_factory
+    from teamplay.training.wiring.envs import env_factory
 
     task = get_task("arith")
     items = task.load("train", limit=problems, seed=seed)

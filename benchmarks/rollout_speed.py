@@ -97,7 +97,9 @@ def build(model: str, dtype: str, problems: int, group: int, max_new_tokens: int
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.agents.models import load_configured_model
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-    from teamplay.training.wiring.setup import build_team_model, env_factory, load_items, rollout_sampling
+    from teamplay.training.wiring.envs import env_factory, load_items
+    from teamplay.training.wiring.model import build_team_model
+    from teamplay.training.wiring.sampling import rollout_sampling
 
     cfg = demo_config(model, dtype, max_new_tokens)
     task, items = load_items(cfg.task)

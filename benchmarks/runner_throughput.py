@@ -31,6 +31,15 @@ def first_module(*names: str) -> ModuleType:
     raise ModuleNotFoundError(f"none of {names}")
 
 
+def wiring_function(name: str):
+    """The wiring function ``name``: in its own module of ``teamplay.training.wiring`` (today), or in
+    the one wiring module of an earlier teamplay (``wiring.setup``, before that ``training.setup``)."""
+    modules = {"load_items": "envs", "env_factory": "envs", "build_team_model": "model",
+               "rollout_sampling": "sampling"}
+    return getattr(first_module(f"teamplay.training.wiring.{modules[name]}", "teamplay.training.wiring.setup",
+                                "teamplay.training.setup"), name)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float32", help="model.dtype (float32 only before 2026-12-03)")
@@ -45,7 +54,6 @@ def main(argv: list[str] | None = None) -> dict:
     from teamplay.config import TrainConfig, build_config
 
     torch.set_num_threads(args.threads)
-    setup = first_module("teamplay.training.wiring.setup", "teamplay.training.setup")
     rollout = first_module("teamplay.training.play.rollout", "teamplay.training.rollout")
     model = {"name": args.model, "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"}}
     if args.dtype != "float32":
@@ -57,14 +65,14 @@ def main(argv: list[str] | None = None) -> dict:
         "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
         "team": {"roles": [{"name": "proposer"}, {"name": "reviewer"}]},
         "controllers": {"enabled": False}, "sampling": {"max_new_tokens": 48, "temperature": 0.7}})
-    task, items = setup.load_items(cfg.task)
-    make_env, team = setup.env_factory(task, cfg.protocol, cfg.team)
-    backend = HFBackend(setup.build_team_model(cfg.model, team, cfg.seed), max_prompt_tokens=768,
+    task, items = wiring_function("load_items")(cfg.task)
+    make_env, team = wiring_function("env_factory")(task, cfg.protocol, cfg.team)
+    backend = HFBackend(wiring_function("build_team_model")(cfg.model, team, cfg.seed), max_prompt_tokens=768,
                         micro_batch_size=args.micro_batch)
     try:
-        sampling = setup.rollout_sampling(cfg.sampling, cfg.credit.token)
+        sampling = wiring_function("rollout_sampling")(cfg.sampling, cfg.credit.token)
     except TypeError:  # before 2026-12-04: rollout_sampling(cfg)
-        sampling = setup.rollout_sampling(cfg)
+        sampling = wiring_function("rollout_sampling")(cfg)
     runner = rollout.RolloutRunner(make_env, backend, sampling)
     jobs = [rollout.RolloutJob(item, f"p{p}") for p, item in enumerate(items[:8]) for _ in range(4)]
     runner.run(jobs, seed=1)  # warm-up

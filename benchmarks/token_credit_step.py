@@ -48,7 +48,8 @@ def make_trainer(model: str, token: str | None, kl_beta: float, problems: int, g
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.config import TrainConfig, build_config
     from teamplay.training.run.trainer import Trainer
-    from teamplay.training.wiring.setup import build_team_model, env_factory
+    from teamplay.training.wiring.envs import env_factory
+    from teamplay.training.wiring.model import build_team_model
 
     credit = {"method": "grpo", **({"token": {"method": token}} if token else {})}
     cfg = build_config(TrainConfig, {

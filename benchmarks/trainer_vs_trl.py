@@ -82,7 +82,8 @@ def teamplay_steps(model: str, problems: int, group: int, max_new: int, steps: i
     from teamplay.agents.backends.hf import HFBackend
     from teamplay.config import TrainConfig, build_config
     from teamplay.training.run.trainer import Trainer
-    from teamplay.training.wiring.setup import build_team_model, env_factory
+    from teamplay.training.wiring.envs import env_factory
+    from teamplay.training.wiring.model import build_team_model
 
     cfg = build_config(TrainConfig, {
         "protocol": {"name": "single"},
@@ -128,7 +129,7 @@ def trl_steps(model: str, problems: int, group: int, max_new: int, steps: int, o
         raise ConfigError(f"trainer_vs_trl needs TRL: pip install 'trl>=1.16' ({exc})") from None
     from teamplay.agents.models import load_model
     from teamplay.config import ProtocolConfig
-    from teamplay.training.wiring.setup import env_factory
+    from teamplay.training.wiring.envs import env_factory
 
     task = closeness_task()
     items = task.load("train", limit=64, seed=0)

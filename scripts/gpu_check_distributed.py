@@ -56,7 +56,7 @@ def team_with_adapters(model_dir: Path):
 
     from teamplay.agents.roles import Role, Team
     from teamplay.config import LoraConfig, ModelConfig
-    from teamplay.training.wiring.setup import build_team_model
+    from teamplay.training.wiring.model import build_team_model
 
     team = Team(roles=(Role(name="proposer"), Role(name="reviewer")))
     cfg = ModelConfig(name=str(model_dir), lora=LoraConfig(r=8, alpha=16))

@@ -18,7 +18,7 @@ from teamplay.credit.token import token_methods
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.tasks import get_task
 from teamplay.errors import ConfigError
-from teamplay.training.wiring.setup import env_factory
+from teamplay.training.wiring.envs import env_factory
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RUN_CONFIGS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "protocols")

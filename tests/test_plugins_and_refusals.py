@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from teamplay.cli import app
 from teamplay.credit import CREDIT, credit_methods
 from teamplay.envs.protocols import protocol_names
-from teamplay.training.wiring.setup import TRAINER_RESOURCES
+from teamplay.training.wiring.checks import TRAINER_RESOURCES
 from tests.tiny import save_tiny, tiny_train_config
 
 runner = CliRunner()
@@ -165,6 +165,12 @@ def test_refused_at_start_with_one_line_before_the_model_loads(tmp_path, section
     assert not (tmp_path / "run").exists()  # nothing was written either
 
 
+#: protocols whose items must be split into pieces: split gives each agent its own problem (pairs of
+#: the same task's), relay each of its 2 informants one operand of a sum
+OWN_TASK = {"split": {"task": {"name": "tuples", "split": "train", "limit": 4, "options": {"task": "arith", "k": 2}}},
+            "relay": {"task": {"name": "relay_sum", "split": "train", "limit": 4, "options": {"n_operands": 2}}}}
+
+
 def test_every_method_and_protocol_pair_trains_or_is_refused_at_start(tmp_path, tiny):
     """The registry walk: each (method, protocol) pair trains one tiny step, or is refused at start
     with one line naming what is missing; a failure after the start is a bug."""
@@ -175,9 +181,7 @@ def test_every_method_and_protocol_pair_trains_or_is_refused_at_start(tmp_path, 
         for protocol in protocol_names():
             folder = tmp_path / f"{method}-{protocol}"
             folder.mkdir()
-            # split gives each agent its own problem: its items are pairs of the same task's
-            own = {"task": {"name": "tuples", "split": "train", "limit": 4,
-                            "options": {"task": "arith", "k": 2}}} if protocol == "split" else {}
+            own = OWN_TASK.get(protocol, {})
             config = train_config(folder, tiny, credit={"method": method}, protocol={"name": protocol}, **own,
                                   rollout={"problems_per_step": 1, "group_size": 2},
                                   sampling={"max_new_tokens": 2, "temperature": 1.0}, steps=1)

@@ -1,10 +1,12 @@
-"""The README's Layout is the tree: every top-level module and package of ``teamplay`` is in it,
-every ``*.py`` it names exists, and the packages it describes file by file (the step and run shell,
-Ray, Flower, serving) list every module they hold (those in sub-packages too)."""
+"""The Layout (``docs/reference/layout.md``, linked from the README's Layout) is the tree: every
+top-level module and package of ``teamplay`` is in it, every ``*.py`` it names exists, and the
+packages it describes file by file (the step and run shell, Ray, Flower, serving) list every module
+they hold (those in sub-packages too)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,9 +15,12 @@ PACKAGE = ROOT / "teamplay"
 LISTED_FILE_BY_FILE = ("training", "distributed", "federated", "serving")
 
 
+LAYOUT = ROOT / "docs" / "reference" / "layout.md"
+
+
 def layout_block() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Layout"):]
+    text = LAYOUT.read_text(encoding="utf-8")
+    section = text[text.index("# Layout"):]
     return section[section.index("```") + 3:section.index("```", section.index("```") + 3)]
 
 
@@ -66,3 +71,20 @@ def test_packages_in_rooms_name_every_room():
         rooms = sorted(p.name for p in (PACKAGE / package).iterdir() if (p / "__init__.py").exists())
         assert rooms, package  # the package is still split into rooms
         assert [r for r in rooms if not re.search(rf"\b{re.escape(r)}/", by_entry[entry])] == [], package
+
+
+def test_the_readme_points_to_the_layout():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](docs/reference/layout.md)" in readme[readme.index("## Layout"):]
+
+
+def test_the_readmes_layout_names_every_top_level_folder():
+    """The README's short Layout is the tree's top level: every tracked folder (hidden ones aside)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Layout"):]
+    block = section[section.index("```") + 3:section.index("```", section.index("```") + 3)]
+    named = set(re.findall(r"^(\S+)/\s", block, flags=re.MULTILINE))
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    folders = {line.split("/")[0] for line in tracked.stdout.splitlines()
+               if "/" in line and not line.startswith(".")}
+    assert folders - named == set() and named - folders == set()

@@ -27,7 +27,7 @@ def test_generation_tokens_calls_and_answers():
     assert ep.tokens == 9 and ep.calls == 3
     first = ep.messages[0]
     assert first.prompt_ids == (1, 2, 3) and first.completion_ids == (10, 11)
-    assert first.logprobs == (-0.5, -0.5) and first.adapter == "proposer"
+    assert first.logprobs == (-0.5, -0.5) and first.adapter == "proposer"  # exact: the fake generation's constants
     assert ep.messages[1].adapter == "reviewer" and ep.messages[1].stage == "review"
     assert ep.problem_id == ITEM.id and ep.group_id == "step0/item3"
     assert ep.agents == ("proposer_0", "reviewer_0")
@@ -105,7 +105,7 @@ def test_recorded_entropies_reach_the_message_and_round_trip():
 
     env = TeamEnv(FakeTask(), "proposer_reviewer", protocol_options={"rounds": 2})
     ep = play(env, with_entropies, item=ITEM, group_id="g")
-    assert ep.messages[0].entropies == (0.25, 0.5)
+    assert ep.messages[0].entropies == (0.25, 0.5)  # exact: 0.25 * (k + 1): exact
     again = Episode.from_dict(json.loads(json.dumps(ep.to_dict())))
     assert again == ep
     plain = play(TeamEnv(FakeTask(), "proposer_reviewer", protocol_options={"rounds": 2}), _generation,

@@ -233,13 +233,25 @@ AUTO_DTYPE = "auto"
 
 
 def cpu_native_bfloat16() -> bool | None:
-    """Whether this x86 CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX); ``None`` when
-    PyTorch cannot describe the CPU (not x86)."""
+    """Whether this x86 CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX) with the kernels
+    PyTorch runs here; ``None`` when PyTorch cannot describe the CPU (not x86).
+
+    The units alone are not enough: ``ATEN_CPU_CAPABILITY=avx2`` or ``ONEDNN_MAX_CPU_ISA=AVX2`` (a user
+    capping the kernels, or a test emulating an AVX2-only CPU) leave them unused, and bfloat16 is then as
+    slow as on a CPU without them."""
     probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
     amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
     if probe is None or amx is None or not getattr(torch.cpu, "_is_avx2_supported", lambda: False)():
         return None
-    return bool(probe() or amx())
+    return bool(probe() or amx()) and avx512_kernels_enabled()
+
+
+def avx512_kernels_enabled() -> bool:
+    """Whether PyTorch's own kernels and oneDNN's (its matrix products) may use AVX-512 and AMX here:
+    false when either kernel set is capped below them (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``)."""
+    aten = torch.backends.cpu.get_cpu_capability().upper()  # "AVX512", "AVX2", "DEFAULT", ...
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
+    return aten.startswith("AVX512") and (onednn == "ALL" or "AVX512" in onednn or "AMX" in onednn)
 
 
 def resolve_dtype(dtype: str, device: torch.device | str | None = None) -> str:

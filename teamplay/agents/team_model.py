@@ -153,10 +153,6 @@ class TeamModel:
         return self._names
 
     @property
-    def active_adapter(self) -> str | None:
-        return self._active
-
-    @property
     def device(self) -> torch.device:
         return next(self.base_model.parameters()).device
 

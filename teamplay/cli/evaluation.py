@@ -74,7 +74,7 @@ def eval_command(
     from teamplay.training.play.evaluation import evaluate
     from teamplay.training.play.rollout import RolloutRunner
     from teamplay.training.wiring.eval_team import build_eval_team
-    from teamplay.training.wiring.setup import sampling_params
+    from teamplay.training.wiring.sampling import sampling_params
 
     overrides = shortcut_overrides(**{
         "task.name": task, "task.split": split, "task.source": source, "task.limit": limit,
@@ -134,7 +134,7 @@ def play_command(
     """Run one problem and print the dialogue as it happens."""
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
     from teamplay.training.wiring.eval_team import build_eval_team
-    from teamplay.training.wiring.setup import sampling_params
+    from teamplay.training.wiring.sampling import sampling_params
 
     overrides = shortcut_overrides(**{
         "task.name": task, "task.source": source, "protocol.name": protocol, "model.name": model,

@@ -33,7 +33,7 @@ def metrics_table(title: str, metrics) -> Table:
     table.add_column("value", justify="right")
     table.add_row("team accuracy (teamplay verifier)", f"{metrics.team_accuracy:.3f}")
     # lm-evaluation-harness-compatible scores of the same completions: compare these, not team
-    # accuracy, with published lm-eval numbers (README, "Evaluation")
+    # accuracy, with published lm-eval numbers (docs/how-to/evaluate.md)
     for key, value in metrics.lm_eval.items():
         table.add_row(f"  lm-eval 0.4.13 {key}", f"{value:.3f}")
     for role, acc in metrics.role_accuracy.items():
@@ -52,11 +52,27 @@ def metrics_table(title: str, metrics) -> Table:
                        ("away_from_majority", "debate: away from majority")):
         if key in team:
             table.add_row(label, f"{team[key]:.3f}")
+    for label, value in cooperation_rows(metrics.extra.get("cooperation", {})):
+        table.add_row(label, value)
     table.add_row("tokens / problem", f"{metrics.tokens_per_problem:.1f}")
     table.add_row("model calls / problem", f"{metrics.calls_per_problem:.2f}")
     table.add_row("wall time (s)", f"{metrics.seconds:.1f}")
     table.add_row("tokens / s", f"{metrics.tokens_per_second:.1f}")
     return table
+
+
+def cooperation_rows(coop: dict) -> list[tuple[str, str]]:
+    """(label, value) rows of ``EvalMetrics.extra["cooperation"]`` that are present: per-message
+    corrections and harms (with their counts), the best member and the team's margin over it."""
+    rows = []
+    for key, label, count in (("corrections_per_message", "corrections / message", "corrections"),
+                              ("harms_per_message", "harms / message", "harms")):
+        if key in coop:
+            rows.append((label, f"{coop[key]:.3f} ({coop[count]} of {coop['chances']})"))
+    if "best_member" in coop:
+        rows.append((f"best member alone ({coop['best_member']})", f"{coop['best_member_accuracy']:.3f}"))
+        rows.append(("team - best member", f"{coop['team_minus_best_member']:+.3f}"))
+    return rows
 
 
 def held_out_table(task: str, before, after) -> Table:

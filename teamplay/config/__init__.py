@@ -1,13 +1,14 @@
 """Typed configuration of a teamplay run, loaded from YAML and overridden from the CLI.
 
-Every field has a description; ``teamplay eval --help`` and the README's config table are built
-from the same models. ``loader.py`` reads a YAML file and ``--set`` overrides into a model, with
-one error line per invalid field; it knows no section. The sections, each a module named after
-what it configures: ``env.py`` (task, eval_task, protocol), ``model.py`` (model and LoRA, backend,
-sampling), ``controllers.py``, ``credit.py``, ``learning.py`` (objective, optim, rollout),
-``distributed.py``, ``federated.py``, all on ``base.py``'s ``Section``. ``runs.py`` builds the
-configs of whole runs from them (``EvalConfig``, ``TrainConfig``, ``FederatedConfig``) and holds
-the rules that read several sections.
+Every field has a description; these models are the single source of the configuration
+reference (field names, types, defaults, descriptions, the cross-field rules). ``loader.py``
+reads a YAML file and ``--set`` overrides into a model, with one error line per invalid field; it
+knows no section. The sections, each a module named after what it configures: ``env.py`` (task,
+eval_task, protocol), ``model.py`` (model and LoRA, backend, sampling), ``controllers.py``,
+``credit.py``, ``learning.py`` (objective, optim, rollout), ``distributed.py``, ``federated.py``,
+all on ``base.py``'s ``Section``. ``runs.py`` builds the configs of whole runs from them
+(``EvalConfig``, ``TrainConfig``, ``FederatedConfig``) and holds the rules that read several
+sections.
 """
 
 from teamplay.config.controllers import STAGES, ControllerConfig, Mode, Stage

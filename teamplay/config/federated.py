@@ -12,7 +12,7 @@ from teamplay.config.env import TaskConfig
 
 
 class FedGrpoConfig(Section):
-    """Fed-GRPO's three mechanisms, each switchable for ablation (teamplay.federated.strategies)."""
+    """Fed-GRPO's three mechanisms, each switchable for ablation (teamplay.federated.aggregation)."""
 
     signal_weighting: bool = Field(True, description="Aggregation weight of a site proportional to its "
                                                      "within-group reward std this round (else data size).")
@@ -29,7 +29,7 @@ class FedGrpoConfig(Section):
 
 class RobustConfig(Section):
     """How the server refuses outlying site updates and combines the rest (teamplay.federated.screen,
-    teamplay.federated.strategies.AGGREGATORS)."""
+    teamplay.federated.aggregation.AGGREGATORS)."""
 
     aggregator: Literal["mean", "median", "trimmed_mean", "clipped_mean"] = Field(
         "mean", description="mean: the strategy's weighted mean; median / trimmed_mean: coordinate-wise, "

@@ -118,7 +118,7 @@ def format_validation_error(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the README's config table)"
+            msg = "unknown field (check the spelling; see docs/reference/configuration.md)"
         got = err.get("input")
         shown = "" if isinstance(got, dict) or err["type"] == "missing" else f" (got {got!r})"
         lines.append(f"{where}: {msg}{shown}")

@@ -74,10 +74,6 @@ class CreditResources:
         return value
 
 
-#: every resource name a method may declare
-RESOURCE_NAMES = frozenset(f.name for f in fields(CreditResources))
-
-
 @dataclass(frozen=True)
 class CreditBatch:
     """A group of G episodes of one problem, plus what methods may need to re-score them.
@@ -112,7 +108,7 @@ class CreditMethod:
         name, fn, options (its pydantic options model), summary (one line for ``teamplay list``).
         requires: ``requires(options) -> resource names`` the method needs with these options.
         protocols: the protocol names it works with (None: any protocol).
-        cost: one line on what it costs beyond the rollout (for ``teamplay list`` and the README).
+        cost: one line on what it costs beyond the rollout (for ``teamplay list`` and the docs).
         protocols_of: ``protocols_of(options) -> names``: the protocols it works with under these
             options, a subset of ``protocols`` (None: ``protocols`` whatever the options).
     """

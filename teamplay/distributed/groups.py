@@ -36,7 +36,8 @@ from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats
-from teamplay.training.wiring.setup import lora_settings, mixed_backend
+from teamplay.training.wiring.backend import mixed_backend
+from teamplay.training.wiring.model import lora_settings
 
 
 def group_spec(spec: WorkerSpec, base: str, adapters: Sequence[str]) -> WorkerSpec:

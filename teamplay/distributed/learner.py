@@ -107,8 +107,8 @@ class LearnerRank:
     """One rank of the learner (the body of a Ray actor)."""
 
     def __init__(self, cfg: TrainConfig, team: Team, rank: int, world: int) -> None:
+        from teamplay.training.wiring.model import build_team_model
         from teamplay.training.wiring.placement import Placement, model_device
-        from teamplay.training.wiring.setup import build_team_model
 
         torch.set_num_threads(1)
         torch.manual_seed(cfg.seed)

@@ -39,7 +39,7 @@ from teamplay.records import Episode, SamplingParams
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.play.rollout import RolloutJob
 from teamplay.training.run.parts import OptimizerOwner
-from teamplay.training.wiring.setup import RunParts
+from teamplay.training.wiring.wired_run import WiredRun
 
 Pool = RolloutPool | BaseGroupsPool
 
@@ -149,7 +149,7 @@ class RayParts:
 
     driver_backend = "hf"
 
-    def __call__(self, cfg: TrainConfig, run: RunParts, trainable: Sequence[str]) -> tuple[PoolRunner, DriverLearner]:
+    def __call__(self, cfg: TrainConfig, run: WiredRun, trainable: Sequence[str]) -> tuple[PoolRunner, DriverLearner]:
         dist = cfg.distributed
         if dist is None:
             raise ConfigError("distributed: Ray parts need a `distributed:` config section")

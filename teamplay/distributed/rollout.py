@@ -65,8 +65,9 @@ class RolloutWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         import torch
 
+        from teamplay.training.wiring.backend import build_backend
+        from teamplay.training.wiring.model import build_team_model
         from teamplay.training.wiring.placement import Placement, model_device
-        from teamplay.training.wiring.setup import build_backend, build_team_model
 
         torch.set_num_threads(1)  # a worker per core: intra-op threads would fight over the cores
         self.spec = spec

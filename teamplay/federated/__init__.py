@@ -3,12 +3,12 @@
 Sites hold private shards and train the team's LoRA adapters with the ordinary Trainer; only
 adapter updates and scalar reward statistics leave a site. Modules:
 
-    strategies  FedAvg and Fed-GRPO's mechanisms as pure array functions
-    partition   IID and non-IID shards
-    wire        the flat adapter vector and what a reply may hold
-    screen      the server's checks of each site result before it is aggregated
-    client      the ClientApp: one site's round
-    strategy    the round policy (a Flower Strategy): what each site is asked, what replies make
-    server      the ServerApp: drives the strategy's rounds; evaluation, checkpoints, resume
-    run         ``teamplay federate``: Flower's simulation engine on this machine
+    aggregation    FedAvg, Fed-GRPO's mechanisms and the robust rules, as pure array functions
+    partition      IID and non-IID shards
+    wire           the flat adapter vector and what a reply may hold
+    screen         the server's checks of each site result before it is aggregated
+    client         the ClientApp: one site's round
+    team_strategy  the round policy (a Flower Strategy): what each site is asked, what replies make
+    server         the ServerApp: drives the strategy's rounds; evaluation, checkpoints, resume
+    run            ``teamplay federate``: Flower's simulation engine on this machine
 """

@@ -44,8 +44,8 @@ import torch
 
 from teamplay.config import FederatedConfig, TeamTrainingConfig, TrainConfig, build_config
 from teamplay.errors import ConfigError
+from teamplay.federated.aggregation import ErrorFeedback, SparseUpdate, calibration_weight, top_k
 from teamplay.federated.partition import partition, problem_type
-from teamplay.federated.strategies import ErrorFeedback, SparseUpdate, calibration_weight, top_k
 from teamplay.federated.wire import get_vector, param_layout, set_vector
 from teamplay.records import TaskItem
 from teamplay.training.store.checkpoint import checkpoint_dir, list_checkpoints, step_of
@@ -71,7 +71,7 @@ class RoundOrder:
 
 def shards(cfg: FederatedConfig):
     """The task object and every site's training problems (``federated.clients`` shards)."""
-    from teamplay.training.wiring.setup import load_items
+    from teamplay.training.wiring.envs import load_items
 
     task, items = load_items(cfg.task)
     for extra in cfg.federated.extra_tasks:

@@ -1,7 +1,7 @@
 """``teamplay federate``: the server and K sites in Flower's simulation engine on this machine.
 
 The ServerApp and ClientApp are the same in deployment (SuperLink and SuperNodes on separate
-machines, see the README); only this launcher is simulation-specific. Sites run as Ray actors of
+machines, see docs/how-to/federated.md); only this launcher is simulation-specific. Sites run as Ray actors of
 ``federated.client_cpus`` CPUs each, the server in this process (in a thread of Flower's).
 
 SIGTERM and SIGINT: this launcher installs the preemption handlers in the main thread, from the
@@ -36,7 +36,7 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
     server partitions the training pool when it is built. SIGTERM or SIGINT: ``Preempted`` after
     the last completed round, or ``Interrupted`` on a second signal (module doc).
     """
-    from teamplay.training.wiring.setup import check_run
+    from teamplay.training.wiring.checks import check_run
 
     check_run(cfg)  # task, protocol, credit method and its resources, before any data or model
     with preemption_handlers() as preemption:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from teamplay.errors import TeamplayError, TeamplayWarning
-from teamplay.federated.strategies import SparseUpdate
+from teamplay.federated.aggregation import SparseUpdate
 from teamplay.federated.wire import check_reply, decode_update, record_bytes
 
 #: metrics every site result must carry (``teamplay.federated.client.train_site``)

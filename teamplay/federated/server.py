@@ -1,6 +1,6 @@
 """The server: a Flower ServerApp that runs the rounds, evaluates, logs and checkpoints.
 
-The round policy is a Flower ``Strategy``, ``teamplay.federated.strategy.TeamStrategy``; the server
+The round policy is a Flower ``Strategy``, ``teamplay.federated.team_strategy.TeamStrategy``; the server
 drives it round by round (``Strategy.start`` would not resume, checkpoint, or stop on a signal while
 it waits). One round:
 
@@ -62,7 +62,7 @@ from teamplay.agents.roles import NO_TRAINABLE_ROLE
 from teamplay.atomic import write_atomically
 from teamplay.config import FederatedConfig
 from teamplay.errors import ConfigError
-from teamplay.federated.strategy import ServerState, TeamStrategy
+from teamplay.federated.team_strategy import ServerState, TeamStrategy
 from teamplay.federated.wire import get_vector, param_layout, set_vector
 from teamplay.training.run.preemption import Preempted, Preemption, StopRequested, preemption_handlers
 
@@ -81,15 +81,12 @@ class FederatedServer:
     def __init__(self, cfg: FederatedConfig, resume: str | None = None, on_round=None) -> None:
         from teamplay.federated.client import shards
         from teamplay.training.play.rollout import RolloutRunner
+        from teamplay.training.wiring.backend import build_backend
+        from teamplay.training.wiring.envs import env_factory, load_items
+        from teamplay.training.wiring.model import build_team_model
         from teamplay.training.wiring.placement import Placement, model_device
-        from teamplay.training.wiring.setup import (
-            build_backend,
-            build_team_model,
-            env_factory,
-            load_items,
-            sampling_params,
-            seed_everything,
-        )
+        from teamplay.training.wiring.sampling import sampling_params
+        from teamplay.training.wiring.wired_run import seed_everything
 
         refuse_unsupported_logs(cfg)  # before any data, model or site
         self.cfg = cfg

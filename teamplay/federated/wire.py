@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from teamplay.federated.strategies import SparseUpdate
+from teamplay.federated.aggregation import SparseUpdate
 
 #: metric names a site may send; "type_sum/<t>" and "type_count/<t>" carry per-type statistics
 SITE_METRICS = frozenset({"site", "round", "shard_size", "signal", "reward_mean", "groups", "steps", "site_step"})

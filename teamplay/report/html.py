@@ -13,6 +13,7 @@ import base64
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -306,6 +307,32 @@ def eval_table(columns: Sequence[tuple[str, EvalMetrics | None]]) -> str:
     return table(headers, rows, "metrics")
 
 
+#: (key of ``EvalMetrics.extra["cooperation"]``, label) of the cooperation table's number rows
+COOPERATION_ROWS = (("corrections_per_message", "corrections / message"), ("harms_per_message", "harms / message"),
+                    ("chances", "messages that could change the answer"),
+                    ("best_member_accuracy", "best member alone"), ("team_minus_best_member", "team − best member"))
+
+
+def cooperation_table(columns: Sequence[tuple[str, EvalMetrics | None]]) -> str:
+    """The cooperation metrics (``extra["cooperation"]``), one column per evaluation; a row no
+    column has is left out, a value one column lacks is ``—``."""
+    coops = [m.extra.get("cooperation", {}) if m is not None else {} for _, m in columns]
+    def cell(key: str, value: Any) -> str:
+        if not _is_value(value):
+            return MISSING
+        return fmt_signed(value) if key == "team_minus_best_member" else fmt(value)
+
+    rows = [[esc(label)] + [cell(key, c.get(key)) for c in coops]
+            for key, label in COOPERATION_ROWS if any(key in c for c in coops)]
+    if any("best_member" in c for c in coops):
+        rows.append(["best member"] + [esc(str(c.get("best_member", MISSING))) for c in coops])
+    return table(["metric"] + [label for label, _ in columns], rows, "cooperation")
+
+
+def _is_value(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -419,6 +446,11 @@ def _evaluation_section(inputs: Sequence[tuple[str, Input]], figures: Figures) -
     caption = note("Accuracy, cost and correction metrics of each protocol; for a training run, its held-out "
                    "evaluations (greedy decoding). Green / red: the second column is better / worse.")
     items.append(_card_panel("Accuracy, cost and correction", eval_table(columns) + caption))
+    if any(m is not None and m.extra.get("cooperation") for _, m in columns):
+        items.append(_card_panel("Cooperation", cooperation_table(columns) + note(
+            "Per message that could change the team's answer (an earlier round gave one): how often it "
+            "turned a wrong answer right or a right one wrong; the team's accuracy against its best member "
+            "alone (each agent's own last answer).")))
     return _grid(items)
 
 

@@ -72,7 +72,7 @@ def test_an_explicit_dtype_is_kept_whatever_the_cpu(monkeypatch):
 def test_a_run_built_with_auto_loads_bfloat16_base_and_float32_adapters(monkeypatch, tmp_path):
     from teamplay.agents.roles import Role, Team
     from teamplay.config import ModelConfig
-    from teamplay.training.wiring.setup import build_team_model
+    from teamplay.training.wiring.model import build_team_model
     from tests.tiny import save_tiny
 
     folder = str(save_tiny(tmp_path / "tiny"))

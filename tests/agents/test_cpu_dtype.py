@@ -7,13 +7,29 @@ import warnings
 import pytest
 import torch
 
-from teamplay.agents.models import slow_cpu_dtype
+from teamplay.agents.models import cpu_native_bfloat16, slow_cpu_dtype
 
 
 def cpu(monkeypatch, avx2: bool, avx512_bf16: bool, amx: bool) -> None:
+    """Describe a CPU to the probes, its kernels uncapped (whatever this process's environment caps)."""
     monkeypatch.setattr(torch.cpu, "_is_avx2_supported", lambda: avx2)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+
+
+@pytest.mark.parametrize(("aten", "onednn", "enabled"), [
+    ("AVX512", None, True), ("AVX512", "AVX512_CORE_AMX", True), ("AVX512", "AVX2", False),
+    ("AVX2", None, False), ("DEFAULT", None, False)])
+def test_capped_kernels_leave_the_bfloat16_units_unused(monkeypatch, aten, onednn, enabled):
+    cpu(monkeypatch, True, True, True)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: aten)
+    if onednn is not None:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", onednn)
+    assert cpu_native_bfloat16() is enabled
+    assert (slow_cpu_dtype("bfloat16") is None) is enabled
 
 
 @pytest.mark.parametrize(("avx512_bf16", "amx"), [(True, False), (False, True), (True, True)])
@@ -44,7 +60,7 @@ def test_building_a_bfloat16_team_on_such_a_cpu_warns_once(monkeypatch, tmp_path
     from teamplay.agents.roles import Role, Team
     from teamplay.config import ModelConfig
     from teamplay.errors import TeamplayWarning
-    from teamplay.training.wiring.setup import build_team_model
+    from teamplay.training.wiring.model import build_team_model
     from tests.tiny import save_tiny
 
     cpu(monkeypatch, True, False, False)

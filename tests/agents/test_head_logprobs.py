@@ -89,4 +89,5 @@ def test_other_heads_run_their_own_forward(case):
     module.register_forward_hook(lambda *_: calls.append(1))
     out = head_logprobs(states, module, targets, 0.7)
     assert calls == [1]  # the head's own forward ran (its hooks with it)
+    # exact: the fallback runs these same operations on the same input
     assert torch.equal(out, unfused(states, module, targets, 0.7))

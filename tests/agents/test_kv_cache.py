@@ -27,13 +27,16 @@ def test_a_layer_holds_what_concatenation_holds_and_never_moves_within_its_reser
         out_k, out_v = layer.update(k, v)
         reference.append((k, v))
         assert out_k.data_ptr() == buffer  # written in place: no copy of the cache
+    # exact: the cache copies tensors, no arithmetic
     assert torch.equal(out_k, torch.cat([k for k, _ in reference], dim=-2))
+    # exact: the cache copies tensors, no arithmetic
     assert torch.equal(out_v, torch.cat([v for _, v in reference], dim=-2))
     assert layer.get_seq_length() == 8
     # past the reserve it moves once, to a buffer with the reserve again, and keeps every token
     k, v = states(2, 1, 9)
     grown_k, grown_v = layer.update(k, v)
     assert grown_k.data_ptr() != buffer and layer._key_buffer.shape[-2] == 9 + 3
+    # exact: the cache copies tensors, no arithmetic
     assert torch.equal(grown_k, torch.cat([out_k, k], dim=-2)) and torch.equal(grown_v, torch.cat([out_v, v], dim=-2))
 
 
@@ -44,7 +47,9 @@ def test_reordered_rows_move_into_a_new_buffer_and_keep_their_tokens():
     layer.batch_select_indices(torch.tensor([2, 2, 0, 1]))  # rows copied and reordered: [4, ...]
     k, v = states(4, 1, 1)
     out_k, out_v = layer.update(k, v)
+    # exact: rows copied and reordered, no arithmetic
     assert torch.equal(out_k, torch.cat([keys[[2, 2, 0, 1]], k], dim=-2))
+    # exact: rows copied and reordered, no arithmetic
     assert torch.equal(out_v, torch.cat([values[[2, 2, 0, 1]], v], dim=-2))
 
 

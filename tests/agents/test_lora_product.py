@@ -92,7 +92,8 @@ def test_bfloat16_differs_from_peft_by_bfloat16_rounding_only():
     up_peft = layer(x).float()
     bound = 2 * BF16_ROUNDING * up_peft.abs() + 4 * BF16_ROUNDING * lora + 1e-6
     assert ((up_fused - up_peft).abs() <= bound).all()
-    assert not torch.equal(up_fused, up_peft)  # the rounding is real: this compares two computations
+    # exact: asserts a difference: fused and peft round these 2560 bfloat16 values differently
+    assert not torch.equal(up_fused, up_peft)
     fuse_lora_layers(model)
     out = model(x).float()
     # two layers deep the per-element bound compounds; the whole output stays within a percent
@@ -147,12 +148,12 @@ def test_every_other_case_runs_peft_forward(case):
     if case == "disabled":
         with model.disable_adapter():
             assert _plain_adapter(layer, x) is None
-            assert torch.equal(layer(x), layer.base_layer(x))
+            assert torch.equal(layer(x), layer.base_layer(x))  # exact: the fused layer calls the base layer itself
         return
     if case == "merged":
         model.merge_adapter()
     assert _plain_adapter(layer, x) is None
-    assert torch.equal(layer(x), type(layer).forward(layer, x))
+    assert torch.equal(layer(x), type(layer).forward(layer, x))  # exact: the fused layer calls peft's forward itself
 
 
 def test_a_team_model_scores_and_trains_the_same_fused_or_not():

@@ -61,6 +61,7 @@ def test_the_copy_shares_every_tensor_but_the_adapted_weights():
     before = {n: p.clone() for n, p in tm.model.named_parameters()}
     merged.use("proposer")
     merged.use("reviewer")
+    # exact: untouched weights keep their bits (clone vs original)
     assert all(torch.equal(before[n], p) for n, p in tm.model.named_parameters())
 
 

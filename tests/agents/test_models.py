@@ -20,6 +20,7 @@ def test_local_folder_loads_the_saved_weights(tmp_path):
     folder = save_tiny(tmp_path / "tiny", seed=4)
     model, tokenizer = load_model(str(folder))
     reference, _ = tiny_model_and_tokenizer(seed=4)
+    # exact: weights saved and read back, vs the same seeded init in this process
     assert torch.equal(model.lm_head.weight, reference.lm_head.weight)
     assert tokenizer.padding_side == "left" and tokenizer.pad_token == "<pad>"
     assert tokenizer.chat_template
@@ -103,6 +104,7 @@ def test_smollm2_loads_caches_and_generates(tmp_path, monkeypatch):
     # parameters and buffers (the rotary frequencies are a float32 buffer outside the state dict):
     # the converting run's model is the one every later run loads
     for (name, a), (_, b) in zip(_tensors(model), _tensors(cached), strict=True):
+        # exact: the cached load reads the converted weights back; buffers recomputed by the same code
         assert a.dtype == b.dtype and torch.equal(a, b), name
     assert getattr(cached.config, "quantization_config", None) is None
 
@@ -138,4 +140,5 @@ def test_the_converting_load_returns_the_model_later_loads_read(tmp_path, monkey
     buffers = dict(first.named_buffers())
     assert buffers["model.rotary_emb.inv_freq"].dtype == torch.float32
     for (name, a), (_, b) in zip(_tensors(first), _tensors(later), strict=True):
+        # exact: the cached load reads the converted weights back; buffers recomputed by the same code
         assert a.dtype == b.dtype and torch.equal(a, b), name

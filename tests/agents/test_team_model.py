@@ -40,7 +40,7 @@ def test_fresh_adapters_equal_the_base_model_until_trained():
     with torch.no_grad():
         base, _ = tm.completion_logprobs(PROMPTS, COMPLETIONS, adapter=None)
         prop, _ = tm.completion_logprobs(PROMPTS, COMPLETIONS, adapter="proposer")
-    assert torch.equal(base, prop)
+    assert torch.equal(base, prop)  # exact: a fresh adapter's B is 0: the same base GEMM plus exact zeros
 
 
 def test_logprobs_are_independent_of_padding_and_masked():
@@ -72,6 +72,7 @@ def test_shared_prompts_give_the_plain_paths_values(adapter):
                                                         return_distributions=True)
         dist_shared, shared_targets, _ = tm.completion_logprobs(prompts, completions, adapter=adapter,
                                                                 return_distributions=True, share_prompts=True)
+    # exact: integer targets and boolean masks
     assert torch.equal(mask, shared_mask) and torch.equal(targets, shared_targets)
     torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
     real = mask.bool()  # rows of padding hold values of no meaning
@@ -200,6 +201,7 @@ def test_save_and_load_round_trip(tmp_path):
     assert [id(p) for p in fresh.adapter_parameters("proposer")] == params_before  # loaded in place
     with torch.no_grad():
         for a in tm.adapter_names:
+            # exact: the same forward on weights saved and loaded bit for bit, in this process
             torch.testing.assert_close(fresh.completion_logprobs(PROMPTS, COMPLETIONS, adapter=a)[0],
                                        expected[a], atol=0, rtol=0)
 
@@ -222,7 +224,7 @@ def test_saving_again_replaces_the_folder_and_loading_adds_new_adapters(tmp_path
     assert fresh.load_adapters(tmp_path / "a") == ("proposer", "reviewer")
     assert fresh.adapter_names == ("proposer", "reviewer")
     for a, b in zip(fresh.adapter_parameters("proposer"), tm.adapter_parameters("proposer"), strict=True):
-        assert torch.equal(a, b)
+        assert torch.equal(a, b)  # exact: loaded weights are the saved bits
     assert all(p.requires_grad for p in fresh.adapter_parameters("reviewer"))
     assert [p.name for p in tmp_path.iterdir()] == ["a"]  # no temp folders left behind
 

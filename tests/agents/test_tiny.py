@@ -36,8 +36,8 @@ def test_same_seed_same_weights_other_seed_other_weights():
     b, _ = tiny_model_and_tokenizer(seed=1)
     c, _ = tiny_model_and_tokenizer(seed=2)
     wa, wb, wc = (m.model.embed_tokens.weight for m in (a, b, c))
-    assert torch.equal(wa, wb)
-    assert not torch.equal(wa, wc)
+    assert torch.equal(wa, wb)  # exact: one seed, one process: the same draws
+    assert not torch.equal(wa, wc)  # exact: one seed, one process: the same draws
     assert a.config.vocab_size == 260 and a.config.num_hidden_layers == 2 and a.config.hidden_size == 32
 
 
@@ -46,7 +46,7 @@ def test_seeding_does_not_touch_the_global_rng():
     expected = torch.rand(3)
     torch.manual_seed(123)
     tiny_model_and_tokenizer(seed=5)
-    assert torch.equal(torch.rand(3), expected)
+    assert torch.equal(torch.rand(3), expected)  # exact: one seed, one process: the same draws
 
 
 def test_save_tiny_writes_a_pretrained_folder(tmp_path):

@@ -14,7 +14,7 @@ from teamplay.agents.team_model import TeamModel
 from teamplay.config import BackendConfig, EvalConfig, ModelConfig, TrainConfig, build_config
 from teamplay.errors import ConfigError, ModelLoadError, TeamplayError
 from teamplay.records import ChatMessage, SamplingParams, TurnRequest
-from teamplay.training.wiring.setup import build_backend
+from teamplay.training.wiring.backend import build_backend
 from tests.agents import fake_vllm
 from tests.tiny import save_tiny
 
@@ -59,7 +59,7 @@ def test_engine_arguments_come_from_the_config(monkeypatch, tiny_folder):
     b = build_backend(ModelConfig(dtype="bfloat16"), cfg, TEAM, team_model=team_model(tiny_folder, r=4),
                       max_new_tokens=20)
     (engine,) = fake.engines
-    assert engine.kwargs == {
+    assert engine.kwargs == {  # exact: config values passed through unchanged
         "model": str(tiny_folder), "tokenizer": str(tiny_folder), "dtype": "bfloat16",
         "max_model_len": 120,  # max_prompt_tokens 100 + max_new_tokens 20
         "gpu_memory_utilization": 0.3, "enforce_eager": True, "logprobs_mode": "processed_logprobs",
@@ -236,6 +236,7 @@ def test_generate_sends_one_call_per_kind_of_policy_and_reads_the_sampled_tokens
     assert lora.loras[0] is lora.loras[2] and lora.loras[0].lora_int_id != lora.loras[1].lora_int_id
     assert lora.loras[0].lora_path.endswith("v000000/proposer")
     params = [p.kwargs for p in base.params + lora.params]
+    # exact: config values passed through unchanged
     assert {(p["max_tokens"], p["temperature"], p["logprobs"], p["top_k"]) for p in params} == {(3, 0.7, 0, -1)}
     assert len({p["seed"] for p in params}) == 4  # one seed per request, so identical prompts differ
     # each request keeps the seed of its position in the batch, whichever call it went into

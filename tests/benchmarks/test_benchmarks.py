@@ -307,6 +307,7 @@ def test_credit_fidelity_two_processes_give_the_numbers_of_one(tmp_path):
     for a, b in zip(one.data["results"], two.data["results"], strict=True):
         assert a["setting"] == b["setting"]
         for label in ("grpo", "continuation"):
+            # exact: the same numpy code on the same scripted episodes, in another process
             assert a["methods"][label]["pearson"] == b["methods"][label]["pearson"]
             assert a["methods"][label]["n"] == b["methods"][label]["n"] > 0
 

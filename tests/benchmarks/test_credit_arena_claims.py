@@ -93,6 +93,7 @@ def test_claim_metrics_average_credit_shares_over_the_steps_that_credited(tmp_pa
         {"step": 3, "heldout_final": {"team_accuracy": 0.5}}])
     m = credit_arena.claim_metrics(tmp_path / "run")
     # path_a: (0.5 + 0.75) / 2; silent: (0.5 + 0) / 2 (no message in step 3: 0); judge: (0 + 0.25) / 2
+    # exact: means of halves and quarters are exact
     assert m == {"train/credit_share/path_a": 0.625, "train/credit_share/silent": 0.25,
                  "train/credit_share/judge": 0.125, "untrained/tokens_per_problem": 12.5}
 

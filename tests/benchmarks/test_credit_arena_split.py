@@ -125,6 +125,7 @@ def test_more_seeds_join_the_stored_ones_paired_and_labelled_by_machine(tmp_path
     assert seeds_held(merged) == {0, 1, 2, 3, 4} and sorted(merged["per_seed"]["grpo"]) == [0, 1, 2, 3, 4]
     assert merged["per_seed"]["oracle"][4]["heldout/team_accuracy"] == pytest.approx(0.5)
     assert merged["per_seed"]["grpo"][1] == stored["per_seed"]["grpo"][1]  # stored seeds kept as they were
+    # exact: stored values read back unchanged
     assert merged["curves"]["oracle"][3] == [(0, 0.1), (12, pytest.approx(0.4))] and merged["tokens"]["grpo"][4] == {
         12: 104.0}
     assert merged["sizes"][4] == 5 and merged["runs_total"] == 10 and merged["sizes"][:4] == (12, 1, 4, 25)

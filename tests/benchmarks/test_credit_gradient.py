@@ -51,7 +51,7 @@ def test_the_cosine_of_a_vector_with_itself_is_one_and_with_nothing_zero():
     v = np.array([3.0, -4.0])
     assert credit_gradient._cos(v, 2 * v) == pytest.approx(1.0)
     assert credit_gradient._cos(v, -v) == pytest.approx(-1.0)
-    assert credit_gradient._cos(v, np.zeros(2)) == 0.0
+    assert credit_gradient._cos(v, np.zeros(2)) == 0.0  # exact: a zero norm returns the constant 0.0
 
 
 def test_quick_measure_on_a_tiny_model_keeps_the_arenas_batch(tmp_path):

@@ -17,7 +17,7 @@ from teamplay.records import ControllerDecision, Episode, Generation, Message, S
 from teamplay.training.experiments.controller_training import train_controllers
 from teamplay.training.play.controllers import TeamControllers, speak_rates
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import env_factory
+from teamplay.training.wiring.envs import env_factory
 from tests.envs.fakes import ITEMS, FakeTask, oracle
 
 REVIEW_STATE = ("controller", "vote_0", "last")  # the review of a 3-round dialogue (round 2 of 3)
@@ -266,6 +266,7 @@ def test_always_wrong_reviewer_learns_to_stay_silent():
     ctrl, history = _learn(team_policy(lambda i: i % 2 == 0, reviewer_truthful=False),
                            ControllerConfig(enabled=True))
     assert history[0]["speak_rate"]["reviewer_0/review"] > 0  # it starts at 1/2
+    # exact: all positive regret on one action: 0 / r and r / r are exact
     assert ctrl.matcher("reviewer_0", "review").strategy(REVIEW_STATE)[1] == 0.0
     assert ctrl.speak_probability("reviewer_0", "review")[REVIEW_STATE] < 0.05
     assert all(h["speak_rate"]["reviewer_0/review"] == 0.0 for h in history[-5:])
@@ -275,6 +276,7 @@ def test_always_right_reviewer_with_wrong_proposals_learns_to_speak():
     # proposals wrong on 2 of 3 items: v(skip) averages -1/3, the truthful review is always +1
     ctrl, history = _learn(team_policy(lambda i: i % 3 == 0, reviewer_truthful=True),
                            ControllerConfig(enabled=True))
+    # exact: all positive regret on one action: 0 / r and r / r are exact
     assert ctrl.matcher("reviewer_0", "review").strategy(REVIEW_STATE)[1] == 1.0
     assert ctrl.speak_probability("reviewer_0", "review")[REVIEW_STATE] > 0.95
     assert all(h["speak_rate"]["reviewer_0/review"] == 1.0 for h in history[-5:])

@@ -46,7 +46,7 @@ def test_attempts_after_a_right_one_get_zero():
     # ep0 right at once, then re-proposes a wrong answer: that attempt cannot change V -> 0
     eps = [pr_episode(["4", "5"], reward=0.0), pr_episode(["3", "3"])]
     out = assign("cal_grpo", CreditBatch(tuple(eps), ITEM, score))
-    assert out[0][2] == 0.0
+    assert out[0][2] == 0.0  # exact: V stays 1 after a right attempt: 1 - 1 = 0
     assert out[0][0] > 0 > out[1][0]  # V = [1, 0] at attempt 1
 
 

@@ -18,6 +18,9 @@ from teamplay.credit.values.shapley import shapley_exact
 from teamplay.envs.voting import majority
 from teamplay.records import Episode, Message
 
+#: float64 machine epsilon, 2**-52; the unit roundoff of one rounded operation is EPS / 2
+EPS = np.finfo(np.float64).eps
+
 
 def vote_episode(answers):
     agents = tuple(f"solver_{i}" for i in range(len(answers)))
@@ -37,13 +40,16 @@ def test_vote_table_and_shapley_by_hand():
     # phi_2: gains 0 (from {}), 0 ({0}->{0,2}), 0 ({1}->{1,2}), 0 ({0,1}->all) -> 0; phi_0 = phi_1 = 0.5.
     cf = VoteCharacteristic(vote_episode(["4", "4", "5"]), right)
     assert cf.table().tolist() == [0, 1, 1, 1, 0, 1, 1, 1]
-    assert cf.empty_value == 0.0
+    assert cf.empty_value == 0.0  # exact: the default 0.0, stored
     assert shapley_exact(3, cf.table()) == pytest.approx([0.5, 0.5, 0.0], abs=1e-12)
 
 
 def test_vote_missing_answer_is_null_player():
     cf = VoteCharacteristic(vote_episode(["4", None, "4"]), right)
-    assert shapley_exact(3, cf.table())[1] == 0.0
+    # phi_1 = sum over the 8 coalitions of +-w(|T|) v(T): terms that cancel in pairs, summed by BLAS in a
+    # kernel-dependent order (an AVX build leaves 2e-16), so 0 to rounding: gamma_8 ~ 8 (EPS / 2) times
+    # sum_T |w v| <= 2 (v is 0/1; one player's weights sum to 1 on either sign) = 8 EPS
+    assert shapley_exact(3, cf.table())[1] == pytest.approx(0.0, abs=8 * EPS)
     assert VoteCharacteristic(vote_episode([None, None]), right).table().tolist() == [0, 0, 0, 0]
 
 
@@ -57,7 +63,7 @@ def test_vectorised_vote_equals_majority_loop(answers):
     for mask in range(2**n):
         winner = majority([answers[j] for j in range(n) if (mask >> j) & 1])
         expected.append(0.0 if winner is None else scores[winner])
-    assert cf.table().tolist() == expected
+    assert cf.table().tolist() == expected  # exact: both pick the same score of the winner, no arithmetic
 
 
 def test_values_are_cached_and_batched():
@@ -107,13 +113,13 @@ def test_masking_placeholder_headers_and_batching():
     assert "I think it is 5." in text and "WRONG" not in text
     # v: {} -> question only, no answer -> 0; {proposer}: last visible answer "5" -> 0;
     # {reviewer}: its answer "4" is the last visible one (the final answer's author rule) -> 1.
-    assert cf.table().tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert cf.table().tolist() == [0.0, 0.0, 1.0, 1.0]  # exact: scores 0/1 copied into the table
     assert len(batches) == 1 and len(batches[0]) == 4  # empty coalition scored in the same batch
 
 
 def test_masking_fixed_empty_value_and_range():
     cf = MaskingCharacteristic(dialogue(), last_answer_scorer(right), empty_value=0.25)
-    assert cf.empty_value == 0.25
+    assert cf.empty_value == 0.25  # exact: the given value, stored
     with pytest.raises(ValueError, match="outside the declared range"):
         MaskingCharacteristic(dialogue(), lambda ts: np.full(len(ts), 2.0)).table()
     with pytest.raises(ValueError, match="shape"):
@@ -128,7 +134,7 @@ def test_replay_mean_over_seeds_and_noise():
         return [1.0, 0.0] if "reviewer_0" in kept else [0.0, 0.0]
 
     cf = ReplayCharacteristic(dialogue(), replay)
-    assert cf.table().tolist() == [0.0, 0.0, 0.5, 0.5]
+    assert cf.table().tolist() == [0.0, 0.0, 0.5, 0.5]  # exact: means of 0/1 pairs are exact
     assert frozenset({"proposer_0", "reviewer_0"}) in calls and frozenset() not in calls
     assert cf.noise == pytest.approx((0 + 0.5 + 0.5) / 3)  # std of [1,0] is 0.5, of [0,0] is 0
     with pytest.raises(ValueError, match="one score per seed"):

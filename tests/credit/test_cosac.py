@@ -258,7 +258,7 @@ def test_registered_cosac_edge_cases_and_telescoping():
 def test_registered_cosac_skipped_message_gets_zero_and_order_is_checked():
     eps = (sequential_episode(["1", None], 1.0, spoke=[True, False]), sequential_episode(["2", "2"], 0.0))
     out = cosac_credit(CreditBatch(episodes=eps), CosacOptions())
-    assert out[0][1] == 0.0 and out[0][0] != 0.0
+    assert out[0][1] == 0.0 and out[0][0] != 0.0  # exact: a skipped message's credit is the constant 0.0
     swapped = Episode(problem_id="p0", group_id="g0", agents=("solver_0", "solver_1"),
                       messages=tuple(reversed(eps[1].messages)), final_answer="2", reward=0.0)
     with pytest.raises(ValueError, match="author order"):

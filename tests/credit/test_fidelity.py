@@ -27,7 +27,7 @@ floats = st.floats(-10, 10, allow_nan=False, allow_infinity=False)
 def test_true_advantages_sum_to_reward_minus_initial_value() -> None:
     v = [0.375, 0.75, 1.0]
     adv = advantages_from_values(v)
-    assert adv.tolist() == [0.375, 0.25]
+    assert adv.tolist() == [0.375, 0.25]  # exact: differences of 0.375, 0.75, 1.0 are exact
     assert adv.sum() == pytest.approx(v[-1] - v[0], abs=1e-12)
 
 
@@ -68,6 +68,7 @@ def test_pearson_of_a_constant_is_undefined() -> None:
 
 
 def test_ranks_average_ties() -> None:
+    # exact: average ranks of ties are halves
     assert ranks(np.array([0.0, 0.0, 1.0, -1.0])).tolist() == [1.5, 1.5, 3.0, 0.0]
 
 
@@ -119,6 +120,7 @@ def test_within_group_pearson_ignores_the_spread_between_groups() -> None:
     method = np.array([10.0, 11.0, 0.0, 1.0])
     oracle = np.array([0.0, 0.5, 2.0, 2.5])
     groups = np.array(["p", "p", "q", "q"])
+    # exact: 10.5 and 0.5 are the exact group means here
     assert centred_within(method, groups).tolist() == [-0.5, 0.5, -0.5, 0.5]
     assert pearson(method, oracle) < -0.9
     assert within_pearson(method, oracle, groups) == pytest.approx(1.0)
@@ -145,6 +147,7 @@ def test_paired_difference_is_antisymmetric_and_drawn_on_agreements_resamples() 
     assert back.pearson_ci == pytest.approx((-diff.pearson_ci[1], -diff.pearson_ci[0]), abs=1e-12)
     # a method against itself: 0 on every resample
     same = paired_difference(good, good, oracle, clusters, resamples=50, seed=5)
+    # exact: x - x = 0 on every resample
     assert same.pearson == 0.0 and same.pearson_ci == (0.0, 0.0) and same.within_ci == (0.0, 0.0)
     with pytest.raises(ValueError, match="one length"):
         paired_difference(good, poor[:-1], oracle, clusters)

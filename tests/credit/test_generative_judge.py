@@ -32,7 +32,8 @@ from teamplay.training.experiments.saved_credit import SAVED_RESOURCES
 from teamplay.training.play.judge import BackendJudge
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.store.metrics import generated_tokens
-from teamplay.training.wiring.setup import TRAINER_RESOURCES, check_run, env_factory
+from teamplay.training.wiring.checks import TRAINER_RESOURCES, check_run
+from teamplay.training.wiring.envs import env_factory
 from tests.tiny import save_tiny, tiny_train_config
 
 TASK = get_task("arith")

@@ -24,8 +24,10 @@ def test_mean_only():
 
 
 def test_edge_cases_singleton_and_all_equal_are_exact_zeros():
-    assert group_advantage([0.7]).tolist() == [0.0]
+    assert group_advantage([0.7]).tolist() == [0.0]  # exact: the edge cases return zeros without arithmetic
+    # exact: the edge cases return zeros without arithmetic
     assert group_advantage([0.1, 0.1, 0.1]).tolist() == [0.0, 0.0, 0.0]
+    # exact: the edge cases return zeros without arithmetic
     assert group_advantage([0.1, 0.1, 0.1], mode="mean_only").tolist() == [0.0, 0.0, 0.0]
 
 
@@ -71,11 +73,12 @@ def test_group_credit_hand_worked_and_free_rider():
     # sigma^2 = (1 + 1) / (2 * 2) = 0.5 -> sigma = 0.707107; A0 = [1.414214, -1.414214], A1 = 0.
     A = group_credit_advantage([[1.0, 0.0], [0.0, 0.0]])
     assert A[:, 0] == pytest.approx([1.414214, -1.414214], abs=1e-6)
-    assert A[:, 1].tolist() == [0.0, 0.0]
+    assert A[:, 1].tolist() == [0.0, 0.0]  # exact: a free rider's phi is 0: 0 - 0 = 0
     assert group_credit_advantage([[1.0, 0.0], [0.0, 0.0]], mode="mean_only")[:, 0] == pytest.approx([1, -1])
 
 
 def test_group_credit_edge_cases():
+    # exact: the edge cases return zeros without arithmetic
     assert group_credit_advantage([[0.3, 0.2]]).tolist() == [[0.0, 0.0]]
     assert np.all(group_credit_advantage([[0.3, 0.2], [0.3, 0.2]]) == 0)
     with pytest.raises(ValueError, match="agent 1"):

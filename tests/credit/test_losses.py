@@ -11,6 +11,7 @@ from teamplay.training.learn.losses import LossStats, grpo_loss, gspo_loss, k3_k
 def test_k3_values():
     # d = -1.2 - (-1.0) = -0.2: exp(-0.2) + 0.2 - 1 = 0.818731 + 0.2 - 1 = 0.0187308
     assert k3_kl(torch.tensor(-1.0), torch.tensor(-1.2)).item() == pytest.approx(0.0187308, abs=1e-6)
+    # exact: exp(0) + 0 - 1 = 0 on every libm
     assert k3_kl(torch.tensor([-0.3, -2.0]), torch.tensor([-0.3, -2.0])).tolist() == [0.0, 0.0]
 
 
@@ -37,7 +38,7 @@ def test_grpo_gradient_zero_on_clipped_token():
     logp, old, mask = _token_example()
     loss, _ = grpo_loss(logp, old, None, torch.tensor([1.0], dtype=torch.float64), mask)
     loss.backward()
-    assert logp.grad[0, 0].item() == 0.0
+    assert logp.grad[0, 0].item() == 0.0  # exact: the clipped branch is a constant: its gradient is 0
     assert logp.grad[0, 1].item() == pytest.approx(-1 / 3, abs=1e-12)
     assert logp.grad[0, 2].item() == pytest.approx(-math.exp(-0.5) / 3, abs=1e-12)
 
@@ -104,7 +105,7 @@ def test_gspo_tracer_clip():
     assert stats.clip_fraction == pytest.approx(0.25)
     assert stats.ratio_mean == pytest.approx((1.105171 + 0.951229 + 0.904837 + 1) / 4, abs=1e-6)
     loss.backward()
-    assert new.grad[0].abs().sum().item() == 0.0  # clipped branch: no gradient
+    assert new.grad[0].abs().sum().item() == 0.0  # exact: the clipped branch is a constant: no gradient
     # unclipped sequence 1 (A=-1): d(-mean_i s_i A_i)/d logp_t = s_1 / (4 * 20) per token
     assert new.grad[1, 0].item() == pytest.approx(0.951229 / 80, abs=1e-7)
     assert new.grad[1, 19].item() == pytest.approx(0.951229 / 80, abs=1e-7)
@@ -176,9 +177,9 @@ def test_dual_clip_and_dr_grpo_hand_values():
     adv = torch.tensor([-1.0], dtype=torch.float64)
     loss, stats = grpo_loss(logp, old, None, adv, torch.ones(1, 1), dual_clip=3.0)
     assert loss.item() == pytest.approx(3.0, abs=1e-12)
-    assert stats.clip_fraction == 1.0
+    assert stats.clip_fraction == 1.0  # exact: a count over itself
     loss.backward()
-    assert logp.grad.item() == 0.0
+    assert logp.grad.item() == 0.0  # exact: the dual-clip branch is a constant: its gradient is 0
     plain, _ = grpo_loss(logp, old, None, adv, torch.ones(1, 1))
     assert plain.item() == pytest.approx(4.0, abs=1e-12)
     # Dr. GRPO: rows of 1 and 2 tokens, ratio 1, A = [2, -1]: token sum 2 - 1 - 1 = 0 ... use A = [2, 1]:

@@ -69,10 +69,11 @@ def test_oracle_equals_masking_shapley_on_the_additive_team():
 def test_oracle_hand_worked_forms():
     batch, c = split_group()
     # additive: u = c / K
+    # exact: the same elementwise division c / n
     assert oracle_values(batch, OracleOptions(form="additive")).tolist() == (c / K).tolist()
     # agent 0's credit in the 4 episodes: c = [1, 1, 0, 1], mean 0.75 -> n (c - 0.75) / K = [.25, .25, -.75, .25]
     adv = assign("oracle", batch, {"form": "additive", "mode": "mean_only"})
-    assert [float(a[0]) for a in adv] == [0.25, 0.25, -0.75, 0.25]
+    assert [float(a[0]) for a in adv] == [0.25, 0.25, -0.75, 0.25]  # exact: quarters: every step is exact
     # conjunctive: u_i = c_i prod_{j != i} p_j, p = group means [0.75, 0.75, 0.75, 0.5]
     batch_all, c_all = split_group("all")
     u = oracle_values(batch_all, OracleOptions(form="conjunctive"))
@@ -102,7 +103,7 @@ def test_oracle_spoiler_credits_the_first_answer_only():
     u = oracle_values(batch, OracleOptions(form="spoiler"))
     assert [ep.reward for ep in episodes] == [1.0, 0.0, 0.0, 0.0]
     # the solver's own answer, whether or not the teammate spoiled it; the teammate gets nothing
-    assert u.tolist() == [[1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    assert u.tolist() == [[1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]  # exact: 0/1 values copied
 
 
 def test_oracle_refuses_a_team_of_another_form():

@@ -82,10 +82,11 @@ def test_e52_first_error():
     res = first_error_signals(0.5, [0.6, 0.2, 0.25, 0.5, 0.1], 0.2, 0.2, 1.0, 0.5)
     assert res.deltas == pytest.approx([0.1, -0.4, 0.05, 0.25, -0.4], abs=1e-12)
     assert res.t_star == 1 and res.repairs == (3,) and not res.fell_back
-    assert res.signals.tolist() == [0, -1, 0, 0.5, 0]
+    assert res.signals.tolist() == [0, -1, 0, 0.5, 0]  # exact: signals are the constants 0, -1, c_rep = 0.5
     assert res.pairs == (PreferencePair(1, None, 1, "error"), PreferencePair(3, 3, None, "repair"))
     # conserve with C = R - p0 = -0.5: r_t* = -0.5 - 0.5 = -1.0 (unchanged, within B), sum -0.5
     cons = first_error_signals(0.5, [0.6, 0.2, 0.25, 0.5, 0.1], conserve=True, C=-0.5)
+    # exact: signals are the constants 0, -1, c_rep = 0.5
     assert cons.signals.tolist() == [0, -1, 0, 0.5, 0] and not cons.conservation_violated
     assert cons.signals.sum() == pytest.approx(-0.5)
 
@@ -93,7 +94,7 @@ def test_e52_first_error():
 def test_conservation_violation_is_flagged():
     # C = -2: r_t* would be -2 - 0.5 = -2.5, clipped to -1 -> flagged, not silent.
     res = first_error_signals(0.5, [0.6, 0.2, 0.25, 0.5, 0.1], conserve=True, C=-2.0)
-    assert res.signals[1] == -1.0 and res.conservation_violated
+    assert res.signals[1] == -1.0 and res.conservation_violated  # exact: clipped to the bound -1
     with pytest.raises(ValueError, match="needs C"):
         first_error_signals(0.5, [0.6], conserve=True)
 
@@ -101,6 +102,7 @@ def test_conservation_violation_is_flagged():
 def test_iterate_fallback_and_flags():
     p = [0.6, 0.2, 0.25, 0.5, 0.1]
     it = first_error_signals(0.5, p, iterate=True)
+    # exact: signals are the constants 0, -1, c_rep = 0.5
     assert it.errors == (1, 4) and it.signals.tolist() == [0, -1, 0, 0.5, -1]
     # no drop of 0.2 or more: the most negative step (t=1, d=-0.1) is the error
     fb = first_error_signals(0.5, [0.6, 0.5, 0.55], delta=0.2)

@@ -170,12 +170,14 @@ def test_save_load_round_trip_is_exact(tmp_path):
     loaded = RegretMatcher.load(path)
     assert loaded.states() == m.states()
     for s in m.states():
-        assert np.array_equal(loaded.regret_sum(s), m.regret_sum(s))  # bit-exact
+        assert np.array_equal(loaded.regret_sum(s), m.regret_sum(s))  # exact: read back bit for bit
+        # exact: loaded from the saved file bit for bit
         assert np.array_equal(loaded.strategy_sum(s), m.strategy_sum(s))
         assert loaded.iterations(s) == m.iterations(s)
     assert loaded.state_dict() == m.state_dict()
     # continuing after load gives the same trajectory
     for s in m.states():
+        # exact: the same update on the same bits
         assert np.array_equal(loaded.update(s, [0.1, -0.7]), m.update(s, [0.1, -0.7]))
 
 

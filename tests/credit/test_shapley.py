@@ -219,7 +219,7 @@ def test_shape_grpo_spec_example():
     res = shape_grpo_advantages([[0.9, 0.1, 0.0], [0.5, 0.5, 0.4]])
     assert res.shapley[0] == pytest.approx([0.85, 0.05, 0.0], abs=1e-6)
     assert res.shapley[1] == pytest.approx([0.183333, 0.183333, 0.133333], abs=1e-6)
-    assert res.set_reward.tolist() == [0.9, 0.5]
+    assert res.set_reward.tolist() == [0.9, 0.5]  # exact: the set reward is the largest reward, copied
     # K*phi pooled = [2.55, .15, 0, .55, .55, .4], mean 0.7 = mean R, population std 0.851469
     assert res.candidate[0] == pytest.approx([2.172715, -0.645942, -0.822108], abs=1e-6)
     assert res.candidate[1] == pytest.approx([-0.176166, -0.176166, -0.352332], abs=1e-6)

@@ -25,7 +25,8 @@ from teamplay.distributed.weights import AdapterWeights
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.learn.update import PolicyUpdater
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import build_team_model, sampling_params
+from teamplay.training.wiring.model import build_team_model
+from teamplay.training.wiring.sampling import sampling_params
 from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
 from tests.training.fixtures import FirstTokenTask, InProcessRank
 

@@ -10,7 +10,7 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import ConfigError
 from teamplay.training.learn.update import PolicyUpdater
-from teamplay.training.wiring.setup import build_team_model
+from teamplay.training.wiring.model import build_team_model
 from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
 
 pytest.importorskip("ray")
@@ -72,6 +72,7 @@ def test_two_fsdp_ranks_equal_one_process_and_share_its_checkpoint_format(ray_cl
             for key in ("exp_avg", "exp_avg_sq"):
                 assert state["state"][idx][key].shape == s[key].shape
                 assert float((state["state"][idx][key] - s[key]).abs().max()) <= 1e-6
+            # exact: a step count stored as a float
             assert float(state["state"][idx]["step"]) == float(s["step"]) == 2.0
 
         # resuming across strategies: the single-process adapters and moments, loaded into the

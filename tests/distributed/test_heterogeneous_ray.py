@@ -16,7 +16,7 @@ import torch
 from teamplay.config import TrainConfig, build_config
 from teamplay.distributed.rollout import RestartEvent
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import sampling_params
+from teamplay.training.wiring.sampling import sampling_params
 from tests.distributed.conftest import save_scaled_tiny
 from tests.training.fixtures import FirstTokenTask
 from tests.training.test_heterogeneous import hetero_settings
@@ -142,6 +142,7 @@ def test_two_steps_move_each_adapter_and_no_base(hetero):
     # ...and every base weight stayed bit-identical where the update ran
     bases_after = seen["bases"]
     assert bases_after.keys() == bases_before.keys() and {k.split("::")[0] for k in bases_after} >= set(owned.values())
+    # exact: a weight no update touches keeps its bits
     assert all(torch.equal(bases_before[k], bases_after[k]) for k in bases_before)
 
 

@@ -10,5 +10,5 @@ def test_floats_are_means_over_the_ranks_that_report_them_maxima_are_maxima_coun
     joined = mean_over_ranks(ranks)
     assert joined["loss"] == 2.0
     assert abs(joined["old_logprob_gap_mean"] - 0.04) < 1e-12
-    assert joined["old_logprob_gap_max"] == 0.3  # the largest gap of any rank, not a mean of maxima
+    assert joined["old_logprob_gap_max"] == 0.3  # exact: the largest gap of any rank, not a mean of maxima
     assert joined["optimizer_steps"] == 2

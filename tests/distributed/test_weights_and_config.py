@@ -30,6 +30,7 @@ def test_adapter_sync_bytes_by_hand_and_round_trip():
         for p in tm.adapter_parameters("reviewer"):
             p.add_(1.0)
     weights.apply(tm)
+    # exact: the snapshot is a copy, applied by copying
     assert all(torch.equal(a, b) for a, b in zip(before, tm.adapter_parameters("reviewer"), strict=True))
 
 

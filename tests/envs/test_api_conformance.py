@@ -7,6 +7,7 @@ from pettingzoo.test import api_test, parallel_api_test, seed_test
 from pettingzoo.test.seed_test import parallel_seed_test
 
 from teamplay.envs.parallel import parallel_team_env
+from teamplay.envs.tasks.catalog.relay_sum import RelaySumTask
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from tests.envs.fakes import ALL_PROTOCOLS, ITEMS, PYTHON_EXAMPLE, FakeTask, oracle, play
@@ -40,6 +41,17 @@ def test_api_and_seed(variant):
 def test_parallel_api_and_seed(name):
     parallel_api_test(parallel_team_env(FakeTask(), name, items=ITEMS), num_cycles=20)
     parallel_seed_test(lambda: parallel_team_env(FakeTask(), name, items=ITEMS))
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_relay_passes_the_aec_and_parallel_checkers(k):
+    # relay needs items split into K - 1 operands (relay_sum), so it is not among ALL_PROTOCOLS
+    task = RelaySumTask(n_operands=k - 1)
+    items, options = task.load("test", limit=6), {"n_agents": k}
+    api_test(TeamEnv(task, "relay", items=items, protocol_options=options), num_cycles=20)
+    seed_test(lambda: TeamEnv(task, "relay", items=items, protocol_options=options), num_cycles=20)
+    parallel_api_test(parallel_team_env(task, "relay", items=items, protocol_options=options), num_cycles=20)
+    parallel_seed_test(lambda: parallel_team_env(task, "relay", items=items, protocol_options=options))
 
 
 @pytest.mark.parametrize("name", ["proposer_reviewer", "sequential"])

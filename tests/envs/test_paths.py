@@ -28,7 +28,8 @@ from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from teamplay.records import SamplingParams
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import check_run, env_factory
+from teamplay.training.wiring.checks import check_run
+from teamplay.training.wiring.envs import env_factory
 from tests.credit.test_generative_judge import ITEM as ARITH_ITEM
 from tests.credit.test_generative_judge import TASK as ARITH
 from tests.credit.test_generative_judge import TEMPLATE, FakeJudge, majority_judge

@@ -11,7 +11,7 @@ from teamplay.config import ProtocolConfig
 from teamplay.envs.tasks import get_task
 from teamplay.records import SamplingParams
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import env_factory
+from teamplay.training.wiring.envs import env_factory
 
 
 def _requests(protocol: ProtocolConfig, answer=lambda r: format_answer("7")):

@@ -76,7 +76,9 @@ def test_each_agent_sees_only_its_own_problem_and_the_reward_is_the_fraction_rig
 def test_the_conjunctive_variant_pays_only_when_every_answer_is_right():
     task, items = tuples(2)
     env = TeamEnv(task, "split", items=items, protocol_options={"n_agents": 2, "reward": "all"})
+    # exact: rewards are the constants 0.0 and 1.0
     assert play(env, answer_by_agent(set()), item=items[0]).reward == 1.0
+    # exact: rewards are the constants 0.0 and 1.0
     assert play(env, answer_by_agent({"solver_0"}), item=items[0]).reward == 0.0
 
 
@@ -87,8 +89,8 @@ def test_score_visible_counts_only_the_coalitions_own_answers():
     split = env.protocol
     # v(S) = (1/3) sum_{j in S} c_j with c = (1, 0, 1)
     assert split.score_visible(task, items[0], ep.messages, [False, True, True]) == pytest.approx(1 / 3, abs=1e-15)
-    assert split.score_visible(task, items[0], ep.messages, [True, False, True]) == 0.0
-    assert split.score_visible(task, items[0], ep.messages, [True, True, True]) == 0.0
+    assert split.score_visible(task, items[0], ep.messages, [True, False, True]) == 0.0  # exact: (1/3) * 0 = 0
+    assert split.score_visible(task, items[0], ep.messages, [True, True, True]) == 0.0  # exact: (1/3) * 0 = 0
     assert split.score_visible(task, items[0], ep.messages, [False, False, False]) == pytest.approx(2 / 3, abs=1e-15)
 
 
@@ -98,7 +100,7 @@ def test_tuples_group_consecutive_items_and_keep_each_part_whole():
     assert items[0].reference == "1; 3"
     assert part(items[1], 1) == ITEMS[3]
     # a single completion against a whole tuple: the mean over its parts (right for one of two)
-    assert task.score("The answer is 3.", items[0]) == 0.5
+    assert task.score("The answer is 3.", items[0]) == 0.5  # exact: the mean of 1 and 0
     with pytest.raises(ConfigError, match="enough for 3 tuples of 2, not the 4"):
         task.load("test", limit=4)
 

@@ -54,7 +54,11 @@ TAU = 5e-4
 
 #: keys (at any depth) that today's code logs and the code of 0800a82 did not, with the reason
 #: each is allowed; any other key found on one side only is a failure
-ADDED_SINCE: dict[str, str] = {}
+ADDED_SINCE: dict[str, str] = {
+    "cooperation": "held-out evaluations report the team's cooperation (corrections and harms per "
+                   "message, team against its best member): read from the same episodes, it moves "
+                   "no other number",
+}
 
 
 def differences(before: Any, now: Any, where: str = "") -> list[str]:

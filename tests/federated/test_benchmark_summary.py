@@ -13,7 +13,7 @@ def test_mean_ci_by_hand():
     # [0.2, 0.4]: mean 0.3, sample std 0.1414, se 0.1; t(1 dof, 95%) = 12.706 -> half-width 1.2706
     mean, half = mean_ci([0.2, 0.4])
     assert mean == pytest.approx(0.3) and half == pytest.approx(1.2706, rel=1e-4)
-    assert mean_ci([0.5]) == (0.5, 0.0)
+    assert mean_ci([0.5]) == (0.5, 0.0)  # exact: one value: its mean is itself, no interval
 
 
 def test_summary_reports_orderings_as_measured():

@@ -18,9 +18,7 @@ from hypothesis import strategies as st
 
 from teamplay.config import FederatedConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.federated.screen import RoundSpec, SiteRefusedWarning, TooFewSitesError, screen
-from teamplay.federated.server import FederatedServer
-from teamplay.federated.strategies import (
+from teamplay.federated.aggregation import (
     AGGREGATORS,
     AggregatorOptions,
     aggregate,
@@ -28,6 +26,8 @@ from teamplay.federated.strategies import (
     global_type_means,
     signal_weights,
 )
+from teamplay.federated.screen import RoundSpec, SiteRefusedWarning, TooFewSitesError, screen
+from teamplay.federated.server import FederatedServer
 from teamplay.federated.wire import get_vector
 from tests.federated.fakes import NODE0, FakeGrid, log_of, made_up_reply, tiny_config
 
@@ -229,7 +229,7 @@ def rule(name: str, deltas=DELTAS, weights=None, **options) -> np.ndarray:
 
 def test_median_trimmed_mean_and_clipping_by_hand():
     # column 0: 1, 3, 2, 100, 0 -> sorted 0, 1, 2, 3, 100 -> median 2; column 1: -2, 0, 4, -100, 1 -> 0
-    np.testing.assert_array_equal(rule("median"), [2.0, 0.0, 0.0])
+    np.testing.assert_array_equal(rule("median"), [2.0, 0.0, 0.0])  # exact: a median of 5 is a copied middle value
     # trim 0.2 of 5 -> cut 1 per tail: column 0 keeps 1, 2, 3 -> 2; column 1 keeps -2, 0, 1 -> -1/3
     np.testing.assert_allclose(rule("trimmed_mean", trim_fraction=0.2), [2.0, -1 / 3, 0.0], rtol=1e-15)
     # trim 0.1 of 5 -> floor(0.5) = 0 cut: the plain mean, (1+3+2+100+0)/5 = 21.2, (-2+0+4-100+1)/5 = -19.4
@@ -239,12 +239,14 @@ def test_median_trimmed_mean_and_clipping_by_hand():
     clipped = clip_norms(DELTAS, 3.0)
     np.testing.assert_allclose(clipped[2], [3 / np.sqrt(5), 6 / np.sqrt(5), 0.0], rtol=1e-15)
     np.testing.assert_allclose(clipped[3], [3 / np.sqrt(2), -3 / np.sqrt(2), 0.0], rtol=1e-15)
-    np.testing.assert_array_equal(clipped[[0, 1, 4]], DELTAS[[0, 1, 4]])
+    np.testing.assert_array_equal(clipped[[0, 1, 4]], DELTAS[[0, 1, 4]])  # exact: rows within the bound are copied
     np.testing.assert_allclose(rule("clipped_mean", clip_factor=1.0), clipped.mean(axis=0), rtol=1e-15)
     # the mean is the weighted one: weights 0.5, 0.5, 0, 0, 0 -> [2, -1, 0]
     np.testing.assert_allclose(rule("mean", weights=[0.5, 0.5, 0, 0, 0]), [2.0, -1.0, 0.0], rtol=1e-15)
     # a zero row stays zero, and bound 0 zeroes every row (no division by a zero norm)
+    # exact: zero rows stay 0 and bound 0 gives 0
     np.testing.assert_array_equal(clip_norms(np.zeros((2, 3)), 1.0), np.zeros((2, 3)))
+    # exact: zero rows stay 0 and bound 0 gives 0
     np.testing.assert_array_equal(clip_norms(DELTAS, 0.0), np.zeros_like(DELTAS))
 
 
@@ -261,6 +263,7 @@ def test_aggregate_refuses_what_would_spread_over_every_entry():
     # a NaN signal used to make every weight NaN (np.maximum(nan, floor) is nan)
     with pytest.raises(ValueError, match="signals must be finite"):
         signal_weights([0.2, float("nan")], floor=0.05)
+    # exact: a median of equal values is that value
     np.testing.assert_array_equal(aggregate(global_vec, good, np.array([0.5, 0.5]), "median"), np.ones(3))
 
 
@@ -294,6 +297,7 @@ def test_the_calibration_table_does_not_depend_on_reply_order(sums, rng):
 def test_robust_config_is_validated():
     ok = build_config(FederatedConfig, {"federated": {"clients": 5, "min_sites": 3, "strategy": "fedavg",
                                                       "robust": {"aggregator": "trimmed_mean"}}})
+    # exact: config defaults, stored
     assert ok.federated.robust.trim_fraction == 0.2 and ok.federated.robust.max_norm_ratio == 10.0
     assert set(AGGREGATORS) == {"mean", "median", "trimmed_mean", "clipped_mean"}
     bad = [({"robust": {"aggregator": "krum"}}, "federated.robust.aggregator"),

@@ -50,7 +50,7 @@ def test_gspo_sites_train_a_round(gspo_run):
     data, before, after = gspo_run
     (record,) = log_of(Path(data["output_dir"]))
     assert sorted(record["sites"]) == ["0", "1"] and record["failed"] == []
-    assert not np.array_equal(before, after)
+    assert not np.array_equal(before, after)  # exact: asserts a difference: the round moved the adapters
 
 
 def _invoke(*args) -> object:
@@ -83,6 +83,7 @@ def test_export_writes_the_global_adapters(gspo_run, tmp_path):
     for name, entry in exported.adapters.items():
         mine = load_file(tmp_path / "export" / entry.path / ADAPTER_WEIGHTS)
         server = load_file(newest / "adapters" / name / ADAPTER_WEIGHTS)
+        # exact: the export copies the server's tensors
         assert mine.keys() == server.keys() and all(torch.equal(mine[k], server[k]) for k in mine)
     # the adapters the round moved (LoRA B starts at zero): the export is not the untrained team
     assert any(k.endswith("lora_B.weight") and mine[k].abs().sum() > 0 for k in mine)

@@ -160,6 +160,7 @@ def test_a_signal_stops_the_run_cleanly_and_resume_matches_a_straight_run(tmp_pa
     assert rounds == want_rounds
     assert adapters.keys() == want_adapters.keys()
     for key, value in want_adapters.items():
+        # exact: resumed and straight runs: the same ops, same kernels, one machine
         np.testing.assert_array_equal(adapters[key], value, err_msg=key)
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
 

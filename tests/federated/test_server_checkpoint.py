@@ -49,7 +49,7 @@ def test_each_round_checkpoint_has_a_manifest_of_its_files(two_rounds):
 
 def test_resume_auto_skips_a_damaged_newest_checkpoint(two_rounds):
     data, after_one, after_two = two_rounds
-    assert not np.array_equal(after_one, after_two)
+    assert not np.array_equal(after_one, after_two)  # exact: asserts a difference: round 2 moved the adapters
     newest = list_checkpoints(Path(data["output_dir"]))[-1]
     state = newest / "server_state.json"
     good = state.read_bytes()
@@ -58,6 +58,7 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(two_rounds):
         with pytest.warns(UserWarning, match="skipping damaged checkpoint: .*server_state.json"):
             server = FederatedServer(build_config(FederatedConfig, data), resume="auto")
         assert server.state.round == 1
+        # exact: the checkpoint's weights read back
         np.testing.assert_array_equal(get_vector(server.team_model, server.layout, server.trainable), after_one)
         with pytest.raises(CheckpointError, match="server_state.json: damaged"):
             FederatedServer(build_config(FederatedConfig, data), resume=str(newest))
@@ -65,4 +66,5 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(two_rounds):
         state.write_bytes(good)
     server = FederatedServer(build_config(FederatedConfig, data), resume=str(newest))
     assert server.state.round == 2
+    # exact: the checkpoint's weights read back
     np.testing.assert_array_equal(get_vector(server.team_model, server.layout, server.trainable), after_two)

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.federated.partition import partition
-from teamplay.federated.strategies import (
+from teamplay.federated.aggregation import (
     ErrorFeedback,
     aggregate,
     calibration_weight,
@@ -21,6 +20,7 @@ from teamplay.federated.strategies import (
     split_budget,
     top_k,
 )
+from teamplay.federated.partition import partition
 from teamplay.records import TaskItem
 
 
@@ -41,6 +41,7 @@ def test_fedavg_weights_by_data_size_and_aggregate():
     np.testing.assert_allclose(w, [0.25, 0.75])
     # global [1, 1] + 0.25*[4, 0] + 0.75*[0, -4] = [2, -2]
     out = aggregate(np.array([1.0, 1.0], np.float32), [np.array([4.0, 0.0]), np.array([0.0, -4.0])], w)
+    # exact: 1 + 0.25 * 4 and 1 - 0.75 * 4: exact in float32
     np.testing.assert_array_equal(out, np.array([2.0, -2.0], np.float32))
 
 
@@ -67,7 +68,8 @@ def test_budget_of_100_percent_equals_dense_upload_exactly():
     assert all(u.dense for u in sent)  # sent as the plain vector: no index overhead either
     sparse_path = aggregate(global_vec, [u.to_dense() for u in sent], weights)
     dense_path = aggregate(global_vec, deltas, weights)
-    np.testing.assert_array_equal(sparse_path, dense_path)  # bit for bit
+    # exact: to_dense copies the dense vector: the same aggregate on the same bits
+    np.testing.assert_array_equal(sparse_path, dense_path)
 
 
 def test_top_k_by_hand():
@@ -126,11 +128,11 @@ def test_calibration_weight_by_hand():
     # global 0.6, this problem's group solved 0.2 of the time: 1 + 1.0 * (0.6 - 0.2) = 1.4
     assert calibration_weight(0.6, 0.2, 1.0, 0.5, 2.0) == pytest.approx(1.4)
     # a problem this site finds easier than the federation: 1 + 2 * (0.1 - 0.9) = -0.6 -> clipped to 0.5
-    assert calibration_weight(0.1, 0.9, 2.0, 0.5, 2.0) == 0.5
+    assert calibration_weight(0.1, 0.9, 2.0, 0.5, 2.0) == 0.5  # exact: clipped to the bound 0.5
     # the table: type "1" sums 3 of 4 and 1 of 4 over two sites -> 4/8 = 0.5; type "2" only
     # reported by site 2: 0/4; type "3" not reported this round keeps its old 0.7
     table = global_type_means([{"1": (3.0, 4)}, {"1": (1.0, 4), "2": (0.0, 4)}], {"3": 0.7, "1": 0.1})
-    assert table == {"1": 0.5, "2": 0.0, "3": 0.7}
+    assert table == {"1": 0.5, "2": 0.0, "3": 0.7}  # exact: 4 / 8 and 0 / 4 are exact, 0.7 is kept
 
 
 def test_partitions_cover_every_problem_once():

@@ -12,7 +12,7 @@ from flwr.serverapp.strategy import Strategy
 
 from teamplay.config import FederatedConfig, build_config
 from teamplay.federated.screen import SiteRefusedWarning, TooFewSitesError
-from teamplay.federated.strategy import ServerState, TeamStrategy
+from teamplay.federated.team_strategy import ServerState, TeamStrategy
 from tests.federated.fakes import NODE0, FakeGrid, made_up_reply
 
 N = 10
@@ -53,7 +53,8 @@ def test_it_is_a_flower_strategy_that_sends_each_site_its_orders(flower_identity
     assert config["round"] == 3 and config["run_config"] == "{}"
     assert json.loads(config["restore"]) == {"0": 2, "1": 1}  # site 2 was never aggregated: a fresh start
     assert json.loads(config["entries"]) == {"0": 2, "1": 7, "2": 5}  # 15 x (1/6, 1/2, 1/3), floored
-    assert json.loads(config["calibration"]) == {"1": 0.25}
+    assert json.loads(config["calibration"]) == {"1": 0.25}  # exact: the state's value, through JSON unchanged
+    # exact: integers stored as float32, copied
     np.testing.assert_array_equal(messages[0].content["global"]["vector"].numpy(), np.arange(N))
     # FedAvg uploads dense
     messages = configure(strategy(strategy="fedavg"), FakeGrid(3, lambda message, site: []))
@@ -87,6 +88,7 @@ def test_failures_and_refusals_are_left_out(flower_identity):
     policy = strategy()
     with pytest.warns(SiteRefusedWarning, match="site 1"):
         _, (arrays, metrics) = run_round(policy, reply)
+    # exact: integers stored as float32 plus 2.0
     np.testing.assert_array_equal(arrays["vector"].numpy(), np.arange(N) + 2.0)
     assert (metrics["asked"], metrics["aggregated"], metrics["failed"], metrics["refused"]) == (3, 1, 1, 1)
     assert policy.state.restore == {"2": 1} and policy.state.aggregated == [2]

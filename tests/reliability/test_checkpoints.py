@@ -107,6 +107,7 @@ def test_resume_auto_falls_back_to_the_newest_intact_checkpoint_exactly(tmp_path
     a = adapter_tensors(auto / "checkpoints/step-000003")
     b = adapter_tensors(direct / "checkpoints/step-000003")
     assert a.keys() == b.keys() and a
+    # exact: resumed and straight runs: the same ops, same kernels, one machine
     assert all(torch.equal(a[k], b[k]) for k in a)
     verify_checkpoint(auto / STEP2)  # the damaged step-2 was replaced by the resumed run's own
     steps = [json.loads(line)["step"] for line in (auto / "metrics.jsonl").read_text().splitlines()]

@@ -61,8 +61,8 @@ def test_no_success_means_no_evidence_and_uncredited_episodes_are_ignored() -> N
 
 
 def test_shade_is_diverging_and_scaled_by_the_episode_maximum() -> None:
-    assert advantage_scale([0.2, -0.8, 0.5]) == 0.8
-    assert advantage_scale(None) == 0.0 and advantage_scale([]) == 0.0
+    assert advantage_scale([0.2, -0.8, 0.5]) == 0.8  # exact: the largest magnitude, copied
+    assert advantage_scale(None) == 0.0 and advantage_scale([]) == 0.0  # exact: no values: the constant 0.0
     grey = ("rgba(148, 163, 184, 0.06)", "rgba(148, 163, 184, 0.6)")
     assert shade(0.0, 0.8) == grey and shade(0.5, 0.0) == grey
     # full strength: background 0.06 + 0.36 = 0.42, border 0.35 + 0.65 = 1

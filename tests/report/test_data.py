@@ -26,12 +26,12 @@ def test_run_folder_loads_steps_heldout_and_credited_episodes(tmp_path: Path) ->
     assert run.roles == ["proposer", "reviewer"]
     # step 0 line holds only the eval before training; the last line only the final eval
     assert [(h.step, h.final) for h in run.heldout] == [(0, False), (STEPS, True)]
-    assert run.initial_heldout.team_accuracy == 0.25
-    assert run.final_heldout.team_accuracy == 0.5
-    assert run.final_heldout.role_accuracy == {"proposer": 0.375}
+    assert run.initial_heldout.team_accuracy == 0.25  # exact: values this test logged, read back
+    assert run.final_heldout.team_accuracy == 0.5  # exact: values this test logged, read back
+    assert run.final_heldout.role_accuracy == {"proposer": 0.375}  # exact: values this test logged, read back
     assert len(run.episodes) == 2 * STEPS
     first = run.episodes[0]
-    assert first.step == 1 and first.advantages == (0.8, 0.01, 0.8)
+    assert first.step == 1 and first.advantages == (0.8, 0.01, 0.8)  # exact: values this test logged, read back
     assert first.episode.messages[0].text == INJECTION
     assert first.prompt is None and first.reference is None
     assert run.config["credit"]["method"] == "shapley"
@@ -40,7 +40,7 @@ def test_run_folder_loads_steps_heldout_and_credited_episodes(tmp_path: Path) ->
 def test_eval_folder_loads_metrics_and_uncredited_transcripts(tmp_path: Path) -> None:
     ev = load_folder(write_eval(tmp_path / "ev", accuracy=0.75))
     assert isinstance(ev, EvalData)
-    assert ev.metrics.team_accuracy == 0.75 and ev.metrics.episodes == 8
+    assert ev.metrics.team_accuracy == 0.75 and ev.metrics.episodes == 8  # exact: values this test logged, read back
     assert len(ev.episodes) == 2
     assert all(e.advantages is None and e.step is None for e in ev.episodes)
     assert ev.episodes[0].reference == "42" and ev.episodes[0].prompt.startswith("What is 40 + 2?")

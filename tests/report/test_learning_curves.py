@@ -50,7 +50,9 @@ def write_curve_sweep(path: Path) -> Path:
 def test_curves_per_label_and_seed(tmp_path: Path) -> None:
     curves = sweep_learning_curves(write_curve_sweep(tmp_path / "sweep"))
     assert list(curves) == [GRPO, SHAPLEY]
+    # exact: values this test logged, read back
     assert curves[GRPO] == [[(0, 0.2), (4, 0.4), (8, 0.4)], [(0, 0.2), (4, 0.6), (8, 0.8)]]
+    # exact: values this test logged, read back
     assert curves[SHAPLEY] == [[(0, 0.2), (4, 0.2), (8, 0.6)], [(0, 0.2), (4, 0.4), (8, 0.6)]]
     assert has_intermediate(curves)
 
@@ -60,12 +62,14 @@ def test_unfinished_runs_and_runs_without_heldout_are_left_out(tmp_path: Path) -
     (sweep / "runs" / f"{GRPO}__seed1" / "done.json").unlink()  # still training
     write_run(sweep / "runs" / f"{SHAPLEY}__seed0", steps=8, heldout=False)  # finished, no eval_task
     curves = sweep_learning_curves(sweep)
+    # exact: values this test logged, read back
     assert curves == {GRPO: [[(0, 0.2), (4, 0.4), (8, 0.4)]], SHAPLEY: [[(0, 0.2), (4, 0.4), (8, 0.6)]]}
 
 
 def test_curves_of_another_metric_and_an_unknown_one(tmp_path: Path) -> None:
     sweep = write_curve_sweep(tmp_path / "sweep")
     # eval_metrics sets any_agent_right = min(1, accuracy + 0.125)
+    # exact: logged as one IEEE sum accuracy + 0.125 in Python, read back
     assert sweep_learning_curves(sweep, "any_agent_right")[GRPO][0] == [(0, 0.325), (4, 0.525), (8, 0.525)]
     with pytest.raises(DataError, match="no numeric 'nope'"):
         sweep_learning_curves(sweep, "nope")
@@ -82,7 +86,7 @@ def test_curve_area() -> None:
     assert curve_area([(0, 0.2), (4, 0.6), (8, 0.8)]) == pytest.approx(0.55, abs=1e-12)
     # unequal spacing: (0.1 * 2 + 0.35 * 6) / 8 = 2.3 / 8
     assert curve_area([(0, 0.0), (2, 0.2), (8, 0.5)]) == pytest.approx(2.3 / 8, abs=1e-12)
-    assert curve_area([(0, 0.7)]) == 0.7  # one point: its value
+    assert curve_area([(0, 0.7)]) == 0.7  # exact: one point: its value; one point: its value
     with pytest.raises(ValueError, match="empty"):
         curve_area([])
     with pytest.raises(ValueError, match="strictly increase"):
@@ -100,6 +104,7 @@ def test_band_mean_and_t_interval() -> None:
 def test_band_keeps_common_steps_and_has_no_width_with_one_seed() -> None:
     steps, means, _ = learning_curve_band([[(0, 0.2), (4, 0.4), (8, 0.4)], [(0, 0.4), (8, 0.6)]])
     assert steps == [0, 8] and means == pytest.approx([0.3, 0.5], abs=1e-12)
+    # exact: one curve: its values, no width
     assert learning_curve_band([[(0, 0.2), (4, 0.4)]]) == ([0, 4], [0.2, 0.4], [0.0, 0.0])
 
 
@@ -147,4 +152,4 @@ def test_a_run_with_a_curve_subset_gives_its_heldout_curve_points(tmp_path: Path
             {"step": 4, "reward_mean": 0.1, "heldout": {"team_accuracy": 0.3}, "heldout_curve": {"team_accuracy": 0.3}},
             {"step": 8, "heldout_final": {"team_accuracy": 0.9}, "heldout_curve": {"team_accuracy": 0.4}}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    assert run_learning_curve(run) == [(0, 0.25), (4, 0.3), (8, 0.4)]
+    assert run_learning_curve(run) == [(0, 0.25), (4, 0.3), (8, 0.4)]  # exact: values this test logged, read back

@@ -26,6 +26,7 @@ def test_token_credited_message_is_shaded_per_token(tmp_path: Path) -> None:
                   "token_advantages": [[0.4, 1.6, 0.0], None, None],
                   "token_pieces": [["a", "<b>", "c"], None, None]})
     logged = [e for e in load_folder(run).episodes if e.tokens is not None]
+    # exact: values this test logged, read back
     assert len(logged) == 1 and logged[0].tokens[0] == (("a", 0.4), ("<b>", 1.6), ("c", 0.0))
     html = episode_panel(logged[0], 0)
     spans = re.findall(r'<span class="tok" style="background: ([^"]+)" title="([^"]+)">([^<]*)</span>', html)

@@ -16,7 +16,8 @@ from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.config import EvalConfig, build_config
 from teamplay.serving.api.server import ServeLimits, create_app, serve
 from teamplay.serving.episodes.engine import TeamEngine
-from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
+from teamplay.training.wiring.envs import env_factory, load_items
+from teamplay.training.wiring.sampling import sampling_params
 
 
 def main(turn_s: float, drain_s: float, protocol: str = "single") -> None:

@@ -30,7 +30,8 @@ from teamplay.serving.files.team_file import TeamFile, read_team_file
 from teamplay.training.play.controllers import TeamControllers
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.store.checkpoint import TrainerState, save_checkpoint
-from teamplay.training.wiring.setup import build_team_model, load_controllers
+from teamplay.training.wiring.controllers import load_controllers
+from teamplay.training.wiring.model import build_team_model
 from tests.tiny import save_tiny
 
 TEAM = Team(roles=(Role(name="proposer"), Role(name="reviewer")))

@@ -68,7 +68,8 @@ def test_requests_latency_runs_and_tokens_add_up(tmp_path):
 def test_in_flight_episodes_and_queued_requests_during_a_run():
     from teamplay.agents.backends.scripted import ScriptedBackend
     from teamplay.serving.episodes.engine import TeamEngine
-    from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
+    from teamplay.training.wiring.envs import env_factory, load_items
+    from teamplay.training.wiring.sampling import sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})
     task, items = load_items(cfg.task)

@@ -14,7 +14,8 @@ from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.config import EvalConfig, build_config
 from teamplay.serving.episodes.engine import EpisodeRequest, TeamEngine
 from teamplay.serving.episodes.scheduler import BatcherClosed, ContinuousBatcher
-from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
+from teamplay.training.wiring.envs import env_factory, load_items
+from teamplay.training.wiring.sampling import sampling_params
 
 
 class LoggingBackend(ScriptedBackend):

@@ -1,16 +1,21 @@
 """Graceful shutdown and disconnects: SIGTERM drains (503 for new requests, the requests in flight
-finish within the bound or are cancelled before their next model call), the process exits 0; a
-client that disconnects while queued gives up its place and its episodes never run."""
+finish within the bound or are cancelled before their next model call), every connection taken is
+answered, the process exits 0; a client that disconnects while queued gives up its place and its
+episodes never run."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,7 +23,8 @@ import pytest
 pytest.importorskip("fastapi", reason="teamplay serve needs the serve extra: pip install 'teamplay[serve]'")
 httpx = pytest.importorskip("httpx", reason="the serve tests talk HTTP with httpx (the openai client's library)")
 
-from teamplay.serving.api.server import ServeLimits, create_app, running  # noqa: E402
+from teamplay.serving.api.server import ServeLimits, bind, create_app, running  # noqa: E402
+from teamplay.serving.api.shutdown import accept_pending  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ASK = {"model": "slow", "messages": [{"role": "user", "content": "What is 23 + 95?"}]}
@@ -97,6 +103,77 @@ def test_sigterm_past_the_bound_cancels_the_run_before_its_next_model_call():
     assert out.strip() == "exited after 1 model calls"
 
 
+def _post_until_refused(client, url: str, outcomes: list[str], deadline: float) -> None:
+    """Posts back to back, each request on a new connection, until a connection is refused (or
+    ``deadline``, ``time.monotonic()``), recording how each ended: ``200``, ``503`` (in OpenAI's
+    error shape), ``refused``, else the status or the exception."""
+    while time.monotonic() < deadline:
+        try:
+            response = client.post(f"{url}/v1/chat/completions", json=ASK)
+        except httpx.ConnectError:
+            outcomes.append("refused")
+            return
+        except httpx.HTTPError as exc:  # ReadError, RemoteProtocolError: taken, then dropped unanswered
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+            return
+        error = response.json().get("error") if response.status_code == 503 else None
+        openai_503 = isinstance(error, dict) and {"message", "type", "code"} <= error.keys() \
+            and error["code"] == "shutting_down"
+        outcomes.append("503" if openai_503 else str(response.status_code))
+
+
+def test_sigterm_under_a_stream_of_connections_answers_every_connection_it_took():
+    """16 clients post back to back, each request on a new connection, until one is refused;
+    SIGTERM after 0.3 s. Each request gets 200, OpenAI's 503 or a refused connection, never a reset
+    or a connection closed unanswered (as when the stop closed the listening socket over its
+    backlog and uvicorn closed the connections whose request it had not read yet)."""
+    server = SlowServer(turn_s=0.01, drain_s=0.5)
+    outcomes: list[str] = []
+    # one client for the 16 threads (it is thread-safe; each makes a TLS context, slow), no keep-alive
+    client = httpx.Client(timeout=30, limits=httpx.Limits(max_keepalive_connections=0))
+    try:
+        deadline = time.monotonic() + 20
+        threads = [threading.Thread(target=_post_until_refused, args=(client, server.url, outcomes, deadline),
+                                    daemon=True) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        server.proc.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(timeout=30)
+    finally:
+        client.close()
+        code, _, err = server.finish()
+    counts = Counter(outcomes)
+    assert set(counts) <= {"200", "503", "refused"}, (counts, err)
+    assert counts["refused"] == 16 and counts["200"] >= 1, (counts, err)  # each client ran until refused
+    assert code == 0, err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="handshakes are stopped with a Linux socket filter")
+def test_the_stop_takes_the_backlog_and_refuses_the_connections_after_it():
+    """``accept_pending`` takes the connections waiting in the listening socket's backlog (its
+    close would reset them) and stops new handshakes first, so that none slips in before the
+    close: a connection tried after it never completes, and is refused once the socket closes."""
+    listener = bind("127.0.0.1", 0)
+    listener.listen(16)
+    waiting = [socket.create_connection(listener.getsockname()) for _ in range(3)]
+    taken = accept_pending([listener])
+    late = socket.socket()
+    late.setblocking(False)
+    try:
+        assert late.connect_ex(listener.getsockname()) == errno.EINPROGRESS
+        assert select.select([], [late], [], 0.2)[1] == []  # its SYN was dropped: not connected
+        listener.close()
+        assert select.select([], [late], [], 10)[1] == [late]  # its retried SYN, a second later
+        assert late.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNREFUSED
+        waiting[0].sendall(b"ping")
+        assert len(taken) == 3 and taken[0].recv(4) == b"ping"  # the taken ones work
+    finally:
+        for sock in [*waiting, *taken, late, listener]:
+            sock.close()
+
+
 def test_the_command_exits_0_on_sigterm(tmp_path):
     config = tmp_path / "oracle.yaml"
     config.write_text(json.dumps({"task": {"name": "arith", "limit": 5}, "backend": {"name": "scripted"}}))
@@ -115,7 +192,8 @@ def test_a_client_that_disconnects_while_queued_gives_up_its_place():
     from teamplay.agents.backends.scripted import ScriptedBackend
     from teamplay.config import EvalConfig, build_config
     from teamplay.serving.episodes.engine import TeamEngine
-    from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
+    from teamplay.training.wiring.envs import env_factory, load_items
+    from teamplay.training.wiring.sampling import sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})
     task, items = load_items(cfg.task)

@@ -91,7 +91,8 @@ def test_streamed_usage_and_transcripts_equal_the_completions(tmp_path):
 def _gated_engine():
     from teamplay.agents.backends.scripted import ScriptedBackend
     from teamplay.serving.episodes.engine import TeamEngine
-    from teamplay.training.wiring.setup import env_factory, load_items, sampling_params
+    from teamplay.training.wiring.envs import env_factory, load_items
+    from teamplay.training.wiring.sampling import sampling_params
 
     cfg = build_config(EvalConfig, {"task": {"name": "arith", "limit": 3}, "protocol": {"name": "single"}})
     task, items = load_items(cfg.task)

@@ -1,6 +1,6 @@
 """A backend the run built is the run's to close, also when the run fails to start: when a part
 built after it raises, ``Trainer`` closes it before the error propagates; a backend passed in by
-the caller stays open (``setup.RunParts.owns_backend``, ``RunParts.closed_on_error``)."""
+the caller stays open (``wired_run.WiredRun.owns_backend``, ``WiredRun.closed_on_error``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.team_env import TeamEnv
 from teamplay.training.run.trainer import Trainer
-from teamplay.training.wiring import setup
+from teamplay.training.wiring import wired_run
 from tests.training.fixtures import FirstTokenTask, tiny_team_model
 
 
@@ -41,7 +41,7 @@ def _start(tmp_path, monkeypatch, pass_backend: bool) -> ClosingBackend:
     team = TeamEnv(task, get_protocol("single"), None).team
     tm = tiny_team_model(team)
     backend = ClosingBackend(tm, max_prompt_tokens=1024)
-    monkeypatch.setattr(setup, "build_backend", lambda *args, **kwargs: backend)
+    monkeypatch.setattr(wired_run, "build_backend", lambda *args, **kwargs: backend)
     with pytest.raises(RuntimeError, match="the parts could not be built"):
         Trainer(cfg, team_model=tm, backend=backend if pass_backend else None, task=task,
                 items=task.load("train", limit=4), parts=FailingParts())

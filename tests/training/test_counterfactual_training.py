@@ -32,6 +32,7 @@ def test_base_policy_removal_trains_on_real_rollouts(tmp_path):
     assert sum(h["samples"] for h in history) > 0, history  # credit ran on groups with signal
     assert sum(h["replay_tokens"] for h in history) > 0
     after = trainer.team_model.trainable_parameters()
+    # exact: asserts a difference: the step moved the adapters
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 

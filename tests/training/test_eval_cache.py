@@ -37,6 +37,7 @@ def test_runs_of_one_setting_evaluate_the_untrained_team_once(tmp_path):
                                          "eval_cache": None})
     plain.train()
     a, b = _adapters(other), _adapters(plain)
+    # exact: the same training with and without the cache: same ops, same kernels
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
     def before(folder):
@@ -82,6 +83,7 @@ def test_an_unreadable_cache_entry_is_evaluated_again_with_a_warning(tmp_path):
     entry.write_text("{half a file")
     with pytest.warns(TeamplayWarning, match="unreadable cached evaluation"):
         assert cached_untrained_eval(tmp_path, config, compute) == metrics
+    # exact: the stored metrics, read back
     assert len(calls) == 2 and json.loads(entry.read_text())["team_accuracy"] == 0.5
 
 

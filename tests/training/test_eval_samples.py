@@ -24,6 +24,7 @@ def _episode(problem: str, text: str, reward: float) -> Episode:
 def test_pass_at_k_by_hand():
     # 4 samples, 2 right: pass@2 = 1 - C(2, 2) / C(4, 2) = 1 - 1/6; pass@4 = 1; pass@1 = 2/4
     assert pass_at_k(4, 2, 2) == pytest.approx(5 / 6, abs=1e-12)
+    # exact: 1 - 0/1, 1 - 2/4 and 1 - 1/1: exact
     assert pass_at_k(4, 2, 4) == 1.0 and pass_at_k(4, 2, 1) == 0.5 and pass_at_k(3, 0, 3) == 0.0
     with pytest.raises(ValueError, match="0 <= c <= n and 1 <= k <= n"):
         pass_at_k(3, 4, 2)
@@ -76,7 +77,7 @@ def test_a_run_logs_its_sampled_evaluations_and_the_untrained_one_is_cached(tmp_
     assert last["heldout_final"]["episodes"] == 2 and last["heldout_sampled_final"]["episodes"] == 6
     m = run_metrics(tmp_path / "a" / "run")
     after, before = last["heldout_sampled_final"]["extra"]["samples"], first["heldout_sampled"]["extra"]["samples"]
-    assert m["heldout_sampled/samples/pass_at_k"] == after["pass_at_k"]
+    assert m["heldout_sampled/samples/pass_at_k"] == after["pass_at_k"]  # exact: the logged value, copied
     assert m["heldout_sampled_gain/pass_at_k"] == pytest.approx(after["pass_at_k"] - before["pass_at_k"])
     assert m["heldout_sampled/team_accuracy"] == last["heldout_sampled_final"]["team_accuracy"]
     assert "heldout_sampled/episodes" not in m and "heldout_sampled/seconds" not in m

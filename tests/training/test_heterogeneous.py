@@ -7,7 +7,7 @@ import torch
 from teamplay.agents.multi_base import MultiBaseTeamModel
 from teamplay.config import TrainConfig, build_config
 from teamplay.training.run.trainer import Trainer
-from teamplay.training.wiring.setup import build_team_model
+from teamplay.training.wiring.model import build_team_model
 from tests.tiny import save_tiny
 from tests.training.fixtures import FirstTokenTask
 
@@ -47,7 +47,9 @@ def test_two_bases_each_adapter_trains_each_base_stays(tmp_path):
         base_params = set(before) - lora
         assert lora and base_params
         # every base weight bit-identical; this base's adapter (its LoRA B matrices at least) moved
+        # exact: a weight no update touches keeps its bits
         assert all(torch.equal(before[n], after[n].detach()) for n in base_params)
+        # exact: a weight no update touches keeps its bits
         moved = [n for n in lora if not torch.equal(before[n], after[n].detach())]
         assert any(".lora_B." in n for n in moved), base
     # the checkpoint is one adapters folder in the usual format; a fresh team loads it exactly
@@ -57,4 +59,4 @@ def test_two_bases_each_adapter_trains_each_base_stays(tmp_path):
     fresh.load_adapters(folder)
     for name in ("proposer", "reviewer"):
         for a, b in zip(fresh.adapter_parameters(name), tm.adapter_parameters(name), strict=True):
-            assert torch.equal(a, b)
+            assert torch.equal(a, b)  # exact: loaded weights are the saved bits

@@ -39,6 +39,7 @@ def test_padding_does_not_change_the_gradient_of_real_tokens():
         leaf = base.clone().requires_grad_(True)
         grpo_loss(leaf, base, r, torch.tensor([1.0, -1.0]), mask, beta=0.1)[0].backward()
         grads.append(leaf.grad)
+    # exact: padding is selected away, not multiplied: same ops on the real tokens
     assert torch.equal(grads[0], grads[1])
 
 
@@ -85,7 +86,9 @@ def test_nonfinite_padding_in_token_advantages_changes_nothing(name, garbage):
     clean_loss, clean_grad = _loss_and_grad(LOSSES[name], None)
     loss, grad = _loss_and_grad(LOSSES[name], garbage)
     assert torch.isfinite(clean_loss) and torch.isfinite(clean_grad).all()
+    # exact: padding is selected away, not multiplied: same ops on the real tokens
     assert torch.equal(loss, clean_loss), (loss, clean_loss)
+    # exact: padding is selected away, not multiplied: same ops on the real tokens
     assert torch.equal(grad, clean_grad), (grad, clean_grad)
     assert grad[1, 1] == grad[1, 2] == 0.0
 

@@ -84,8 +84,10 @@ def test_eval_cli_controlled_team_accuracy_is_the_reviews_accuracy(tmp_path):
         assert 0.1 <= metrics["initial_accuracy"] <= 0.5  # p_right = 0.3 over 60 problems
         team_metrics = metrics["extra"]["team"]
         good = policy == "oracle"
-        assert team_metrics["verdict_accuracy"] == float(good)
+        assert team_metrics["verdict_accuracy"] == float(good)  # exact: counts over counts: 0 or 1
+        # exact: counts over counts: 0 or 1
         assert team_metrics["wrong_caught"] == float(good) and team_metrics["right_rejected"] == float(not good)
+        # exact: counts over counts: 0 or 1
         assert team_metrics["correction_rate"] == float(good) and team_metrics["harm_rate"] == float(not good)
     bad = runner.invoke(app, ["eval", "--task", "arith", "--limit", "2", "--protocol", "proposer_reviewer",
                               "--backend", "scripted", "--set",
@@ -115,6 +117,7 @@ def test_training_only_the_llm_reviewer_against_a_scripted_proposer(tmp_path: Pa
 
     # the coin of the proposer makes rewards differ within groups, so the reviewer got gradients
     assert sum(h["samples"] for h in history) > 0
+    # exact: a weight no update touches keeps its bits
     changed = {n for n, p in model.model.named_parameters() if not torch.equal(before[n], p.detach())}
     assert changed and all(".lora_" in n and ".reviewer." in n for n in changed)
     adapters = tmp_path / "run" / "checkpoints" / "step-000003" / "adapters"

@@ -104,6 +104,8 @@ def test_bfloat16_ratio_of_the_first_pass_is_one():
         ratios[source] = metrics["ratio_mean"]
         if source == "auto":
             assert metrics["old_logprob_gap_mean"] == pytest.approx(0.3, abs=0.01)  # bfloat16 logits' rounding
+    # exact: the trainer scores its old log-probs in the shares of the update's own pass (the same rows,
+    # the same rounding) on weights lr 0 leaves unchanged: every ratio is exp(0) = 1, so their mean is 1
     assert ratios["auto"] == 1.0
     assert ratios["generation"] < 0.8
 

@@ -19,7 +19,7 @@ from teamplay.envs.tasks import get_task
 from teamplay.records import SamplingParams
 from teamplay.training.play.oracle import PrefixOracle, first_answer_accuracy
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import env_factory
+from teamplay.training.wiring.envs import env_factory
 
 
 def _team(solver: str, q: float):
@@ -80,13 +80,13 @@ def test_monte_carlo_oracle_agrees_with_the_closed_form() -> None:
         c = float(ep.messages[0].answer == next(it.reference for it in items if it.id == ep.problem_id))
         exact = noisy_teammate_values(c, 0.5, q, float(ep.reward))
         assert v.shape == (3,)
-        assert v[2] == float(ep.reward)
+        assert v[2] == float(ep.reward)  # exact: the reward, copied
         assert v[1] == pytest.approx(exact[1], abs=0.05)
         assert v[0] == pytest.approx(exact[0], abs=0.05)
     # the empty prefix is estimated once per problem and shared by its episodes
     firsts = {ep.problem_id: v[0] for ep, v in zip(episodes, values, strict=True)}
     for ep, v in zip(episodes, values, strict=True):
-        assert v[0] == firsts[ep.problem_id]
+        assert v[0] == firsts[ep.problem_id]  # exact: one estimate shared, copied
     assert oracle.generated_tokens == 0  # scripted agents generate no tokens
 
 
@@ -94,7 +94,7 @@ def test_noisy_teammate_restates_or_replaces_and_reviewers_follow_their_coins() 
     from teamplay.agents.backends.scripted import POLICY_OPTIONS, ScriptedBackend, parse_policy
     from teamplay.errors import ConfigError
 
-    assert parse_policy("noisy_teammate(q=0.3)") == ("noisy_teammate", {"q": 0.3})
+    assert parse_policy("noisy_teammate(q=0.3)") == ("noisy_teammate", {"q": 0.3})  # exact: the parsed literal 0.3
     assert "p_right" in POLICY_OPTIONS["noisy_reviewer"]
     with pytest.raises(ConfigError, match="out of range"):
         parse_policy("noisy_teammate(q=2)")

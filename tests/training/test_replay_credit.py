@@ -43,7 +43,7 @@ def table_trainer(tmp_path, credit: dict, first=FIRST) -> tuple[Trainer, TeamScr
     })
     task = get_task("arith")
     backend = TeamScript(first, review)
-    from teamplay.training.wiring.setup import env_factory
+    from teamplay.training.wiring.envs import env_factory
 
     _, team = env_factory(task, cfg.protocol, cfg.team)
     return Trainer(cfg, team_model=tiny_team_model(team), backend=backend, task=task, items=[ITEM]), backend
@@ -63,7 +63,7 @@ def test_replay_shapley_gives_the_table_through_the_trainer_step(tmp_path):
     metrics, logged = result.metrics, trainer.episode_log(result)
     assert [ep["reward"] for ep in logged] == [1.0, 0.0, 0.0, 1.0]
     phis = [phi_reviewer(ep["credit"]["replay_values"], ep["reward"]) for ep in logged]
-    assert phis == [0.5, -0.5, 0.0, 0.0]
+    assert phis == [0.5, -0.5, 0.0, 0.0]  # exact: two players, 0/1 values: halves
     # the reviewer's advantage has the sign of its Shapley value (group mean of phi_R is 0)
     reviewer_adv = [ep["advantages"][1] for ep in logged]
     assert reviewer_adv[0] > 0 and reviewer_adv[1] < 0 and reviewer_adv[2] == 0 and reviewer_adv[3] == 0

@@ -15,7 +15,7 @@ from teamplay.envs.tasks import get_task
 from teamplay.records import Generation, SamplingParams
 from teamplay.training.play.replay import RolloutReplayEngine, resolve
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import env_factory
+from teamplay.training.wiring.envs import env_factory
 from tests.training.scripted_team import CatchingReviewer, TeamScript
 from tests.training.test_replay_credit import ITEM, review
 
@@ -140,6 +140,6 @@ def test_continuation_value_matches_the_analytic_value():
     for ep in episodes:
         got = {q.start: float(s.mean()) for q, s in zip(queries, scores, strict=True) if q.episode is ep}
         caught = ep.messages[1].text == "WRONG"
-        assert got[2] == (1.0 if caught else 0.0)  # deterministic after the review
+        assert got[2] == (1.0 if caught else 0.0)  # exact: deterministic after the review: equal 0/1 scores
         values = [got[t] for t in boundaries(ep)]
         assert float(continuation_advantages(ep, values).sum()) == pytest.approx(ep.reward - got[0], abs=1e-9)

@@ -3,8 +3,6 @@ equals what the credit layer gives for those episodes, and the stages alone on h
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -50,12 +48,14 @@ def test_step_records_carry_the_credit_layers_advantages(tmp_path):
                           trainer.credit.options)
         assert len(work.advantages) == len(expected) == 8
         for got, want, ep in zip(work.advantages, expected, work.episodes, strict=True):
+            # exact: the credit stage computes this very product a * scale
             np.testing.assert_array_equal(got, want * work.scale)
             # by hand: one message per episode, A = scale * (r - group mean) / std of the step's 32 rewards
             hand = work.scale * (ep.reward - work.rewards.mean()) / step_rewards.std()
             np.testing.assert_allclose(got, [hand], rtol=1e-12)
         assert work.token_rows is None and work.batch is not None
         assert len(work.samples) == len(sample_positions(work.episodes, trainer.trainable))
+        # exact: the advantage, copied
         assert [s.advantage for s in work.samples] == [float(a[0]) for a in work.advantages]
     # the flat views of StepResult are the records, in order
     assert result.credited == all_credited(result.groups)
@@ -89,6 +89,7 @@ def test_the_update_stage_calls_the_learner_seam_with_every_sample(tmp_path):
     assert len(learner.calls) == 1
     samples, step = learner.calls[0]
     assert step == 0 and samples == [s for w in result.groups for s in w.samples] and samples
+    # exact: the fake learner's constant
     assert result.metrics["optimizer_steps"] == 0 and result.metrics["loss"] == 0.25
 
 
@@ -96,6 +97,7 @@ def test_the_logged_lr_is_the_rate_the_update_used(tmp_path):
     # warm-up over 2 steps: step 1 updates at (0 + 1) / 2 of lr, step 2 at the full lr; the schedule
     # advances after each update, so a rate read after it would be the next step's
     trainer = make_trainer(tmp_path, {"steps": 3, "optim": {"warmup_steps": 2}})
+    # exact: LambdaLR's base_lr * factor is this product
     assert [trainer.step().metrics["lr"] for _ in range(3)] == [0.01 * 0.5, 0.01, 0.01]
 
 
@@ -110,11 +112,11 @@ def test_the_update_stage_advances_the_schedule_after_a_step_without_samples():
             self.lr, self.ended = 0.25, self.ended + 1
 
     learner = NoSamplesLearner()
-    tokens = SimpleNamespace(resolved=lambda groups, rows, active: list(groups))
-    stage = UpdateStage(learner, NonFiniteGuard(3), tokens)
+    stage = UpdateStage(learner, NonFiniteGuard(3))
     assert stage([], StepContext(4, frozenset({"a"}), ())) == []
     assert learner.ended == 1  # the schedule moved on all the same
-    assert stage.metrics() == {"optimizer_steps": 0, "nonfinite_streak": 0, "lr": 0.5}  # the rate before it moved
+    # exact: the fake learner's rate before it moved
+    assert stage.metrics() == {"optimizer_steps": 0, "nonfinite_streak": 0, "lr": 0.5}
 
 
 def _episode(group: str, problem: str, reward: float, roles=("a", "b")) -> Episode:
@@ -146,8 +148,9 @@ def test_resolved_token_rows_land_in_their_own_group_and_message():
     # sample 2 it never scored (keeps its scalar)
     out = resolve_token_rows(groups, {1: (0.5, 1.5), 4: (0.0, 0.0)}, active={"a", "b"})
     assert out[0].token_rows[0][0] is None and out[0].token_rows[1] == (None, None)
-    np.testing.assert_array_equal(out[0].token_rows[0][1], [0.5, 1.5])
-    np.testing.assert_array_equal(out[1].token_rows[0][0], [0.0, 0.0])
+    np.testing.assert_array_equal(out[0].token_rows[0][1], [0.5, 1.5])  # exact: the resolved rows, copied
+    np.testing.assert_array_equal(out[1].token_rows[0][0], [0.0, 0.0])  # exact: the resolved rows, copied
+    # exact: the resolved rows, copied
     assert [s.token_advantages for g in out for s in g.samples] == [None, (0.5, 1.5), None, None, (0.0, 0.0)]
     with pytest.raises(ValueError):  # a record whose samples do not fit its episodes is refused
         resolve_token_rows([GroupWork(first.episodes, item, first.rewards, samples=groups[1].samples)], {}, {"a"})

@@ -51,17 +51,17 @@ def test_cell_mean_and_interval_worked_by_hand():
     assert cell.ci95 == pytest.approx(0.49683, abs=1e-4)
     assert cell.text() == "0.700 ± 0.497"
     assert math.isnan(Cell((0.3,)).ci95) and Cell((0.3,)).text() == "0.300 n=1"
-    assert Cell((0.4, 0.4)).ci95 == 0.0  # no spread, no interval
+    assert Cell((0.4, 0.4)).ci95 == 0.0  # exact: equal values: deviations 0, std 0; no spread, no interval
 
 
 def test_grid_and_seed_parsing_and_errors(tmp_path):
     grid = parse_grid(["credit.method=grpo,shapley", "optim.lr=0.001,0.003"])
-    assert grid == {"credit.method": ("grpo", "shapley"), "optim.lr": (0.001, 0.003)}
+    assert grid == {"credit.method": ("grpo", "shapley"), "optim.lr": (0.001, 0.003)}  # exact: parsed literals
     sweep = plan(tmp_path, {"steps": 1}, grid, parse_seeds("0,1"))
     assert len(sweep.runs) == 8  # 2 x 2 points x 2 seeds
     assert sweep.runs[0].name == "credit.method=grpo,optim.lr=0.001__seed0"
     cfg = sweep.config(sweep.runs[3])  # grpo, lr 3e-4, seed 1
-    assert (cfg.credit.method, cfg.optim.lr, cfg.seed) == ("grpo", 0.003, 1)
+    assert (cfg.credit.method, cfg.optim.lr, cfg.seed) == ("grpo", 0.003, 1)  # exact: parsed literals
     assert cfg.output_dir == str(tmp_path / "runs" / sweep.runs[3].name)
     for bad, words in ((["credit.method"], "KEY=V1,V2"), (["seed=1,2"], "--seeds"),
                        (["optim.lr=0.1,,2"], "empty value"), (["optim.lr=-1,1"], "optim.lr"),
@@ -125,10 +125,11 @@ def test_run_budget_sums_rollout_and_counterfactual_tokens(tmp_path):
     # tokens 10 + 12 = 22; replay 5 + 0 = 5; counterfactual (speak/skip) 3; all generated: 30
     assert (m["budget/tokens"], m["budget/replay_tokens"], m["budget/counterfactual_tokens"]) == (22, 5, 3)
     assert m["budget/generated_tokens"] == 30 and m["budget/steps"] == 2
+    # exact: 0.5 - 0.25 and copied 0.75
     assert m["heldout_gain/team_accuracy"] == 0.25 and m["train/reward_last"] == 0.75
     assert "heldout/seconds" not in m  # wall time is not a result
     # one group of four had rewards that differed; three optimiser steps, all in step 2
-    assert m["train/varied_groups"] == 0.25 and m["train/updates"] == 3
+    assert m["train/varied_groups"] == 0.25 and m["train/updates"] == 3  # exact: 1 of 4 groups
 
 
 def sigkill_when(cmd: list[str], ready: Callable[[], bool], timeout: float = 300.0) -> None:

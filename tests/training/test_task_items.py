@@ -7,7 +7,7 @@ import pytest
 
 from teamplay.config import TaskConfig
 from teamplay.errors import ConfigError
-from teamplay.training.wiring.setup import load_items
+from teamplay.training.wiring.envs import load_items
 
 SMALL = {"level": 1, "max_operand": 12}  # 144 sums, about 1 in 5 a test problem
 

@@ -56,4 +56,4 @@ def test_debate_moves_toward_and_away_from_majority():
     assert out["toward_majority"] == pytest.approx(2 / 6)
     assert out["away_from_majority"] == pytest.approx(1 / 6)
     assert out["first_answer_accuracy"] == {"debater": pytest.approx(1 / 3)}  # only d0 started at 5
-    assert out["correction_rate"] == 0.0 and "harm_rate" not in out  # no initially right episode
+    assert out["correction_rate"] == 0.0 and "harm_rate" not in out  # exact: 0 of n; no initially right episode

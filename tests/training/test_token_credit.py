@@ -83,7 +83,8 @@ def _train_one_step(tmp_path, credit, objective=None):
     before = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
     trainer.train()
     after = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
-    assert not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))  # the step did update
+    # exact: asserts a difference: the step did update
+    assert not all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     return after
 
 
@@ -199,6 +200,7 @@ def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
     counting.calls.clear()
     recorded = compute_token_stats(counting, msgs, {"entropies"}, 1.0)
     assert counting.calls == []  # s_trace / aem-style needs: no model pass at all
+    # exact: recorded entropies, copied (no model pass)
     assert all(np.array_equal(s.entropies, m.entropies) for m, s in zip(msgs, recorded, strict=True))
     compute_token_stats(counting, msgs, {"entropies", "ref_logprobs"}, 1.0)
     assert counting.calls == [None]  # ep_grpo: only the reference pass
@@ -208,7 +210,7 @@ def test_entropies_recorded_at_generation_replace_the_policy_pass(tmp_path):
 
 
 def test_rollouts_record_entropies_only_for_a_method_that_reads_them_from_the_messages(tmp_path):
-    from teamplay.training.wiring.setup import rollout_sampling
+    from teamplay.training.wiring.sampling import rollout_sampling
 
     s_trace = make_trainer(tmp_path / "s", {"steps": 1, "credit": {"token": {"method": "s_trace"}}})
     dgpo = make_trainer(tmp_path / "d", {"steps": 1, "credit": {"token": {"method": "dgpo"}}})
@@ -266,6 +268,7 @@ def test_ep_grpo_progress_signal_trains_on_equal_reward_groups_only_when_asked(t
     [metrics] = trainer.train().history
     assert metrics["zero_variance_groups"] == 2
     after = trainer.team_model.trainable_parameters()
+    # exact: a weight no update touches keeps its bits
     unchanged = all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     if zero_variance == 0:
         assert metrics["samples"] == 0 and unchanged

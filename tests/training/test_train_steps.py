@@ -65,6 +65,7 @@ def test_two_calls_of_two_steps_give_the_numbers_of_one_call_of_four(tmp_path):
     want, got = adapters(straight), adapters(paused)
     assert want.keys() == got.keys() and want
     for key, value in want.items():
+        # exact: paused and straight runs: the same ops, same kernels, one machine
         torch.testing.assert_close(got[key], value, rtol=0, atol=0, msg=key)
 
 
@@ -86,13 +87,15 @@ def test_save_writes_the_closing_checkpoint_and_its_tensors_come_back(tmp_path):
     assert [p.name for p in list_checkpoints(run)] == ["step-000007"]  # written once, by save
     saved = load_checkpoint(checkpoint_dir(run, 7))
     assert saved.state.step == 1 and saved.extra["round"] == 7
+    # exact: the tensor saved and read back
     torch.testing.assert_close(saved.tensors["residual"], residual, rtol=0, atol=0)
 
     seen: dict[str, torch.Tensor] = {}
     resumed = trainer_in(tmp_path, on_start=lambda t: seen.update(t.extra_tensors))
     resumed.train(resume=str(checkpoint_dir(run, 7)), steps=1)
-    torch.testing.assert_close(seen["residual"], residual, rtol=0, atol=0)
+    torch.testing.assert_close(seen["residual"], residual, rtol=0, atol=0)  # exact: the tensor saved and read back
     # the default save keeps them: an ordinary checkpoint of step 2 carries the residual on
+    # exact: the tensor saved and read back
     torch.testing.assert_close(load_checkpoint(checkpoint_dir(run, 2)).tensors["residual"], residual, rtol=0, atol=0)
 
 

@@ -72,6 +72,7 @@ def test_trainable_adapters_change_frozen_and_base_do_not(tmp_path):
     model = trainer.team_model.model
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
+    # exact: a weight no update touches keeps its bits
     changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
     proposer = {n for n in before if ".lora_" in n and ".proposer." in n}
     # LoRA A of the proposer may stay put in the first step (B starts at 0, so A gets no gradient
@@ -99,6 +100,7 @@ def test_zero_variance_groups_give_no_gradient(tmp_path):
     assert all(h["zero_variance_groups"] == h["groups"] == 4 for h in history)
     assert all(h["optimizer_steps"] == 0 and h["samples"] == 0 for h in history)
     after = trainer.team_model.trainable_parameters()
+    # exact: a weight no update touches keeps its bits
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
@@ -116,6 +118,7 @@ def test_nonfinite_loss_is_skipped_not_applied(tmp_path, monkeypatch):
         [metrics] = trainer.train().history
     assert metrics["skipped_nonfinite_steps"] == 1 and metrics["optimizer_steps"] == 0
     after = trainer.team_model.trainable_parameters()
+    # exact: a weight no update touches keeps its bits
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 

@@ -36,6 +36,11 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
   answers nothing. Every review says RIGHT.
 - ``silent``: a path that answers nothing: ``"I have nothing to add."`` on every turn (no answer, no
   verdict).
+- ``adder``: an honest relay member that never states a reference it was not handed as its piece:
+  given an item that is one operand of a problem (``metadata["operand_index"]``, what ``relay``
+  gives each informant) it states that operand; otherwise it states the sum of the other agents'
+  latest answers in its transcript that read as numbers (``"I have no answer."`` when there are
+  none). So a relay team of adders is right exactly when every operand reached the answerer.
 
 A policy with options is written ``name(key=value, ...)`` (``noisy_proposer(p_right=0.3)``), values
 as YAML scalars; ``parse_policy`` reads that form and ``POLICY_OPTIONS`` lists what each accepts.
@@ -267,6 +272,15 @@ class ScriptedBackend(GenerationBackend):
     def _silent(self, _request: TurnRequest, _sampling: SamplingParams) -> str:
         return "I have nothing to add."
 
+    def _adder(self, request: TurnRequest, _sampling: SamplingParams) -> str:
+        item = _item(request, "adder")
+        if "operand_index" in item.metadata:
+            return format_answer(item.reference)
+        latest = {m.agent: m.answer for m in request.transcript
+                  if m.agent != request.agent and m.spoke and m.answer is not None}
+        numbers = [n for a in latest.values() if (n := _number(a.strip())) is not None]
+        return format_answer(str(sum(numbers))) if numbers else "I have no answer."
+
     def _coin(self, request: TurnRequest, sampling: SamplingParams, item: TaskItem) -> float:
         """A uniform draw in [0, 1) for this request, from (backend seed, sampling seed, position
         in the call, item, agent, round): independent of the transcript, repeatable."""
@@ -308,6 +322,7 @@ POLICIES: dict[str, Callable[[ScriptedBackend, TurnRequest, SamplingParams], str
     "approver": ScriptedBackend._approver,
     "copier": ScriptedBackend._copier,
     "silent": ScriptedBackend._silent,
+    "adder": ScriptedBackend._adder,
 }
 
 #: options each policy accepts, with a check of the value

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel
@@ -29,7 +28,6 @@ from pydantic import BaseModel
 from teamplay.credit.registry import CreditBatch, CreditOutputError, validate_options
 from teamplay.registry import Registry, decorated
 
-Need = Literal["entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs"]
 NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs")
 
 

@@ -1,7 +1,7 @@
 """Team protocols: who speaks when, who sees what, how the final answer is chosen.
 
 Built-ins (one module each): ``single``, ``vote``, ``proposer_reviewer``, ``debate``,
-``sequential``, ``split``, ``paths``. User protocols: a YAML file (``yaml_protocol``) or a Python file
+``sequential``, ``split``, ``paths``, ``relay``. User protocols: a YAML file (``yaml_protocol``) or a Python file
 defining one ``Protocol`` subclass, both loaded by path through ``get_protocol``.
 """
 
@@ -9,6 +9,7 @@ from teamplay.envs.protocols import (  # noqa: F401  (registers)
     debate,
     paths,
     proposer_reviewer,
+    relay,
     sequential,
     single,
     split,

@@ -9,6 +9,7 @@ math500    ``HuggingFaceH4/MATH-500``                  LaTeX; normal form, then 
 gpqa       ``Idavidrein/gpqa`` (gpqa_diamond)          a letter A-D; choices shuffled per seed
 arith      generated (levels 1-5)                      an integer; exact numeric equality
 tuples     K items of another task per item            each part as that task scores it
+relay_sum  generated (sums of N operands)              an integer; exact numeric equality
 =========  ==========================================  =============================================
 
 A new benchmark is one module in ``catalog/`` with a ``Task`` subclass decorated with
@@ -25,6 +26,7 @@ from teamplay.envs.tasks.catalog.arith import ArithTask
 from teamplay.envs.tasks.catalog.gpqa import GpqaTask
 from teamplay.envs.tasks.catalog.gsm8k import Gsm8kTask
 from teamplay.envs.tasks.catalog.math_tasks import Math500Task, MathTask
+from teamplay.envs.tasks.catalog.relay_sum import RelaySumTask
 from teamplay.envs.tasks.catalog.tuples import TupleTask
 from teamplay.errors import ConfigError
 
@@ -33,7 +35,7 @@ def task_names() -> list[str]:
     """Names ``get_task`` accepts, sorted.
 
     >>> task_names()
-    ['arith', 'gpqa', 'gsm8k', 'math', 'math500', 'tuples']
+    ['arith', 'gpqa', 'gsm8k', 'math', 'math500', 'relay_sum', 'tuples']
     """
     return TASKS.names()
 
@@ -52,5 +54,5 @@ def get_task(name: str, **options: Any) -> Task:
         raise ConfigError(f"task {name!r} does not take options {sorted(options)}: {exc}") from exc
 
 
-__all__ = ["TASKS", "ArithTask", "DatasetTask", "GpqaTask", "Gsm8kTask", "Math500Task", "MathTask", "Task",
-           "TupleTask", "get_task", "register_task", "task_names"]
+__all__ = ["TASKS", "ArithTask", "DatasetTask", "GpqaTask", "Gsm8kTask", "Math500Task", "MathTask", "RelaySumTask",
+           "Task", "TupleTask", "get_task", "register_task", "task_names"]

@@ -64,7 +64,7 @@ from teamplay.serving.api.auth import BearerAuth
 from teamplay.serving.api.metrics import CountRequests, ServeMetrics
 from teamplay.serving.api.render import render_completion
 from teamplay.serving.api.schema import ApiError, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
-from teamplay.serving.api.shutdown import Lifecycle, RefuseWhileDraining
+from teamplay.serving.api.shutdown import Lifecycle, RefuseWhileDraining, accept_pending, await_requests
 from teamplay.serving.api.streaming import stream_completion
 from teamplay.serving.episodes.engine import EpisodeRequest, TeamEngine
 from teamplay.serving.episodes.scheduler import BatcherClosed, ContinuousBatcher, QueueFull
@@ -418,6 +418,27 @@ class _Server(uvicorn.Server):
             self.should_exit = True
         else:  # not recorded as captured: uvicorn would raise it again after shutting down
             self.lifecycle.begin_drain()
+
+    async def shutdown(self, sockets=None) -> None:
+        """Stops listening without dropping a connection taken (step 4 of
+        ``teamplay.serving.api.shutdown``), then uvicorn's shutdown. uvicorn's alone closes the
+        listening sockets, which resets the connections still in their backlog, and then every
+        connection whose request it has not read yet: both clients get no answer."""
+        self.lifecycle.draining = True  # also at Ctrl-C, where no drain ran: what arrives now gets 503
+        taken = accept_pending(list(sockets or []))  # teamplay always hands uvicorn its sockets
+        for server in self.servers:  # right after, no await between: new connections are refused
+            server.close()
+        loop = asyncio.get_running_loop()
+        for connection in taken:
+            with contextlib.suppress(OSError):  # its client hung up already: nobody to answer
+                await loop.connect_accepted_socket(self._new_protocol, connection, ssl=self.config.ssl)
+        await await_requests(self.server_state.connections)
+        await super().shutdown(sockets)
+
+    def _new_protocol(self) -> asyncio.Protocol:
+        """uvicorn's HTTP protocol for one connection, as its ``startup`` makes it."""
+        return self.config.http_protocol_class(config=self.config, server_state=self.server_state,
+                                               app_state=self.lifespan.state)
 
 
 def _uvicorn_server(app: FastAPI, on_ready: Callable[[], None]) -> _Server:

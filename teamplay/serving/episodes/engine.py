@@ -41,7 +41,7 @@ from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams, TaskItem
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.wiring.eval_team import build_eval_team
-from teamplay.training.wiring.setup import sampling_params
+from teamplay.training.wiring.sampling import sampling_params
 
 
 @dataclass(frozen=True)

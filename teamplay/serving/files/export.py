@@ -35,7 +35,7 @@ from teamplay.serving.files.team_file import (
     read_team_file,
     spec_file,
 )
-from teamplay.training.wiring.setup import EXPORT_TEAM_FILE
+from teamplay.training.wiring.controllers import EXPORT_TEAM_FILE
 
 _STEP = re.compile(r"^step-(\d+)$")
 
@@ -177,7 +177,7 @@ def describe_team(source: RunSource) -> TeamFile:
     the held-out task with its answer format, the eval decoding, and the controller tables."""
     from teamplay.envs.protocols import get_protocol
     from teamplay.envs.tasks import get_task
-    from teamplay.training.wiring.setup import load_controllers
+    from teamplay.training.wiring.controllers import load_controllers
 
     cfg = source.config
     protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)

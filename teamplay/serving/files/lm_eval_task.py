@@ -32,7 +32,7 @@ How the task fits the server (``teamplay.serving.episodes.engine``, ``teamplay.s
 
 This is the served team's accuracy measured by lm-eval's code, not a number to set beside published
 ``gsm8k`` strict-match or flexible-extract results: those read a model's raw text, and the server
-returns the answer teamplay extracted (README, "Evaluation: which number to compare with which").
+returns the answer teamplay extracted (docs/how-to/evaluate.md, "Which number to compare with which").
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from teamplay.config import (
     read_yaml,
 )
 from teamplay.errors import ConfigError
-from teamplay.training.wiring.setup import EXPORT_TEAM_FILE
+from teamplay.training.wiring.controllers import EXPORT_TEAM_FILE
 
 FORMAT = "teamplay-team/1"
 #: folder of an export that holds one PEFT adapter per adapter name

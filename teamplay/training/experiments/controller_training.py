@@ -19,9 +19,9 @@ from teamplay.agents.roles import Team
 from teamplay.config import ProtocolConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import SamplingParams, TaskItem
-from teamplay.training.play.controllers import TeamControllers, speak_rates, task_judge
+from teamplay.training.play.controllers import TeamControllers, answer_check, speak_rates
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.wiring.setup import env_factory
+from teamplay.training.wiring.envs import env_factory
 
 
 def train_controllers(controllers: TeamControllers, task: Task, protocol: ProtocolConfig,
@@ -38,7 +38,7 @@ def train_controllers(controllers: TeamControllers, task: Task, protocol: Protoc
                          f"{steps}, {problems_per_step}, {group_size}")
     make_env, _ = env_factory(task, protocol, team, controller=controllers.controller("train"))
     runner = RolloutRunner(make_env, backend, sampling or SamplingParams())
-    judge = task_judge(task, {item.id: item for item in items})
+    is_correct = answer_check(task, {item.id: item for item in items})
     history = []
     for step in range(steps):
         picked = [items[(step * problems_per_step + k) % len(items)] for k in range(problems_per_step)]
@@ -46,7 +46,7 @@ def train_controllers(controllers: TeamControllers, task: Task, protocol: Protoc
                 for k, item in enumerate(picked) for _ in range(group_size)]
         # env i of the step resets with seed + i: consecutive steps must not share env seeds
         episodes = runner.run(jobs, seed=seed * 1_000_003 + step * len(jobs))
-        stats = controllers.learn(episodes, judge)
+        stats = controllers.learn(episodes, is_correct)
         history.append({"step": step + 1, "speak_rate": speak_rates(episodes), "updates": stats.updates,
                         "accuracy": sum(ep.reward > 0.5 for ep in episodes) / len(episodes),
                         "tokens": sum(ep.tokens for ep in episodes),

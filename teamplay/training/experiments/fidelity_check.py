@@ -24,7 +24,8 @@ from teamplay.training.play.oracle import PrefixOracle
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.step.credit_stage import CreditStage
 from teamplay.training.step.stages import GroupWork, StepContext, informative, make_groups
-from teamplay.training.wiring.setup import build_run, check_run
+from teamplay.training.wiring.checks import check_run
+from teamplay.training.wiring.wired_run import build_run
 
 #: |A*| above which a message counts as clearly helping or hurting (sign agreement)
 THRESHOLD = 0.1

@@ -25,7 +25,8 @@ from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.json_files import read_json
 from teamplay.records import Episode, TaskItem
-from teamplay.training.wiring.setup import TRAINER_RESOURCES, load_items
+from teamplay.training.wiring.checks import TRAINER_RESOURCES
+from teamplay.training.wiring.envs import load_items
 
 #: resources available off-line (no model is loaded): everything the trainer gives but what needs one
 SAVED_RESOURCES = TRAINER_RESOURCES - {"backend", "replay", "answer_probability", "judge"}

@@ -53,7 +53,7 @@ from teamplay.json_files import read_json
 from teamplay.training.run.preemption import Preempted, preemption_handlers
 from teamplay.training.store.checkpoint import latest_checkpoint
 from teamplay.training.store.metrics import BUDGET_KEYS, read_metrics
-from teamplay.training.wiring.setup import check_run
+from teamplay.training.wiring.checks import check_run
 
 MANIFEST = "sweep.json"
 DONE = "done.json"

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -71,6 +72,22 @@ class DataParallel(Protocol):
     def share_resolved(self, resolved: dict[int, tuple[float, ...]]) -> dict[int, tuple[float, ...]]:
         """The union of every rank's ``resolved`` token rows (by sample index; a sample is resolved
         by one rank, or by each with equal rows)."""
+
+
+@dataclass
+class _UpdateLog:
+    """What one ``PolicyUpdater.update`` records as it goes; its metrics are read from it at the end.
+
+    Fields:
+        stats: per metric name, one value per adapter share (``loss``, ``kl``, ``ratio_mean``,
+            ``entropy``, the clip fractions) or per optimiser step (``grad_norm``).
+        skips: the optimiser steps skipped for a non-finite loss or gradient norm, in order.
+        optimizer_steps: the optimiser steps taken.
+    """
+
+    stats: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    skips: list[SkippedUpdate] = field(default_factory=list)
+    optimizer_steps: int = 0
 
 
 class PolicyUpdater:
@@ -107,85 +124,117 @@ class PolicyUpdater:
         A sample with a ``token_rule`` gets its token advantages the first time the update scores
         it (epoch 1, its minibatch), from that forward pass's distributions; they are kept for the
         later epochs and left in ``resolved_tokens`` for the trainer's logs."""
-        cfg = self.cfg.optim
+        optim = self.cfg.optim
         self.resolved_tokens = {}
-        rank, world = (self.group.rank, self.group.world) if self.group is not None else (0, 1)
-        stats: dict[str, list[float]] = defaultdict(list)
-        skips: list[SkippedUpdate] = []
-        optimizer_steps = 0
-        temperature = self.cfg.sampling.temperature
-        params = [p for ps in self.params.values() for p in ps]
-        lockstep = bool(getattr(self.group, "lockstep", False))
-        rules = any(s.token_rule is not None for s in samples)
-        epochs = [self._minibatches(len(samples), step, epoch) for epoch in range(cfg.epochs)]
+        epochs = [self._minibatches(len(samples), step, epoch) for epoch in range(optim.epochs)]
         self._old = {}
         if self.old_source == "trainer":
-            self._trainer_old(samples, epochs, temperature, rank, world, lockstep)
+            rank, world = self._rank_world()
+            self._trainer_old(samples, epochs, self.cfg.sampling.temperature, rank, world, self._lockstep())
+        rules = any(s.token_rule is not None for s in samples)
+        log = _UpdateLog()
         for epoch, minibatches in enumerate(epochs):
-            clip_epoch: list[float] = []
+            clip_epoch: list[float] = []  # the clip fractions of this epoch's adapter shares
             for mb_index, mb in enumerate(minibatches):
-                finite = True
-                bad_loss: list[str] = []  # adapters whose loss was not finite
-                by_adapter, placeholders = self._parts(samples, mb, rank, world, lockstep)
-                for adapter, indices in sorted({**by_adapter, **placeholders}.items()):
-                    part = [samples[i] for i in indices]
-                    # lock step: the whole minibatch's share of this adapter decides the reference pass
-                    reference = self._needs_reference(samples, [int(i) for i in mb if samples[i].adapter == adapter]) \
-                        if lockstep else None
-                    loss, s, entropy = self.loss(adapter, part, temperature, indices,
-                                                 resolve=adapter not in placeholders, reference=reference)
-                    # len(mb): the whole minibatch; a placeholder pass only keeps the ranks in step
-                    weight = 0.0 if adapter in placeholders else len(part) / len(mb) / cfg.grad_accum
-                    if not torch.isfinite(loss):
-                        finite = False
-                        bad_loss.append(adapter)
-                        if not lockstep:
-                            break
-                    (loss * weight).backward()
-                    if adapter in placeholders or not finite:
-                        continue
-                    stats["loss"].append(float(loss.detach()))
-                    if s.kl_mean is not None:
-                        stats["kl"].append(s.kl_mean)
-                    stats["ratio_mean"].append(s.ratio_mean)
-                    stats["entropy"].append(entropy)
-                    clip_epoch.append(s.clip_fraction)
-                if self.group is not None:
-                    finite = self.group.all_finite(finite)  # one rank's NaN skips the step everywhere
-                last_of_accum = (mb_index + 1) % cfg.grad_accum == 0 or mb_index == len(minibatches) - 1
-                if not finite:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    skips.append(SkippedUpdate(epoch + 1, mb_index + 1, "loss" if bad_loss else
-                                               "loss on another learner rank", tuple(bad_loss)))
-                    continue
-                if last_of_accum:
-                    if self.group is not None:
-                        self.group.all_reduce_gradients(params)
-                    flags = finite_gradient_flags(self.params)  # read only if the norm is not finite
-                    norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or float("inf"))
-                    if not torch.isfinite(norm):
-                        self.optimizer.zero_grad(set_to_none=True)
-                        bad = tuple(a for a, ok in flags.items() if not bool(ok))
-                        skips.append(SkippedUpdate(epoch + 1, mb_index + 1, "gradient norm", bad))
-                        continue
-                    stats["grad_norm"].append(float(norm))
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    optimizer_steps += 1
-            if rules and self.group is not None and epoch + 1 < cfg.epochs:
+                steps = (mb_index + 1) % optim.grad_accum == 0 or mb_index == len(minibatches) - 1
+                self._minibatch_step(samples, mb, (epoch + 1, mb_index + 1), steps, log, clip_epoch)
+            if rules and self.group is not None and epoch + 1 < optim.epochs:
                 # the next epoch may score a sample on another rank: it must use the rows of the
                 # sample's first scoring, as one process would, not resolve them again
                 self.resolved_tokens = self.group.share_resolved(self.resolved_tokens)
-            stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
-            stats["clip_fraction"].extend(clip_epoch)
-        out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
+            log.stats[f"clip_fraction_epoch{epoch + 1}"].append(float(np.mean(clip_epoch)) if clip_epoch else 0.0)
+            log.stats["clip_fraction"].extend(clip_epoch)
+        return self._update_metrics(samples, log)
+
+    def _minibatch_step(self, samples: Sequence[PolicySample], mb: np.ndarray, where: tuple[int, int],
+                        steps: bool, log: _UpdateLog, clip_epoch: list[float]) -> None:
+        """One minibatch ``mb`` (indices into ``samples``; ``where``: its 1-based epoch and number):
+        the backward passes of its adapter shares, then, when every rank's loss was finite and
+        ``steps`` (the last minibatch of a ``grad_accum`` run, or of the epoch), one optimiser step.
+        A non-finite loss drops the accumulated gradients and is logged as a skip."""
+        finite, bad_loss = self._backward(samples, mb, log, clip_epoch)
+        if self.group is not None:
+            finite = self.group.all_finite(finite)  # one rank's NaN skips the step everywhere
+        if not finite:
+            self.optimizer.zero_grad(set_to_none=True)
+            log.skips.append(SkippedUpdate(*where, "loss" if bad_loss else "loss on another learner rank",
+                                           tuple(bad_loss)))
+            return
+        if steps:
+            self._optimizer_step(where, log)
+
+    def _backward(self, samples: Sequence[PolicySample], mb: np.ndarray, log: _UpdateLog,
+                  clip_epoch: list[float]) -> tuple[bool, list[str]]:
+        """The loss and backward pass of each adapter's share of minibatch ``mb`` on this rank,
+        weighted by the share's size in the minibatch; the shares' statistics go to ``log`` and
+        ``clip_epoch``. Returns whether every loss was finite and the adapters whose loss was not
+        (off lock step the passes stop at the first such loss)."""
+        rank, world = self._rank_world()
+        lockstep = self._lockstep()
+        finite = True
+        bad_loss: list[str] = []  # adapters whose loss was not finite
+        by_adapter, placeholders = self._shares(samples, mb, rank, world, lockstep)
+        for adapter, indices in sorted({**by_adapter, **placeholders}.items()):
+            share = [samples[i] for i in indices]
+            # lock step: the whole minibatch's share of this adapter decides the reference pass
+            reference = self._needs_reference(samples, [int(i) for i in mb if samples[i].adapter == adapter]) \
+                if lockstep else None
+            loss, loss_stats, entropy = self.loss(adapter, share, self.cfg.sampling.temperature, indices,
+                                                  resolve=adapter not in placeholders, reference=reference)
+            # len(mb): the whole minibatch; a placeholder pass only keeps the ranks in step
+            weight = 0.0 if adapter in placeholders else len(share) / len(mb) / self.cfg.optim.grad_accum
+            if not torch.isfinite(loss):
+                finite = False
+                bad_loss.append(adapter)
+                if not lockstep:
+                    break
+            (loss * weight).backward()
+            if adapter in placeholders or not finite:
+                continue
+            log.stats["loss"].append(float(loss.detach()))
+            if loss_stats.kl_mean is not None:
+                log.stats["kl"].append(loss_stats.kl_mean)
+            log.stats["ratio_mean"].append(loss_stats.ratio_mean)
+            log.stats["entropy"].append(entropy)
+            clip_epoch.append(loss_stats.clip_fraction)
+        return finite, bad_loss
+
+    def _optimizer_step(self, where: tuple[int, int], log: _UpdateLog) -> None:
+        """One clipped AdamW step on the accumulated gradients (summed over the ranks first); a
+        non-finite gradient norm drops them instead and is logged as a skip naming the adapters."""
+        params = [p for ps in self.params.values() for p in ps]
+        if self.group is not None:
+            self.group.all_reduce_gradients(params)
+        flags = finite_gradient_flags(self.params)  # read only if the norm is not finite
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip or float("inf"))
+        if not torch.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            bad = tuple(a for a, ok in flags.items() if not bool(ok))
+            log.skips.append(SkippedUpdate(*where, "gradient norm", bad))
+            return
+        log.stats["grad_norm"].append(float(norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        log.optimizer_steps += 1
+
+    def _update_metrics(self, samples: Sequence[PolicySample], log: _UpdateLog) -> dict[str, Any]:
+        """The update's metrics from its ``log`` (see ``update``)."""
+        out: dict[str, Any] = {k: float(np.mean(v)) for k, v in log.stats.items() if v}
         if self._old:
             out.update(self._generation_gap(samples))
-        out["optimizer_steps"] = optimizer_steps
-        out["skipped_nonfinite_steps"] = len(skips)
-        if skips:
-            out["nonfinite_skips"] = [s.to_dict() for s in skips]
+        out["optimizer_steps"] = log.optimizer_steps
+        out["skipped_nonfinite_steps"] = len(log.skips)
+        if log.skips:
+            out["nonfinite_skips"] = [s.to_dict() for s in log.skips]
         return out
+
+    def _rank_world(self) -> tuple[int, int]:
+        """This learner's rank and the group's size (0, 1 without a data-parallel group)."""
+        return (self.group.rank, self.group.world) if self.group is not None else (0, 1)
+
+    def _lockstep(self) -> bool:
+        """Whether every rank must run the same passes (an FSDP-sharded group; see the module)."""
+        return bool(getattr(self.group, "lockstep", False))
 
     def _minibatches(self, n: int, step: int, epoch: int) -> list[np.ndarray]:
         """The seeded minibatches of one epoch: a permutation of the ``n`` samples, cut in ``minibatch_size``."""
@@ -194,7 +243,7 @@ class PolicyUpdater:
         return [order[i:i + size] for i in range(0, n, size)]
 
     @staticmethod
-    def _parts(samples: Sequence[PolicySample], mb: np.ndarray, rank: int, world: int,
+    def _shares(samples: Sequence[PolicySample], mb: np.ndarray, rank: int, world: int,
                lockstep: bool) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
         """This rank's share of minibatch ``mb`` by adapter, and (lock step) a placeholder sample of
         each adapter of the minibatch the share lacks: a lock-step group runs a pass per adapter of
@@ -216,7 +265,7 @@ class PolicyUpdater:
 
         The passes before the first optimiser step (the first ``grad_accum`` minibatches of epoch 1)
         run on the starting weights themselves, so their samples take their own detached log-probs
-        there (``loss``) and cost no pass here. The others are scored in the parts epoch 1 scores them
+        there (``loss``) and cost no pass here. The others are scored in the shares epoch 1 scores them
         in (the same rows, so the same float rounding as the pass that would score them unchanged),
         then any sample a later epoch hands this rank, by adapter. A lock-step group runs the same
         passes on every rank: every sample, by adapter, in minibatch-sized chunks."""
@@ -224,13 +273,13 @@ class PolicyUpdater:
         if lockstep:
             chunks = _adapter_chunks(samples, range(len(samples)), size)
         else:
-            def share(mb: np.ndarray) -> dict[str, list[int]]:
-                return self._parts(samples, mb, rank, world, False)[0]
+            def rank_share(mb: np.ndarray) -> dict[str, list[int]]:
+                return self._shares(samples, mb, rank, world, False)[0]
 
             first_step = min(self.cfg.optim.grad_accum, len(epochs[0]))
-            chunks = [part for mb in epochs[0][first_step:] for part in sorted(share(mb).items())]
+            chunks = [chunk for mb in epochs[0][first_step:] for chunk in sorted(rank_share(mb).items())]
             # epoch 1 scores these itself: the first minibatches for free, the others in ``chunks``
-            scored = {i for mb in epochs[0] for ix in share(mb).values() for i in ix}
+            scored = {i for mb in epochs[0] for ix in rank_share(mb).values() for i in ix}
             later = dict.fromkeys(int(i) for mbs in epochs[1:] for mb in mbs for i in mb[rank::world])
             chunks += _adapter_chunks(samples, [i for i in later if i not in scored], size)
         with torch.no_grad():
@@ -241,16 +290,16 @@ class PolicyUpdater:
                 for row, i in enumerate(indices):
                     self._old[i] = logp[row, :len(samples[i].completion_ids)].detach()
 
-    def _old_rows(self, part: Sequence[PolicySample], indices: Sequence[int], logp: torch.Tensor) -> torch.Tensor:
-        """The old log-probs [b, C] of ``part`` (``logp`` [b, C]: this pass's): the generation's, or the
+    def _old_rows(self, share: Sequence[PolicySample], indices: Sequence[int], logp: torch.Tensor) -> torch.Tensor:
+        """The old log-probs [b, C] of ``share`` (``logp`` [b, C]: this pass's): the generation's, or the
         trainer's (``_old``; a sample first scored before the first optimiser step takes this pass's,
         detached, and keeps them for the later epochs)."""
         if self.old_source != "trainer":
-            return _pad([s.old_logprobs for s in part], logp.shape[1], logp.dtype, logp.device)
-        for k, (s, i) in enumerate(zip(part, indices, strict=True)):
+            return _pad([s.old_logprobs for s in share], logp.shape[1], logp.dtype, logp.device)
+        for k, (s, i) in enumerate(zip(share, indices, strict=True)):
             if i not in self._old:
                 self._old[i] = logp[k, :len(s.completion_ids)].detach().clone()
-        rows = torch.zeros(len(part), logp.shape[1], dtype=logp.dtype, device=logp.device)
+        rows = torch.zeros(len(share), logp.shape[1], dtype=logp.dtype, device=logp.device)
         for k, i in enumerate(indices):
             rows[k, :len(self._old[i])] = self._old[i].to(logp.dtype)
         return rows
@@ -262,7 +311,7 @@ class PolicyUpdater:
                                       - self._old[i].double().cpu().numpy()) for i in sorted(self._old)])
         return {"old_logprob_gap_mean": float(gaps.mean()), "old_logprob_gap_max": float(gaps.max())}
 
-    def loss(self, adapter: str, part: Sequence[PolicySample], temperature: float,
+    def loss(self, adapter: str, share: Sequence[PolicySample], temperature: float,
              indices: Sequence[int] | None = None, resolve: bool = True, reference: bool | None = None):
         """Loss of one adapter's share of a minibatch, its stats, and the sampled-token entropy.
 
@@ -276,34 +325,34 @@ class PolicyUpdater:
         plain path (one forward pass, where the shared-prompt path's count depends on the prompts).
         """
         obj = self.cfg.objective
-        indices = list(indices) if indices is not None else list(range(len(part)))
-        prompts = [list(s.prompt_ids) for s in part]
-        completions = [list(s.completion_ids) for s in part]
-        pending = self._pending(part, indices) if resolve else []
+        indices = list(indices) if indices is not None else list(range(len(share)))
+        prompts = [list(s.prompt_ids) for s in share]
+        completions = [list(s.completion_ids) for s in share]
+        pending = self._pending(share, indices) if resolve else []
         # a lock-step group needs one pass per adapter on every rank, whatever its share's prompts
-        share = self.share_prompts and reference is None
+        shared = self.share_prompts and reference is None
         if pending:  # token rules read this pass's full distributions (and the reference's)
             logp_all, targets, mask = self.team_model.completion_logprobs(
                 prompts, completions, adapter=adapter, temperature=temperature, return_distributions=True,
-                share_prompts=share)  # [b, C, V]
+                share_prompts=shared)  # [b, C, V]
             logp = _masked(logp_all.gather(-1, targets[..., None]).squeeze(-1), mask)  # [b, C]
         else:
             logp, mask = self.team_model.completion_logprobs(prompts, completions, adapter=adapter,
-                                                             temperature=temperature, share_prompts=share)  # [b, C]
+                                                             temperature=temperature, share_prompts=shared)  # [b, C]
         lq = ref = None  # the reference's distributions [b, C, V] (for rules) and token log-probs [b, C]
-        if self._wants_reference([part[k] for k in pending]) if reference is None else reference:
+        if self._wants_reference([share[k] for k in pending]) if reference is None else reference:
             lq, ref = self._reference(adapter, prompts, completions, temperature, distributions=bool(pending),
                                       share_prompts=reference is None)
         if pending:
-            self._resolve_tokens(part, indices, pending, logp_all.detach(), lq, targets)
+            self._resolve_tokens(share, indices, pending, logp_all.detach(), lq, targets)
         # built where the log-probs live (the learner's GPU when there is one)
-        old = self._old_rows(part, indices, logp)  # [b, C]
-        if any(s.token_advantages is not None or s.token_rule is not None for s in part):
+        old = self._old_rows(share, indices, logp)  # [b, C]
+        if any(s.token_advantages is not None or s.token_rule is not None for s in share):
             # token-level credit: [b, C]; messages without token credit broadcast their scalar
-            adv = _pad([self._tokens_of(s, i) for s, i in zip(part, indices, strict=True)], logp.shape[1], logp.dtype,
+            adv = _pad([self._tokens_of(s, i) for s, i in zip(share, indices, strict=True)], logp.shape[1], logp.dtype,
                        logp.device)
         else:
-            adv = torch.tensor([s.advantage for s in part], dtype=logp.dtype, device=logp.device)  # [b]
+            adv = torch.tensor([s.advantage for s in share], dtype=logp.dtype, device=logp.device)  # [b]
         with torch.no_grad():
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
@@ -311,9 +360,9 @@ class PolicyUpdater:
                                      norm_tokens=self.cfg.sampling.max_new_tokens)
         return loss, stats, entropy
 
-    def _pending(self, part: Sequence[PolicySample], indices: Sequence[int]) -> list[int]:
-        """Positions in ``part`` of the samples with a token rule not resolved yet."""
-        return [k for k, s in enumerate(part) if s.token_rule is not None and indices[k] not in self.resolved_tokens]
+    def _pending(self, share: Sequence[PolicySample], indices: Sequence[int]) -> list[int]:
+        """Positions in ``share`` of the samples with a token rule not resolved yet."""
+        return [k for k, s in enumerate(share) if s.token_rule is not None and indices[k] not in self.resolved_tokens]
 
     def _wants_reference(self, pending: Sequence[PolicySample]) -> bool:
         """Whether a pass runs the reference policy: for the KL term, or for a rule of ``pending`` that reads it."""
@@ -324,8 +373,8 @@ class PolicyUpdater:
         """A lock-step group's reference decision for one adapter's pass: over ``samples[indices]``,
         that adapter's samples of the whole minibatch, the same on every rank (the ranks share their
         resolved rows before each epoch, so they agree on which are pending)."""
-        part = [samples[i] for i in indices]
-        return self._wants_reference([part[k] for k in self._pending(part, indices)])
+        share = [samples[i] for i in indices]
+        return self._wants_reference([share[k] for k in self._pending(share, indices)])
 
     def _reference(self, adapter: str, prompts: list[list[int]], completions: list[list[int]], temperature: float,
                    distributions: bool, share_prompts: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -347,18 +396,18 @@ class PolicyUpdater:
             return self.resolved_tokens[index]
         return (sample.advantage,) * len(sample.completion_ids)
 
-    def _resolve_tokens(self, part: Sequence[PolicySample], indices: Sequence[int], pending: Sequence[int],
+    def _resolve_tokens(self, share: Sequence[PolicySample], indices: Sequence[int], pending: Sequence[int],
                         logp_all: torch.Tensor, lq: torch.Tensor | None, targets: torch.Tensor) -> None:
-        """Token advantages of the ``pending`` samples of ``part`` into ``resolved_tokens``, from this
+        """Token advantages of the ``pending`` samples of ``share`` into ``resolved_tokens``, from this
         pass's distributions ``logp_all`` [b, C, V] (detached) and the reference's ``lq`` [b, C, V]
         (``None`` when no rule reads it)."""
-        methods = {part[k].token_rule.method: get_token_credit(part[k].token_rule.method) for k in pending}
+        methods = {share[k].token_rule.method: get_token_credit(share[k].token_rule.method) for k in pending}
         needs = set().union(*(m.needs for m in methods.values()))
-        fields = stats_from_distributions(logp_all, lq, targets, [len(s.completion_ids) for s in part], needs)
+        fields = stats_from_distributions(logp_all, lq, targets, [len(s.completion_ids) for s in share], needs)
         for k in pending:
-            rule = part[k].token_rule
-            stats = TokenStats(logprobs=np.asarray(part[k].old_logprobs, dtype=np.float64), **fields[k])
-            row = message_tokens(methods[rule.method], part[k].advantage, stats, rule.options)
+            rule = share[k].token_rule
+            stats = TokenStats(logprobs=np.asarray(share[k].old_logprobs, dtype=np.float64), **fields[k])
+            row = message_tokens(methods[rule.method], share[k].advantage, stats, rule.options)
             self.resolved_tokens[indices[k]] = tuple(float(x) for x in row)
 
 

@@ -7,7 +7,7 @@ Before a skippable turn the episode driver asks the protocol's controller whethe
     rollouts (controller mode "train": sample the current strategy; a skipped review or debate
     turn is still generated as a counterfactual, batched with the other turns of that step)
         -> Episode.decisions: one typed ControllerDecision per decision (written by the driver)
-        -> TeamControllers.learn(episodes, judge): values of BOTH actions per decision, one
+        -> TeamControllers.learn(episodes, is_correct): values of BOTH actions per decision, one
            expected-baseline regret update each
 
 Information states (the keys of the tables):
@@ -58,8 +58,8 @@ from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import ControllerDecision, Episode, Message, TaskItem
 
-#: ``judge(answer, problem_id)``: whether a (non-None) answer is correct
-Judge = Callable[[str, str], bool]
+#: ``is_correct(answer, problem_id)``: whether a (non-None) answer is correct
+AnswerCheck = Callable[[str, str], bool]
 
 
 @dataclass(frozen=True)
@@ -182,11 +182,11 @@ class TeamControllers:
         """Price of one spoken message of ``tokens`` tokens."""
         return self.config.price_per_call + self.config.price_per_token * tokens
 
-    def action_values(self, entry: ControllerDecision, episode: Episode, judge: Judge) -> np.ndarray | None:
+    def action_values(self, entry: ControllerDecision, episode: Episode, is_correct: AnswerCheck) -> np.ndarray | None:
         """``[v(skip/keep), v(speak/refresh)]`` of one logged decision (see the module docstring), or
         None when the value of speaking is unknown (skipped without a counterfactual)."""
         def right(answer: str | None) -> bool:
-            return answer is not None and bool(judge(answer, episode.problem_id))
+            return answer is not None and bool(is_correct(answer, episode.problem_id))
 
         stage, spoke = entry.stage, entry.spoke
         message = _message_of(episode, entry)
@@ -212,7 +212,7 @@ class TeamControllers:
         raise ConfigError(f"controllers: no action values are defined for stage {stage!r} "
                           f"(known: {', '.join(STAGES)})")
 
-    def learn(self, episodes: Iterable[Episode], judge: Judge) -> LearnStats:
+    def learn(self, episodes: Iterable[Episode], is_correct: AnswerCheck) -> LearnStats:
         """One regret update per training decision logged in ``episodes`` (in episode, then turn
         order). Decisions made in an evaluation mode are refused (ValueError): evaluation never
         updates the tables."""
@@ -227,7 +227,7 @@ class TeamControllers:
                                      f"{entry.round} was made in mode {entry.mode!r}; only "
                                      f"training decisions update the tables")
                 cf_tokens += entry.counterfactual_tokens
-                values = self.action_values(entry, episode, judge)
+                values = self.action_values(entry, episode, is_correct)
                 if values is None:
                     unvalued += 1
                     continue
@@ -235,11 +235,11 @@ class TeamControllers:
                 updates[f"{entry.agent}/{entry.stage}"] += 1
         return LearnStats(updates=dict(updates), unvalued=unvalued, counterfactual_tokens=cf_tokens)
 
-    def learn_step(self, episodes: Sequence[Episode], judge: Judge) -> dict[str, Any]:
+    def learn_step(self, episodes: Sequence[Episode], is_correct: AnswerCheck) -> dict[str, Any]:
         """``learn`` from one training step's episodes; returns the step's controller metrics:
         ``speak_rate`` (``speak_rates``), ``speak_prob_average`` (``summary`` after the update),
         ``controller_updates`` and ``counterfactual_tokens``."""
-        stats = self.learn(episodes, judge)
+        stats = self.learn(episodes, is_correct)
         return {"speak_rate": speak_rates(episodes), "speak_prob_average": self.summary(),
                 "controller_updates": stats.updates, "counterfactual_tokens": stats.counterfactual_tokens}
 
@@ -264,8 +264,8 @@ def information_state(decision: TurnDecision) -> tuple[tuple[str, str, str], dic
     return ("debate", agreement, time), {"previous_answer": own}
 
 
-def task_judge(task: Task, items: Mapping[str, TaskItem]) -> Judge:
-    """The judge of ``task``: an answer is correct when the task scores it >= 0.5 on its problem
+def answer_check(task: Task, items: Mapping[str, TaskItem]) -> AnswerCheck:
+    """The answer check of ``task``: an answer is correct when the task scores it >= 0.5 on its problem
     (``items`` by id)."""
     return lambda answer, problem_id: task.score_answer(answer, items[problem_id]) >= 0.5
 

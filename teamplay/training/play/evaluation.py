@@ -17,6 +17,9 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   over the episodes where the metric applies. They read answers as lm-eval 0.4.13 does and are
   not teamplay's accuracy: compare them with published lm-eval numbers, ``team_accuracy`` with
   other teamplay runs.
+* ``extra["cooperation"]``: corrections and harms per message that could change the answer, and
+  the team against its best member alone (``teamplay.training.play.team_metrics.cooperation_metrics``);
+  each transcript row carries its episode's counts under ``"cooperation"``.
 * ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
   the fraction of its decisions that spoke (``teamplay.training.play.controllers.speak_rates``).
 * ``extra["team"]``: what each role learned: first-answer accuracy per role, review verdict
@@ -47,7 +50,7 @@ from teamplay.errors import TeamplayWarning
 from teamplay.records import Episode, TaskItem
 from teamplay.training.play.controllers import speak_rates
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.play.team_metrics import team_metrics
+from teamplay.training.play.team_metrics import Correct, cooperation_metrics, episode_cooperation, team_metrics
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,15 @@ def sample_metrics(episodes: Sequence[Episode]) -> dict[str, float | None] | Non
             "distinct_correct_share": sum(shares) / len(shares) if shares else None}
 
 
+def answer_judge(task: Task, items: dict[str, TaskItem]) -> Correct:
+    """``correct(answer, problem_id)``: the task scores ``answer`` above 0.5 on that problem (None
+    is never right)."""
+    def correct(answer: str | None, problem_id: str) -> bool:
+        return answer is not None and task.score_answer(answer, items[problem_id]) > 0.5
+
+    return correct
+
+
 def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Task,
               seconds: float = 0.0) -> EvalMetrics:
     """Metrics of ``episodes``; ``items`` maps problem id to item (to score initial answers)."""
@@ -160,9 +172,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
     answering_roles: set[str] = set()
     any_right = initial_right = w2r = r2w = 0.0
     initial_flags: list[bool] = []
-
-    def correct(answer: str | None, problem_id: str) -> bool:
-        return answer is not None and task.score_answer(answer, items[problem_id]) > 0.5
+    correct = answer_judge(task, items)
 
     for ep in episodes:
         for agent in ep.agents:
@@ -191,6 +201,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
         extra={"team": team_metrics(episodes, correct, initial_flags),
+               "cooperation": cooperation_metrics(episodes, correct),
                **({"speak_rate": rates} if (rates := speak_rates(episodes)) else {}),
                **({"samples": samples} if (samples := sample_metrics(episodes)) is not None else {})},
         lm_eval=lm_eval_scores(episodes, items, task),
@@ -208,6 +219,7 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
     if not items:
         raise ValueError("evaluate: no items to evaluate")
     by_id = {item.id: item for item in items}
+    correct = answer_judge(task, by_id)
     jobs = [RolloutJob(item=item, group_id=f"{item.id}#eval") for item in items for _ in range(samples)]
     sink = None
     if transcripts_path is not None:
@@ -217,7 +229,8 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
     def record(ep: Episode) -> None:
         if sink is not None:
             item = by_id[ep.problem_id]
-            row = {"prompt": item.prompt, "reference": item.reference, **ep.to_dict()}
+            row = {"prompt": item.prompt, "reference": item.reference, **ep.to_dict(),
+                   "cooperation": asdict(episode_cooperation(ep, correct))}
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()
         if on_episode is not None:

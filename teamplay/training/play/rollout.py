@@ -1,7 +1,9 @@
 """RolloutRunner: many team episodes in lock step, one batched generation per turn.
 
-Every episode teamplay produces (evaluation, training, benchmarks) comes from here. The runner
-builds one ``TeamEnv`` per (problem, sample), then repeats until every env is finished:
+The episodes of training, evaluation and the benchmarks come from here (the server of
+``teamplay serve`` runs its own continuous-batching loop over the same envs and backends:
+``teamplay.serving.episodes.scheduler``). The runner builds one ``TeamEnv`` per (problem,
+sample), then repeats until every env is finished:
 
     1. advance each env past agents that are done (AEC convention: ``step(None)``);
     2. collect the ``TurnRequest`` of each env's selected agent;

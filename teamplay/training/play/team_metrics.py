@@ -18,12 +18,32 @@ made-up 0). Correctness of an answer is the task's ``score_answer(answer, item) 
   latest answers before that round (``teamplay.envs.voting.majority``); ``toward_majority`` = turns
   that changed the agent's answer to the majority from a non-majority answer / revision turns,
   ``away_from_majority`` = turns that left the majority answer for another / revision turns.
+
+Cooperation (``EvalMetrics.extra["cooperation"]``, ``cooperation_metrics``; per episode
+``episode_cooperation``), from the episodes alone:
+
+* Per message: a spoken message *could change the answer* when an earlier round gave an answer (the
+  team's running answer: the latest answer of the earlier rounds, which its author could read; a
+  message of the first answered round, or of a simultaneous round's peers, could not). It is a
+  *correction* when its own answer is right and the running answer was wrong, a *harm* when its
+  answer is wrong and the running answer was right; a message without an answer (a verdict,
+  silence) is neither. ``corrections_per_message`` = corrections / messages that could change the
+  answer, ``harms_per_message`` = harms / the same; the counts are kept as ``corrections``,
+  ``harms``, ``chances``. Unlike ``correction_rate`` (per episode, initial vs final answer), this
+  says how often one message helps or hurts. Under ``relay`` the informants' answers are operands,
+  so the answerer's right sum counts as a correction of the last operand.
+* Team vs its best member: ``member_accuracy[agent]`` = mean ``Episode.agent_correct[agent]`` (each
+  agent's own last answer); ``best_member`` = the agent with the highest (ties: the first in team
+  order), ``team_minus_best_member`` = mean team reward - that accuracy (> 0: the team beats every
+  member alone). Under ``split`` and ``relay`` an agent is scored on its own piece, not on the
+  team's problem, so there the comparison is not one of equals.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from teamplay.envs.voting import majority
@@ -109,4 +129,73 @@ def team_metrics(episodes: Sequence[Episode], correct: Correct, initial_right: S
     _rate(sum(r and ep.reward <= 0.5 for ep, r in zip(episodes, initial_right, strict=True)),
           len(episodes) - wrong_first, out, "harm_rate")
     debate_metrics(episodes, out)
+    return out
+
+
+@dataclass(frozen=True)
+class EpisodeCooperation:
+    """Cooperation counts of one episode (module docstring).
+
+    Fields:
+        chances: spoken messages that could change the answer (an earlier round gave one), >= 0.
+        corrections: those whose answer turned a wrong running answer right, <= chances.
+        harms: those whose answer turned a right running answer wrong, <= chances - corrections.
+        member_correct: per agent of the episode, ``Episode.agent_correct`` (0.0 when missing).
+    """
+
+    chances: int
+    corrections: int
+    harms: int
+    member_correct: Mapping[str, float]
+
+
+def episode_cooperation(episode: Episode, correct: Correct) -> EpisodeCooperation:
+    """The per-message corrections and harms of ``episode`` and its members' scores."""
+    chances = corrections = harms = 0
+    running: str | None = None  # the latest answer of the rounds before the current one
+    for r in sorted({m.round for m in episode.messages}):
+        in_round = [m for m in episode.messages if m.round == r]
+        if running is not None:
+            was = correct(running, episode.problem_id)
+            for m in in_round:
+                if not m.spoke:
+                    continue
+                chances += 1
+                if m.answer is not None:
+                    now = correct(m.answer, episode.problem_id)
+                    corrections += (not was) and now
+                    harms += was and not now
+        answers = [m.answer for m in in_round if m.spoke and m.answer is not None]
+        running = answers[-1] if answers else running
+    member = {a: float(episode.agent_correct.get(a, 0.0)) for a in episode.agents}
+    return EpisodeCooperation(chances=chances, corrections=corrections, harms=harms, member_correct=member)
+
+
+def best_member(episodes: Sequence[Episode], counts: Sequence[EpisodeCooperation]) -> dict[str, Any]:
+    """``member_accuracy``, ``best_member``, ``best_member_accuracy`` and ``team_minus_best_member``
+    over ``episodes`` (``counts[i]`` belongs to ``episodes[i]``; an agent's mean is over the
+    episodes it played). Empty when no episode has an agent."""
+    scores: dict[str, list[float]] = defaultdict(list)
+    for c in counts:
+        for agent, score in c.member_correct.items():
+            scores[agent].append(score)
+    if not scores:
+        return {}
+    accuracy = {a: sum(v) / len(v) for a, v in scores.items()}
+    best = max(accuracy, key=lambda a: accuracy[a])  # max keeps the first of equals: team order
+    team = sum(ep.reward for ep in episodes) / len(episodes)
+    return {"member_accuracy": accuracy, "best_member": best, "best_member_accuracy": accuracy[best],
+            "team_minus_best_member": team - accuracy[best]}
+
+
+def cooperation_metrics(episodes: Sequence[Episode], correct: Correct) -> dict[str, Any]:
+    """The cooperation metrics of the module docstring over ``episodes`` (rates with an empty
+    denominator are left out)."""
+    counts = [episode_cooperation(ep, correct) for ep in episodes]
+    chances = sum(c.chances for c in counts)
+    out: dict[str, Any] = {"chances": chances, "corrections": sum(c.corrections for c in counts),
+                           "harms": sum(c.harms for c in counts)}
+    _rate(out["corrections"], chances, out, "corrections_per_message")
+    _rate(out["harms"], chances, out, "harms_per_message")
+    out.update(best_member(episodes, counts))
     return out

@@ -32,7 +32,7 @@ from teamplay.envs.tasks.base import Task
 from teamplay.records import TaskItem
 from teamplay.training.play.evaluation import EvalMetrics, cached_untrained_eval, evaluate
 from teamplay.training.run.parts import Runner
-from teamplay.training.wiring.setup import sampling_params
+from teamplay.training.wiring.sampling import sampling_params
 
 
 class HeldOutEvaluation:

@@ -4,7 +4,7 @@
 The trainer keeps what makes a run a run (data order, credit, metrics, evaluation bookkeeping,
 checkpoints); everything that differs between an in-process run and a run on a cluster lives
 behind these two interfaces. A ``PartsFactory`` builds both once the run is wired
-(``setup.build_run``); the in-process pair is built by ``local_parts``, the Ray pair by
+(``wiring.wired_run.build_run``); the in-process pair is built by ``local_parts``, the Ray pair by
 ``teamplay.distributed.parts``, and ``teamplay.distributed.compose.make_trainer`` picks one from the
 config. A trainer never learns which pair it holds.
 
@@ -90,7 +90,7 @@ class Learner(Protocol):
 
 
 class PartsFactory(Protocol):
-    """Builds a run's ``(Runner, Learner)`` from its wiring (``setup.RunParts``) and trainable
+    """Builds a run's ``(Runner, Learner)`` from its wiring (``wiring.wired_run.WiredRun``) and trainable
     adapters. ``driver_backend`` names the generation backend of the trainer's own process when it
     must differ from the config's (``None``: the config's)."""
 
@@ -136,7 +136,7 @@ def advance(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
 class LocalRunner(RolloutRunner):
     """The in-process runner: the lock-step ``RolloutRunner`` over the training envs, and a fresh
     one over the evaluation envs for each held-out evaluation. With ``owns_backend`` (the run built
-    the backend: ``setup.RunParts.owns_backend``), ``close`` closes the backend too."""
+    the backend: ``WiredRun.owns_backend``), ``close`` closes the backend too."""
 
     def __init__(self, make_env: Callable[[], TeamEnv], make_eval_env: Callable[[], TeamEnv], backend,
                  sampling: SamplingParams, max_batch: int | None = None, owns_backend: bool = False) -> None:

@@ -7,7 +7,8 @@ What one step really does:
        generated message keeps the behaviour log-probs of the policy that generated it;
     3. score them (the env already did: team reward = verifier score of the final answer);
     4. the configured credit method turns each group's rewards into one advantage per message;
-       groups whose rewards are all equal carry no signal and are dropped (counted in metrics);
+       a group is kept for an agent while that agent's advantages in it are not all zero, and a
+       group where every agent's are is dropped (counted in metrics; ``stages.informative``);
        with `credit.token`, one batched no-grad pass computes the token statistics the token
        method declares (entropies, reference or teacher log-probs, ...) and the token method
        spreads each message's advantage over its tokens (for the listed roles; the others keep
@@ -65,7 +66,7 @@ from teamplay.config import TrainConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, TaskItem
 from teamplay.training.learn.nonfinite import NonFiniteGuard
-from teamplay.training.play.controllers import task_judge
+from teamplay.training.play.controllers import answer_check
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.play.rollout import step_jobs
 from teamplay.training.run.held_out import HeldOutEvaluation
@@ -83,13 +84,15 @@ from teamplay.training.step.stages import (
     all_credited,
     all_token_rows,
     make_groups,
+    run_stages,
 )
 from teamplay.training.step.step_metrics import step_metrics
 from teamplay.training.step.token_stage import TokenStage
 from teamplay.training.store.checkpoint import LoadedCheckpoint, TrainerState, latest_checkpoint
 from teamplay.training.store.metrics import MetricsLogger, generated_tokens
 from teamplay.training.store.run_folder import claim_run_folder
-from teamplay.training.wiring.setup import build_run, check_run, seed_everything
+from teamplay.training.wiring.checks import check_run
+from teamplay.training.wiring.wired_run import build_run, seed_everything
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,8 @@ class StepResult:
         metrics: the step's metrics (JSON-ready), as logged to metrics.jsonl.
         groups: the stage records of the credited groups, in group order (``GroupWork``: the
             episodes, item, rewards, scale, advantages, token rows and samples of each group);
-            groups without signal are not among them. ``credited`` and ``token_advantages`` are
-            flat views of them.
+            groups where every agent is silent (``stages.informative``) are not among them.
+            ``credited`` and ``token_advantages`` are flat views of them.
     """
 
     step: int
@@ -234,7 +237,7 @@ class Trainer:
             self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
-            self.update = UpdateStage(self.learner, self.nonfinite, self.tokens)
+            self.update = UpdateStage(self.learner, self.nonfinite)
 
     @property
     def state(self) -> TrainerState:
@@ -379,12 +382,12 @@ class Trainer:
         episodes = self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
         t_rollout = time.perf_counter() - t0
         by_id = {item.id: item for item in problems}
-        judge = task_judge(self.task, by_id)  # the controllers' regret updates value answers with it
-        controller_metrics = self.controllers.learn_step(episodes, judge) if self.controllers else {}
+        is_correct = answer_check(self.task, by_id)  # the controllers' regret updates value answers with it
+        controller_metrics = self.controllers.learn_step(episodes, is_correct) if self.controllers else {}
         active = active_adapters(self.trainable, step, self.cfg.alternate_roles_every)
         ctx = StepContext(step, frozenset(active), tuple(episodes))
         groups = make_groups(episodes, by_id, self.group_hook)
-        work = self.tokens(self.credit(groups, ctx), ctx)
+        work = run_stages((self.credit, self.tokens), groups, ctx)  # advantages, token credit, samples
         t_credit = time.perf_counter() - t0 - t_rollout
         work = self.update(work, ctx)
         metrics = step_metrics(episodes, groups, work, active, self.update.metrics(), self.credit.metrics())

@@ -21,7 +21,10 @@ from teamplay.training.play.answer_probability import AnswerProbability
 from teamplay.training.play.judge import BackendJudge
 from teamplay.training.play.replay import RolloutReplayEngine
 from teamplay.training.step.stages import GroupWork, StepContext
-from teamplay.training.wiring.setup import CheckedRun, RunParts, build_judge_backend, sampling_params
+from teamplay.training.wiring.backend import build_judge_backend
+from teamplay.training.wiring.checks import CheckedRun
+from teamplay.training.wiring.sampling import sampling_params
+from teamplay.training.wiring.wired_run import WiredRun
 
 
 def protocol_scorer(protocol: Protocol, task: Task, item: TaskItem) -> TranscriptScorer:
@@ -41,10 +44,10 @@ class CreditStage:
     """Turns groups into credited groups (``__call__``) and says how an episode was valued
     (``record``). Built once per run from the checked config and its wiring; it owns the replay
     engine (``replay``, when the method re-executes), the answer-probability scorer and the
-    generative judge (``judge``: ``setup.build_judge_backend``'s backend, adapters off), each only when
+    generative judge (``judge``: ``wiring.backend.build_judge_backend``'s backend, adapters off), each only when
     the method asks for it."""
 
-    def __init__(self, cfg: TrainConfig, checked: CheckedRun, run: RunParts) -> None:
+    def __init__(self, cfg: TrainConfig, checked: CheckedRun, run: WiredRun) -> None:
         self.method, self.options = cfg.credit.method, checked.credit_options
         self.task: Task = run.task
         self.protocol: Protocol = run.make_env().protocol  # its rule scores masked transcripts
@@ -60,7 +63,7 @@ class CreditStage:
                 max_prompt_tokens=cfg.backend.max_prompt_tokens)
         self.judge: BackendJudge | None = None
         if "judge" in checked.credit_needs:
-            self.judge = BackendJudge(build_judge_backend(cfg, run))
+            self.judge = BackendJudge(build_judge_backend(cfg, run.team_model, run.backend))
 
     def __call__(self, groups: Sequence[GroupWork], ctx: StepContext) -> list[GroupWork]:
         """The method's advantages for each group, times the group's scale; an advantage beyond
@@ -90,7 +93,7 @@ class CreditStage:
         return out
 
     def resources(self, item: TaskItem) -> CreditResources:
-        """What expensive credit methods may ask for (``setup.TRAINER_RESOURCES``): a verifier scorer
+        """What expensive credit methods may ask for (``wiring.checks.TRAINER_RESOURCES``): a verifier scorer
         of masked transcripts (the protocol's ``score_visible``: by default the last answer still
         visible, scored against ``item``), the generation backend, the replay engine, the
         answer-probability scorer and the generative judge."""

@@ -79,6 +79,9 @@ class GroupWork:
         token_rows: with token-level credit, per episode per message its token advantages [C] or
             ``None`` (the scalar on every token), set by the token credit stage or, for a token
             rule the update applies, by the update stage; ``None`` without token-level credit.
+        tokens_in_update: whether a per-message token rule reaches these samples, to be applied
+            by the update from its own forward pass (set by the token stage; the update stage then
+            writes the rows the update resolved into ``token_rows`` and the samples).
         samples: the group's policy samples in ``positions`` order (set by the samples stage;
             after an update that resolved token rules they carry the resolved tokens).
         silent: the agents whose advantages are all zero in this group (set by ``informative``):
@@ -94,6 +97,7 @@ class GroupWork:
     token_rows: TokenRows | None = None
     samples: tuple[PolicySample, ...] = ()
     silent: frozenset[str] = frozenset()
+    tokens_in_update: bool = False
 
     @property
     def has_signal(self) -> bool:
@@ -223,6 +227,14 @@ def resolve_token_rows(groups: Sequence[GroupWork], resolved: dict[int, Sequence
             samples.append(dataclasses.replace(sample, token_advantages=tokens))
             i += 1
         out.append(dataclasses.replace(work, samples=tuple(samples), token_rows=tuple(tuple(r) for r in rows)))
+    return out
+
+
+def run_stages(stages: Sequence[Stage], groups: Sequence[GroupWork], ctx: StepContext) -> list[GroupWork]:
+    """``groups`` through ``stages`` in order, each stage given what the one before returned."""
+    out = list(groups)
+    for stage in stages:
+        out = stage(out, ctx)
     return out
 
 

@@ -1,17 +1,27 @@
-"""The token level of a step's credit (``credit.token``): which groups it keeps, how the token
-advantages reach the policy samples, and the rows an update resolved.
+"""The token level of a step's credit (``credit.token``): which groups it keeps and how the token
+advantages reach the policy samples.
 
 The token method alone picks the route, the same on every learner (in-process or a cluster's ranks):
 
 - a per-message method (one with a ``row`` rule, e.g. ``dgpo``) is applied inside the update, from
-  the update's own forward pass: the samples of the listed roles carry a ``TokenRule``, and after
-  the update ``resolved`` writes the rows the learner computed (``Learner.resolved_tokens``) into
-  the groups' token rows and samples;
+  the update's own forward pass: the samples of the listed roles carry a ``TokenRule``, the groups
+  say so (``GroupWork.tokens_in_update``), and after the update the update stage writes the rows
+  the learner computed (``Learner.resolved_tokens``) into the groups' token rows and samples
+  (``stages.resolve_token_rows``);
 - any other method gets the token statistics it declares in one batched no-grad pass before the
   update (``stages.token_credit``), and the samples carry its token advantages.
 
 Every group enters the credit stage; after it, this stage keeps a group for an agent when that
 agent's advantages are not all zero (``stages.informative``).
+
+Why a per-message rule is not applied here, so that every advantage is final before the loss runs
+(as in TRL or prime-rl): the rule reads the token distributions of the pass that first scores a
+sample in the update (epoch 1). Every minibatch after the first optimiser step is scored by
+weights that step already moved, so a pass here, on the step's starting weights, would give other
+token advantages for those samples, so other numbers than a run gives today (the two routes
+agree only where the update scores every sample before it steps, as
+``tests/training/test_token_credit.py`` checks with one minibatch). It would also cost a second
+full-vocabulary forward pass of every such message, which the update's own pass avoids.
 
 Without ``credit.token`` the stage makes the informative groups' samples with one advantage per
 message.
@@ -19,20 +29,14 @@ message.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from teamplay.config import OptimConfig, SamplingConfig, TokenCreditConfig
 from teamplay.training.learn.samples import TokenRule
-from teamplay.training.step.stages import (
-    GroupWork,
-    StepContext,
-    informative,
-    resolve_token_rows,
-    token_credit,
-    with_samples,
-)
-from teamplay.training.wiring.setup import CheckedRun
+from teamplay.training.step.stages import GroupWork, StepContext, informative, token_credit, with_samples
+from teamplay.training.wiring.checks import CheckedRun
 
 
 class TokenStage:
@@ -67,14 +71,11 @@ class TokenStage:
         if self.token is not None and groups and self.rule is None:
             groups = token_credit(groups, self.team_model, self.token, ctx.active, self.temperature,
                                   chunk=self.chunk)
-        return with_samples(groups, ctx.active, self.rule, self.roles)
+        groups = with_samples(groups, ctx.active, self.rule, self.roles)
+        if self.rule is not None:  # the update applies it; the update stage writes back what it resolved
+            groups = [dataclasses.replace(work, tokens_in_update=True) for work in groups]
+        return groups
 
     def metrics(self) -> dict[str, Any]:
         """Nothing beyond what the step's metrics read from the samples (``token_credit_metrics``)."""
         return {}
-
-    def resolved(self, groups: Sequence[GroupWork], rows: dict[int, tuple[float, ...]],
-                 active: Collection[str]) -> list[GroupWork]:
-        """The groups with the token rows an update resolved (``rows``: by index into the step's
-        samples), when a rule ran; else ``groups`` as they are (the update stage calls it)."""
-        return resolve_token_rows(groups, rows, active) if self.rule is not None and groups else list(groups)

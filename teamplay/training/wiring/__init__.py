@@ -1,5 +1,9 @@
-"""Building a run's parts from its config and checking it before any model loads (``setup``:
-``build_run``, ``check_run``).
+"""Building a run from its config, one module per kind of thing built: the task's items and the env
+factory (``envs``), the team model (``model``), the generation backends (``backend``), the
+decoding settings (``sampling``), the evaluation's controllers (``controllers``), where a model
+goes (``placement``); the whole training run from them (``wired_run``: ``build_run``), the team of
+``eval``/``play``/``serve`` (``eval_team``), and the check of a run before any model loads
+(``checks``: ``check_run``).
 
 Above ``store`` and ``play``, which it builds from; below every room that builds a run.
 """

@@ -19,7 +19,9 @@ from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import TaskItem
 from teamplay.training.play.controllers import TeamControllers
-from teamplay.training.wiring.setup import build_backend, env_factory, load_controllers, load_items
+from teamplay.training.wiring.backend import build_backend
+from teamplay.training.wiring.controllers import load_controllers
+from teamplay.training.wiring.envs import env_factory, load_items
 
 
 @dataclass(frozen=True)

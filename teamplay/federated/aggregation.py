@@ -1,4 +1,4 @@
-"""Aggregation strategies of federated team training: FedAvg, Fed-GRPO's three mechanisms, robust rules.
+"""How federated team training aggregates site updates: FedAvg, Fed-GRPO's three mechanisms, robust rules.
 
 Everything here is a pure function of NumPy arrays and scalars, so each rule is tested by hand.
 A client's update is the flat vector ``delta`` (float32, shape ``[N]``: every trainable LoRA entry

@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import Strategy
 
 from teamplay.config import FederatedSection
 from teamplay.errors import ConfigError
-from teamplay.federated import strategies
+from teamplay.federated import aggregation
 from teamplay.federated.screen import Refusal, RoundSpec, SiteRefusedWarning, SiteResult, TooFewSitesError, screen
 from teamplay.federated.wire import encode_update, record_bytes, type_stats
 
@@ -146,11 +146,11 @@ class TeamStrategy(Strategy):
             raise TooFewSitesError(_too_few(server_round, len(results), fed.min_sites, failed, refused))
 
         weights = self.weights(results)
-        options = strategies.AggregatorOptions(fed.robust.trim_fraction, fed.robust.clip_factor)
-        new = strategies.aggregate(self._global, [r.delta for r in results], weights, fed.robust.aggregator, options)
+        options = aggregation.AggregatorOptions(fed.robust.trim_fraction, fed.robust.clip_factor)
+        new = aggregation.aggregate(self._global, [r.delta for r in results], weights, fed.robust.aggregator, options)
         self.state = ServerState(  # results are sorted by site
             round=server_round,
-            calibration=strategies.global_type_means([type_stats(r.metrics) for r in results],
+            calibration=aggregation.global_type_means([type_stats(r.metrics) for r in results],
                                                      self.state.calibration),
             signals={**self.state.signals, **{str(r.site): float(r.metrics["signal"]) for r in results}},
             aggregated=[r.site for r in results],
@@ -170,17 +170,17 @@ class TeamStrategy(Strategy):
         known = [self.state.signals[str(s)] for s in range(k) if str(s) in self.state.signals]
         fill = float(np.mean(known)) if known else 1.0
         signals = [self.state.signals.get(str(s), fill) for s in range(k)]
-        split = strategies.split_budget(fed.fedgrpo.budget, n, signals, fed.fedgrpo.weight_floor)
+        split = aggregation.split_budget(fed.fedgrpo.budget, n, signals, fed.fedgrpo.weight_floor)
         return {str(s): split[s] for s in range(k)}
 
     def weights(self, results: list[SiteResult]) -> np.ndarray:
         """Each site's share [K]: FedAvg's or Fed-GRPO's, or equal under an unweighted aggregator."""
         fed = self.fed
-        if not strategies.AGGREGATORS[fed.robust.aggregator].weighted:
+        if not aggregation.AGGREGATORS[fed.robust.aggregator].weighted:
             return np.full(len(results), 1.0 / len(results))
         if fed.strategy == "fedgrpo" and fed.fedgrpo.signal_weighting:
-            return strategies.signal_weights([r.metrics["signal"] for r in results], fed.fedgrpo.weight_floor)
-        return strategies.fedavg_weights([r.metrics["shard_size"] for r in results])
+            return aggregation.signal_weights([r.metrics["signal"] for r in results], fed.fedgrpo.weight_floor)
+        return aggregation.fedavg_weights([r.metrics["shard_size"] for r in results])
 
     # ------------------------------------------------------------------------- evaluation
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -207,7 +207,7 @@ class TeamStrategy(Strategy):
         report = self.report
         assert report is not None, "log_fields before the first aggregate_train"
         sites = {str(r.site): _site_record(r, w) for r, w in zip(report.results, report.weights, strict=True)}
-        dense = strategies.SparseUpdate(self.size, np.zeros(0, np.int32), np.zeros(self.size, np.float32), dense=True)
+        dense = aggregation.SparseUpdate(self.size, np.zeros(0, np.int32), np.zeros(self.size, np.float32), dense=True)
         dense_bytes = record_bytes(encode_update(dense))  # what a dense upload serialises to
         total = sum(site["bytes"] for site in sites.values())
         return {
