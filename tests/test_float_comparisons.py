@@ -47,8 +47,8 @@ exact by construction (one function called twice on one input in one process, a 
 0/1, sums of dyadic values such as 0.5 + 0.25, integers stored as floats), the comment
 ``# exact: <reason>`` at the end of a line of the statement that holds the comparison (or the
 equality call), or in the comment lines right above that statement. The reason is required: a bare
-``# exact:`` is itself reported. ``PENDING`` lists the few flagged lines of files this check's author
-could not edit, each with its reason, until the reason moves onto the line.
+``# exact:`` is itself reported. ``PENDING`` may list a flagged line (path, text) whose reason
+cannot go on the line yet (a file being rewritten elsewhere); it is empty, and should stay so.
 
 Limits: comparisons outside ``assert`` (``if a == b``, a helper's ``return a == b``) are not read;
 a computed float compared with an int literal (``x.sum() == 0``) is not flagged; nor is ``a == b``
@@ -103,10 +103,7 @@ TOLERANT_CALLS = frozenset({"isclose", "allclose", "assert_allclose", "assert_cl
 MARKER = re.compile(r"#\s*exact:(.*)$")
 #: flagged lines in files this change could not edit, by path: the line's text, until its owner puts
 #: the reason on it as an ``# exact:`` comment (then delete the entry)
-PENDING = frozenset({
-    # team accuracy is the mean of six 0/1 rewards: 0, 3/6 or 1, each exact, as the parametrised value is
-    ("tests/serving/test_lm_eval.py", "assert team_accuracy == accuracy"),
-})
+PENDING: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

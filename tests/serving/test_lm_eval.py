@@ -109,6 +109,7 @@ def test_lm_evals_exact_match_is_teamplays_team_accuracy(data, tmp_path, protoco
             "backend": {"name": "scripted", "policy": policy}}
     team_accuracy, rewards = _teamplay_eval(team, tmp_path)
     results, matches, requests = _lm_eval(team, data, tmp_path)
+    # exact: the mean of six 0/1 rewards is 0, 1/2 or 1, as the parametrised value is
     assert team_accuracy == accuracy
     assert results["sample_len"] == requests == len(ROWS)  # every problem went through the server once
     assert results["exact_match,boxed"] == pytest.approx(accuracy, abs=1e-12)
