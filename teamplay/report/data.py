@@ -255,13 +255,14 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A JSON number: an int or a float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _int_field(row: Mapping[str, Any], name: str, where: str) -> int:
     value = row.get(name)
-    if not _is_number(value) or value != int(value):
+    if not is_number(value) or value != int(value):
         raise DataError(f"{where}: field {name!r} must be an integer, got {value!r}")
     return int(value)
 
@@ -269,14 +270,14 @@ def _int_field(row: Mapping[str, Any], name: str, where: str) -> int:
 def _number_map(value: Any, name: str, where: str) -> dict[str, float]:
     if value is None:
         return {}
-    if not isinstance(value, dict) or not all(_is_number(v) for v in value.values()):
+    if not isinstance(value, dict) or not all(is_number(v) for v in value.values()):
         raise DataError(f"{where}: field {name!r} must be an object of numbers ({{name: x}}), got {value!r}")
     return {str(k): float(v) for k, v in value.items()}
 
 
 def _step_metrics(row: Mapping[str, Any], step: int, where: str) -> StepMetrics:
     scalars = {k: float(v) for k, v in row.items()
-               if k != "step" and _is_number(v) and math.isfinite(v)}
+               if k != "step" and is_number(v) and math.isfinite(v)}
     return StepMetrics(
         step=step, scalars=scalars,
         adv_mean=_number_map(row.get("adv_mean"), "adv_mean", where),
@@ -306,7 +307,7 @@ def _eval_metrics(value: Any, where: str) -> EvalMetrics:
             kwargs[name] = _number_map(item, name, where)
         elif name == "extra":
             kwargs[name] = dict(item) if isinstance(item, dict) else {}
-        elif _is_number(item):
+        elif is_number(item):
             kwargs[name] = int(item) if name == "episodes" else float(item)
         else:
             raise DataError(f"{where}: EvalMetrics field {name!r} must be a number, got {item!r}")
@@ -324,7 +325,7 @@ def _logged_episode(row: dict[str, Any], where: str, credited: bool) -> LoggedEp
     advantages: tuple[float, ...] | None = None
     if credited:
         raw = row.get("advantages")
-        if not isinstance(raw, list) or not all(_is_number(a) for a in raw):
+        if not isinstance(raw, list) or not all(is_number(a) for a in raw):
             raise DataError(f"{where}: field 'advantages' must be a list of numbers (one per message)")
         if len(raw) != len(episode.messages):
             raise DataError(f"{where}: {len(raw)} advantages for {len(episode.messages)} messages; "
@@ -353,7 +354,7 @@ def _token_rows(row: dict[str, Any], where: str, n_messages: int):
             out.append(None)
             continue
         if not (isinstance(a, list) and isinstance(p, list) and len(a) == len(p)
-                and all(_is_number(x) for x in a) and all(isinstance(x, str) for x in p)):
+                and all(is_number(x) for x in a) and all(isinstance(x, str) for x in p)):
             raise DataError(f"{where}: message {t}: token_advantages and token_pieces must be lists of "
                             f"numbers and strings of the same length")
         out.append(tuple((str(x), float(y)) for x, y in zip(p, a, strict=True)))

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from teamplay.report.analysis import FREE_RIDER_THRESHOLD, agent_credit
-from teamplay.report.data import EvalData, RunData
+from teamplay.report.data import EvalData, RunData, is_number
 from teamplay.report.markup import MISSING, esc, fmt, fmt_signed, note, table
 from teamplay.report.plots import PALETTE, Plot
 from teamplay.report.transcripts import BROWSER_SCRIPT, transcript_browser
@@ -318,7 +318,7 @@ def cooperation_table(columns: Sequence[tuple[str, EvalMetrics | None]]) -> str:
     column has is left out, a value one column lacks is ``—``."""
     coops = [m.extra.get("cooperation", {}) if m is not None else {} for _, m in columns]
     def cell(key: str, value: Any) -> str:
-        if not _is_value(value):
+        if not is_number(value):
             return MISSING
         return fmt_signed(value) if key == "team_minus_best_member" else fmt(value)
 
@@ -327,10 +327,6 @@ def cooperation_table(columns: Sequence[tuple[str, EvalMetrics | None]]) -> str:
     if any("best_member" in c for c in coops):
         rows.append(["best member"] + [esc(str(c.get("best_member", MISSING))) for c in coops])
     return table(["metric"] + [label for label, _ in columns], rows, "cooperation")
-
-
-def _is_value(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _mean(values: list[float]) -> float | None:

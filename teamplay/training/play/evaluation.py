@@ -32,6 +32,7 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -155,7 +156,9 @@ def sample_metrics(episodes: Sequence[Episode]) -> dict[str, float | None] | Non
 
 def answer_judge(task: Task, items: dict[str, TaskItem]) -> Correct:
     """``correct(answer, problem_id)``: the task scores ``answer`` above 0.5 on that problem (None
-    is never right)."""
+    is never right). Memoised: the summary's team and cooperation metrics and the transcript rows
+    ask about the same answers, and a verifier (MATH's) can be costly."""
+    @functools.cache
     def correct(answer: str | None, problem_id: str) -> bool:
         return answer is not None and task.score_answer(answer, items[problem_id]) > 0.5
 
@@ -163,8 +166,9 @@ def answer_judge(task: Task, items: dict[str, TaskItem]) -> Correct:
 
 
 def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Task,
-              seconds: float = 0.0) -> EvalMetrics:
-    """Metrics of ``episodes``; ``items`` maps problem id to item (to score initial answers)."""
+              seconds: float = 0.0, correct: Correct | None = None) -> EvalMetrics:
+    """Metrics of ``episodes``; ``items`` maps problem id to item (to score initial answers);
+    ``correct``: an ``answer_judge`` of the same task and items to reuse (default: a new one)."""
     n = len(episodes)
     if n == 0:
         raise ValueError("summarize: no episodes")
@@ -172,7 +176,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
     answering_roles: set[str] = set()
     any_right = initial_right = w2r = r2w = 0.0
     initial_flags: list[bool] = []
-    correct = answer_judge(task, items)
+    correct = correct or answer_judge(task, items)
 
     for ep in episodes:
         for agent in ep.agents:
@@ -242,7 +246,7 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
     finally:
         if sink is not None:
             sink.close()
-    return episodes, summarize(episodes, by_id, task, seconds=time.perf_counter() - start)
+    return episodes, summarize(episodes, by_id, task, seconds=time.perf_counter() - start, correct=correct)
 
 
 #: the config sections the held-out evaluation of an untrained team depends on: a fresh LoRA
