@@ -19,8 +19,10 @@ class TaskConfig(Section):
         None, description="Local file to load instead of the hub (jsonl/parquet/csv); for arith, "
                           "the level as 'level=N'.")
     limit: int | None = Field(None, ge=1, description="Keep the first N items.")
-    distinct: bool = Field(False, description="Drop repeated problems (same prompt text), keeping the "
-                                              "first; limit then counts distinct problems.")
+    distinct: bool = Field(False, description="Drop repeated problems (same prompt text, or the same "
+                                              "problem reworded where the task says so: arith and relay_sum "
+                                              "with twins_together key a sum and its commuted twin together), "
+                                              "keeping the first; limit then counts distinct problems.")
     seed: int = Field(0, description="Seed for procedural tasks and choice shuffling.")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="Task constructor options, e.g. {level: 3} for arith.")

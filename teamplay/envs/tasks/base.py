@@ -57,6 +57,12 @@ class Task(ABC):
             return 0.0
         return self.score(answer, item)
 
+    def twin_key(self, item: TaskItem) -> str:
+        """Items with one key are one problem for deduplication (``distinct``): by default the prompt
+        text; a task whose problems have rewordings with the same answer (a sum and its commuted twin,
+        ``b + a`` for ``a + b``) may key them together."""
+        return item.prompt
+
 
 class NumericAnswerTask(Task):
     """A task whose answer is one number, read and scored by the GSM8K rule (gsm8k, arith).

@@ -19,15 +19,17 @@ from teamplay.records import TaskItem
 
 def load_items(cfg: TaskConfig) -> tuple[Task, list[TaskItem]]:
     """The task object and its items as the config selects them (``distinct``: the first ``limit``
-    distinct problems of the whole split, in order; a ConfigError when the split has fewer)."""
+    distinct problems of the whole split, in order, distinct by ``Task.twin_key``; a ConfigError when
+    the split has fewer)."""
     task = get_task(cfg.name, **cfg.options)
     if not cfg.distinct:
         return task, task.load(cfg.split, source=cfg.source, limit=cfg.limit, seed=cfg.seed)
     seen: set[str] = set()
     items = []
     for item in task.load(cfg.split, source=cfg.source, limit=None, seed=cfg.seed):
-        if item.prompt not in seen:
-            seen.add(item.prompt)
+        key = task.twin_key(item)
+        if key not in seen:
+            seen.add(key)
             items.append(item)
     if cfg.limit is not None:
         if len(items) < cfg.limit:

@@ -19,7 +19,11 @@ process and does not depend on ``limit`` (the first 10 items of ``limit=100`` ar
 Train and test never share a problem: the problem space is split once by a hash of the problem text
 (one in five problems is a test problem, whatever the seed), and each split's generator redraws
 until it lands in its own part. Within a split a problem can repeat in a large set: level 1 has
-only 99 * 99 sums.
+only 99 * 99 sums. The text split puts about four in five commuted twins (``b + a`` for a test
+problem ``a + b``) in the training split; ``twins_together=True`` splits level 1 by the sum's
+unordered operands instead (``twin_key``), so a sum and its twin always share a split and a held-out
+set has no twin in training (other levels keep the text split; the item ids say which split rule made
+them, so the default sets never change).
 """
 
 from __future__ import annotations
@@ -56,6 +60,15 @@ def _digest(*parts: object) -> int:
 def split_of(prompt: str) -> str:
     """The split a problem belongs to, fixed by its text for every seed and level."""
     return "test" if _digest("arith-split", prompt) % TEST_SHARE == 0 else "train"
+
+
+def sum_twin_key(operands: tuple[int, ...]) -> str:
+    """One text for a sum and every reordering of its operands (the sum of the sorted operands as a
+    problem text), so that ``split_of(sum_twin_key(...))`` sends commuted twins to one split."""
+    return f"What is {' + '.join(str(x) for x in sorted(operands))}?"
+
+
+_LEVEL1 = re.compile(r"^What is (\d+) \+ (\d+)\?$")
 
 
 # -- one generator per level: rng -> (prompt, answer) --
@@ -137,14 +150,19 @@ class ArithTask(NumericAnswerTask):
     splits = ("train", "test")
     answer_instruction = "End with 'The answer is N.' where N is a number."
 
-    def __init__(self, level: int = 1, max_operand: int = 99) -> None:
+    def __init__(self, level: int = 1, max_operand: int = 99, twins_together: bool = False) -> None:
         """``max_operand`` bounds the operands of the sums of levels 1 and 2 (default 99: 1-2 digit
         numbers); a smaller bound makes an easier curriculum, e.g. ``max_operand=20`` for a small
-        model. Levels 3-5 ignore it."""
+        model. Levels 3-5 ignore it. ``twins_together``: split level 1 by the unordered operands, so
+        a sum's commuted twin is never in the other split, and key twins as one problem for
+        ``distinct`` (module docstring)."""
         self.level = _check_level(level, "level")
         if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 2 <= max_operand <= 10**6:
             raise ConfigError(f"arith: max_operand must be an integer from 2 to 1000000, got {max_operand!r}")
+        if not isinstance(twins_together, bool):
+            raise ConfigError(f"arith: twins_together must be true or false, got {twins_together!r}")
         self.max_operand = max_operand
+        self.twins_together = twins_together
 
     def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
              seed: int = 0) -> list[TaskItem]:
@@ -159,17 +177,32 @@ class ArithTask(NumericAnswerTask):
     def item(self, split: str, level: int, seed: int, index: int) -> TaskItem:
         """Item ``index`` of (seed, split, level), generated on its own (no earlier items needed)."""
         bounded = level in (1, 2) and self.max_operand != 99
-        # the default bound keeps the original seeds and ids, so existing item sets never change
+        twins = self.twins_together and level == 1
+        # the default bound and split rule keep the original seeds and ids, so existing item sets never change
         extra = (f"m{self.max_operand}",) if bounded else ()
+        extra += ("twins",) if twins else ()
         rng = random.Random(_digest("arith", seed, split, level, index, *extra))
         generate = _GENERATORS[level]
         while True:  # ends quickly: a draw lands in "test" with probability 1/5, "train" 4/5
             prompt, answer = generate(rng, self.max_operand) if level in (1, 2) else generate(rng)
-            if split_of(prompt) == split:
+            if split_of(self._twin_text(prompt) if twins else prompt) == split:
                 break
-        tag = f"/m{self.max_operand}" if bounded else ""
+        tag = (f"/m{self.max_operand}" if bounded else "") + ("/t" if twins else "")
         return TaskItem(id=f"arith/L{level}{tag}/s{seed}/{split}/{index}", prompt=prompt, reference=str(answer),
                         metadata={"level": level, "seed": seed, "index": index, "max_operand": self.max_operand})
+
+
+    def twin_key(self, item: TaskItem) -> str:
+        """With ``twins_together``, a level-1 sum and its commuted twin share one key; otherwise the
+        prompt (``Task.twin_key``)."""
+        if self.twins_together and item.metadata.get("level") == 1:
+            return self._twin_text(item.prompt)
+        return item.prompt
+
+    @staticmethod
+    def _twin_text(prompt: str) -> str:
+        match = _LEVEL1.match(prompt)
+        return sum_twin_key((int(match.group(1)), int(match.group(2)))) if match else prompt
 
 
 def _check_level(level: object, field: str) -> int:

@@ -33,13 +33,20 @@ class TupleTask(Task):
         task: the wrapped task's registered name (or a ``Task`` object, e.g. a test's own).
         k: problems per item, 1 to :data:`MAX_PARTS`.
         options: the wrapped task's options (``{"level": 1, "max_operand": 40}`` for arith).
+        distinct: no problem twice among a load's parts (distinct by the wrapped task's
+            ``twin_key``): the parts are the split's distinct problems in order, read from the whole
+            split (``limit=None``), so a held-out set of tuples repeats no problem.
     """
 
     name = "tuples"
 
-    def __init__(self, task: str | Task = "arith", k: int = 2, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, task: str | Task = "arith", k: int = 2, options: dict[str, Any] | None = None,
+                 distinct: bool = False) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_PARTS:
             raise ConfigError(f"tuples: k must be an integer from 1 to {MAX_PARTS}, got {k!r}")
+        if not isinstance(distinct, bool):
+            raise ConfigError(f"tuples: distinct must be true or false, got {distinct!r}")
+        self.distinct = distinct
         if isinstance(task, Task):
             if options:
                 raise ConfigError("tuples: options go to a task given by name, not to a Task object")
@@ -65,15 +72,30 @@ class TupleTask(Task):
     def load(self, split: str = "test", source: str | Path | None = None, limit: int | None = None,
              seed: int = 0) -> list[TaskItem]:
         """The first ``limit`` tuples (all with ``None``): items ``jK .. jK + K - 1`` of the wrapped
-        task form tuple j; a remainder of fewer than K items is left out."""
+        task form tuple j; a remainder of fewer than K items is left out. With ``distinct`` the items
+        are the whole split's distinct problems, in order."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"tuples: limit must be a positive integer or None, got {limit!r}")
-        items = self.base.load(split, source=source, limit=None if limit is None else limit * self.k, seed=seed)
+        if self.distinct:
+            items = self._distinct(self.base.load(split, source=source, limit=None, seed=seed))
+        else:
+            items = self.base.load(split, source=source, limit=None if limit is None else limit * self.k, seed=seed)
         out = [self._tuple(items[j:j + self.k]) for j in range(0, len(items) - self.k + 1, self.k)]
         if limit is not None and len(out) < limit:
-            raise ConfigError(f"tuples: {self.base.name} ({split}) gave {len(items)} items, enough for "
-                              f"{len(out)} tuples of {self.k}, not the {limit} asked for")
-        return out
+            raise ConfigError(f"tuples: {self.base.name} ({split}) gave {len(items)} "
+                              f"{'distinct ' if self.distinct else ''}items, enough for {len(out)} tuples of "
+                              f"{self.k}, not the {limit} asked for")
+        return out if limit is None else out[:limit]
+
+    def _distinct(self, items: list[TaskItem]) -> list[TaskItem]:
+        seen: set[str] = set()
+        kept = []
+        for item in items:
+            key = self.base.twin_key(item)
+            if key not in seen:
+                seen.add(key)
+                kept.append(item)
+        return kept
 
     def _tuple(self, parts: list[TaskItem]) -> TaskItem:
         prompt = "\n".join(f"Problem {j + 1}: {p.prompt}" for j, p in enumerate(parts))

@@ -1,0 +1,363 @@
+"""Where credit paid: credit methods compared in settings where a team must cooperate, and the
+additive team's result rerun with the controls an audit asked for.
+
+Settings (the embedded model, arith-sized sums with operands up to 40, answer-first replies "The
+answer is ..." of 6 new tokens, temperature 0.7 in training, greedy held-out evaluation, LoRA r 8
+on q and v, lr 5e-4: the credit arena's fixed setting, ``benchmarks.credit_arena``):
+
+* ``relay_k3``: hidden information. Two informants (one shared adapter) each see one operand of a
+  sum, the answerer (its own adapter) sees none and must read their messages; the team reward is
+  the answerer's correctness. ``grpo`` (floor) against masking ``shapley`` (its characteristic
+  function reads the relay as the conjunctive game a faithful answerer plays: an informant that
+  states its operand gets a share of a right answer, a silent one none) and ``continuation`` (C3's
+  class: each message valued by replaying the rest of the episode from it). No closed-form ceiling:
+  the ``oracle``'s ``relay`` form holds only for a faithful (scripted) answerer, and a trained
+  answerer that misreads right messages breaks it (the oracle refuses such an episode).
+* ``split_k4_fair`` / ``split_k8_fair``: the additive team of the credit arena (K solvers of one
+  shared adapter, each on its own sum, team reward the fraction right), rerun with a held-out set an
+  audit can trust: the problem space is split by the sum's unordered operands, so no held-out sum
+  has its commuted twin (``b + a``) in the training pool, and the held-out sub-problems are all
+  distinct (160 answers at every K); and every method takes one optimiser step per training step
+  (the minibatch holds the step's 32 answers), so methods that drop groups do not take fewer steps.
+
+What differs from the arena's tables: next to each paired t interval stands an exact paired test
+(the sign-flip permutation test of the mean difference: with n seeds its smallest two-sided p is
+2 / 2^n, 0.0625 at 5 seeds), the MDE, and the seeds themselves (``benchmarks/results/cooperation/``).
+Predictions are written in ``benchmarks/results/cooperation/PREDICTIONS.md`` before a setting
+runs (git dates them).
+
+    python -m benchmarks.cooperation --setting relay_k3 --parallel 2     # train (resumable), store, table
+    python -m benchmarks.cooperation --setting relay_k3 --table-only    # the table from the stored seeds
+    python -m benchmarks.cooperation --quick --model PATH               # a smoke run: writes nothing
+
+Runs are a ``teamplay sweep`` per setting (``runs/cooperation-<setting>``): the same command again
+skips finished runs and resumes an interrupted one, seed by seed (a stopped comparison holds whole
+seeds, every method paired on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.arena_results import load_result, machine_summary, mde, save_result, seeds_held
+from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
+from benchmarks.credit_arena import (
+    ARENA_METHODS,
+    LR,
+    NEW_TOKENS,
+    REPLY_PREFIX,
+    SOLVER_PROMPT,
+    TASK,
+    TEMPERATURE,
+    _cell,
+    mean_ci,
+    paired_difference,
+    step_tokens,
+)
+from teamplay.report.sweep_page import curve_area, run_learning_curve
+
+RESULTS = Path(__file__).resolve().parent / "results" / "cooperation"
+
+#: method label -> credit section (the arena's labels)
+METHODS: dict[str, dict[str, Any]] = dict(ARENA_METHODS)
+
+#: the split settings' task with twins kept in one split (``ArithTask(twins_together=True)``)
+FAIR_TASK = {**TASK, "twins_together": True}
+#: held-out answers of the split settings: the test split holds 164 distinct sums at these operands
+#: with twins together, so 160 is every K's largest multiple of 4 and 8 that fits
+FAIR_HELDOUT_ANSWERS = 160
+#: answers (split) or episodes x messages per training step; one minibatch holds them all, so every
+#: method takes one optimiser step per training step (none when it drops every group)
+ANSWERS_PER_STEP = 32
+
+#: setting -> (team size K, method labels run by default)
+SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "relay_k3": (3, ("grpo", "shapley (masking)", "continuation")),
+    "split_k4_fair": (4, ("grpo", "oracle")),
+    "split_k8_fair": (8, ("grpo", "oracle")),
+}
+
+#: (steps, problems per step, group, held-out problems, seeds, eval_every) by size; relay problems are
+#: whole sums, split problems are tuples of K (the sizes divide by K)
+SIZES = {
+    "relay_k3": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 5, 4)},
+    "split_k4_fair": {"quick": (2, 1, 2, 2, 2, 1), "default": (12, 2, 4, FAIR_HELDOUT_ANSWERS // 4, 6, 4)},
+    "split_k8_fair": {"quick": (2, 1, 2, 1, 2, 1), "default": (12, 1, 4, FAIR_HELDOUT_ANSWERS // 8, 6, 4)},
+}
+#: the learning curve's fixed subset of the held-out set (answers)
+CURVE_ANSWERS = 64
+
+
+def lora() -> dict[str, Any]:
+    return {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}
+
+
+def base_config(setting: str, model: str, sizes: tuple[int, ...]) -> dict[str, Any]:
+    """The config every method of ``setting`` shares (only ``credit`` and ``seed`` vary)."""
+    if setting not in SETTINGS:
+        raise ValueError(f"unknown setting {setting!r}; settings: {', '.join(SETTINGS)}")
+    k = SETTINGS[setting][0]
+    steps, problems, group, heldout, _, eval_every = sizes
+    common = {
+        "model": {"name": model, "lora": lora()},
+        "rollout": {"problems_per_step": problems, "group_size": group},
+        "backend": {"max_prompt_tokens": 512},
+        "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": TEMPERATURE},
+        "eval_sampling": {"max_new_tokens": NEW_TOKENS},
+        "steps": steps, "eval_every": eval_every,
+        "checkpoint_every": max(1, steps // 2), "keep_checkpoints": 1,
+        "tensorboard": False, "log_episodes": 2,
+    }
+    if setting.startswith("relay"):
+        task = {"n_operands": k - 1, "max_operand": TASK["max_operand"], "twins_together": True}
+        return {
+            **common,
+            "task": {"name": "relay_sum", "split": "train", "options": task, "limit": 2000},
+            "eval_task": {"name": "relay_sum", "split": "test", "limit": heldout, "distinct": True, "options": task},
+            "protocol": {"name": "relay", "options": {"n_agents": k, "reply_prefix": REPLY_PREFIX}},
+            "team": {"roles": [{"name": "informant", "count": k - 1}, {"name": "answerer"}]},
+            # an episode is K messages; one minibatch holds a whole step's
+            "optim": {"lr": LR, "minibatch_size": problems * group * k},
+            "eval_curve_limit": min(CURVE_ANSWERS // 2, heldout),
+        }
+    task = {"task": "arith", "k": k, "options": FAIR_TASK, "distinct": True}
+    return {
+        **common,
+        "task": {"name": "tuples", "split": "train", "options": {**task, "distinct": False}, "limit": 2000},
+        "eval_task": {"name": "tuples", "split": "test", "limit": heldout, "options": task},
+        "protocol": {"name": "split", "options": {"n_agents": k, "reply_prefix": REPLY_PREFIX,
+                                                  "instruction": "Give the answer."}},
+        "team": {"roles": [{"name": "solver", "prompt": SOLVER_PROMPT, "count": k}]},
+        "optim": {"lr": LR, "minibatch_size": ANSWERS_PER_STEP},
+        "eval_curve_limit": max(1, min(CURVE_ANSWERS // k, heldout)),
+    }
+
+
+# ------------------------------------------------------------------------------------- statistics
+def sign_flip_p(differences: Sequence[float]) -> float:
+    """The exact two-sided p of the paired sign-flip (permutation) test of the mean difference: the
+    share of the 2^n sign assignments whose |mean| is at least the observed one (ties count, with a
+    relative slack of 1e-9 for float sums). Needs no normality: under the null that a method does
+    not matter, each seed's difference is as likely positive as negative. NaN with no differences.
+
+    >>> sign_flip_p([0.1, 0.2, 0.3, 0.4, 0.5])  # every seed up: only 2 of 32 signings reach it
+    0.0625
+    >>> sign_flip_p([0.0, 0.0])                 # no difference at all: p = 1
+    1.0
+    """
+    n = len(differences)
+    if n == 0:
+        return math.nan
+    observed = abs(sum(differences))
+    slack = 1e-9 * max(1.0, sum(abs(d) for d in differences))
+    hits = sum(1 for signs in itertools.product((1, -1), repeat=n)
+               if abs(sum(s * d for s, d in zip(signs, differences, strict=True))) >= observed - slack)
+    return hits / 2 ** n
+
+
+def _values(result: dict[str, Any], label: str, key: str) -> dict[int, float]:
+    if key == "curve_area":
+        return {s: curve_area(c) for s, c in result["curves"][label].items()}
+    return {s: m[key] for s, m in result["per_seed"][label].items() if key in m}
+
+
+def labels_of(result: dict[str, Any]) -> list[str]:
+    """grpo first, the others by name (the same order before and after JSON with sorted keys)."""
+    return sorted(result["per_seed"], key=lambda label: (label != "grpo", label))
+
+
+def comparison(result: dict[str, Any], label: str, key: str = "heldout/team_accuracy") -> dict[str, float]:
+    """``label`` minus grpo on ``key``, paired over the seeds both hold: mean, 95% t half-width,
+    exact sign-flip p, MDE (80% power) and n."""
+    mine, base = _values(result, label, key), _values(result, "grpo", key)
+    both = sorted(set(mine) & set(base))
+    diffs = [mine[s] - base[s] for s in both]
+    mean, half, n = paired_difference(mine, base)
+    return {"mean": mean, "half": half, "p": sign_flip_p(diffs), "mde": mde(diffs), "n": n}
+
+
+def floor(result: dict[str, Any]) -> dict[str, float]:
+    """grpo's held-out gain over the untrained team (the same seeds' evaluation before training):
+    mean, 95% t half-width, exact sign-flip p, n."""
+    gains = list(_values(result, "grpo", "heldout_gain/team_accuracy").values())
+    mean, half = mean_ci(gains)
+    return {"mean": mean, "half": half, "p": sign_flip_p(gains), "n": len(gains)}
+
+
+def _p(p: float) -> str:
+    return "—" if not math.isfinite(p) else f"{p:.3f}"
+
+
+def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
+    """(table, notes, headline) of one setting, from its stored result alone."""
+    setting = result["setting"]
+    header = ["method", "seeds", "team acc.", "Δ vs grpo (paired t)", "exact p (sign-flip)", "MDE (80%)",
+              "curve area", "Δ curve area vs grpo", "optimiser steps", "generated tokens"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    acc = "heldout/team_accuracy"
+    for label in labels_of(result):
+        cells = [label, str(len(result["per_seed"][label])), _cell(*mean_ci(list(_values(result, label, acc).values())))]
+        if label == "grpo":
+            cells += ["—", "—", "—"]
+        else:
+            c = comparison(result, label)
+            cells += [_cell(c["mean"], c["half"], signed=True), _p(c["p"]),
+                      _cell(c["mde"], math.nan) if c["n"] >= 2 else "—"]
+        cells.append(_cell(*mean_ci(list(_values(result, label, "curve_area").values()))))
+        if label == "grpo":
+            cells.append("—")
+        else:
+            area = comparison(result, label, "curve_area")
+            cells.append(f"{_cell(area['mean'], area['half'], signed=True)} (p {_p(area['p'])})")
+        cells.append(_cell(*mean_ci(list(_values(result, label, "train/updates").values())), 1))
+        cells.append(_cell(*mean_ci(list(_values(result, label, "budget/generated_tokens").values())), 0))
+        lines.append("| " + " | ".join(cells).replace(" (n=1)", "") + " |")
+    f = floor(result)
+    k = SETTINGS[setting][0]
+    steps, problems, group, heldout, _, eval_every = result["sizes"]
+    done = sum(len(v) for v in result["per_seed"].values())
+    what = (f"K = {k}: {k - 1} informants (one shared adapter) each see one operand of a sum (operands up to "
+            f"{TASK['max_operand']}), the answerer (its own adapter) sees none; team reward the answerer's "
+            f"correctness. {steps} steps of {problems} sums x {group} episodes; held-out: {heldout} distinct sums "
+            "(no reordering of one in the training pool)" if setting.startswith("relay") else
+            f"K = {k} solvers of one shared adapter, each on its own sum (operands up to {TASK['max_operand']}), "
+            f"team reward the fraction right. {steps} steps of {problems} tuples x {group} episodes "
+            f"({problems * k * group} answers per step); held-out: {heldout} tuples ({heldout * k} distinct answers, "
+            "none with its commuted twin in the training pool)")
+    notes = [
+        f"Setting `{setting}`: {what}; greedy, every {eval_every} steps on a fixed subset and after training. "
+        f"One minibatch per training step (one optimiser step, none when every group is dropped); LoRA r 8 on q "
+        f"and v, lr {LR}, {NEW_TOKENS} new tokens, temperature {TEMPERATURE}. {done} of {result['runs_total']} "
+        "runs finished. Cells: mean ± 95% t interval over seeds; Δ: mean of per-seed differences with its "
+        "t interval; exact p: the two-sided sign-flip test of the same differences (smallest possible at n "
+        "seeds: 2 / 2^n); MDE: the paired difference a two-sided 95% t test finds with 80% power at these seeds.",
+        f"Floor: grpo's gain over the untrained team {_cell(f['mean'], f['half'], signed=True)} (exact p "
+        f"{_p(f['p'])}, {f['n']} seeds).",
+    ]
+    parts = []
+    for label in labels_of(result):
+        if label != "grpo":
+            c = comparison(result, label)
+            parts.append(f"{label} - grpo {_cell(c['mean'], c['half'], signed=True)} (p {_p(c['p'])})")
+    headline = f"{setting}: grpo gain {_cell(f['mean'], f['half'], signed=True)}; " + "; ".join(parts) + "."
+    return "\n".join(lines), notes, headline.replace(" (n=1)", "")
+
+
+# ------------------------------------------------------------------------------------- running
+def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default", folder: Path | None = None,
+                only: Sequence[str] | None = None, parallel: int = 1, train: bool = True) -> dict[str, Any]:
+    """Train every method x seed of ``setting`` (seed by seed, resuming the sweep folder) and collect
+    the per-seed results of the runs that finished."""
+    from teamplay.distributed.compose import make_trainer
+    from teamplay.training.experiments.sweep import plan, run_metrics, run_sweep
+
+    if setting not in SETTINGS:
+        raise ValueError(f"unknown setting {setting!r}; settings: {', '.join(SETTINGS)}")
+    sizes = SIZES[setting][size]
+    base = base_config(setting, model, sizes)
+    labels = tuple(only) if only is not None else SETTINGS[setting][1]
+    unknown = sorted(set(labels) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; methods: {', '.join(METHODS)}")
+    if "grpo" not in labels:
+        raise ValueError("every comparison is against grpo: keep grpo in --methods")
+    out = folder or Path("runs") / f"cooperation-{setting}{'' if size == 'default' else '-' + size}"
+    sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, tuple(range(sizes[4]))).seeds_first()
+
+    def announce(r: Any, status: str) -> None:
+        print(f"  {setting} {r.name}: {status}", flush=True)
+
+    if train and parallel > 1:
+        from teamplay.distributed.sweep import run_sweep_parallel
+
+        run_sweep_parallel(sweep, parallel, on_run=announce)
+    elif train:
+        run_sweep(sweep, lambda cfg, resume: make_trainer(cfg).train(resume=resume), on_run=announce)
+    label_of = dict(zip(dict.fromkeys(r.label for r in sweep.runs), labels, strict=True))
+    per_seed: dict[str, dict[int, dict[str, float]]] = {label: {} for label in labels}
+    curves: dict[str, dict[int, list[tuple[int, float]]]] = {label: {} for label in labels}
+    tokens: dict[str, dict[int, dict[int, float]]] = {label: {} for label in labels}
+    for r in sweep.runs:
+        run_dir = sweep.run_dir(r)
+        if (run_dir / "done.json").exists():
+            per_seed[label_of[r.label]][r.seed] = {**run_metrics(run_dir), **untrained_metrics(run_dir)}
+            curves[label_of[r.label]][r.seed] = run_learning_curve(run_dir)
+            tokens[label_of[r.label]][r.seed] = step_tokens(run_dir)
+    return {"setting": setting, "size": size, "sizes": sizes, "config": base, "refused": {},
+            "per_seed": per_seed, "curves": curves, "tokens": tokens, "folder": str(out),
+            "runs_total": len(sweep.runs)}
+
+
+def untrained_metrics(run_dir: Path) -> dict[str, float]:
+    """``untrained/<field>``: the held-out evaluation before training (step 0), flattened as
+    ``run_metrics`` flattens the final one, so a cooperation measure can be compared before and after."""
+    from teamplay.training.experiments.sweep import _flatten
+    from teamplay.training.store.metrics import read_metrics
+
+    before = next((r["heldout"] for r in read_metrics(run_dir) if r.get("step") == 0 and "heldout" in r), None)
+    return {} if before is None else _flatten(before, "untrained/")
+
+
+def result_path(setting: str, size: str = "default") -> Path:
+    return RESULTS / f"{setting}{'' if size == 'default' else '-' + size}.json"
+
+
+def region(result: dict[str, Any]) -> str:
+    """The BENCHMARKS.md region of a setting, from its stored result (command and machine included)."""
+    text, notes, headline = table(result)
+    return Result(f"cooperation_{result['setting']}", text, headline, None, tuple(notes)).markdown(
+        result["command"], machine_summary(result))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.cooperation --setting S [--parallel N] [--quick | --table-only]``."""
+    from benchmarks.__main__ import DEFAULT_OUTPUT
+    from benchmarks.common import machine_info, machine_line, write_regions
+
+    parser = argparse.ArgumentParser(description="credit where cooperation is necessary, with exact tests")
+    parser.add_argument("--setting", nargs="+", choices=tuple(SETTINGS), default=["relay_k3"])
+    parser.add_argument("--quick", action="store_true", help="smoke sizes (writes nothing)")
+    parser.add_argument("--model", default=EMBEDDED_MODEL)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output", type=Path, default=None, help="keep the sweep folders here")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
+    parser.add_argument("--methods", default=None, help="comma-separated method labels (grpo included)")
+    parser.add_argument("--table-only", action="store_true", help="train nothing: the tables of the stored results")
+    parser.add_argument("--collect", action="store_true",
+                        help="train nothing: store the runs the sweep folder has finished, then the tables")
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    size = "quick" if args.quick else "default"
+    only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
+    line = machine_line(machine_info())
+    for setting in args.setting:
+        path = result_path(setting, size)
+        if args.table_only:
+            if not path.is_file():
+                parser.error(f"--table-only: no stored results for {setting} ({path.name}); run it first")
+            result = load_result(path)
+        else:
+            out = None if args.output is None else args.output / setting
+            try:
+                result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect)
+            except ValueError as exc:
+                parser.error(str(exc))
+            flags = [f"--setting {setting}", *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
+                     *([f"--methods '{args.methods}'"] if args.methods else [])]
+            result = {**result, "command": " ".join(["python -m benchmarks.cooperation", *flags]), "machine": line}
+            if not args.quick and seeds_held(result):
+                save_result(result, path)
+        text, notes, headline = table(result)
+        print(f"\n## {setting}\n\n{text}", *notes, headline, sep="\n\n")
+        if not args.quick and seeds_held(result):
+            write_regions(DEFAULT_OUTPUT, {f"cooperation_{setting}": region(result)})
+            print(f"updated {DEFAULT_OUTPUT.name}: cooperation_{setting}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Where credit paid: one table of every stored comparison of credit methods, each method against
+broadcast ``grpo`` on held-out team accuracy, with the paired t interval *and* an exact paired test
+beside it, the power (MDE) of the comparison, and a one-line reading computed from those numbers.
+
+The rows come from the committed per-seed results alone (``benchmarks/results/credit_arena/*.json``
+and ``benchmarks/results/cooperation/*.json``), so anyone can recompute them; a test checks that the
+README and ``docs/results/credit-paid.md`` hold exactly what they give (the README links each row's
+file; the docs page names it).
+
+    python -m benchmarks.credit_paid       # rewrite the README's and the docs page's table
+
+Readings, in this order (the first that holds):
+
+* *floor fails*: grpo's own gain over the untrained team is not above 0 by its t interval, so no
+  difference between methods says anything about credit there;
+* *paid*: the method's t interval lies above 0 and the exact sign-flip test gives p <= 0.05;
+* *not settled*: one of the two holds and the other does not (e.g. every seed up at 5 seeds, whose
+  smallest exact p is 0.0625);
+* *worse*: the t interval lies below 0;
+* *null*: neither, and the MDE says what difference the seeds could have found.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.arena_results import RESULTS as ARENA_RESULTS
+from benchmarks.arena_results import load_result, mde
+from benchmarks.cooperation import RESULTS as COOPERATION_RESULTS
+from benchmarks.cooperation import sign_flip_p
+from benchmarks.credit_arena import _cell, mean_ci, paired_difference
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS_PAGE = ROOT / "docs" / "results" / "credit-paid.md"
+REGION = "credit_paid"
+ACCURACY = "heldout/team_accuracy"
+GAIN = "heldout_gain/team_accuracy"
+#: what each stored setting is, in a few words (the README's first column)
+TEAMS = {
+    "split_k2": "additive, K = 2", "split_k4": "additive, K = 4", "split_k8": "additive, K = 8",
+    "split_k2_roles": "additive, K = 2, adapter each", "split_k4_roles": "additive, K = 4, adapter each",
+    "split_k8_roles": "additive, K = 8, adapter each",
+    "split_k4_fair": "additive, K = 4, rerun (clean held-out, equal steps)",
+    "split_k8_fair": "additive, K = 8, rerun (clean held-out, equal steps)",
+    "chain_k2": "chain, K = 2", "chain_k4": "chain, K = 4",
+    "noisy_q05": "solver + spoiler (q = 0.5)",
+    "gcpo": "GCPO: group as team", "parallel_shapley": "Parallel Shapley: paths + judge",
+    "tracer": "TRACER: proposer/reviewer",
+}
+
+
+def stored_results() -> list[tuple[Path, dict[str, Any]]]:
+    """Every committed comparison, arena first, in file-name order."""
+    paths = sorted(ARENA_RESULTS.glob("*.json")) + sorted(COOPERATION_RESULTS.glob("*.json"))
+    return [(path, load_result(path)) for path in paths]
+
+
+def _by_seed(result: dict[str, Any], label: str, key: str) -> dict[int, float]:
+    return {s: m[key] for s, m in result["per_seed"][label].items() if key in m}
+
+
+def reading(floor: tuple[float, float], diff: tuple[float, float], p: float, power: float) -> str:
+    """The one-line reading of a comparison (module docstring), from grpo's gain (mean, half-width),
+    the paired difference (mean, half-width), its exact p and its MDE (the difference the seeds could
+    find with 80% power, shown with a null)."""
+    if not (math.isfinite(floor[1]) and floor[0] - floor[1] > 0):
+        return "floor fails: says nothing about credit"
+    above = math.isfinite(diff[1]) and diff[0] - diff[1] > 0
+    exact = math.isfinite(p) and p <= 0.05
+    if above and exact:
+        return "**paid**"
+    if above:
+        return "not settled: t above 0, exact test not"
+    if exact:
+        return "not settled: exact test only"
+    if math.isfinite(diff[1]) and diff[0] + diff[1] < 0:
+        return "worse than grpo"
+    return f"null (could find ±{power:.2f})" if math.isfinite(power) else "null"
+
+
+def _p(p: float) -> str:
+    return "—" if not math.isfinite(p) else f"{p:.3f}"
+
+
+def rows() -> list[list[str]]:
+    """One row per (stored comparison, method other than grpo)."""
+    out = []
+    for path, result in stored_results():
+        setting = result["setting"]
+        gains = list(_by_seed(result, "grpo", GAIN).values())
+        floor = mean_ci(gains)
+        for label in sorted(result["per_seed"]):
+            if label == "grpo":
+                continue
+            mine, base = _by_seed(result, label, ACCURACY), _by_seed(result, "grpo", ACCURACY)
+            diffs = [mine[s] - base[s] for s in sorted(set(mine) & set(base))]
+            mean, half, n = paired_difference(mine, base)
+            p, power = sign_flip_p(diffs), mde(diffs)
+            where = path.relative_to(ROOT).as_posix()
+            out.append([
+                f"[{TEAMS.get(setting, setting)}]({where})", label, str(n), _cell(*floor, signed=True),
+                _cell(mean, half, signed=True), _p(p), reading(floor, (mean, half), p, power),
+            ])
+    return out
+
+
+def table(links: bool = True) -> str:
+    """The markdown table; ``links=False`` names the result files without linking them (the docs site
+    holds no repository files, and its strict build refuses a link outside it)."""
+    header = ["setting (its seeds)", "method", "seeds", "floor: grpo's gain", "method - grpo (paired t)",
+              "exact p", "reading"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows():
+        if not links:
+            row[0] = re.sub(r"\[([^]]+)\]\(([^)]+)\)", r"\1 (`\2`)", row[0])
+        lines.append("| " + " | ".join(row).replace(" (n=1)", "") + " |")
+    return "\n".join(lines)
+
+
+def replace_in(text: str, body: str) -> str:
+    """``text`` with the ``credit_paid`` region's body replaced (the region must exist)."""
+    start, end = f"<!-- {REGION}:start -->", f"<!-- {REGION}:end -->"
+    if start not in text or end not in text:
+        raise ValueError(f"no {REGION} region (markers {start} ... {end})")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from teamplay.atomic import write_atomically
+
+    for path, links in ((README, True), (DOCS_PAGE, False)):
+        write_atomically(path, replace_in(path.read_text(encoding="utf-8"), table(links)))
+        print(f"updated {path.name}")
+
+
+if __name__ == "__main__":
+    main()

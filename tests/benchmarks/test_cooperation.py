@@ -1,0 +1,145 @@
+"""Where credit paid: the exact paired test, the cooperation settings' configs (a held-out set with
+no twin in training, one optimiser step per training step), and that the README and the docs page
+hold exactly the table the committed per-seed results give."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks import cooperation, credit_paid
+from benchmarks.arena_results import load_result, save_result
+from teamplay.config import TrainConfig, build_config
+from teamplay.training.wiring.checks import check_run
+from teamplay.training.wiring.envs import load_items
+from tests.tiny import save_tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(save_tiny(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def test_sign_flip_p_by_hand():
+    # 0.3, 0.1, -0.05, 0.2 (sum 0.55): of 16 signings only all-plus (0.65), the observed (0.55)
+    # and their negations reach |sum| >= 0.55
+    assert cooperation.sign_flip_p([0.3, 0.1, -0.05, 0.2]) == 4 / 16  # exact: a count of 4 over 16
+    assert cooperation.sign_flip_p([0.1] * 6) == 2 / 64  # exact: the smallest p at 6 seeds
+    assert cooperation.sign_flip_p([1.0, -1.0]) == 1.0  # exact: every signing reaches |0|
+    assert math.isnan(cooperation.sign_flip_p([]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-20, 20), min_size=1, max_size=7), st.integers(1, 5))
+def test_sign_flip_p_is_the_share_of_signings_at_least_as_extreme(diffs, scale):
+    # against a count written out on integers (exact arithmetic), scaled to hundredths as the
+    # accuracy differences are: the float sums' ties must be kept by the slack
+    values = [d * scale / 100 for d in diffs]
+    observed = abs(sum(d * scale for d in diffs))
+    hits = sum(1 for signs in itertools.product((1, -1), repeat=len(diffs))
+               if abs(sum(s * d * scale for s, d in zip(signs, diffs))) >= observed)
+    p = cooperation.sign_flip_p(values)
+    assert p == hits / 2 ** len(diffs)  # exact: both are a count over 2^n
+    assert cooperation.sign_flip_p([-v for v in values]) == p  # exact: the same count
+    assert p >= 2 / 2 ** len(diffs) or not any(diffs)
+
+
+def test_fair_split_has_a_clean_distinct_held_out_set_and_one_optimiser_step_per_step(tiny_model):
+    for setting, answers in (("split_k4_fair", 160), ("split_k8_fair", 160)):
+        k = cooperation.SETTINGS[setting][0]
+        sizes = cooperation.SIZES[setting]["default"]
+        base = cooperation.base_config(setting, tiny_model, sizes)
+        cfg = build_config(TrainConfig, {**base, "credit": {"method": "oracle"}})
+        check_run(cfg)
+        steps, problems, group, heldout, seeds, _ = sizes
+        assert heldout * k == answers and problems * k * group == cfg.optim.minibatch_size == 32
+        assert seeds >= 6  # the exact test can reach p < 0.05 only from 6 paired seeds (2 / 2^6)
+        task, held = load_items(cfg.eval_task)
+        _, train = load_items(cfg.task)
+        parts = [p["prompt"] for item in held for p in item.metadata["parts"]]
+        key = task.base.twin_key
+        from teamplay.envs.tasks.catalog.tuples import part
+        held_keys = [key(part(item, j)) for item in held for j in range(k)]
+        train_keys = {key(part(item, j)) for item in train for j in range(k)}
+        assert len(parts) == len(set(held_keys)) == answers  # distinct, twins counted as one
+        assert not set(held_keys) & train_keys  # no held-out sum or its commuted twin in training
+
+
+def test_relay_setting_builds_and_is_refused_nothing(tiny_model):
+    base = cooperation.base_config("relay_k3", tiny_model, cooperation.SIZES["relay_k3"]["default"])
+    for label in cooperation.SETTINGS["relay_k3"][1]:
+        check_run(build_config(TrainConfig, {**base, "credit": cooperation.METHODS[label]}))
+    steps, problems, group, *_ = cooperation.SIZES["relay_k3"]["default"]
+    assert base["optim"]["minibatch_size"] == problems * group * 3  # a step's messages in one minibatch
+    with pytest.raises(ValueError, match="unknown setting"):
+        cooperation.base_config("relay_k9", tiny_model, (1, 1, 1, 1, 1, 1))
+
+
+def _result(diffs: list[float]) -> dict:
+    seeds = range(len(diffs))
+    acc = {"grpo": [0.2] * len(diffs), "oracle": [0.2 + d for d in diffs]}
+    return {"setting": "split_k8_fair", "size": "default", "sizes": (12, 1, 4, 20, len(diffs), 4), "config": {},
+            "refused": {}, "machine": "machine A", "command": "cmd", "runs_total": 2 * len(diffs),
+            "per_seed": {m: {s: {"heldout/team_accuracy": acc[m][s], "heldout_gain/team_accuracy": 0.1 + 0.01 * s,
+                                 "train/updates": 12.0, "budget/generated_tokens": 100.0}
+                             for s in seeds} for m in acc},
+            "curves": {m: {s: [(0, 0.1), (12, acc[m][s])] for s in seeds} for m in acc},
+            "tokens": {m: {s: {12: 100.0} for s in seeds} for m in acc}}
+
+
+def test_table_shows_the_t_interval_and_the_exact_p_and_survives_storage(tmp_path):
+    result = _result([0.05, 0.04, 0.06, 0.05, 0.03, 0.07])
+    text, notes, headline = cooperation.table(result)
+    assert "| oracle | 6 | 0.250 ± 0.015 | +0.050 ± 0.015 | 0.031 |" in text
+    assert "oracle - grpo +0.050 ± 0.015 (p 0.031)" in headline
+    stored = load_result(save_result(result, tmp_path / "r.json"))
+    assert cooperation.table(stored) == (text, notes, headline)
+
+
+def test_readings_follow_both_tests():
+    learns, fails = (0.1, 0.05), (0.02, 0.05)
+    assert credit_paid.reading(fails, (0.2, 0.01), 0.01, 0.02).startswith("floor fails")
+    assert credit_paid.reading(learns, (0.05, 0.02), 0.031, 0.03) == "**paid**"
+    # every seed up at 5 seeds: a t interval above 0, but p = 0.0625 at best
+    assert credit_paid.reading(learns, (0.008, 0.007), 0.125, 0.009).startswith("not settled")
+    assert credit_paid.reading(learns, (-0.05, 0.02), 0.031, 0.03).startswith("not settled")
+    assert credit_paid.reading(learns, (-0.05, 0.02), 0.2, 0.03) == "worse than grpo"
+    assert credit_paid.reading(learns, (0.01, 0.05), 0.6, 0.07) == "null (could find ±0.07)"
+
+
+def test_readme_and_docs_hold_the_table_the_committed_results_give():
+    for path, links in ((credit_paid.README, True), (credit_paid.DOCS_PAGE, False)):
+        text = path.read_text(encoding="utf-8")
+        assert credit_paid.replace_in(text, credit_paid.table(links)) == text, path.name
+    # every committed comparison is in it, K = 4's audited claim among them
+    assert "| [additive, K = 4](benchmarks/results/credit_arena/split_k4.json) | oracle | 5 |" in credit_paid.table()
+    assert "0.125 | not settled" in credit_paid.table()
+
+
+def test_committed_cooperation_regions_are_the_ones_their_results_give():
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    for path in sorted(cooperation.RESULTS.glob("*.json")):
+        result = load_result(path)
+        assert f"bench:cooperation_{result['setting']}:start -->\n{cooperation.region(result)}" in text, path.name
+
+
+@pytest.mark.slow  # 2 methods x 2 seeds of 2 tiny steps of the K = 8 team, and of the relay
+def test_quick_path_stores_results_that_give_the_same_table(tiny_model, tmp_path):
+    for setting in ("split_k8_fair", "relay_k3"):
+        result = cooperation.run_setting(setting, tiny_model, size="quick", folder=tmp_path / setting)
+        labels = cooperation.SETTINGS[setting][1]
+        assert result["runs_total"] == 2 * len(labels)
+        for label in labels:
+            assert sorted(result["per_seed"][label]) == [0, 1]
+            for m in result["per_seed"][label].values():
+                assert m["budget/steps"] == 2 and m["train/updates"] <= 2  # one minibatch per step
+                assert "untrained/team_accuracy" in m
+        stored = load_result(save_result({**result, "command": "c", "machine": "m"}, tmp_path / "r.json"))
+        assert cooperation.table(stored) == cooperation.table({**result, "command": "c", "machine": "m"})
