@@ -48,6 +48,21 @@ class EvalConfig(Section):
     samples: int = Field(1, ge=1, description="Episodes per problem.")
     seed: int = Field(0, description="Seed of env resets and sampling.")
     output_dir: str = Field("runs/eval", description="Folder for results.json and transcripts.jsonl.")
+    withhold_messages: bool = Field(
+        False, description="Information use: after the evaluation, replay every episode once per message with "
+                           "that message withheld (teammates read '(no message)'; later turns generated again "
+                           "with `sampling`) and report how often the team's final answer changes, per role "
+                           "and overall, with the extra tokens it cost (`extra.cooperation.withholding`).")
+    self_consistency: bool = Field(
+        False, description="Self-consistency baseline: the team's answering role alone (its adapter) solves "
+                           "each problem, sampled at `self_consistency_temperature` until its tokens reach "
+                           "what the team generated on that problem; its majority answer's accuracy is "
+                           "reported beside the team's (`extra.cooperation.self_consistency`).")
+    self_consistency_temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of the self-consistency baseline (the training "
+                               "decoding's default, 1.0).")
+    self_consistency_max_samples: int = Field(
+        64, ge=1, description="Most samples per problem of the self-consistency baseline.")
 
     @model_validator(mode="after")
     def _backend_fits_model(self) -> EvalConfig:

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.agents.roles import Team
+from teamplay.agents.roles import Role, Team
 from teamplay.config import EvalConfig, ProtocolConfig
 from teamplay.envs.tasks.base import Task
+from teamplay.errors import ConfigError
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import TaskItem
 from teamplay.training.play.controllers import TeamControllers
@@ -53,6 +54,26 @@ class EvalTeam:
         make_env, _ = env_factory(self.task, self.protocol, self.team,
                                   controller=self.controllers.controller("always_speak"))
         return make_env
+
+    def answering_role(self) -> Role:
+        """The role whose answer is the team's: the first of the protocol's ``answer_roles`` (the
+        first role when every role answers)."""
+        roles = self.make_env().protocol.answer_roles
+        return self.team.role(roles[0]) if roles else self.team.roles[0]
+
+    def solo_env(self) -> tuple[Callable[[], TeamEnv], Role]:
+        """The self-consistency baseline's env factory: the answering role alone, as the ``single``
+        protocol's solver writing with that role's adapter (and base model), and that role.
+
+        Raises ConfigError when the answering role is a scripted role of a mixed team (its policy
+        is keyed by its role name, which the solo solver does not carry)."""
+        role = self.answering_role()
+        if role.scripted:
+            raise ConfigError(f"self_consistency: the answering role {role.name!r} is played by "
+                              f"{role.policy!r}; the baseline samples a model-played role")
+        solo = Team(roles=(Role(name="solver", adapter=role.adapter_name, model=role.model),))
+        make_env, _ = env_factory(self.task, ProtocolConfig(name="single"), solo)
+        return make_env, role
 
 
 def build_eval_team(cfg: EvalConfig, item_limit: int | None = None,
