@@ -112,3 +112,33 @@ def test_teamplay_eval_with_both_measurements(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "transcripts.jsonl").read_text().splitlines()]
     assert [len(r["withholding"]) for r in rows] == [3, 3, 3]
     assert all(r["self_consistency"]["answers"] == [None] for r in rows)
+
+
+def test_a_training_run_measures_both_before_and_after(tmp_path):
+    from tests.training.test_trainer import make_trainer
+
+    overrides = {"steps": 1, "protocol": {"name": "sequential"}, "eval_withhold_messages": True,
+                 "eval_self_consistency": True, "eval_cache": str(tmp_path / "cache"),
+                 "rollout": {"problems_per_step": 1, "group_size": 2}, "eval_sampling": {"max_new_tokens": 2}}
+    trainer = make_trainer(tmp_path / "a", overrides, protocol="sequential")
+    trainer.eval_items = trainer.items[:2]
+    trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()]
+    for line in (rows[0]["heldout"], rows[-1]["heldout_final"]):
+        coop = line["extra"]["cooperation"]
+        # sequential's default team: 3 solvers in a chain, 2 problems: 6 messages, the first two of each
+        # read by a later solver (replayed), the last read by nobody
+        assert coop["withholding"]["messages"] == 6 and coop["withholding"]["replayed"] == 4
+        sc = coop["self_consistency"]
+        assert sc["role"] == "solver" and sc["adapter"] == "solver" and sc["temperature"] == 1.0  # exact: config
+        # each solo sample writes 1 or 2 tokens (sampling.max_new_tokens = 2); the team wrote 3 messages
+        assert sc["team_tokens_per_problem"] >= 3 and sc["tokens_per_problem"] >= sc["team_tokens_per_problem"]
+    # a cached untrained evaluation is keyed with the measurements on: a run without them does not read it
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+    plain = make_trainer(tmp_path / "b", {k: v for k, v in overrides.items() if not k.startswith("eval_w")
+                                           and k != "eval_self_consistency"}, protocol="sequential")
+    plain.eval_items = plain.items[:2]
+    plain.train()
+    assert len(list((tmp_path / "cache").iterdir())) == 2
+    first = json.loads((tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert "withholding" not in first["heldout"]["extra"]["cooperation"]

@@ -48,6 +48,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 from teamplay.atomic import write_atomically
@@ -226,7 +227,8 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
 def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], samples: int = 1,
              seed: int = 0, transcripts_path: Path | None = None,
              on_episode: Callable[[Episode], None] | None = None, withhold: bool = False,
-             solo: SoloBaseline | None = None) -> tuple[list[Episode], EvalMetrics]:
+             solo: SoloBaseline | None = None,
+             answer_roles: Collection[str] | None | EllipsisType = ...) -> tuple[list[Episode], EvalMetrics]:
     """Run ``samples`` episodes per item and summarise them.
 
     Transcripts are appended to ``transcripts_path`` (JSON lines, one episode each, with the
@@ -239,9 +241,22 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
     (``teamplay.training.play.self_consistency``), into ``extra["cooperation"]["self_consistency"]``.
     With either, the transcripts are written again at the end with, per episode, its withheld
     messages (``"withholding"``: one row per spoken message) and its solo votes (``"self_consistency"``).
+    Withholding replays episodes, so it needs a ``RolloutRunner`` (an in-process one).
+
+    ``answer_roles``: the protocol's roles whose answers can be the team's (``summarize``); ``...``
+    (the default) reads them from the runner's env factory, so a source of episodes without one
+    (a distributed pool) must pass them.
     """
     if not items:
         raise ValueError("evaluate: no items to evaluate")
+    make_env = getattr(runner, "make_env", None)
+    if answer_roles is ...:
+        if make_env is None:
+            raise ValueError(f"evaluate: {type(runner).__name__} has no env factory; pass answer_roles")
+        answer_roles = make_env().protocol.answer_roles
+    if withhold and not isinstance(runner, RolloutRunner):
+        raise ValueError(f"evaluate: withholding messages replays episodes in process; {type(runner).__name__} "
+                         f"cannot (use a RolloutRunner)")
     by_id = {item.id: item for item in items}
     correct = answer_judge(task, by_id)
     jobs = [RolloutJob(item=item, group_id=f"{item.id}#eval") for item in items for _ in range(samples)]
@@ -264,8 +279,7 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
         if sink is not None:
             sink.close()
     seconds = time.perf_counter() - start
-    metrics = summarize(episodes, by_id, task, seconds=seconds, correct=correct,
-                        answer_roles=runner.make_env().protocol.answer_roles)
+    metrics = summarize(episodes, by_id, task, seconds=seconds, correct=correct, answer_roles=answer_roles)
     if not withhold and solo is None:
         return episodes, metrics
     per_episode: list[dict[str, Any]] = [{} for _ in episodes]
@@ -303,10 +317,18 @@ UNTRAINED_EVAL_SECTIONS = ("model", "team", "protocol", "controllers", "task", "
                            "backend", "seed")
 
 
+#: opt-in measurements that add to the untrained team's evaluation, with the sections they also read:
+#: in the key only when switched on, so the keys of evaluations without them stay as they were
+UNTRAINED_EVAL_OPT_INS = {"eval_withhold_messages": (), "eval_self_consistency": ("sampling",)}
+
+
 def untrained_eval_key(config: dict[str, Any]) -> str:
     """A hash of what the untrained team's held-out evaluation depends on (``config``: a
     ``TrainConfig.model_dump(mode="json")``); runs with equal keys get equal evaluations."""
     part = {name: config.get(name) for name in UNTRAINED_EVAL_SECTIONS}
+    for name, reads in UNTRAINED_EVAL_OPT_INS.items():
+        if config.get(name):
+            part.update({name: True, **{section: config.get(section) for section in reads}})
     return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()[:20]
 
 

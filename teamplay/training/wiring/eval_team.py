@@ -9,7 +9,7 @@ thing by a config: the task's items, the speak/skip controllers with their table
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from teamplay.agents.backends.base import GenerationBackend
@@ -55,25 +55,31 @@ class EvalTeam:
                                   controller=self.controllers.controller("always_speak"))
         return make_env
 
-    def answering_role(self) -> Role:
-        """The role whose answer is the team's: the first of the protocol's ``answer_roles`` (the
-        first role when every role answers)."""
-        roles = self.make_env().protocol.answer_roles
-        return self.team.role(roles[0]) if roles else self.team.roles[0]
-
     def solo_env(self) -> tuple[Callable[[], TeamEnv], Role]:
-        """The self-consistency baseline's env factory: the answering role alone, as the ``single``
-        protocol's solver writing with that role's adapter (and base model), and that role.
+        """The self-consistency baseline's env factory and its role (``solo_env_factory``)."""
+        return solo_env_factory(self.task, self.team, self.make_env().protocol.answer_roles)
 
-        Raises ConfigError when the answering role is a scripted role of a mixed team (its policy
-        is keyed by its role name, which the solo solver does not carry)."""
-        role = self.answering_role()
-        if role.scripted:
-            raise ConfigError(f"self_consistency: the answering role {role.name!r} is played by "
-                              f"{role.policy!r}; the baseline samples a model-played role")
-        solo = Team(roles=(Role(name="solver", adapter=role.adapter_name, model=role.model),))
-        make_env, _ = env_factory(self.task, ProtocolConfig(name="single"), solo)
-        return make_env, role
+
+def answering_role(team: Team, answer_roles: Sequence[str] | None) -> Role:
+    """The role whose answer is the team's: the first of the protocol's ``answer_roles`` (the first
+    role of ``team`` when every role answers)."""
+    return team.role(answer_roles[0]) if answer_roles else team.roles[0]
+
+
+def solo_env_factory(task: Task, team: Team, answer_roles: Sequence[str] | None) -> tuple[Callable[[], TeamEnv], Role]:
+    """The self-consistency baseline's env factory: the answering role of ``team`` alone, as the
+    ``single`` protocol's solver on ``task``, writing with that role's adapter (and base model); and
+    that role.
+
+    Raises ConfigError when the answering role is a scripted role of a mixed team (its policy is
+    keyed by its role name, which the solo solver does not carry)."""
+    role = answering_role(team, answer_roles)
+    if role.scripted:
+        raise ConfigError(f"self_consistency: the answering role {role.name!r} is played by "
+                          f"{role.policy!r}; the baseline samples a model-played role")
+    solo = Team(roles=(Role(name="solver", adapter=role.adapter_name, model=role.model),))
+    make_env, _ = env_factory(task, ProtocolConfig(name="single"), solo)
+    return make_env, role
 
 
 def build_eval_team(cfg: EvalConfig, item_limit: int | None = None,
