@@ -43,8 +43,12 @@ def metrics_table(title: str, metrics) -> Table:
     table.add_row("wrong -> right", f"{metrics.wrong_to_right:.3f}")
     table.add_row("right -> wrong", f"{metrics.right_to_wrong:.3f}")
     team = metrics.extra.get("team", {})
+    # a role scored on a piece of its own (relay's informants) answers no part of the team's problem
+    # on its own: its first answers judged against the team's would be a meaningless 0
+    pieces = set(metrics.extra.get("cooperation", {}).get("piece_roles", ()))
     for role, acc in team.get("first_answer_accuracy", {}).items():
-        table.add_row(f"  {role} first-answer accuracy", f"{acc:.3f}")
+        if role not in pieces:
+            table.add_row(f"  {role} first-answer accuracy", f"{acc:.3f}")
     for key, label in (("verdict_accuracy", "review verdict accuracy"),
                        ("wrong_caught", "  wrong answers caught"), ("right_rejected", "  right answers rejected"),
                        ("correction_rate", "correction rate (of wrong)"), ("harm_rate", "harm rate (of right)"),

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from teamplay.agents.backends.scripted import ScriptedBackend
-from teamplay.cli.tables import cooperation_rows
+from teamplay.cli.tables import cooperation_rows, metrics_table
 from teamplay.envs.tasks.catalog.relay_sum import RelaySumTask
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import SamplingParams
@@ -70,8 +70,15 @@ def test_relay_best_member_is_among_the_roles_that_answer():
     # the informants (scored 1.0 on their own operand) are not members: the answerer is, at the team's 1.0
     assert coop["best_member"] == "answerer_0" and set(coop["member_accuracy"]) == {"answerer_0"}
     assert coop["team_minus_best_member"] == 0.0  # exact: 1.0 - 1.0
-    # first-answer accuracy only for the answering role (an operand judged against the sum reads 0)
-    assert team["first_answer_accuracy"] == {"answerer": 1.0}  # exact: 4 of 4
+    # the informants' answers are operands, scored on their piece: the table leaves out their first-answer
+    # accuracy (an operand judged against the sum reads 0), the summary keeps it
+    assert coop["piece_roles"] == ["informant"]
+    assert team["first_answer_accuracy"] == {"informant": 0.0, "answerer": 1.0}  # exact: 0 of 8, 4 of 4
+    shown = metrics_table("relay", metrics)
+    labels = list(shown.columns[0].cells)
+    assert "  answerer first-answer accuracy" in labels
+    assert "  informant first-answer accuracy" not in labels
+    assert "best member alone (answerer_0)" in labels
 
 
 def test_a_single_solver_uses_no_information():

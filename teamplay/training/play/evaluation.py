@@ -180,7 +180,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
     """Metrics of ``episodes``; ``items`` maps problem id to item (to score initial answers);
     ``correct``: an ``answer_judge`` of the same task and items to reuse (default: a new one);
     ``answer_roles``: the protocol's roles whose answers can be the team's (None: all), the only
-    ones first-answer accuracy and the best member look at."""
+    ones the best member is chosen from."""
     n = len(episodes)
     if n == 0:
         raise ValueError("summarize: no episodes")
@@ -216,7 +216,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         calls_per_problem=sum(ep.calls for ep in episodes) / n,
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
-        extra={"team": team_metrics(episodes, correct, initial_flags, answer_roles),
+        extra={"team": team_metrics(episodes, correct, initial_flags),
                "cooperation": cooperation_metrics(episodes, correct, answer_roles),
                **({"speak_rate": rates} if (rates := speak_rates(episodes)) else {}),
                **({"samples": samples} if (samples := sample_metrics(episodes)) is not None else {})},

@@ -4,10 +4,11 @@ All rates are fractions in [0, 1]; a rate whose denominator is empty is left out
 made-up 0). Correctness of an answer is the task's ``score_answer(answer, item) > 0.5``.
 
 * ``first_answer_accuracy[role]``: over the agents of ``role`` that gave an answer, the fraction
-  whose *first* answer was right (for proposer/reviewer: the proposer's first proposal). Only roles
-  whose answers can be the team's (the protocol's ``answer_roles``) are shown: a ``relay``
-  informant's answer is its operand, which judged against the team's sum would read 0 for a
-  perfect informant.
+  whose *first* answer was right on the team's problem (for proposer/reviewer: the proposer's first
+  proposal). Every role is kept here; the eval table leaves out the roles of
+  ``cooperation["piece_roles"]`` (below), whose answers answer a piece, not the team's problem: a
+  ``relay`` informant's answer is its operand, which judged against the sum reads 0 for a perfect
+  informant.
 * Review verdicts (``Episode.metadata["verdicts"]``, written by ``proposer_reviewer``), over the
   review turns that spoke:
   ``verdict_accuracy`` = reviews whose verdict was right (RIGHT on a right answer, WRONG on a wrong
@@ -41,7 +42,11 @@ Cooperation (``EvalMetrics.extra["cooperation"]``, ``cooperation_metrics``; per 
   member alone). Only agents of the protocol's ``answer_roles`` are members here: an agent whose
   answer can never be the team's is scored on something else (a ``relay`` informant on its own
   operand: 1.0 for stating it), so beside the team's accuracy its score would mean nothing; under
-  ``relay`` the best member is the answerer (its score is the team's, margin 0). Under ``split``
+  ``relay`` the best member is the answerer (its score is the team's, margin 0).
+  ``piece_roles`` (only when some): the roles whose agents are scored on a piece of their own, not
+  on the team's problem: some agent of the role has a last answer whose score
+  (``Episode.agent_correct``) disagrees with that answer judged on the team's problem (``relay``'s
+  informants, ``split``'s solvers). Under ``split``
   (every role answers) an agent is still scored on its own piece, not on the team's problem, so
   there the comparison is not one of equals.
 """
@@ -70,16 +75,12 @@ def _rate(num: int, den: int, out: dict[str, Any], name: str) -> None:
         out[name] = num / den
 
 
-def first_answer_accuracy(episodes: Sequence[Episode], correct: Correct,
-                          answer_roles: Collection[str] | None = None) -> dict[str, float]:
-    """Per role of ``answer_roles`` (None: every role), the share of its agents' first answers that
-    are right on the team's problem."""
+def first_answer_accuracy(episodes: Sequence[Episode], correct: Correct) -> dict[str, float]:
+    """Per role, the share of its agents' first answers that are right on the team's problem."""
     hits: dict[str, list[bool]] = defaultdict(list)
     for ep in episodes:
         seen: set[str] = set()
         for m in ep.messages:
-            if answer_roles is not None and m.role not in answer_roles:
-                continue
             if m.spoke and m.answer is not None and m.agent not in seen:
                 seen.add(m.agent)
                 hits[m.role].append(correct(m.answer, ep.problem_id))
@@ -133,12 +134,10 @@ def debate_metrics(episodes: Sequence[Episode], out: dict[str, Any]) -> None:
     _rate(away, turns, out, "away_from_majority")
 
 
-def team_metrics(episodes: Sequence[Episode], correct: Correct, initial_right: Sequence[bool],
-                 answer_roles: Collection[str] | None = None) -> dict[str, Any]:
-    """The metrics of the module docstring; ``initial_right[i]``: episode i's initial answer was right;
-    ``answer_roles``: the protocol's roles whose answers can be the team's (None: all)."""
+def team_metrics(episodes: Sequence[Episode], correct: Correct, initial_right: Sequence[bool]) -> dict[str, Any]:
+    """The metrics of the module docstring; ``initial_right[i]``: episode i's initial answer was right."""
     out: dict[str, Any] = {}
-    first = first_answer_accuracy(episodes, correct, answer_roles)
+    first = first_answer_accuracy(episodes, correct)
     if first:
         out["first_answer_accuracy"] = first
     review_metrics(episodes, correct, out)
@@ -222,4 +221,18 @@ def cooperation_metrics(episodes: Sequence[Episode], correct: Correct,
     _rate(out["corrections"], chances, out, "corrections_per_message")
     _rate(out["harms"], chances, out, "harms_per_message")
     out.update(best_member(episodes, counts, answer_roles))
+    pieces = piece_roles(episodes, correct)
+    if pieces:
+        out["piece_roles"] = pieces
     return out
+
+
+def piece_roles(episodes: Sequence[Episode], correct: Correct) -> list[str]:
+    """The roles whose agents are scored on a piece of their own (module docstring), sorted."""
+    roles = set()
+    for ep in episodes:
+        for agent, answer in ep.agent_answers.items():
+            if answer is not None and agent in ep.agent_correct:
+                if (ep.agent_correct[agent] > 0.5) != correct(answer, ep.problem_id):
+                    roles.add(_role_of(agent))
+    return sorted(roles)
