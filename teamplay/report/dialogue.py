@@ -38,8 +38,8 @@ figure.dialogue figcaption { display: flex; flex-wrap: wrap; gap: 8px; align-ite
                              font-size: 12.5px; }
 figure.dialogue ol { list-style: none; padding: 0; margin: 0; display: flex; flex-direction: column; gap: 8px; }
 li.bubble { max-width: 88%; border-radius: 12px; padding: 6px 10px; border: 1px solid var(--line); }
-li.bubble.side-0 { align-self: flex-start; border-bottom-left-radius: 2px; }
-li.bubble.side-1 { align-self: flex-end; border-bottom-right-radius: 2px; }
+li.bubble.side-0 { align-self: flex-start; border-bottom-left-radius: 2px; background: #f8fafc; }
+li.bubble.side-1 { align-self: flex-end; border-bottom-right-radius: 2px; background: #eff6ff; }
 li.bubble .who { font-size: 12px; display: flex; gap: 6px; align-items: baseline; flex-wrap: wrap; }
 li.bubble .who .spacer { flex: 1; }
 li.bubble p.say { margin: 3px 0 0; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 13px; }
@@ -90,14 +90,16 @@ def pick_dialogues(episodes: Sequence[LoggedEpisode], limit: int = DIALOGUES) ->
     return [episodes[i] for i in order[:limit]]
 
 
-def _bubble(msg: Message, side: int, tag: str, background: str) -> str:
+def _bubble(msg: Message, side: int, tag: str, background: str | None) -> str:
+    """One message as a speech bubble; ``background`` (a credit shade) replaces its side's colour."""
     if not msg.spoke:
         text = '<p class="say muted">(skipped its turn)</p>'
     else:
         shown = msg.text if len(msg.text) <= TEXT_LIMIT else msg.text[:TEXT_LIMIT] + " …"
         text = f'<p class="say">{esc(shown)}</p>' if shown else '<p class="say muted">(empty message)</p>'
     answer = f'<code class="answer">{esc(msg.answer)}</code>' if msg.answer is not None else ""
-    return (f'<li class="bubble side-{side}" style="background: {background}">'
+    style = f' style="background: {background}"' if background is not None else ""
+    return (f'<li class="bubble side-{side}"{style}>'
             f'<div class="who"><span class="agent">{esc(msg.agent)}</span><span class="role">{esc(msg.role)}</span>'
             f'{answer}<span class="spacer"></span>{tag}</div>{text}</li>')
 
@@ -116,7 +118,7 @@ def dialogue(logged: LoggedEpisode) -> str:
             sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
             tag = f'<span class="adv {sign}" title="advantage the credit gave this message">credit {fmt_signed(adv)}</span>'
         else:
-            background = "#f8fafc"
+            background = None
             tag = withheld_mark(logged.withheld[t] if logged.withheld is not None else None)
         bubbles.append(_bubble(m, sides[m.agent], tag, background))
     right = ep.reward > SUCCESS

@@ -16,6 +16,11 @@ the author as well, so where the protocol would have adopted the author's own an
 reviewer then approves) a change can come from that answer's loss and not only from what teammates
 read.
 
+A replay reuses the episode's env seed, but its prefix is replayed without asking the speak/skip
+controllers, so a controller that draws at random draws other numbers after the prefix than in the
+recording: with such controllers part of a change can come from their draws (greedy decoding and
+deterministic controllers leave the missing message as the only difference).
+
 Per message (``WithheldMessage``): the answer with it withheld, whether the final answer changed
 (answers compared as extracted strings) and the team's correctness before and after (reward above
 0.5). Aggregates (``withholding_metrics``), overall and per role, over withheld messages:
