@@ -142,3 +142,13 @@ def test_a_training_run_measures_both_before_and_after(tmp_path):
     assert len(list((tmp_path / "cache").iterdir())) == 2
     first = json.loads((tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert "withholding" not in first["heldout"]["extra"]["cooperation"]
+
+
+@pytest.mark.parametrize("field", ["eval_withhold_messages", "eval_self_consistency"])
+def test_a_distributed_run_refuses_them_in_one_line(tmp_path, field):
+    from teamplay.config import TrainConfig, build_config
+
+    data = {"output_dir": str(tmp_path / "run"), "distributed": {"rollout_workers": 1}, field: True}
+    with pytest.raises(ConfigError, match=f"{field}: replays and solo samples run in process") as info:
+        build_config(TrainConfig, data)
+    assert "\n" not in str(info.value)
