@@ -116,7 +116,8 @@ def dialogue(logged: LoggedEpisode) -> str:
             adv = logged.advantages[t]
             background, _ = shade(adv, scale)
             sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
-            tag = f'<span class="adv {sign}" title="advantage the credit gave this message">credit {fmt_signed(adv)}</span>'
+            tag = (f'<span class="adv {sign}" title="advantage the credit gave this message">'
+                   f'credit {fmt_signed(adv)}</span>')
         else:
             background = None
             tag = withheld_mark(logged.withheld[t] if logged.withheld is not None else None)

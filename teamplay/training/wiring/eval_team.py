@@ -16,8 +16,8 @@ from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.roles import Role, Team
 from teamplay.config import EvalConfig, ProtocolConfig
 from teamplay.envs.tasks.base import Task
-from teamplay.errors import ConfigError
 from teamplay.envs.team_env import TeamEnv
+from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
 from teamplay.training.play.controllers import TeamControllers
 from teamplay.training.wiring.backend import build_backend
