@@ -101,9 +101,12 @@ def eval_command(
                                    max_batch=cfg.backend.max_batch)
             job = bar.add_task(f"eval {cfg.task.name}/{cfg.protocol.name} {label}".rstrip(),
                                total=len(items) * cfg.samples)
+            primary = key == "metrics"  # the opt-in measurements are of the configured team only
             _, measured[key] = evaluate(runner, built.task, items, samples=cfg.samples, seed=cfg.seed,
                                         transcripts_path=out / transcripts,
-                                        on_episode=lambda _, job=job: bar.advance(job))
+                                        on_episode=lambda _, job=job: bar.advance(job),
+                                        withhold=cfg.withhold_messages and primary,
+                                        solo=solo_baseline(cfg, built) if primary else None)
             results[key] = measured[key].to_dict()
     write_atomically(out / "results.json", json.dumps(results, indent=2))
     metrics = measured["metrics"]
@@ -112,6 +115,24 @@ def eval_command(
         console.print(controller_table(f"speak/skip controllers ({cfg.controllers.mode}) vs always_speak",
                                        cfg.controllers.mode, metrics, measured["always_speak"]))
     console.print(f"wrote {out / 'results.json'} and {', '.join(str(out / r[1]) for r in runs.values())}")
+
+
+def solo_baseline(cfg: EvalConfig, built):
+    """The self-consistency baseline of ``cfg`` (None when ``self_consistency`` is off): the answering
+    role of ``built`` (an ``EvalTeam``) alone, on its backend, at ``self_consistency_temperature``."""
+    if not cfg.self_consistency:
+        return None
+    from dataclasses import replace
+
+    from teamplay.training.play.rollout import RolloutRunner
+    from teamplay.training.play.self_consistency import SoloBaseline
+    from teamplay.training.wiring.sampling import sampling_params
+
+    make_env, role = built.solo_env()
+    sampling = replace(sampling_params(cfg.sampling), temperature=cfg.self_consistency_temperature)
+    runner = RolloutRunner(make_env, built.backend, sampling, max_batch=cfg.backend.max_batch)
+    return SoloBaseline(runner, role.name, None if cfg.backend.name == "scripted" else role.adapter_name,
+                        max_samples=cfg.self_consistency_max_samples)
 
 
 @command("play")

@@ -43,8 +43,12 @@ def metrics_table(title: str, metrics) -> Table:
     table.add_row("wrong -> right", f"{metrics.wrong_to_right:.3f}")
     table.add_row("right -> wrong", f"{metrics.right_to_wrong:.3f}")
     team = metrics.extra.get("team", {})
+    # a role scored on a piece of its own (relay's informants) answers no part of the team's problem
+    # on its own: its first answers judged against the team's would be a meaningless 0
+    pieces = set(metrics.extra.get("cooperation", {}).get("piece_roles", ()))
     for role, acc in team.get("first_answer_accuracy", {}).items():
-        table.add_row(f"  {role} first-answer accuracy", f"{acc:.3f}")
+        if role not in pieces:
+            table.add_row(f"  {role} first-answer accuracy", f"{acc:.3f}")
     for key, label in (("verdict_accuracy", "review verdict accuracy"),
                        ("wrong_caught", "  wrong answers caught"), ("right_rejected", "  right answers rejected"),
                        ("correction_rate", "correction rate (of wrong)"), ("harm_rate", "harm rate (of right)"),
@@ -63,7 +67,9 @@ def metrics_table(title: str, metrics) -> Table:
 
 def cooperation_rows(coop: dict) -> list[tuple[str, str]]:
     """(label, value) rows of ``EvalMetrics.extra["cooperation"]`` that are present: per-message
-    corrections and harms (with their counts), the best member and the team's margin over it."""
+    corrections and harms (with their counts), the best member (of the roles whose answers can be
+    the team's) and the team's margin over it, information use by withholding and the
+    self-consistency baseline (when the evaluation measured them)."""
     rows = []
     for key, label, count in (("corrections_per_message", "corrections / message", "corrections"),
                               ("harms_per_message", "harms / message", "harms")):
@@ -72,6 +78,29 @@ def cooperation_rows(coop: dict) -> list[tuple[str, str]]:
     if "best_member" in coop:
         rows.append((f"best member alone ({coop['best_member']})", f"{coop['best_member_accuracy']:.3f}"))
         rows.append(("team - best member", f"{coop['team_minus_best_member']:+.3f}"))
+    rows += withholding_rows(coop.get("withholding") or {})
+    solo = coop.get("self_consistency") or {}
+    if solo:
+        who = solo["role"] + (f", adapter {solo['adapter']}" if solo.get("adapter") else "")
+        rows.append((f"self-consistency ({who}, T={solo['temperature']:g})", f"{solo['accuracy']:.3f}"))
+        rows.append(("  samples / problem", f"{solo['samples_per_problem']:.2f}"))
+        rows.append(("  its tokens / problem (team's)",
+                     f"{solo['tokens_per_problem']:.1f} ({solo['team_tokens_per_problem']:.1f})"))
+    return rows
+
+
+def withholding_rows(held: dict) -> list[tuple[str, str]]:
+    """(label, value) rows of ``extra["cooperation"]["withholding"]`` (empty when absent): information
+    use overall and per role, right -> wrong and wrong -> right without the message, extra tokens."""
+    if not held:
+        return []
+    rows = [("information use (answer changes without a message)",
+             f"{held['information_use']:.3f} ({held['changed']} of {held['messages']})")]
+    for role, r in held.get("per_role", {}).items():
+        rows.append((f"  {role}", f"{r['information_use']:.3f} ({r['changed']} of {r['messages']})"))
+    rows.append(("  right -> wrong without it (needed)", f"{held['right_to_wrong']:.3f}"))
+    rows.append(("  wrong -> right without it (misled)", f"{held['wrong_to_right']:.3f}"))
+    rows.append(("  withholding: extra tokens / problem", f"{held['extra_tokens_per_problem']:.1f}"))
     return rows
 
 

@@ -48,6 +48,21 @@ class EvalConfig(Section):
     samples: int = Field(1, ge=1, description="Episodes per problem.")
     seed: int = Field(0, description="Seed of env resets and sampling.")
     output_dir: str = Field("runs/eval", description="Folder for results.json and transcripts.jsonl.")
+    withhold_messages: bool = Field(
+        False, description="Information use: after the evaluation, replay every episode once per message with "
+                           "that message withheld (teammates read '(no message)'; later turns generated again "
+                           "with `sampling`) and report how often the team's final answer changes, per role "
+                           "and overall, with the extra tokens it cost (`extra.cooperation.withholding`).")
+    self_consistency: bool = Field(
+        False, description="Self-consistency baseline: the team's answering role alone (its adapter) solves "
+                           "each problem, sampled at `self_consistency_temperature` until its tokens reach "
+                           "what the team generated on that problem; its majority answer's accuracy is "
+                           "reported beside the team's (`extra.cooperation.self_consistency`).")
+    self_consistency_temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of the self-consistency baseline (the training "
+                               "decoding's default, 1.0).")
+    self_consistency_max_samples: int = Field(
+        64, ge=1, description="Most samples per problem of the self-consistency baseline.")
 
     @model_validator(mode="after")
     def _backend_fits_model(self) -> EvalConfig:
@@ -146,6 +161,16 @@ class TrainConfig(TeamTrainingConfig):
                           "every run it equals (same model, team, protocol, controllers, tasks, eval "
                           "decoding, backend and seed: credit, loss and optimiser cannot change it). "
                           "`teamplay sweep` sets it for its runs. None = each run evaluates.")
+    eval_withhold_messages: bool = Field(
+        False, description="Information use before and after training: the held-out evaluations of the untrained "
+                           "and the trained team also replay every episode once per message with that message "
+                           "withheld (`teamplay eval`'s `withhold_messages`), into "
+                           "`heldout.extra.cooperation.withholding` and `heldout_final.extra.cooperation.withholding`.")
+    eval_self_consistency: bool = Field(
+        False, description="Self-consistency before and after training: the answering role alone (its adapter as "
+                           "trained so far), sampled with the training decoding (`sampling`) until its tokens "
+                           "reach the team's on each held-out problem, majority vote (`teamplay eval`'s "
+                           "`self_consistency`), into `extra.cooperation.self_consistency` of those evaluations.")
     checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
     distributed: DistributedConfig | None = Field(
         None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
@@ -164,6 +189,10 @@ class TrainConfig(TeamTrainingConfig):
         dist = self.distributed
         if dist is None:
             return self
+        for name in ("eval_withhold_messages", "eval_self_consistency"):
+            if getattr(self, name):
+                raise ValueError(f"{name}: replays and solo samples run in process; not supported with "
+                                 f"`distributed:` yet (measure the trained team with teamplay eval)")
         if self.controllers.enabled:
             raise ValueError("controllers.enabled: learned speak/skip controllers are not supported with "
                              "`distributed:` yet; set controllers.enabled=false or drop the distributed section")
@@ -198,6 +227,10 @@ SINGLE_RUN_ONLY = {
     "eval_cache": "eval_cache: the server evaluates the untrained team once per run, not from a cache; drop it",
     "eval_samples": "eval_samples: the server evaluates the global team greedily after every round (no pass@k); "
                     "drop it",
+    "eval_withhold_messages": "eval_withhold_messages: the server evaluates the global team after every round "
+                              "without replays; drop it (measure the final team with teamplay eval)",
+    "eval_self_consistency": "eval_self_consistency: the server evaluates the global team after every round "
+                             "without the baseline; drop it (measure the final team with teamplay eval)",
 }
 
 

@@ -95,6 +95,9 @@ class LoggedEpisode:
             ``kept`` agents, ``start`` prefix, ``removal``, ``remove_turn``, ``value``, ``samples``).
         tokens: for runs with token-level credit, per message ``None`` or its tokens as
             ``((text piece, advantage), ...)`` (the pieces concatenate to the decoded message).
+        withheld: for evaluations run with ``withhold_messages``, per message ``None`` (a skipped
+            turn) or what withholding it did (``teamplay.training.play.withholding.WithheldMessage``
+            as a dict: ``replayed``, ``answer``, ``changed``, ``right_before``, ``right_after``).
     """
 
     episode: Episode
@@ -104,6 +107,7 @@ class LoggedEpisode:
     reference: str | None = None
     credit: Mapping[str, Any] | None = None
     tokens: tuple[tuple[tuple[str, float], ...] | None, ...] | None = None
+    withheld: tuple[Mapping[str, Any] | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.advantages is not None and len(self.advantages) != len(self.episode.messages):
@@ -337,7 +341,25 @@ def _logged_episode(row: dict[str, Any], where: str, credited: bool) -> LoggedEp
         raise DataError(f"{where}: field 'credit' must be an object with the credit 'method'")
     return LoggedEpisode(episode=episode, step=step, advantages=advantages,
                          prompt=_optional_str(row.get("prompt")), reference=_optional_str(row.get("reference")),
-                         credit=credit, tokens=_token_rows(row, where, len(episode.messages)))
+                         credit=credit, tokens=_token_rows(row, where, len(episode.messages)),
+                         withheld=_withheld_rows(row, where, len(episode.messages)))
+
+
+def _withheld_rows(row: dict[str, Any], where: str, n_messages: int) -> tuple[Mapping[str, Any] | None, ...] | None:
+    """``withholding`` of an eval transcript line, per message index (None where none was withheld)."""
+    raw = row.get("withholding")
+    if raw is None:
+        return None
+    out: list[Mapping[str, Any] | None] = [None] * n_messages
+    if not isinstance(raw, list):
+        raise DataError(f"{where}: field 'withholding' must be a list (one entry per withheld message)")
+    for entry in raw:
+        t = entry.get("message") if isinstance(entry, dict) else None
+        if not (isinstance(t, int) and 0 <= t < n_messages and isinstance(entry.get("changed"), bool)):
+            raise DataError(f"{where}: a 'withholding' entry needs 'message' (an index below {n_messages}) and "
+                            f"'changed' (true/false), got {entry!r}")
+        out[t] = entry
+    return tuple(out)
 
 
 def _token_rows(row: dict[str, Any], where: str, n_messages: int):

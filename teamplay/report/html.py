@@ -19,6 +19,8 @@ import yaml
 
 from teamplay.report.analysis import FREE_RIDER_THRESHOLD, agent_credit
 from teamplay.report.data import EvalData, RunData, is_number
+from teamplay.report.dialogue import CSS as DIALOGUE_CSS
+from teamplay.report.dialogue import dialogue_section
 from teamplay.report.markup import MISSING, esc, fmt, fmt_signed, note, table
 from teamplay.report.plots import PALETTE, Plot
 from teamplay.report.transcripts import BROWSER_SCRIPT, transcript_browser
@@ -307,23 +309,48 @@ def eval_table(columns: Sequence[tuple[str, EvalMetrics | None]]) -> str:
     return table(headers, rows, "metrics")
 
 
-#: (key of ``EvalMetrics.extra["cooperation"]``, label) of the cooperation table's number rows
-COOPERATION_ROWS = (("corrections_per_message", "corrections / message"), ("harms_per_message", "harms / message"),
-                    ("chances", "messages that could change the answer"),
-                    ("best_member_accuracy", "best member alone"), ("team_minus_best_member", "team − best member"))
+#: (path of keys into ``EvalMetrics.extra["cooperation"]``, label) of the cooperation table's number rows
+COOPERATION_ROWS = ((("corrections_per_message",), "corrections / message"),
+                    (("harms_per_message",), "harms / message"),
+                    (("chances",), "messages that could change the answer"),
+                    (("best_member_accuracy",), "best member alone"),
+                    (("team_minus_best_member",), "team − best member"),
+                    (("withholding", "information_use"), "information use (answer changes without a message)"),
+                    (("withholding", "right_to_wrong"), "right → wrong without a message (needed)"),
+                    (("withholding", "wrong_to_right"), "wrong → right without a message (misled)"),
+                    (("withholding", "messages"), "messages withheld"),
+                    (("withholding", "extra_tokens_per_problem"), "withholding: extra tokens / problem"),
+                    (("self_consistency", "accuracy"), "self-consistency: one agent, same tokens, vote"),
+                    (("self_consistency", "single_sample_accuracy"), "self-consistency: one sample"),
+                    (("self_consistency", "samples_per_problem"), "self-consistency: samples / problem"),
+                    (("self_consistency", "tokens_per_problem"), "self-consistency: tokens / problem"))
+
+
+def _dig(value: Any, path: Sequence[str]) -> Any:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def cooperation_table(columns: Sequence[tuple[str, EvalMetrics | None]]) -> str:
     """The cooperation metrics (``extra["cooperation"]``), one column per evaluation; a row no
-    column has is left out, a value one column lacks is ``—``."""
+    column has is left out, a value one column lacks is ``—``. Information use per role follows
+    the overall row when the evaluation withheld messages."""
     coops = [m.extra.get("cooperation", {}) if m is not None else {} for _, m in columns]
-    def cell(key: str, value: Any) -> str:
+    def cell(path: Sequence[str], value: Any) -> str:
         if not is_number(value):
             return MISSING
-        return fmt_signed(value) if key == "team_minus_best_member" else fmt(value)
+        return fmt_signed(value) if path == ("team_minus_best_member",) else fmt(value)
 
-    rows = [[esc(label)] + [cell(key, c.get(key)) for c in coops]
-            for key, label in COOPERATION_ROWS if any(key in c for c in coops)]
+    rows = []
+    for path, label in COOPERATION_ROWS:
+        if any(_dig(c, path) is not None for c in coops):
+            rows.append([esc(label)] + [cell(path, _dig(c, path)) for c in coops])
+        if path == ("withholding", "information_use"):
+            roles = dict.fromkeys(r for c in coops for r in (_dig(c, ("withholding", "per_role")) or {}))
+            rows += [[f"&nbsp;&nbsp;{esc(role)}"] + [cell(path, _dig(c, ("withholding", "per_role", role,
+                                                                           "information_use"))) for c in coops]
+                     for role in roles]
     if any("best_member" in c for c in coops):
         rows.append(["best member"] + [esc(str(c.get("best_member", MISSING))) for c in coops])
     return table(["metric"] + [label for label, _ in columns], rows, "cooperation")
@@ -446,7 +473,9 @@ def _evaluation_section(inputs: Sequence[tuple[str, Input]], figures: Figures) -
         items.append(_card_panel("Cooperation", cooperation_table(columns) + note(
             "Per message that could change the team's answer (an earlier round gave one): how often it "
             "turned a wrong answer right or a right one wrong; the team's accuracy against its best member "
-            "alone (each agent's own last answer).")))
+            "alone (each agent's own last answer, among the roles whose answer can be the team's). With "
+            "withhold_messages: how often the final answer changes when one message is withheld (information "
+            "use). With self_consistency: the answering role alone, sampled at the team's tokens, majority vote.")))
     return _grid(items)
 
 
@@ -463,8 +492,9 @@ def _transcripts_section(inputs: Sequence[tuple[str, Input]], credited: bool) ->
 def render_page(title: str, inputs: Sequence[tuple[str, Input]], figures: Figures) -> str:
     """The whole HTML document for ``inputs`` (one, or two for a comparison) and their figures.
 
-    Sections, in order: summary, credit and controllers (runs only), transcripts, training curves
-    (runs only), evaluation, configuration. Credit comes first because it is what this report
+    Sections, in order: summary, dialogue (a few episodes with each message's credit or
+    withholding effect), credit and controllers (runs only), transcripts, training curves (runs
+    only), evaluation, configuration. Credit comes first because it is what this report
     shows that a scalar dashboard does not.
     """
     runs = [(label, d) for label, d in inputs if isinstance(d, RunData)]
@@ -473,6 +503,8 @@ def render_page(title: str, inputs: Sequence[tuple[str, Input]], figures: Figure
     if runs:
         sections.append(("credit", "Credit", "Credit per role", _credit_section(runs, figures)))
         sections.append(("controllers", "Controllers", "Speak/skip controllers", _controllers_section(runs, figures)))
+    sections.insert(1, ("dialogue", "Dialogue", "The team talking: what each message was worth",
+                        dialogue_section([(label, d.episodes) for label, d in inputs])))
     sections.append(("transcripts", "Transcripts", "Transcripts", _transcripts_section(inputs, bool(runs))))
     if runs:
         sections.append(("training", "Training", "Training curves", _training_section(runs, figures)))
@@ -486,7 +518,7 @@ def render_page(title: str, inputs: Sequence[tuple[str, Input]], figures: Figure
         '<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{esc(_csp(BROWSER_SCRIPT))}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{CSS}{DIALOGUE_CSS}</style></head><body>"
         f"{_header(title, inputs)}{nav}<main>{body}</main>"
         f"<script>{BROWSER_SCRIPT}</script></body></html>\n"
     )

@@ -3,7 +3,9 @@
 Each utterance is shaded by its advantage (green positive, red negative, opacity by
 |advantage| / the episode's largest |advantage|; see ``analysis.shade``); an uncredited episode
 (an eval transcript) is shown neutral with "not credited". The panel also shows the verifier's
-verdict (reward, right or wrong), the final answer, and the answer each agent held at the end.
+verdict (reward, right or wrong), the final answer, and the answer each agent held at the end. An
+evaluation run with ``withhold_messages`` marks each message with what withholding it did
+(``dialogue.withheld_mark``).
 
 All episodes are rendered here, in Python, with every model string escaped; the page's script
 only toggles the ``hidden`` attribute of panels, so no run data ever passes through JavaScript.
@@ -18,6 +20,7 @@ from typing import Any
 from teamplay.records import Message
 from teamplay.report.analysis import SUCCESS, advantage_scale, shade
 from teamplay.report.data import LoggedEpisode
+from teamplay.report.dialogue import withheld_mark
 from teamplay.report.markup import MISSING, esc, fmt, fmt_signed, table
 
 MAX_EPISODES = 400
@@ -155,7 +158,7 @@ def _token_body(tokens: tuple[tuple[str, float], ...], scale: float) -> str:
 
 def _message(msg: Message, advantage: float | None, scale: float, index: int,
              tokens: tuple[tuple[str, float], ...] | None = None, token_scale: float = 0.0,
-             method: str | None = None) -> str:
+             method: str | None = None, withheld: Mapping[str, Any] | None = None) -> str:
     if advantage is None:
         background, border = shade(0.0, 0.0)
         badge = '<span class="adv none">not credited</span>'
@@ -178,7 +181,7 @@ def _message(msg: Message, advantage: float | None, scale: float, index: int,
         f'<div class="msg-head"><span class="turn">#{index + 1}</span>'
         f'<span class="agent">{esc(msg.agent)}</span><span class="role">{esc(msg.role)}</span>'
         f'<span class="stage">{esc(msg.stage)} · round {msg.round}{tokens}</span>'
-        f'{answer}<span class="spacer"></span>{badge}</div>{body}</li>'
+        f'{answer}<span class="spacer"></span>{withheld_mark(withheld)}{badge}</div>{body}</li>'
     )
 
 
@@ -239,8 +242,9 @@ def episode_panel(logged: LoggedEpisode, index: int) -> str:
     method = logged.credit.get("method") if logged.credit else None
     tokens = logged.tokens or (None,) * len(ep.messages)
     token_scale = max((abs(a) for row in tokens if row for _, a in row), default=0.0)
+    withheld = logged.withheld or (None,) * len(ep.messages)
     messages = "".join(_message(m, advantages[t] if advantages is not None else None, scale, t,
-                                tokens[t], token_scale, method)
+                                tokens[t], token_scale, method, withheld[t])
                        for t, m in enumerate(ep.messages))
     if not ep.messages:
         messages = '<li class="muted">no messages</li>'

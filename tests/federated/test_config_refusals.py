@@ -19,6 +19,8 @@ from tests.federated.fakes import tiny_config
     ({"controllers": {"enabled": True}}, "controllers.enabled: learned speak/skip controllers"),
     ({"distributed": {"rollout_workers": 1}}, "distributed: a federated run's sites train in one process each"),
     ({"eval_samples": 4}, "eval_samples: the server evaluates the global team greedily"),
+    ({"eval_withhold_messages": True}, "eval_withhold_messages: the server evaluates the global team"),
+    ({"eval_self_consistency": True}, "eval_self_consistency: the server evaluates the global team"),
 ])
 def test_fields_a_federated_run_cannot_use_are_refused_at_load(tmp_path, extra, message):
     data = {**tiny_config(tmp_path), **extra}

@@ -19,7 +19,13 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   other teamplay runs.
 * ``extra["cooperation"]``: corrections and harms per message that could change the answer, and
   the team against its best member alone (``teamplay.training.play.team_metrics.cooperation_metrics``);
-  each transcript row carries its episode's counts under ``"cooperation"``.
+  each transcript row carries its episode's counts under ``"cooperation"``. Opt-in (``evaluate``'s
+  ``withhold`` and ``solo``; ``teamplay eval``'s ``withhold_messages`` and ``self_consistency``):
+  ``extra["cooperation"]["withholding"]``, information use (how often withholding one message
+  changes the team's final answer, per role and overall, with its extra tokens;
+  ``teamplay.training.play.withholding``), and ``extra["cooperation"]["self_consistency"]``, the
+  accuracy of the answering role alone sampled at the team's token cost with a majority vote
+  (``teamplay.training.play.self_consistency``).
 * ``extra["speak_rate"]`` (only when a speak/skip controller decided turns): per ``"agent/stage"``,
   the fraction of its decisions that spoke (``teamplay.training.play.controllers.speak_rates``).
 * ``extra["team"]``: what each role learned: first-answer accuracy per role, review verdict
@@ -39,9 +45,10 @@ import math
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 from teamplay.atomic import write_atomically
@@ -51,7 +58,9 @@ from teamplay.errors import TeamplayWarning
 from teamplay.records import Episode, TaskItem
 from teamplay.training.play.controllers import speak_rates
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.play.self_consistency import SoloBaseline, sample_at_budget, self_consistency_metrics
 from teamplay.training.play.team_metrics import Correct, cooperation_metrics, episode_cooperation, team_metrics
+from teamplay.training.play.withholding import withhold_messages, withholding_metrics
 
 
 @dataclass(frozen=True)
@@ -166,9 +175,12 @@ def answer_judge(task: Task, items: dict[str, TaskItem]) -> Correct:
 
 
 def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Task,
-              seconds: float = 0.0, correct: Correct | None = None) -> EvalMetrics:
+              seconds: float = 0.0, correct: Correct | None = None,
+              answer_roles: Collection[str] | None = None) -> EvalMetrics:
     """Metrics of ``episodes``; ``items`` maps problem id to item (to score initial answers);
-    ``correct``: an ``answer_judge`` of the same task and items to reuse (default: a new one)."""
+    ``correct``: an ``answer_judge`` of the same task and items to reuse (default: a new one);
+    ``answer_roles``: the protocol's roles whose answers can be the team's (None: all), the only
+    ones the best member is chosen from."""
     n = len(episodes)
     if n == 0:
         raise ValueError("summarize: no episodes")
@@ -205,7 +217,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
         extra={"team": team_metrics(episodes, correct, initial_flags),
-               "cooperation": cooperation_metrics(episodes, correct),
+               "cooperation": cooperation_metrics(episodes, correct, answer_roles),
                **({"speak_rate": rates} if (rates := speak_rates(episodes)) else {}),
                **({"samples": samples} if (samples := sample_metrics(episodes)) is not None else {})},
         lm_eval=lm_eval_scores(episodes, items, task),
@@ -214,14 +226,37 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
 
 def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], samples: int = 1,
              seed: int = 0, transcripts_path: Path | None = None,
-             on_episode: Callable[[Episode], None] | None = None) -> tuple[list[Episode], EvalMetrics]:
+             on_episode: Callable[[Episode], None] | None = None, withhold: bool = False,
+             solo: SoloBaseline | None = None,
+             answer_roles: Collection[str] | None | EllipsisType = ...) -> tuple[list[Episode], EvalMetrics]:
     """Run ``samples`` episodes per item and summarise them.
 
     Transcripts are appended to ``transcripts_path`` (JSON lines, one episode each, with the
     problem and reference) as each episode finishes, so an interrupted evaluation keeps them.
+
+    Opt-in cooperation measurements, after the episodes (their cost is not in ``seconds``):
+    ``withhold`` replays every episode once per message with that message withheld
+    (``teamplay.training.play.withholding``), into ``extra["cooperation"]["withholding"]``;
+    ``solo`` samples one agent at the team's token cost and votes
+    (``teamplay.training.play.self_consistency``), into ``extra["cooperation"]["self_consistency"]``.
+    With either, the transcripts are written again at the end with, per episode, its withheld
+    messages (``"withholding"``: one row per spoken message) and its solo votes (``"self_consistency"``).
+    Withholding replays episodes, so it needs a ``RolloutRunner`` (an in-process one).
+
+    ``answer_roles``: the protocol's roles whose answers can be the team's (``summarize``); ``...``
+    (the default) reads them from the runner's env factory, so a source of episodes without one
+    (a distributed pool) must pass them.
     """
     if not items:
         raise ValueError("evaluate: no items to evaluate")
+    make_env = getattr(runner, "make_env", None)
+    if answer_roles is ...:
+        if make_env is None:
+            raise ValueError(f"evaluate: {type(runner).__name__} has no env factory; pass answer_roles")
+        answer_roles = make_env().protocol.answer_roles
+    if withhold and not isinstance(runner, RolloutRunner):
+        raise ValueError(f"evaluate: withholding messages replays episodes in process; {type(runner).__name__} "
+                         f"cannot (use a RolloutRunner)")
     by_id = {item.id: item for item in items}
     correct = answer_judge(task, by_id)
     jobs = [RolloutJob(item=item, group_id=f"{item.id}#eval") for item in items for _ in range(samples)]
@@ -232,10 +267,7 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
 
     def record(ep: Episode) -> None:
         if sink is not None:
-            item = by_id[ep.problem_id]
-            row = {"prompt": item.prompt, "reference": item.reference, **ep.to_dict(),
-                   "cooperation": asdict(episode_cooperation(ep, correct))}
-            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            sink.write(json.dumps(_transcript_row(ep, by_id, correct), ensure_ascii=False) + "\n")
             sink.flush()
         if on_episode is not None:
             on_episode(ep)
@@ -246,7 +278,36 @@ def evaluate(runner: RolloutRunner, task: Task, items: Sequence[TaskItem], sampl
     finally:
         if sink is not None:
             sink.close()
-    return episodes, summarize(episodes, by_id, task, seconds=time.perf_counter() - start, correct=correct)
+    seconds = time.perf_counter() - start
+    metrics = summarize(episodes, by_id, task, seconds=seconds, correct=correct, answer_roles=answer_roles)
+    if not withhold and solo is None:
+        return episodes, metrics
+    per_episode: list[dict[str, Any]] = [{} for _ in episodes]
+    cooperation = metrics.extra["cooperation"]
+    if withhold:
+        # job i's env was reset with seed + i (RolloutRunner.run): the replays reuse those seeds
+        effects = withhold_messages(runner, episodes, by_id, [seed + i for i in range(len(jobs))], seed=seed)
+        cooperation["withholding"] = withholding_metrics(effects, len(episodes))
+        for e in effects:
+            per_episode[e.episode].setdefault("withholding", []).append(e.to_dict())
+    if solo is not None:
+        votes = sample_at_budget(solo.runner, episodes, by_id, seed=seed, max_samples=solo.max_samples)
+        cooperation["self_consistency"] = self_consistency_metrics(
+            votes, episodes, correct, solo.role, solo.adapter, solo.runner.sampling.temperature)
+        for row, v in zip(per_episode, votes, strict=True):
+            row["self_consistency"] = asdict(v)
+    if transcripts_path is not None:
+        lines = [json.dumps({**_transcript_row(ep, by_id, correct), **row}, ensure_ascii=False)
+                 for ep, row in zip(episodes, per_episode, strict=True)]
+        write_atomically(transcripts_path, "".join(line + "\n" for line in lines))
+    return episodes, metrics
+
+
+def _transcript_row(ep: Episode, items: dict[str, TaskItem], correct: Correct) -> dict[str, Any]:
+    """One transcripts.jsonl row: the problem, its reference, the episode and its cooperation counts."""
+    item = items[ep.problem_id]
+    return {"prompt": item.prompt, "reference": item.reference, **ep.to_dict(),
+            "cooperation": asdict(episode_cooperation(ep, correct))}
 
 
 #: the config sections the held-out evaluation of an untrained team depends on: a fresh LoRA
@@ -256,10 +317,18 @@ UNTRAINED_EVAL_SECTIONS = ("model", "team", "protocol", "controllers", "task", "
                            "backend", "seed")
 
 
+#: opt-in measurements that add to the untrained team's evaluation, with the sections they also read:
+#: in the key only when switched on, so the keys of evaluations without them stay as they were
+UNTRAINED_EVAL_OPT_INS = {"eval_withhold_messages": (), "eval_self_consistency": ("sampling",)}
+
+
 def untrained_eval_key(config: dict[str, Any]) -> str:
     """A hash of what the untrained team's held-out evaluation depends on (``config``: a
     ``TrainConfig.model_dump(mode="json")``); runs with equal keys get equal evaluations."""
     part = {name: config.get(name) for name in UNTRAINED_EVAL_SECTIONS}
+    for name, reads in UNTRAINED_EVAL_OPT_INS.items():
+        if config.get(name):
+            part.update({name: True, **{section: config.get(section) for section in reads}})
     return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -4,7 +4,11 @@ All rates are fractions in [0, 1]; a rate whose denominator is empty is left out
 made-up 0). Correctness of an answer is the task's ``score_answer(answer, item) > 0.5``.
 
 * ``first_answer_accuracy[role]``: over the agents of ``role`` that gave an answer, the fraction
-  whose *first* answer was right (for proposer/reviewer: the proposer's first proposal).
+  whose *first* answer was right on the team's problem (for proposer/reviewer: the proposer's first
+  proposal). Every role is kept here; the eval table leaves out the roles of
+  ``cooperation["piece_roles"]`` (below), whose answers answer a piece, not the team's problem: a
+  ``relay`` informant's answer is its operand, which judged against the sum reads 0 for a perfect
+  informant.
 * Review verdicts (``Episode.metadata["verdicts"]``, written by ``proposer_reviewer``), over the
   review turns that spoke:
   ``verdict_accuracy`` = reviews whose verdict was right (RIGHT on a right answer, WRONG on a wrong
@@ -35,14 +39,22 @@ Cooperation (``EvalMetrics.extra["cooperation"]``, ``cooperation_metrics``; per 
 * Team vs its best member: ``member_accuracy[agent]`` = mean ``Episode.agent_correct[agent]`` (each
   agent's own last answer); ``best_member`` = the agent with the highest (ties: the first in team
   order), ``team_minus_best_member`` = mean team reward - that accuracy (> 0: the team beats every
-  member alone). Under ``split`` and ``relay`` an agent is scored on its own piece, not on the
-  team's problem, so there the comparison is not one of equals.
+  member alone). Only agents of the protocol's ``answer_roles`` are members here: an agent whose
+  answer can never be the team's is scored on something else (a ``relay`` informant on its own
+  operand: 1.0 for stating it), so beside the team's accuracy its score would mean nothing; under
+  ``relay`` the best member is the answerer (its score is the team's, margin 0).
+  ``piece_roles`` (only when some): the roles whose agents are scored on a piece of their own, not
+  on the team's problem: some agent of the role has a last answer whose score
+  (``Episode.agent_correct``) disagrees with that answer judged on the team's problem (``relay``'s
+  informants, ``split``'s solvers). Under ``split``
+  (every role answers) an agent is still scored on its own piece, not on the team's problem, so
+  there the comparison is not one of equals.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,12 +65,18 @@ Correct = Callable[[str | None, str], bool]
 """``correct(answer, problem_id)``: whether ``answer`` is right for that problem."""
 
 
+def _role_of(agent: str) -> str:
+    """The role of an agent id (``"informant_1"`` -> ``"informant"``)."""
+    return agent.rpartition("_")[0] or agent
+
+
 def _rate(num: int, den: int, out: dict[str, Any], name: str) -> None:
     if den > 0:
         out[name] = num / den
 
 
 def first_answer_accuracy(episodes: Sequence[Episode], correct: Correct) -> dict[str, float]:
+    """Per role, the share of its agents' first answers that are right on the team's problem."""
     hits: dict[str, list[bool]] = defaultdict(list)
     for ep in episodes:
         seen: set[str] = set()
@@ -171,14 +189,17 @@ def episode_cooperation(episode: Episode, correct: Correct) -> EpisodeCooperatio
     return EpisodeCooperation(chances=chances, corrections=corrections, harms=harms, member_correct=member)
 
 
-def best_member(episodes: Sequence[Episode], counts: Sequence[EpisodeCooperation]) -> dict[str, Any]:
+def best_member(episodes: Sequence[Episode], counts: Sequence[EpisodeCooperation],
+                answer_roles: Collection[str] | None = None) -> dict[str, Any]:
     """``member_accuracy``, ``best_member``, ``best_member_accuracy`` and ``team_minus_best_member``
     over ``episodes`` (``counts[i]`` belongs to ``episodes[i]``; an agent's mean is over the
-    episodes it played). Empty when no episode has an agent."""
+    episodes it played), among the agents of ``answer_roles`` (None: every agent). Empty when no
+    episode has such an agent."""
     scores: dict[str, list[float]] = defaultdict(list)
     for c in counts:
         for agent, score in c.member_correct.items():
-            scores[agent].append(score)
+            if answer_roles is None or _role_of(agent) in answer_roles:
+                scores[agent].append(score)
     if not scores:
         return {}
     accuracy = {a: sum(v) / len(v) for a, v in scores.items()}
@@ -188,14 +209,30 @@ def best_member(episodes: Sequence[Episode], counts: Sequence[EpisodeCooperation
             "team_minus_best_member": team - accuracy[best]}
 
 
-def cooperation_metrics(episodes: Sequence[Episode], correct: Correct) -> dict[str, Any]:
+def cooperation_metrics(episodes: Sequence[Episode], correct: Correct,
+                        answer_roles: Collection[str] | None = None) -> dict[str, Any]:
     """The cooperation metrics of the module docstring over ``episodes`` (rates with an empty
-    denominator are left out)."""
+    denominator are left out); ``answer_roles``: the protocol's roles whose answers can be the
+    team's (None: all), the only ones compared as members."""
     counts = [episode_cooperation(ep, correct) for ep in episodes]
     chances = sum(c.chances for c in counts)
     out: dict[str, Any] = {"chances": chances, "corrections": sum(c.corrections for c in counts),
                            "harms": sum(c.harms for c in counts)}
     _rate(out["corrections"], chances, out, "corrections_per_message")
     _rate(out["harms"], chances, out, "harms_per_message")
-    out.update(best_member(episodes, counts))
+    out.update(best_member(episodes, counts, answer_roles))
+    pieces = piece_roles(episodes, correct)
+    if pieces:
+        out["piece_roles"] = pieces
     return out
+
+
+def piece_roles(episodes: Sequence[Episode], correct: Correct) -> list[str]:
+    """The roles whose agents are scored on a piece of their own (module docstring), sorted."""
+    roles = set()
+    for ep in episodes:
+        for agent, answer in ep.agent_answers.items():
+            if answer is not None and agent in ep.agent_correct:
+                if (ep.agent_correct[agent] > 0.5) != correct(answer, ep.problem_id):
+                    roles.add(_role_of(agent))
+    return sorted(roles)

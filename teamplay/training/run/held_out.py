@@ -14,6 +14,11 @@ times with the training decoding (``cfg.sampling``): pass@k and the distinct rig
 (``evaluation.sample_metrics``), logged as ``heldout_sampled`` in the step-0 line and
 ``heldout_sampled_final`` in the last one (not every ``eval_every`` steps: k times the cost).
 
+With ``eval_withhold_messages`` / ``eval_self_consistency`` the evaluations of the whole held-out
+set before and after training (not the curve's, not the ones every ``eval_every`` steps) also
+measure information use by withholding and the self-consistency baseline
+(``evaluation.evaluate``'s ``withhold`` and ``solo``).
+
 The trainer decides when to evaluate and where the lines go; this part only evaluates. Before
 each evaluation it calls ``prepare(label)`` (the trainer shares its state with the learner's copies
 and calls ``on_eval``). Each call takes ``check``, called at each safe point of the rollouts: it
@@ -31,8 +36,23 @@ from teamplay.config import TrainConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import TaskItem
 from teamplay.training.play.evaluation import EvalMetrics, cached_untrained_eval, evaluate
+from teamplay.training.play.rollout import RolloutRunner
+from teamplay.training.play.self_consistency import SoloBaseline
 from teamplay.training.run.parts import Runner
+from teamplay.training.wiring.eval_team import solo_env_factory
 from teamplay.training.wiring.sampling import sampling_params
+from teamplay.training.wiring.wired_run import WiredRun
+
+
+def solo_baseline(cfg: TrainConfig, run: WiredRun, answer_roles: Sequence[str] | None) -> SoloBaseline | None:
+    """The self-consistency baseline of a run's before/after evaluations (None without
+    ``eval_self_consistency``): the answering role alone on the held-out task, on the run's backend
+    (its adapters as trained so far), with the training decoding (``cfg.sampling``)."""
+    if not cfg.eval_self_consistency:
+        return None
+    make_env, role = solo_env_factory(run.eval_task, run.team, answer_roles)
+    runner = RolloutRunner(make_env, run.backend, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)
+    return SoloBaseline(runner, role.name, role.adapter_name)
 
 
 class HeldOutEvaluation:
@@ -42,8 +62,13 @@ class HeldOutEvaluation:
     the learning curve's problems are their first ``eval_curve_limit``.
     """
 
-    def __init__(self, cfg: TrainConfig, runner: Runner, task: Task, prepare: Callable[[str], None]) -> None:
+    def __init__(self, cfg: TrainConfig, runner: Runner, task: Task, prepare: Callable[[str], None],
+                 answer_roles: Sequence[str] | None = None, solo: SoloBaseline | None = None) -> None:
         self.cfg, self.runner, self.task, self.prepare = cfg, runner, task, prepare
+        #: the protocol's roles whose answers can be the team's (``evaluate``'s ``answer_roles``)
+        self.answer_roles = answer_roles
+        #: the self-consistency baseline of the before/after evaluations (``eval_self_consistency``)
+        self.solo = solo
 
     def curve(self, items: Sequence[TaskItem]) -> list[TaskItem] | None:
         """The learning curve's problems: the first ``eval_curve_limit`` of ``items`` (``None``
@@ -73,7 +98,7 @@ class HeldOutEvaluation:
     def after(self, items: Sequence[TaskItem], check: Callable[[], None]) -> tuple[EvalMetrics, dict[str, Any]]:
         """The trained team on every problem, and the last line of metrics.jsonl (``heldout_final``,
         ``heldout_curve`` on the curve's problems, ``heldout_sampled_final`` with ``eval_samples``)."""
-        metrics = self.run("after", items, check)
+        metrics = self.run("after", items, check, cooperation=True)
         line = {"heldout_final": metrics.to_dict()}
         curve = self.curve(items)
         if curve is not None:
@@ -89,12 +114,15 @@ class HeldOutEvaluation:
         not fresh); a curve is cached under its own key."""
         label = "before" if curve is None else "before (curve)"
         problems = items if curve is None else curve
+        whole = curve is None  # the cooperation measurements are of the whole held-out set only
         if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
-            return self.run(label, problems, check)
+            return self.run(label, problems, check, cooperation=whole)
         config = self.cfg.model_dump(mode="json")
         if curve is not None:  # the first N distinct problems: the same evaluation as eval_task.limit = N
             config["eval_task"] = {**(config.get("eval_task") or {}), "limit": len(curve), "curve": True}
-        return cached_untrained_eval(Path(self.cfg.eval_cache), config, lambda: self.run(label, problems, check))
+            config["eval_withhold_messages"] = config["eval_self_consistency"] = False
+        return cached_untrained_eval(Path(self.cfg.eval_cache), config,
+                                     lambda: self.run(label, problems, check, cooperation=whole))
 
     def untrained_sampled(self, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
         """The untrained team's sampled evaluation (``eval_samples``), read from ``eval_cache`` as
@@ -103,6 +131,7 @@ class HeldOutEvaluation:
             return self.sampled("before (sampled)", items, check)
         config = self.cfg.model_dump(mode="json")
         config["eval_sampling"] = config["sampling"]
+        config["eval_withhold_messages"] = config["eval_self_consistency"] = False  # sampled: never measured
         config["eval_task"] = {**(config.get("eval_task") or {}), "samples": self.cfg.eval_samples}
         return cached_untrained_eval(Path(self.cfg.eval_cache), config,
                                      lambda: self.sampled("before (sampled)", items, check))
@@ -112,11 +141,16 @@ class HeldOutEvaluation:
         ``run`` plays one greedy episode each."""
         self.prepare(label)
         runner = self.runner.held_out(sampling_params(self.cfg.sampling), check)
-        return evaluate(runner, self.task, items, samples=self.cfg.eval_samples, seed=self.cfg.seed)[1]
+        return evaluate(runner, self.task, items, samples=self.cfg.eval_samples, seed=self.cfg.seed,
+                        answer_roles=self.answer_roles)[1]
 
-    def run(self, label: str, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
+    def run(self, label: str, items: Sequence[TaskItem], check: Callable[[], None],
+            cooperation: bool = False) -> EvalMetrics:
         """One evaluation of the team as it is now on ``items``, announced as ``label``; ``check``
-        at each safe point (see the module)."""
+        at each safe point (see the module). ``cooperation``: also withhold messages and run the
+        self-consistency baseline where the config asks for them (the before/after evaluations)."""
         self.prepare(label)
         runner = self.runner.held_out(sampling_params(self.cfg.eval_sampling), check)
-        return evaluate(runner, self.task, items, seed=self.cfg.seed)[1]
+        return evaluate(runner, self.task, items, seed=self.cfg.seed, answer_roles=self.answer_roles,
+                        withhold=cooperation and self.cfg.eval_withhold_messages,
+                        solo=self.solo if cooperation else None)[1]

@@ -69,7 +69,7 @@ from teamplay.training.learn.nonfinite import NonFiniteGuard
 from teamplay.training.play.controllers import answer_check
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.play.rollout import step_jobs
-from teamplay.training.run.held_out import HeldOutEvaluation
+from teamplay.training.run.held_out import HeldOutEvaluation, solo_baseline
 from teamplay.training.run.parts import Learner, PartsFactory, Runner, local_parts
 from teamplay.training.run.preemption import Preemption, StopRequested, preemption_handlers
 from teamplay.training.run.run_state import RunState
@@ -233,7 +233,9 @@ class Trainer:
             self.runner: Runner
             self.learner: Learner
             self.runner, self.learner = parts(cfg, run, self.trainable)
-            self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation)
+            answer_roles = run.make_eval_env().protocol.answer_roles
+            self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation,
+                                              answer_roles, solo_baseline(cfg, run, answer_roles))
             self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)

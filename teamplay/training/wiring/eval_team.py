@@ -9,14 +9,15 @@ thing by a config: the task's items, the speak/skip controllers with their table
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.agents.roles import Team
+from teamplay.agents.roles import Role, Team
 from teamplay.config import EvalConfig, ProtocolConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.team_env import TeamEnv
+from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
 from teamplay.training.play.controllers import TeamControllers
 from teamplay.training.wiring.backend import build_backend
@@ -53,6 +54,32 @@ class EvalTeam:
         make_env, _ = env_factory(self.task, self.protocol, self.team,
                                   controller=self.controllers.controller("always_speak"))
         return make_env
+
+    def solo_env(self) -> tuple[Callable[[], TeamEnv], Role]:
+        """The self-consistency baseline's env factory and its role (``solo_env_factory``)."""
+        return solo_env_factory(self.task, self.team, self.make_env().protocol.answer_roles)
+
+
+def answering_role(team: Team, answer_roles: Sequence[str] | None) -> Role:
+    """The role whose answer is the team's: the first of the protocol's ``answer_roles`` (the first
+    role of ``team`` when every role answers)."""
+    return team.role(answer_roles[0]) if answer_roles else team.roles[0]
+
+
+def solo_env_factory(task: Task, team: Team, answer_roles: Sequence[str] | None) -> tuple[Callable[[], TeamEnv], Role]:
+    """The self-consistency baseline's env factory: the answering role of ``team`` alone, as the
+    ``single`` protocol's solver on ``task``, writing with that role's adapter (and base model); and
+    that role.
+
+    Raises ConfigError when the answering role is a scripted role of a mixed team (its policy is
+    keyed by its role name, which the solo solver does not carry)."""
+    role = answering_role(team, answer_roles)
+    if role.scripted:
+        raise ConfigError(f"self_consistency: the answering role {role.name!r} is played by "
+                          f"{role.policy!r}; the baseline samples a model-played role")
+    solo = Team(roles=(Role(name="solver", adapter=role.adapter_name, model=role.model),))
+    make_env, _ = env_factory(task, ProtocolConfig(name="single"), solo)
+    return make_env, role
 
 
 def build_eval_team(cfg: EvalConfig, item_limit: int | None = None,
