@@ -26,7 +26,7 @@ Settings (arith sums, answer-first replies "The answer is ...", temperature 1):
 * ``chain K``: a sequential chain of K LLM agents (one shared adapter), each seeing the earlier
   answers; ``vote 3``: three LLM voters and a majority; ``split K=4``: the additive team, four LLM
   solvers each on its own sum, team reward the fraction right (``A*(u_i) = (c_i - p_i) / 4``).
-  ``A*`` by Monte Carlo re-execution from every prefix (``teamplay.training.play.oracle.PrefixOracle``).
+  ``A*`` by Monte Carlo re-execution from every prefix (``teamplay.training.play.prefix_values.PrefixValues``).
 * ``helpful`` / ``harmful`` / ``free-riding reviewer``: scripted proposer/reviewer dialogues (a
   proposer right half the time that complies with the review; a reviewer right with probability
   0.8, right with probability 0.2, or approving everything), ``A*`` by re-execution.
@@ -191,7 +191,7 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
     from teamplay.agents.backends.mixed import MixedBackend
     from teamplay.agents.roles import Team
     from teamplay.config import ProtocolConfig, TrainConfig, build_config
-    from teamplay.training.play.oracle import PrefixOracle
+    from teamplay.training.play.prefix_values import PrefixValues
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
     from teamplay.training.wiring.envs import env_factory, load_items
     from teamplay.training.wiring.sampling import sampling_params
@@ -229,7 +229,7 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
         values, p_hat, mismatches = _noisy_oracle(setting.noisy_q, episodes, items, runner, task, oracle_samples, seed)
         oracle_kind = f"closed form, p from {oracle_samples} fresh answers per problem"
     else:
-        oracle = PrefixOracle(make_env, backend, sampling, samples=oracle_samples, max_batch=cfg.backend.max_batch,
+        oracle = PrefixValues(make_env, backend, sampling, samples=oracle_samples, max_batch=cfg.backend.max_batch,
                               seed=seed + 7919)
         values = oracle.values(episodes, by_id)
         oracle_tokens, p_hat, mismatches = oracle.generated_tokens, None, 0
@@ -271,7 +271,7 @@ def _noisy_oracle(q, episodes, items, runner, task, samples, seed):
     reward disagrees with the model (the teammate kept the answer but the reward differs)."""
     from teamplay.agents.backends.scripted import format_answer
     from teamplay.credit.audit.fidelity import noisy_teammate_values
-    from teamplay.training.play.oracle import first_answer_accuracy
+    from teamplay.training.play.prefix_values import first_answer_accuracy
 
     def correct(ep, item) -> float:
         first = ep.messages[0]

@@ -71,14 +71,14 @@ def test_check_refuses_bad_input_with_one_line(config):
 @pytest.mark.parametrize("fails", [False, True])
 def test_the_check_closes_the_backend_it_built(config, monkeypatch, fails):
     from teamplay.agents.backends.hf import HFBackend
-    from teamplay.training.play.oracle import PrefixOracle
+    from teamplay.training.play.prefix_values import PrefixValues
 
     closed = []
     monkeypatch.setattr(HFBackend, "close", lambda self: closed.append(self))
     if fails:  # an error half-way (after the rollouts) must not leave the backend open
         def broken(self, episodes, items):
             raise RuntimeError("oracle failed")
-        monkeypatch.setattr(PrefixOracle, "values", broken)
+        monkeypatch.setattr(PrefixValues, "values", broken)
     _, data = config
     cfg = build_config(TrainConfig, data)
     if fails:

@@ -16,7 +16,7 @@ problem's mean first, so a method is judged on how it orders the utterances of o
 is all a group-normalised update uses), with intervals from a cluster bootstrap over problems (the
 episodes of one problem share its group normalisation, so they are not independent), and paired
 differences between two methods on the same resamples. Estimating ``V`` by re-execution is
-``teamplay.training.play.oracle``'s job.
+``teamplay.training.play.prefix_values``'s job.
 """
 
 from __future__ import annotations

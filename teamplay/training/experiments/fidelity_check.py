@@ -3,7 +3,7 @@ on a user's own team and task, before any training.
 
 The untrained team plays ``problems`` problems of the config's task ``group`` times each (groups as
 in training); the true advantage of every spoken message, ``A*(u_t) = V(t + 1) - V(t)``, is
-estimated by re-execution (``oracle.PrefixOracle``, ``samples`` re-executions per prefix, on a seed
+estimated by re-execution (``oracle.PrefixValues``, ``samples`` re-executions per prefix, on a seed
 of its own); each method then credits the same episodes through the trainer's own credit stage
 (``credit_stage.CreditStage``: the same resources, replays and zero-variance rule as training), and
 its agreement with ``A*`` is measured (``teamplay.credit.audit.fidelity.agreement``: Pearson and Spearman
@@ -20,7 +20,7 @@ import numpy as np
 from teamplay.config import CreditConfig, TrainConfig
 from teamplay.credit.audit.fidelity import Agreement, agreement
 from teamplay.errors import ConfigError
-from teamplay.training.play.oracle import PrefixOracle
+from teamplay.training.play.prefix_values import PrefixValues
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.step.credit_stage import CreditStage
 from teamplay.training.step.stages import GroupWork, StepContext, informative, make_groups
@@ -62,7 +62,7 @@ def check_fidelity(cfg: TrainConfig, methods: Sequence[str], problems: int = 8, 
         jobs = [RolloutJob(item=item, group_id=f"check:{k}:{item.id}")
                 for k, item in enumerate(items) for _ in range(group)]
         episodes = runner.run(jobs, seed=seed)
-        oracle = PrefixOracle(run.make_env, run.backend, run.sampling, samples=samples, max_batch=cfg.backend.max_batch,
+        oracle = PrefixValues(run.make_env, run.backend, run.sampling, samples=samples, max_batch=cfg.backend.max_batch,
                               seed=seed + 7919)
         true = {id(ep): np.diff(v) for ep, v in zip(episodes, oracle.values(episodes, by_id), strict=True)}
         groups = make_groups(episodes, by_id)

@@ -17,7 +17,7 @@ from teamplay.config import ProtocolConfig
 from teamplay.credit.audit.fidelity import advantages_from_values, noisy_teammate_values
 from teamplay.envs.tasks import get_task
 from teamplay.records import SamplingParams
-from teamplay.training.play.oracle import PrefixOracle, first_answer_accuracy
+from teamplay.training.play.prefix_values import PrefixValues, first_answer_accuracy
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.wiring.envs import env_factory
 
@@ -72,7 +72,7 @@ def test_monte_carlo_oracle_agrees_with_the_closed_form() -> None:
     _, items, make_env, backend, runner = _team("noisy_proposer(p_right=0.5)", q)
     items = items[:2]
     episodes = _episodes(runner, items, group=3)
-    oracle = PrefixOracle(make_env, backend, SamplingParams(max_new_tokens=8, temperature=1.0),
+    oracle = PrefixValues(make_env, backend, SamplingParams(max_new_tokens=8, temperature=1.0),
                           samples=samples, seed=11)
     values = oracle.values(episodes, {it.id: it for it in items})
     # standard error of a mean of 1500 Bernoulli draws is at most 0.013; 0.05 is about 4 of them
@@ -104,4 +104,4 @@ def test_noisy_teammate_restates_or_replaces_and_reviewers_follow_their_coins() 
 def test_oracle_refuses_zero_samples() -> None:
     _, _, make_env, backend, _ = _team("oracle", 0.5)
     with pytest.raises(ValueError, match="samples must be >= 1"):
-        PrefixOracle(make_env, backend, SamplingParams(), samples=0)
+        PrefixValues(make_env, backend, SamplingParams(), samples=0)

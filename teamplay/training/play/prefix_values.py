@@ -1,4 +1,6 @@
-"""The credit oracle: prefix values ``V(t) = E[R | first t messages]`` estimated by re-execution.
+"""Prefix values ``V(t) = E[R | first t messages]`` estimated by re-execution: the Monte Carlo estimate of
+the true advantage that credit fidelity is measured against (the ``oracle`` credit method is another
+thing: A* in closed form, for the settings that have one).
 
 ``V(t)`` for ``t < T`` is the mean team reward of ``samples`` re-executions of the episode's problem
 that replay its first ``t`` messages verbatim and let every agent (and the verifier) act afresh
@@ -26,7 +28,7 @@ from teamplay.training.play.replay import RolloutReplayEngine
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 
 
-class PrefixOracle:
+class PrefixValues:
     """Monte Carlo prefix values of recorded episodes.
 
     Args:
