@@ -266,7 +266,9 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; methods: {', '.join(METHODS)}")
     if "grpo" not in labels:
         raise ValueError("every comparison is against grpo: keep grpo in --methods")
-    out = folder or Path("runs") / f"cooperation-{setting}{'' if size == 'default' else '-' + size}"
+    # a --methods comparison is a sweep of its own (a sweep folder holds one plan), stored beside
+    out = folder or Path("runs") / (f"cooperation-{setting}{'' if size == 'default' else '-' + size}"
+                                    f"{'' if only is None else '-more'}")
     sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, tuple(range(sizes[4]))).seeds_first()
 
     def announce(r: Any, status: str) -> None:
@@ -303,14 +305,19 @@ def untrained_metrics(run_dir: Path) -> dict[str, float]:
     return {} if before is None else _flatten(before, "untrained/")
 
 
-def result_path(setting: str, size: str = "default") -> Path:
-    return RESULTS / f"{setting}{'' if size == 'default' else '-' + size}.json"
+def result_path(setting: str, size: str = "default", more: bool = False) -> Path:
+    """The stored result of a setting's comparison (``more``: a ``--methods`` comparison of its own)."""
+    return RESULTS / f"{setting}{'' if size == 'default' else '-' + size}{'-more' if more else ''}.json"
 
 
-def region(result: dict[str, Any]) -> str:
+def region_name(setting: str, more: bool = False) -> str:
+    return f"cooperation_{setting}{'_more' if more else ''}"
+
+
+def region(result: dict[str, Any], more: bool = False) -> str:
     """The BENCHMARKS.md region of a setting, from its stored result (command and machine included)."""
     text, notes, headline = table(result)
-    return Result(f"cooperation_{result['setting']}", text, headline, None, tuple(notes)).markdown(
+    return Result(region_name(result["setting"], more), text, headline, None, tuple(notes)).markdown(
         result["command"], machine_summary(result))
 
 
@@ -336,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
     line = machine_line(machine_info())
     for setting in args.setting:
-        path = result_path(setting, size)
+        path = result_path(setting, size, more=only is not None)
         if args.table_only:
             if not path.is_file():
                 parser.error(f"--table-only: no stored results for {setting} ({path.name}); run it first")
@@ -355,8 +362,9 @@ def main(argv: list[str] | None = None) -> None:
         text, notes, headline = table(result)
         print(f"\n## {setting}\n\n{text}", *notes, headline, sep="\n\n")
         if not args.quick and seeds_held(result):
-            write_regions(DEFAULT_OUTPUT, {f"cooperation_{setting}": region(result)})
-            print(f"updated {DEFAULT_OUTPUT.name}: cooperation_{setting}")
+            name = region_name(result["setting"], more=only is not None)
+            write_regions(DEFAULT_OUTPUT, {name: region(result, more=only is not None)})
+            print(f"updated {DEFAULT_OUTPUT.name}: {name}")
 
 
 if __name__ == "__main__":
