@@ -239,6 +239,13 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
         f"Floor: grpo's gain over the untrained team {_cell(f['mean'], f['half'], signed=True)} (exact p "
         f"{_p(f['p'])}, {f['n']} seeds).",
     ]
+    again_path = result_path(setting, result.get("size", "default"), rerun=True)
+    if again_path.is_file() and result.get("size", "default") == "default" and not result.get("command", "").count("--methods"):
+        spread = within_seed_spread(result, load_result(again_path))
+        if spread:
+            notes.append("Within-seed spread (`--rerun`: one seed trained again, every method): " + "; ".join(
+                f"{label} seed {seed}: {a:.3f} then {b:.3f} ({b - a:+.3f})" for label, (seed, a, b) in sorted(spread.items()))
+                + ". A rerun moves a seed by this much with nothing changed (thread timing, another machine's kernels).")
     parts = []
     for label in labels_of(result):
         if label != "grpo":
@@ -250,9 +257,12 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
 
 # ------------------------------------------------------------------------------------- running
 def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default", folder: Path | None = None,
-                only: Sequence[str] | None = None, parallel: int = 1, train: bool = True) -> dict[str, Any]:
+                only: Sequence[str] | None = None, parallel: int = 1, train: bool = True,
+                rerun: int | None = None) -> dict[str, Any]:
     """Train every method x seed of ``setting`` (seed by seed, resuming the sweep folder) and collect
-    the per-seed results of the runs that finished."""
+    the per-seed results of the runs that finished. ``rerun``: train that one seed again, every
+    method, in a folder of its own (the within-seed spread: how far one seed's result moves when
+    it is simply run again)."""
     from teamplay.distributed.compose import make_trainer
     from teamplay.training.experiments.sweep import plan, run_metrics, run_sweep
 
@@ -268,8 +278,9 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
         raise ValueError("every comparison is against grpo: keep grpo in --methods")
     # a --methods comparison is a sweep of its own (a sweep folder holds one plan), stored beside
     out = folder or Path("runs") / (f"cooperation-{setting}{'' if size == 'default' else '-' + size}"
-                                    f"{'' if only is None else '-more'}")
-    sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, tuple(range(sizes[4]))).seeds_first()
+                                    f"{'' if only is None else '-more'}{'' if rerun is None else f'-rerun{rerun}'}")
+    seeds = tuple(range(sizes[4])) if rerun is None else (rerun,)
+    sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, seeds).seeds_first()
 
     def announce(r: Any, status: str) -> None:
         print(f"  {setting} {r.name}: {status}", flush=True)
@@ -305,9 +316,22 @@ def untrained_metrics(run_dir: Path) -> dict[str, float]:
     return {} if before is None else _flatten(before, "untrained/")
 
 
-def result_path(setting: str, size: str = "default", more: bool = False) -> Path:
-    """The stored result of a setting's comparison (``more``: a ``--methods`` comparison of its own)."""
-    return RESULTS / f"{setting}{'' if size == 'default' else '-' + size}{'-more' if more else ''}.json"
+def result_path(setting: str, size: str = "default", more: bool = False, rerun: bool = False) -> Path:
+    """The stored result of a setting's comparison (``more``: a ``--methods`` comparison of its own;
+    ``rerun``: its seed run again, ``--rerun``)."""
+    return RESULTS / f"{setting}{'' if size == 'default' else '-' + size}{'-more' if more else ''}{'-rerun' if rerun else ''}.json"
+
+
+def within_seed_spread(result: dict[str, Any], again: dict[str, Any], key: str = "heldout/team_accuracy"
+                       ) -> dict[str, tuple[int, float, float]]:
+    """Per method of ``again`` (a ``--rerun`` of one seed): (seed, the stored run's ``key``, the rerun's)."""
+    out = {}
+    for label, seeds in again["per_seed"].items():
+        for seed, metrics in seeds.items():
+            first = result["per_seed"].get(label, {}).get(seed)
+            if first is not None and key in first and key in metrics:
+                out[label] = (seed, float(first[key]), float(metrics[key]))
+    return out
 
 
 def region_name(setting: str, more: bool = False) -> str:
@@ -337,13 +361,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table-only", action="store_true", help="train nothing: the tables of the stored results")
     parser.add_argument("--collect", action="store_true",
                         help="train nothing: store the runs the sweep folder has finished, then the tables")
+    parser.add_argument("--rerun", type=int, default=None, metavar="SEED",
+                        help="train seed SEED again (every method, a folder of its own) and store it beside the "
+                             "comparison: its within-seed spread")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     size = "quick" if args.quick else "default"
     only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
     line = machine_line(machine_info())
     for setting in args.setting:
-        path = result_path(setting, size, more=only is not None)
+        more, again = only is not None, args.rerun is not None
+        path = result_path(setting, size, more=more, rerun=again)
         if args.table_only:
             if not path.is_file():
                 parser.error(f"--table-only: no stored results for {setting} ({path.name}); run it first")
@@ -351,19 +379,28 @@ def main(argv: list[str] | None = None) -> None:
         else:
             out = None if args.output is None else args.output / setting
             try:
-                result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect)
+                result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect,
+                                     rerun=args.rerun)
             except ValueError as exc:
                 parser.error(str(exc))
             flags = [f"--setting {setting}", *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
-                     *([f"--methods '{args.methods}'"] if args.methods else [])]
+                     *([f"--methods '{args.methods}'"] if args.methods else []),
+                     *([f"--rerun {args.rerun}"] if again else [])]
             result = {**result, "command": " ".join(["python -m benchmarks.cooperation", *flags]), "machine": line}
             if not args.quick and seeds_held(result):
                 save_result(result, path)
+        if again:  # its table is the comparison's, with the spread in its notes
+            if not args.quick:
+                print(f"stored {path.name}")
+            path = result_path(setting, size, more=more)
+            if not path.is_file():
+                continue
+            result = load_result(path)
         text, notes, headline = table(result)
         print(f"\n## {setting}\n\n{text}", *notes, headline, sep="\n\n")
         if not args.quick and seeds_held(result):
-            name = region_name(result["setting"], more=only is not None)
-            write_regions(DEFAULT_OUTPUT, {name: region(result, more=only is not None)})
+            name = region_name(result["setting"], more=more)
+            write_regions(DEFAULT_OUTPUT, {name: region(result, more=more)})
             print(f"updated {DEFAULT_OUTPUT.name}: {name}")
 
 

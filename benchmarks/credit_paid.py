@@ -55,8 +55,10 @@ TEAMS = {
 
 
 def stored_results() -> list[tuple[Path, dict[str, Any]]]:
-    """Every committed comparison, arena first, in file-name order."""
-    paths = sorted(ARENA_RESULTS.glob("*.json")) + sorted(COOPERATION_RESULTS.glob("*.json"))
+    """Every committed comparison, arena first, in file-name order (a ``-rerun`` file is one seed
+    trained again, read by its comparison's notes, not a comparison)."""
+    paths = sorted(ARENA_RESULTS.glob("*.json")) + sorted(p for p in COOPERATION_RESULTS.glob("*.json")
+                                                          if not p.stem.endswith("-rerun"))
     return [(path, load_result(path)) for path in paths]
 
 

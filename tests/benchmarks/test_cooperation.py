@@ -103,6 +103,14 @@ def test_table_shows_the_t_interval_and_the_exact_p_and_survives_storage(tmp_pat
     assert cooperation.table(stored) == (text, notes, headline)
 
 
+def test_within_seed_spread_pairs_a_rerun_with_its_stored_seed():
+    stored, again = _result([0.05, 0.04, 0.06]), _result([0.05, 0.04, 0.02])
+    again["per_seed"] = {m: {2: seeds[2]} for m, seeds in again["per_seed"].items()}
+    spread = cooperation.within_seed_spread(stored, again)
+    assert spread["grpo"] == (2, 0.2, 0.2)  # exact: the same stored literal on both sides
+    assert spread["oracle"][0] == 2 and spread["oracle"][1] - spread["oracle"][2] == pytest.approx(0.04, abs=1e-12)
+
+
 def test_readings_follow_both_tests():
     learns, fails = (0.1, 0.05), (0.02, 0.05)
     assert credit_paid.reading(fails, (0.2, 0.01), 0.01, 0.02).startswith("floor fails")
@@ -125,7 +133,7 @@ def test_readme_and_docs_hold_the_table_the_committed_results_give():
 
 def test_committed_cooperation_regions_are_the_ones_their_results_give():
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    for path in sorted(cooperation.RESULTS.glob("*.json")):
+    for path in sorted(p for p in cooperation.RESULTS.glob("*.json") if not p.stem.endswith("-rerun")):
         result, more = load_result(path), path.stem.endswith("-more")
         name = cooperation.region_name(result["setting"], more)
         assert f"bench:{name}:start -->\n{cooperation.region(result, more)}" in text, path.name
