@@ -3,16 +3,26 @@
 All solvers answer in one simultaneous round and see nothing but the problem. The final answer is
 ``teamplay.envs.voting.majority`` of their answers in agent order (unparsable answers do not vote;
 ties go to the answer voted first).
+
+``rule: majority`` makes the team answer the strict majority instead (``strict_majority``: the
+answer of more than K / 2 of the K solvers, abstainers included; none: no team answer, scored
+wrong). Then the team reward is a threshold game, ``R = [sum_j c_j > K / 2]`` with ``c_j`` solver
+j's own score (when every right answer is the same string), which the ``oracle`` credit's
+``majority`` form solves in closed form. With the default ``plurality``, a right answer held by a
+minority can still win when the wrong answers split, so the reward is not a threshold of the c_j.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from teamplay.agents.roles import Team
-from teamplay.envs.protocols.base import MajorityVote, ReplyPrefixOptions, TurnSpec, instruction_option
+from teamplay.envs.protocols.base import MajorityVote, ProtocolState, ReplyPrefixOptions, TurnSpec, instruction_option
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.protocols.single import IndependentSolvers
+from teamplay.envs.voting import strict_majority
 
 
 class VoteOptions(ReplyPrefixOptions):
@@ -20,6 +30,9 @@ class VoteOptions(ReplyPrefixOptions):
         None, ge=1, le=64,
         description="Number of solvers. None: the team decides (default team: 3).")
     instruction: str | None = instruction_option("The solvers'")
+    rule: Literal["plurality", "majority"] = Field(
+        "plurality", description="Team answer: 'plurality' (most votes, ties to the earliest) or "
+                                 "'majority' (more than half of all solvers, else none: a threshold game).")
 
 
 @register_protocol
@@ -32,3 +45,8 @@ class Vote(MajorityVote, IndependentSolvers):
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:
         return tuple(TurnSpec(agent=a, role="solver", stage="solve", round=0) for a in self.voters(team))
+
+    def final_answer(self, state: ProtocolState) -> str | None:
+        if self.options.rule == "plurality":
+            return super().final_answer(state)
+        return strict_majority([state.answer_of_latest(a) for a in self.voters(state.team)])
