@@ -78,6 +78,7 @@ def test_each_review_outcome_sets_the_team_answer_and_is_counted(proposal, revie
     assert ep.metadata["review"]["outcome"] == outcome and ep.final_answer == final
     assert ep.metadata["initial_answer"] == proposal  # the proposal, before the review
     assert ep.reward == float(final == RIGHT)  # exact: 0/1 scores
+    # exact: 0/1 scores
     assert ep.agent_correct == {"proposer_0": float(proposal == RIGHT), "reviewer_0": ep.reward}
 
 

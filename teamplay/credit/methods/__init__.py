@@ -2,8 +2,8 @@
 
 Importing this package registers them: ``dr_mas`` and ``raft`` (``broadcast``), ``grpo``, ``gspo``,
 ``shapley``, ``shapley_prm``, ``shape_max`` and ``coverage`` (``group_shapley``), ``oracle``,
-``cal_grpo``, ``continuation``, ``cosac``, ``tracer_roles`` (``regret``) and ``gigpo``, ``a2tgpo``, ``loto`` (``turn_baselines``).
-Each has the one signature of ``teamplay.credit.registry``; the values they share are in
+``cal_grpo``, ``continuation``, ``cosac``, ``tracer_roles`` (``regret``) and ``gigpo``, ``a2tgpo``,
+``loto`` (``turn_baselines``). Each has the one signature of ``teamplay.credit.registry``; the values they share are in
 ``teamplay.credit.values``.
 """
 
