@@ -59,12 +59,11 @@ from teamplay.envs.tasks.base import Task
 from teamplay.records import Message, TaskItem
 
 PROPOSER_PROMPT = "You are the proposer in a team. Solve the problem step by step and state the final answer."
-REVIEWER_PROMPT = ("You are the reviewer in a team. A teammate proposed an answer; check it. Your first line is "
-                   "exactly RIGHT or WRONG. If it is WRONG, give the correct final answer: the team uses your "
-                   "answer instead of the proposal.")
+REVIEWER_PROMPT = ("You are the reviewer in a team. Check the proposed answer. First line: RIGHT or WRONG. If "
+                   "WRONG, give the correct final answer; the team uses it.")
 PROPOSE_INSTRUCTION = "Solve the problem. Reason step by step, then give the final answer."
-REVIEW_INSTRUCTION = ("The proposed answer is {answer}. Check it step by step. First line: RIGHT or WRONG. If WRONG, "
-                      "end with the correct final answer; it replaces the proposal.")
+REVIEW_INSTRUCTION = ("Proposed answer: {answer}. Check it. First line: RIGHT or WRONG. If WRONG, end with the "
+                      "correct final answer (it replaces the proposal).")
 
 #: what a review did with the proposal (module docstring); only ``adopted`` changes the answer
 OUTCOMES = ("kept", "adopted", "no_verdict", "no_answer")
