@@ -91,7 +91,7 @@ def test_the_reviewer_is_asked_for_a_verdict_and_a_corrected_answer():
     assert request.metadata["pending_answer"] == WRONG
     assert [m.agent for m in request.transcript] == ["proposer_0"]
     instruction = request.chat[-1].content
-    assert WRONG in instruction and "RIGHT or WRONG" in instruction and "replaces the proposal" in instruction
+    assert WRONG in instruction and "Verdict: RIGHT" in instruction and "Verdict: WRONG. The answer is" in instruction
     assert "RIGHT or WRONG" in request.chat[0].content  # the system prompt says it too
     assert review_outcome(None) == "no_verdict"
 

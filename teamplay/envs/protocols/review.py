@@ -32,6 +32,14 @@ per request, seeded), with an LLM reviewer::
 and the same with both roles trained: ``roles: [{name: proposer}, {name: reviewer}]``. The
 ``oracle`` credit's ``review`` form gives the closed-form credit of both (``teamplay.credit.methods.oracle``).
 
+The default instruction spells out both reply forms. Measured on 40 ``arith`` problems with the
+scripted proposer above and the untrained embedded model (SmolLM2-135M-Instruct, 48 new tokens) as
+the reviewer: at T = 0 every review but one reads "Verdict: WRONG. The answer is X." with X its
+restated proposal (39 adopted, 1 no_answer: well formed, no correction yet); at T = 1, 10 kept, 4
+adopted (2 of them harms, no correction), 14 no_answer and 12 no_verdict. An instruction that asks
+only for "First line: RIGHT or WRONG" got 6 verdicts in 40 at T = 1 and none at T = 0 (the model
+wrote a number after "Verdict:").
+
 Masking (``score_visible``): with the reviewer's message withheld the proposal stands; with the
 proposal withheld the reviewer's answer counts only if its review adopted it (a kept or malformed
 review of nothing is no answer).
@@ -62,8 +70,10 @@ PROPOSER_PROMPT = "You are the proposer in a team. Solve the problem step by ste
 REVIEWER_PROMPT = ("You are the reviewer in a team. Check the proposed answer. First line: RIGHT or WRONG. If "
                    "WRONG, give the correct final answer; the team uses it.")
 PROPOSE_INSTRUCTION = "Solve the problem. Reason step by step, then give the final answer."
-REVIEW_INSTRUCTION = ("Proposed answer: {answer}. Check it. First line: RIGHT or WRONG. If WRONG, end with the "
-                      "correct final answer (it replaces the proposal).")
+#: the reply's two forms spelt out: SmolLM2-135M-Instruct, untrained, names a verdict in 28 of 40 arith
+#: reviews at T = 1 with this instruction against 6 of 40 with "First line: RIGHT or WRONG" (module docstring)
+REVIEW_INSTRUCTION = ("Proposed answer: {answer}. Check it. If it is right, reply: Verdict: RIGHT. If it is wrong, "
+                      "reply: Verdict: WRONG. The answer is <the correct answer>.")
 
 #: what a review did with the proposal (module docstring); only ``adopted`` changes the answer
 OUTCOMES = ("kept", "adopted", "no_verdict", "no_answer")
