@@ -1,6 +1,7 @@
 """Majority vote at K = 5 and 9 as a threshold game (``vote`` with ``rule: majority``) and the
 ``oracle`` credit's ``majority`` form: A*_i = (c_i - p_i) piv_i, checked against brute-force
-enumeration, on a worked example against broadcast, and its refusal of a plurality team."""
+enumeration, on a worked example against broadcast, and its refusal of a plurality team; masking
+Shapley of the same vote."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit import CreditBatch, assign
+from teamplay.credit import CreditBatch, CreditResources, assign
+from teamplay.credit.methods.group_shapley import ShapleyOptions, agent_shapley
 from teamplay.credit.methods.oracle import OracleOptions, oracle_values, pivot_probabilities
 from teamplay.envs.team_env import TeamEnv
 from teamplay.envs.voting import strict_majority
 from teamplay.errors import DataError
+from teamplay.training.step.credit_stage import protocol_scorer
 from tests.envs.fakes import ITEMS, FakeTask, play
 
 ITEM = ITEMS[2]  # reference "5"
@@ -112,3 +115,17 @@ def test_oracle_majority_refuses_a_plurality_win_by_a_minority():
                                  vote_episode(5, {0, 1, 2}, rule="plurality", seed=1, split_wrong=False)))
     assert [ep.reward for ep in same.episodes] == [0.0, 1.0]
     assign("oracle", same, {"form": "majority"})
+
+
+def test_masking_shapley_of_a_majority_vote_splits_the_win_among_the_right_voters():
+    task = FakeTask()
+    env = TeamEnv(task, "vote", items=ITEMS, protocol_options={"n_agents": 5, "rule": "majority"})
+    ep = play(env, voters({0, 2, 4}), item=ITEM, group_id="g")
+    batch = CreditBatch(episodes=(ep,), item=ITEM, score=task.score,
+                        resources=CreditResources(transcript_scorer=protocol_scorer(env.protocol, task, ITEM)))
+    # v(S) = [right voters in S >= 3]: the unanimity game of voters 0, 2, 4, so 1/3 each, 0 for the others
+    np.testing.assert_allclose(agent_shapley(batch, ShapleyOptions(value="masking"))[0], [1 / 3, 0, 1 / 3, 0, 1 / 3],
+                               rtol=0, atol=1e-15)
+    # withholding any right voter loses the vote; withholding a wrong one does not
+    assert [env.protocol.score_visible(task, ITEM, ep.messages, [j == w for j in range(5)]) for w in range(5)] == [
+        0.0, 1.0, 0.0, 1.0, 0.0]  # exact: 0/1 scores
