@@ -65,6 +65,19 @@ def test_a_noisy_proposer_is_right_at_its_rate_and_a_fixing_reviewer_makes_every
     assert [ep.metadata["review"]["proposal"] for ep in runner.run(jobs, seed=0)] == proposals
 
 
+def test_a_noisy_proposer_with_a_spread_is_off_by_a_nonzero_amount_up_to_it():
+    backend = MixedBackend(ScriptedBackend(truthful_reviewer), {"proposer": "noisy_proposer(p_right=0.6, spread=3)"})
+    runner = RolloutRunner(lambda: TeamEnv(FakeTask(), "review", items=ITEMS), backend, SamplingParams())
+    jobs = [RolloutJob(item=item, group_id=item.id) for item in ITEMS for _ in range(50)]
+    offsets = [int(ep.metadata["review"]["proposal"]) - int(job.item.reference)
+               for ep, job in zip(runner.run(jobs, seed=0), jobs, strict=True)]
+    # about 120 wrong proposals over 6 offsets: each of -3..3 but 0 occurs (P(an offset missing) < 6 * (5/6)^120)
+    assert set(offsets) == {-3, -2, -1, 0, 1, 2, 3}
+    assert 155 <= offsets.count(0) <= 205  # the coin is the one without spread: 180 +- 3 sd
+    with pytest.raises(ConfigError, match="spread=0 is out of range"):
+        ScriptedBackend("noisy_proposer(spread=0)")
+
+
 @pytest.mark.parametrize(("proposal", "review", "outcome", "final"), [
     (WRONG, f"Verdict: WRONG\n2 + 3 is 5. The answer is {RIGHT}.", "adopted", RIGHT),     # a correction
     (RIGHT, f"Verdict: WRONG\nThe answer is {WRONG}.", "adopted", WRONG),                  # a harm

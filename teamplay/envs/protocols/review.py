@@ -21,7 +21,8 @@ of that answer. Per-agent scores (``Episode.agent_correct``): the proposer's is 
 
 The setting the issue asks for is a proposer whose error rate is known: the scripted
 ``noisy_proposer(p_right=0.6)`` is right with probability 0.6 and otherwise off by one (its coin is
-per request, seeded), with an LLM reviewer::
+per request, seeded; ``noisy_proposer(p_right=0.6, spread=3)``: off by a nonzero amount up to 3
+either way, so a reviewer cannot fix it by undoing one known offset), with an LLM reviewer::
 
     protocol: {name: review}
     team:
