@@ -402,7 +402,11 @@ _FAILS: dict[str, tuple[str, ...]] = {
                      "k = 4 continuations per boundary are noisy: r 0.37 [0.02, 0.64] on the solver at q = "
                      "0.5, below grpo's 0.42 (section 12)"),
     "oracle": ("only where its form holds: every episode is checked against the form's reward rule, and the "
-               "group mean stands for each agent's accuracy (G = 4 draws in the arena)",),
+               "group mean stands for each agent's accuracy (G = 4 draws in the arena)",
+               "form review: the reviewer's credit R - c_prop is A* plus a term of the proposal alone (the same "
+               "expected gradient, another variance), and the proposer's V(1) - V(0) is estimated from the group",
+               "form majority: binary scores and one string for every right answer; a plurality vote whose right "
+               "answer wins with a minority breaks its rule (use the vote's rule: majority)"),
 }
 
 
