@@ -16,7 +16,7 @@ from teamplay.records import Episode, Generation, TaskItem, TurnRequest
 REPO = Path(__file__).resolve().parents[2]
 YAML_EXAMPLE = str(REPO / "configs" / "protocols" / "solver_checker.yaml")
 PYTHON_EXAMPLE = str(REPO / "configs" / "protocols" / "example_protocol.py")
-BUILTINS = ["single", "vote", "proposer_reviewer", "debate", "sequential", "paths"]
+BUILTINS = ["single", "vote", "proposer_reviewer", "debate", "sequential", "paths", "review"]
 ALL_PROTOCOLS = [*BUILTINS, YAML_EXAMPLE, PYTHON_EXAMPLE]
 
 _INT = re.compile(r"-?\d+")

@@ -19,6 +19,9 @@ VARIANTS = [(p, {}) for p in ALL_PROTOCOLS] + [
     ("proposer_reviewer", {"n_agents": 2, "rounds": 4}),
     ("debate", {"n_agents": 2, "rounds": 0}),
     ("vote", {"n_agents": 5}),
+    ("vote", {"n_agents": 5, "rule": "majority"}),
+    ("vote", {"n_agents": 9, "rule": "majority"}),
+    ("review", {"verdict_prefix": ""}),
     ("sequential", {"n_agents": 1}),
     ("paths", {"n_paths": 1, "paths_see": "earlier"}),
 ]
@@ -54,7 +57,15 @@ def test_relay_passes_the_aec_and_parallel_checkers(k):
     parallel_seed_test(lambda: parallel_team_env(task, "relay", items=items, protocol_options=options))
 
 
-@pytest.mark.parametrize("name", ["proposer_reviewer", "sequential"])
+@pytest.mark.parametrize("k", [5, 9])
+@pytest.mark.parametrize("rule", ["plurality", "majority"])
+def test_vote_at_five_and_nine_passes_the_parallel_checkers(k, rule):
+    options = {"n_agents": k, "rule": rule}
+    parallel_api_test(parallel_team_env(FakeTask(), "vote", items=ITEMS, protocol_options=options), num_cycles=20)
+    parallel_seed_test(lambda: parallel_team_env(FakeTask(), "vote", items=ITEMS, protocol_options=options))
+
+
+@pytest.mark.parametrize("name", ["proposer_reviewer", "sequential", "review"])
 def test_parallel_api_with_one_turn_rounds(name):
     # one agent per round is trivially simultaneous: each parallel step is one agent's turn
     parallel_api_test(parallel_team_env(FakeTask(), name, items=ITEMS), num_cycles=20)

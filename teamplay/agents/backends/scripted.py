@@ -19,7 +19,10 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
   was right, which makes the credit of a review known (the controlled credit arena). The coin of
   request ``i`` of a ``generate`` call is drawn from (backend seed, sampling seed, ``i``, item,
   agent, round), so greedy evaluations see the same proposals before and after training. On a
-  review turn it behaves as ``oracle``.
+  review turn it behaves as ``oracle``. Its wrong first proposal is ``wrong_answer`` (the reference
+  plus one) by default; with ``spread=k`` (an integer 1-100) a numeric reference is instead off by a
+  nonzero integer drawn uniformly from -k..k (seeded like the coin), so a reviewer cannot fix it by
+  undoing one known offset.
 - ``noisy_teammate(q=0.5)``: a teammate that acts after an answer was given (a chain's later link):
   with probability ``q`` it replaces the running answer (``metadata["pending_answer"]``) with a
   wrong one, otherwise it restates the running answer (no answer when there was none). Its coin is
@@ -236,7 +239,7 @@ class ScriptedBackend(GenerationBackend):
         pending = request.metadata.get("pending_answer")
         if pending is None:  # first proposal: right with probability p_right
             right = self._coin(request, sampling, item) < float(self.options.get("p_right", 0.5))
-            return format_answer(item.reference if right else wrong_answer(item.reference))
+            return format_answer(item.reference if right else self._off_answer(request, sampling, item))
         if request.metadata.get("last_verdict") == "WRONG":  # comply: switch
             correct = self._pending_correct(request, item)
             return format_answer(wrong_answer(item.reference) if correct else item.reference)
@@ -281,10 +284,21 @@ class ScriptedBackend(GenerationBackend):
         numbers = [n for a in latest.values() if (n := _number(a.strip())) is not None]
         return format_answer(str(sum(numbers))) if numbers else "I have no answer."
 
-    def _coin(self, request: TurnRequest, sampling: SamplingParams, item: TaskItem) -> float:
+    def _off_answer(self, request: TurnRequest, sampling: SamplingParams, item: TaskItem) -> str:
+        """A wrong answer: ``wrong_answer``, or with the ``spread`` option a numeric reference off by
+        a nonzero integer in -spread..spread (its own seeded draw, independent of the coin)."""
+        spread, number = self.options.get("spread"), _number(item.reference.strip())
+        if spread is None or number is None:
+            return wrong_answer(item.reference)
+        offset = 1 + int(self._coin(request, sampling, item, "offset") * 2 * spread)  # 1..2 spread
+        return str(number + (offset if offset <= spread else spread - offset))
+
+    def _coin(self, request: TurnRequest, sampling: SamplingParams, item: TaskItem, purpose: str = "") -> float:
         """A uniform draw in [0, 1) for this request, from (backend seed, sampling seed, position
-        in the call, item, agent, round): independent of the transcript, repeatable."""
+        in the call, item, agent, round, and ``purpose`` when a policy needs a second draw):
+        independent of the transcript, repeatable."""
         key = f"{self.seed}/{sampling.seed}/{self._position}/{item.id}/{request.agent}/{request.round}"
+        key += f"/{purpose}" if purpose else ""
         return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")).random()
 
     def _pending_correct(self, request: TurnRequest, item: TaskItem) -> bool:
@@ -330,12 +344,16 @@ def _probability(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
+def _spread(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100
+
+
 def _agent_name(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
 POLICY_OPTIONS: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "noisy_proposer": {"p_right": _probability},
+    "noisy_proposer": {"p_right": _probability, "spread": _spread},
     "noisy_teammate": {"q": _probability},
     "noisy_reviewer": {"p_right": _probability},
     "copier": {"agent": _agent_name},

@@ -117,6 +117,7 @@ _TESTS_METHODS = "tests/credit/test_methods.py"
 _TESTS_TOKEN = "tests/credit/test_token_methods.py"
 _TESTS_TURN = "tests/credit/test_turn_baselines.py"
 _TESTS_REPLAY = "tests/training/test_replay_credit.py"
+_TESTS_BROADCAST = "tests/credit/test_broadcast_controls.py"
 
 _CARDS: dict[str, _Text] = {
     "grpo": _Text(
@@ -213,9 +214,13 @@ _CARDS: dict[str, _Text] = {
         "(max_nodes caps it)"),
     "oracle": _Text(
         "A*(a_i) = E[R | agent i's answer] - E[R], in closed form: (c_i - p_i) / K in an additive split "
-        "team, (c_i - p_i) prod_{j != i} p_j in a conjunctive one, (1 - q)(c - p) for a first answer a "
-        "scripted teammate spoils independently with probability q; p estimated by the group's mean, "
-        "scaled by the pooled std as shapley is, broadcast to the agent's messages.",
+        "team, (c_i - p_i) prod_{j != i} p_j in a conjunctive one (and a relay's informants), (1 - q)(c - p) "
+        "for a first answer a scripted teammate spoils independently with probability q, (c_i - p_i) piv_i "
+        "in a threshold vote (piv_i: the chance the others fall one short of a majority); in a review, the "
+        "reviewer's difference reward R - c_prop (A* plus a term of the proposal alone) and the proposer's "
+        "V(x) - E[R]; p estimated by the group's mean, scaled by the pooled std as shapley is (mode "
+        "mean_only: not scaled; push_down false: negative advantages set to 0), broadcast to the agent's "
+        "messages.",
         ("the team has the declared form: its reward is the mean (additive) or product (conjunctive) of "
          "the agents' own answer scores, or the first answer kept or spoiled (checked on every "
          "episode: a reward that breaks the rule is an error)",
@@ -225,8 +230,31 @@ _CARDS: dict[str, _Text] = {
          "error is of order 1 / sqrt(G))"),
         ("tests/credit/test_oracle.py::test_oracle_equals_masking_shapley_on_the_additive_team",
          "tests/credit/test_oracle.py::test_oracle_hand_worked_forms",
-         "tests/credit/test_oracle.py::test_oracle_refuses_a_team_of_another_form"),
+         "tests/credit/test_oracle.py::test_oracle_refuses_a_team_of_another_form",
+         "tests/credit/test_oracle_vote.py::test_majority_a_star_equals_brute_force_enumeration",
+         "tests/envs/test_review.py::test_oracle_review_form_is_a_star_up_to_a_term_of_the_proposal",
+         "tests/credit/test_broadcast_controls.py::test_oracle_controls_worked_numbers"),
         "arithmetic on the agents' scores"),
+    "dr_mas": _Text(
+        "Dr. MAS's agent-wise normalisation: per agent, (R_g - mean_i) / std_i over the agent's own samples "
+        "(its spoken messages across the group, each with its episode's team reward); equals grpo when every "
+        "agent speaks once in every episode.",
+        (_GROUP_BASELINE, _BROADCAST,
+         "an agent's own reward statistics are the right scale for its gradient (the method's premise: "
+         "agents that act unequally often, or in different episodes, see different reward distributions)"),
+        (f"{_TESTS_BROADCAST}::test_dr_mas_equals_grpo_when_every_agent_speaks_once",
+         f"{_TESTS_BROADCAST}::test_dr_mas_worked_numbers_with_a_skipped_turn"),
+        "arithmetic on the G rewards, per agent"),
+    "raft": _Text(
+        "RAFT (reward-ranked fine-tuning): 1 on every spoken message of an episode whose team reward is at "
+        "least the threshold (a right team answer), 0 elsewhere: supervised fine-tuning on the right "
+        "episodes, no baseline, no push-down.",
+        (_BROADCAST,
+         "a selected episode is worth imitating in every message, and an unselected one carries no "
+         "information (wrong answers are never pushed down)"),
+        (f"{_TESTS_BROADCAST}::test_raft_worked_numbers",
+         f"{_TESTS_BROADCAST}::test_raft_selects_right_episodes_only"),
+        "arithmetic on the G rewards"),
     "tracer_roles": _Text(
         "TRACER's role rewards, not a causal contrast: a proposal gets +1 if its answer is correct "
         "and -1 otherwise; a review +1 / -1 when its verdict matches / contradicts the correctness of "
@@ -374,7 +402,11 @@ _FAILS: dict[str, tuple[str, ...]] = {
                      "k = 4 continuations per boundary are noisy: r 0.37 [0.02, 0.64] on the solver at q = "
                      "0.5, below grpo's 0.42 (section 12)"),
     "oracle": ("only where its form holds: every episode is checked against the form's reward rule, and the "
-               "group mean stands for each agent's accuracy (G = 4 draws in the arena)",),
+               "group mean stands for each agent's accuracy (G = 4 draws in the arena)",
+               "form review: the reviewer's credit R - c_prop is A* plus a term of the proposal alone (the same "
+               "expected gradient, another variance), and the proposer's V(1) - V(0) is estimated from the group",
+               "form majority: binary scores and one string for every right answer; a plurality vote whose right "
+               "answer wins with a minority breaks its rule (use the vote's rule: majority)"),
 }
 
 

@@ -1,7 +1,7 @@
 """``oracle``: train on the true advantage A* where it is known in closed form (a ceiling for credit).
 
 ``A*(a_i) = E[R | agent i's answer] - E[R]``, the expectation over every other agent, is known
-exactly in four team structures, each a ``form`` (``c_{g,i}``: the score of agent i's own answer in
+exactly in six team structures, each a ``form`` (``c_{g,i}``: the score of agent i's own answer in
 episode g, ``Episode.agent_correct``; ``p_j``: agent j's accuracy on the problem):
 
 * ``additive`` (``split`` with ``reward: fraction``, ``R = (1/K) sum_j c_j``): ``A*_i = (c_i - p_i) / K``.
@@ -20,6 +20,39 @@ episode g, ``Episode.agent_correct``; ``p_j``: agent j's accuracy on the problem
   ``u_{g,i} = c_{g,i} prod_{j != i} mean_g c_{g,j}`` over informants; the answerer's turn carries no
   gradient (a faithful answerer is deterministic given what it reads): ``u = 0``.
 
+* ``majority`` (``vote`` with ``rule: majority``, a threshold game: ``R = [sum_j c_j >= m]`` with
+  ``m = floor(K/2) + 1``, voters independent given the problem): ``E[R | c_i]`` is linear in the
+  binary ``c_i``, ``E[R | c_i = 1] - E[R | c_i = 0] = piv_i = P(sum_{j != i} c_j = m - 1)`` (voter i
+  decides the vote exactly when the others split one short of the threshold), so
+  ``A*_i = (c_i - p_i) piv_i``. ``piv_i`` is the Poisson-binomial probability of the others' count,
+  with ``p_j = mean_g c_{g,j}`` (``pivot_probabilities``): ``u_{g,i} = c_{g,i} piv_i``. Broadcast
+  gives every voter of an episode ``R - mean R``; this credit is 0 for a voter that never decides
+  (``piv_i = 0``) and largest for the voter most often pivotal.
+* ``review`` (``review``: one proposal, one review whose WRONG verdict and corrected answer the team
+  adopts; ``c_prop`` the proposal's score, ``R`` the team's). The reviewer's value is its difference
+  reward against keeping the proposal, ``u_rev = R - c_prop``: the protocol keeps the proposal when
+  the review says RIGHT or is malformed, so ``c_prop`` is the exact team reward of that
+  counterfactual, with no estimate. It is *not* A* per episode: given the proposal x (the state the
+  reviewer acts in), ``A*(review | x) = R - V(x)`` with ``V(x) = E[R | x]`` under the reviewer's
+  policy, and ``R - c_prop = A*(review | x) + (V(x) - c_prop)``; the extra term is a function of the
+  proposal alone, so its expected policy gradient is 0 (the same expected gradient as A*, another
+  variance). After the group centring the reviewer's advantage is ``(R - c_prop) - (mean R - mean
+  c_prop)``. The proposer's value: ``A*(x) = V(x) - E[R]`` is linear in its binary score, ``V(1) -
+  V(0)`` estimated by ``dV`` = the group's mean R over right proposals minus over wrong ones (0 when
+  one kind is missing: then ``c_prop`` is constant and its advantage 0 anyway), so ``u_prop =
+  c_prop dV``, whose centred form is exactly ``V^(x) - mean R``. With a scripted proposer (the
+  ``noisy_proposer`` setting) its messages carry no gradient and only the reviewer's credit trains;
+  with both roles trained both do. Every episode whose review did not adopt an answer must have
+  ``R = c_prop`` (the rule checked).
+
+Controls (options, for any form): ``mode: mean_only`` is the centred A* with no division by a std
+(``n (u - mean_g u)``: for ``additive`` exactly ``c_i - p_i``); ``push_down: false`` is its
+positive part, every negative advantage set to 0 (a wrong answer is not pushed down; the advantages
+no longer sum to 0). A per-agent baseline averaged over more samples than the group is not an option:
+the closed forms hold for any estimate of ``p_i`` independent of the episode, but a credit method sees
+only the G episodes of its group, so more samples of an agent's accuracy mean more rollouts of the
+problem (a larger ``rollout.group_size``, which changes every method alike), not a credit option.
+
 ``u`` then goes through the group rule every Shapley-type method uses (``group_credit_advantage``:
 each agent's value centred over the group, ``p_i`` estimated by that mean, scaled by the pooled
 std), so the oracle's advantages are on the scale of ``shapley``'s and, with symmetric agents,
@@ -27,7 +60,7 @@ of ``grpo``'s. The oracle's advantage for agent i depends on agent i's own answe
 spoiler): the others' noise, which broadcast credit carries, is gone.
 
 Every episode is checked against its form's reward rule (``R = mean c``, ``R = prod c``, ``R <= c_first``,
-``R = prod c_informants``)
+``R = prod c_informants``, ``R = [sum c >= m]``, ``R = c_prop`` unless adopted)
 and one that breaks it is a ``DataError`` naming it: the closed form is only the truth where its
 structure holds.
 """
@@ -53,11 +86,14 @@ _RULE_TOL = 1e-9
 class OracleOptions(GroupOptions):
     """Options of the ``oracle`` method."""
 
-    form: Literal["additive", "conjunctive", "spoiler", "relay"] = Field(
+    form: Literal["additive", "conjunctive", "spoiler", "relay", "majority", "review"] = Field(
         "additive", description="The team structure whose A* is known: 'additive' (split, fraction), "
                                 "'conjunctive' (split, all right), 'spoiler' (a first answer that a "
                                 "scripted teammate may spoil independently), 'relay' (relay with an "
-                                "answerer that sums what it reads).")
+                                "answerer that sums what it reads), 'majority' (vote with rule: majority, "
+                                "a threshold game), 'review' (review: a corrected answer the team adopts).")
+    push_down: bool = Field(True, description="False: the positive part of the advantages (every negative "
+                                              "one set to 0; a control: no push-down of wrong answers).")
 
 
 def _scores(batch: CreditBatch, agents: tuple[str, ...]) -> np.ndarray:
@@ -91,6 +127,61 @@ def _relay_values(batch: CreditBatch, agents: tuple[str, ...], c: np.ndarray) ->
     return u
 
 
+def pivot_probabilities(p: np.ndarray, threshold: int) -> np.ndarray:
+    """piv [n]: ``P(sum_{j != i} c_j = threshold - 1)`` for independent ``c_j ~ Bernoulli(p_j)``.
+
+    The Poisson-binomial distribution of the others' count, by the O(n^2) recursion over voters
+    (``dist[k]``: probability that k of the voters seen so far are right); 0 when ``threshold - 1``
+    is out of 0..n-1.
+    """
+    n = len(p)
+    piv = np.zeros(n)
+    for i in range(n):
+        dist = np.zeros(n)  # [n]: counts 0..n-1 of the n - 1 others
+        dist[0] = 1.0
+        for j in np.delete(np.arange(n), i):
+            dist[1:] = dist[1:] * (1 - p[j]) + dist[:-1] * p[j]
+            dist[0] *= 1 - p[j]
+        piv[i] = dist[threshold - 1] if 1 <= threshold <= n else 0.0
+    return piv
+
+
+def _check_binary(c: np.ndarray, form: str) -> None:
+    """The ``majority`` and ``review`` closed forms are about right/wrong answers: scores 0 or 1."""
+    partial = c[(c != 0.0) & (c != 1.0)]  # exact: a right answer scores 1.0 and a wrong one 0.0
+    if partial.size:
+        raise DataError(f"credit oracle: form {form!r} needs answers scored 0 or 1, got a score {partial[0]!r} "
+                        f"(a task with partial credit has no closed form here)")
+
+
+def _majority_values(batch: CreditBatch, c: np.ndarray) -> np.ndarray:
+    """u [G, n] = c_{g,i} piv_i: the threshold game's A* up to centring (module docstring)."""
+    _check_binary(c, "majority")
+    threshold = c.shape[1] // 2 + 1
+    for g, ep in enumerate(batch.episodes):
+        _check_rule(ep, g, float(c[g].sum() >= threshold), f"R = [sum c >= {threshold}]")
+    return c * pivot_probabilities(c.mean(axis=0), threshold)[None, :]
+
+
+def _review_values(batch: CreditBatch, agents: tuple[str, ...], c: np.ndarray) -> np.ndarray:
+    """u [G, 2]: ``c_prop dV`` for the proposer, ``R - c_prop`` for the reviewer (module docstring)."""
+    if set(agents) != {"proposer_0", "reviewer_0"}:
+        raise DataError(f"credit oracle: form 'review' needs the team of protocol review (proposer_0, reviewer_0), "
+                        f"got {', '.join(agents)}")
+    _check_binary(c, "review")
+    prop, rev = agents.index("proposer_0"), agents.index("reviewer_0")
+    reward = np.array([ep.reward for ep in batch.episodes])  # [G]
+    for g, ep in enumerate(batch.episodes):
+        if ep.metadata.get("review", {}).get("outcome") != "adopted":
+            _check_rule(ep, g, float(c[g, prop]), "R = c_prop (the review adopted no answer)")
+    right = c[:, prop] == 1.0  # exact: binary scores (checked above)
+    dv = float(reward[right].mean() - reward[~right].mean()) if right.any() and (~right).any() else 0.0
+    u = np.zeros_like(c)
+    u[:, prop] = c[:, prop] * dv
+    u[:, rev] = reward - c[:, prop]
+    return u
+
+
 def oracle_values(batch: CreditBatch, options: OracleOptions) -> np.ndarray:
     """u [G, n]: the per-agent value whose group-centred form is A* (module docstring)."""
     agents = _same_team(batch)
@@ -106,6 +197,10 @@ def oracle_values(batch: CreditBatch, options: OracleOptions) -> np.ndarray:
         return _conjunctive(c)
     if options.form == "relay":
         return _relay_values(batch, agents, c)
+    if options.form == "majority":
+        return _majority_values(batch, c)
+    if options.form == "review":
+        return _review_values(batch, agents, c)
     first = np.zeros_like(c)
     for g, ep in enumerate(batch.episodes):
         spoken = [m for m in ep.messages if m.spoke]
@@ -118,12 +213,14 @@ def oracle_values(batch: CreditBatch, options: OracleOptions) -> np.ndarray:
 
 
 #: the protocol each form's closed form is about
-_FORM_PROTOCOL = {"additive": "split", "conjunctive": "split", "spoiler": "sequential", "relay": "relay"}
+_FORM_PROTOCOL = {"additive": "split", "conjunctive": "split", "spoiler": "sequential", "relay": "relay",
+                  "majority": "vote", "review": "review"}
 
 
 @register_credit("oracle", OracleOptions, "the true advantage A* in closed form (additive or conjunctive split "
-                 "teams, a spoiled first answer, a relay): a ceiling for credit",
-                 protocols=("split", "sequential", "relay"), cost="no generation: the agents' own answer scores",
+                 "teams, a spoiled first answer, a relay, a threshold vote, a review): a ceiling for credit",
+                 protocols=("split", "sequential", "relay", "vote", "review"),
+                 cost="no generation: the agents' own answer scores",
                  protocols_of=lambda options: frozenset({_FORM_PROTOCOL[options.form]}))
 def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray]:
     """``group_credit_advantage(oracle_values)`` broadcast to each agent's spoken messages.
@@ -136,5 +233,7 @@ def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray
     """
     agents = _same_team(batch)
     adv = group_credit_advantage(oracle_values(batch, options), options.ddof, options.mode, options.eps)
+    if not options.push_down:
+        adv = np.maximum(adv, 0.0)
     return [_broadcast(ep, dict(zip(agents, a.tolist(), strict=True)))
             for ep, a in zip(batch.episodes, adv, strict=True)]

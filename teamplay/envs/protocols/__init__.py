@@ -1,7 +1,8 @@
 """Team protocols: who speaks when, who sees what, how the final answer is chosen.
 
 Built-ins (one module each): ``single``, ``vote``, ``proposer_reviewer``, ``debate``,
-``sequential``, ``split``, ``paths``, ``relay``. User protocols: a YAML file (``yaml_protocol``) or a Python file
+``sequential``, ``split``, ``paths``, ``relay``, ``review``. User protocols: a YAML file
+(``yaml_protocol``) or a Python file
 defining one ``Protocol`` subclass, both loaded by path through ``get_protocol``.
 """
 
@@ -10,6 +11,7 @@ from teamplay.envs.protocols import (  # noqa: F401  (registers)
     paths,
     proposer_reviewer,
     relay,
+    review,
     sequential,
     single,
     split,

@@ -1,0 +1,77 @@
+"""Broadcast baselines beside ``grpo``: the team reward on every message, with another baseline or filter.
+
+Importing this module registers:
+
+* ``dr_mas``: Dr. MAS's agent-wise normalisation (Feng et al. 2026, "Dr. MAS: Stable Reinforcement
+  Learning for Multi-Agent LLM Systems"): GRPO's group advantage with each agent's own statistics.
+  Agent i's samples are its spoken messages across the group, each carrying its episode's team
+  reward ``R_g``; a message of agent i in episode g gets ``(R_g - mean_i) / std_i`` over those samples
+  (``group_advantage``, the function ``grpo`` uses, on agent i's samples alone). When every agent
+  speaks exactly once in every episode each agent's samples are the G rewards, and ``dr_mas`` equals
+  ``grpo``; it differs where agents speak unequally often (skipped turns, several turns per episode,
+  agents absent from some episodes), which is where a shared baseline sits off an agent's own.
+* ``raft``: reward-ranked fine-tuning (Dong et al. 2023, RAFT): train on the right team answers only.
+  Every spoken message of an episode with ``R_g >= threshold`` gets 1, every other message 0: the
+  policy-gradient loss on advantage 1 is the likelihood of the selected episodes (supervised
+  fine-tuning on them), with no push-down of wrong ones and no group baseline. A control for
+  "reinforcing right answers" without any credit between agents.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from teamplay.credit.methods.group_shapley import GroupOptions
+from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.values.group import group_advantage
+
+
+class DrMASOptions(GroupOptions):
+    """Options of ``dr_mas``: the group baseline's, per agent."""
+
+    eps_rule: Literal["floor", "add"] = Field(
+        "floor", description="'floor': divide by max(std, eps); 'add': by std + eps (as in grpo).")
+
+
+class RAFTOptions(BaseModel):
+    """Options of ``raft``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threshold: float = Field(1.0, description="An episode is selected (advantage 1 on its messages) when its "
+                                              "team reward is at least this; 1.0: a right answer.")
+
+
+@register_credit("dr_mas", DrMASOptions, "Dr. MAS: the team reward normalised per agent over its own samples")
+def dr_mas_credit(batch: CreditBatch, options: DrMASOptions) -> list[np.ndarray]:
+    """Per agent, ``group_advantage`` of the team rewards of its spoken messages (module docstring).
+
+    Invariants: per agent the advantages of its messages sum to 0 over the group; an agent that
+    speaks exactly once in every episode gets ``grpo``'s advantages; skipped turns get 0. Edge
+    cases: an agent with one spoken message, or equal rewards on all of them, gets 0.
+    """
+    out = [np.zeros(len(ep.messages)) for ep in batch.episodes]
+    agents = dict.fromkeys(m.agent for ep in batch.episodes for m in ep.messages if m.spoke)
+    for agent in agents:
+        where = [(g, t) for g, ep in enumerate(batch.episodes) for t, m in enumerate(ep.messages)
+                 if m.agent == agent and m.spoke]  # agent's samples, in group order
+        rewards = [batch.episodes[g].reward for g, _ in where]
+        adv = group_advantage(rewards, options.ddof, options.mode, options.eps, options.eps_rule)
+        for (g, t), a in zip(where, adv, strict=True):
+            out[g][t] = a
+    return out
+
+
+@register_credit("raft", RAFTOptions, "RAFT: advantage 1 on the messages of right team answers, 0 elsewhere")
+def raft_credit(batch: CreditBatch, options: RAFTOptions) -> list[np.ndarray]:
+    """``A = [R_g >= threshold]`` on every spoken message of episode g; skipped turns get 0.
+
+    Invariants: every advantage is 0 or 1; an episode's advantages depend on its own reward alone
+    (no group baseline: a group with every answer right trains on all of it, one with none on
+    nothing).
+    """
+    return [np.array([float(ep.reward >= options.threshold) if m.spoke else 0.0 for m in ep.messages])
+            for ep in batch.episodes]
