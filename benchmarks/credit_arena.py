@@ -140,6 +140,13 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "shape_max": {"method": "shape_max"},
     "oracle": {"method": "oracle", "options": {"form": "additive"}},
     "oracle (spoiler)": {"method": "oracle", "options": {"form": "spoiler"}},
+    # the controls of an audit of loto's lead at K = 8 (benchmarks.cooperation): the exact advantage
+    # centred but not scaled, its positive part (no push-down), a broadcast that reinforces right team
+    # answers only (RAFT), and grpo normalised per agent (Dr. MAS)
+    "oracle (mean only)": {"method": "oracle", "options": {"form": "additive", "mode": "mean_only"}},
+    "oracle (positive part)": {"method": "oracle", "options": {"form": "additive", "push_down": False}},
+    "raft": {"method": "raft"},
+    "dr_mas": {"method": "dr_mas"},
     "loto (masking)": {"method": "loto", "options": {"value": "masking"}},
     "coverage": {"method": "coverage"},
     "shapley (judge)": {"method": "shapley", "options": {"value": "judge", "judge_template": JUDGE_TEMPLATE,
