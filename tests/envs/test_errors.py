@@ -97,7 +97,7 @@ def test_python_protocol_file_errors(tmp_path):
     ("proposer_reviewer", {"rounds": 0}, r"option 'rounds': Input should be greater than or equal to 1"),
     ("debate", {"rounds": "many"}, r"option 'rounds'"),
     ("debate", {"n_agents": 1}, r"option 'n_agents'"),
-    ("vote", {"rounds": 3}, r"unknown option 'rounds' \(known options: reply_prefix, n_agents, instruction\)"),
+    ("vote", {"rounds": 3}, r"unknown option 'rounds' \(known options: reply_prefix, n_agents, instruction, rule\)"),
     ("single", {"n_agents": 2}, r"unknown option 'n_agents' \(known options: none\)"),
 ])
 def test_bad_option_values(name, options, match):

@@ -93,6 +93,27 @@ def parse_verdict(text: str) -> str | None:
     return "RIGHT" if match.group(1).upper() in ("RIGHT", "CORRECT") else "WRONG"
 
 
+def check_verdict_prefix(value: str) -> str:
+    """A review reply's prefix ('' or e.g. 'Verdict:'): it must not read as a verdict itself, and must
+    read as one when RIGHT or WRONG follows it on its line (the validator of every reviewing protocol)."""
+    if not value:
+        return value
+    if parse_verdict(value) is not None:
+        raise ValueError(f"{value!r} already reads as a verdict; use a prefix without RIGHT/WRONG, e.g. "
+                         f"'Verdict:'")
+    if "\n" in value or parse_verdict(value + " RIGHT") != "RIGHT" or parse_verdict(value + " WRONG") != "WRONG":
+        raise ValueError(f"{value!r} followed by RIGHT or WRONG does not parse as a verdict (the first line "
+                         f"must be: optional 'Verdict' and punctuation, then the verdict), e.g. 'Verdict:'")
+    return value
+
+
+def check_one_line(value: str) -> str:
+    """A reply prefix is the start of one line."""
+    if "\n" in value:
+        raise ValueError(f"{value!r} spans lines; a reply prefix is the start of one line")
+    return value
+
+
 class ProposerReviewerOptions(SkippableOptions):
     rounds: int = Field(5, ge=1, le=64, description="Rounds R (proposal and review rounds alternate, "
                                                     "starting with a proposal; TRACER's default 5).")
@@ -107,15 +128,7 @@ class ProposerReviewerOptions(SkippableOptions):
     @field_validator("verdict_prefix")
     @classmethod
     def _prefix_reads_as_verdict(cls, value: str) -> str:
-        if not value:
-            return value
-        if parse_verdict(value) is not None:
-            raise ValueError(f"{value!r} already reads as a verdict; use a prefix without RIGHT/WRONG, e.g. "
-                             f"'Verdict:'")
-        if "\n" in value or parse_verdict(value + " RIGHT") != "RIGHT" or parse_verdict(value + " WRONG") != "WRONG":
-            raise ValueError(f"{value!r} followed by RIGHT or WRONG does not parse as a verdict (the first line "
-                             f"must be: optional 'Verdict' and punctuation, then the verdict), e.g. 'Verdict:'")
-        return value
+        return check_verdict_prefix(value)
 
     proposal_prefix: str = Field("", max_length=64, description=(
         "Text every proposal reply starts with (e.g. 'The answer is'), put after the assistant "
@@ -127,9 +140,7 @@ class ProposerReviewerOptions(SkippableOptions):
     @field_validator("proposal_prefix")
     @classmethod
     def _one_line(cls, value: str) -> str:
-        if "\n" in value:
-            raise ValueError(f"{value!r} spans lines; a reply prefix is the start of one line")
-        return value
+        return check_one_line(value)
 
     @field_validator("instructions")
     @classmethod

@@ -62,7 +62,7 @@ from teamplay.envs.protocols.base import (
     TurnSpec,
     instruction_option,
 )
-from teamplay.envs.protocols.proposer_reviewer import parse_verdict
+from teamplay.envs.protocols.proposer_reviewer import check_one_line, check_verdict_prefix, parse_verdict
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Message, TaskItem
@@ -93,18 +93,12 @@ class ReviewOptions(ProtocolOptions):
     @field_validator("verdict_prefix")
     @classmethod
     def _prefix_then_verdict(cls, value: str) -> str:
-        if value and (parse_verdict(value) is not None or "\n" in value
-                      or parse_verdict(value + " WRONG") != "WRONG" or parse_verdict(value + " RIGHT") != "RIGHT"):
-            raise ValueError(f"{value!r}: a verdict prefix must not read as a verdict and must read as one "
-                             f"when RIGHT or WRONG follows it on its line, e.g. 'Verdict:'")
-        return value
+        return check_verdict_prefix(value)
 
     @field_validator("proposal_prefix")
     @classmethod
     def _one_line(cls, value: str) -> str:
-        if "\n" in value:
-            raise ValueError(f"{value!r} spans lines; a reply prefix is the start of one line")
-        return value
+        return check_one_line(value)
 
     @field_validator("review_instruction")
     @classmethod
