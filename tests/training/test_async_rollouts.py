@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +23,9 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
 from teamplay.training.run.async_rollouts import group_staleness, overlap_fraction
 from teamplay.training.run.data_order import first_state, next_problems
+from teamplay.training.run.preemption import Preempted
+from teamplay.training.run.trainer import Trainer
+from tests.reliability.helpers import signal_on_call
 from tests.training.fixtures import FirstTokenTask
 from tests.training.test_trainer import LETTERS, REPO, make_trainer
 
@@ -178,4 +182,17 @@ def test_kill_and_resume_trains_every_problem_once_or_counts_it_dropped(tmp_path
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 3, 4, 5]
     assert sum(line["stale_groups_dropped"] for line in lines) > 0  # the ledger also covers dropped problems
+    _check_ledger(lines, seed=0, size=8, problems_per_step=4)
+
+
+def test_sigterm_stops_as_today_and_resume_continues_the_ledger(tmp_path, monkeypatch):
+    overrides = {"steps": 4, "checkpoint_every": 100, "rollout": {"max_staleness": 1}}
+    signal_on_call(monkeypatch, Trainer, "step", 2, signal.SIGTERM)  # during step 2: it finishes, then the stop
+    with pytest.raises(Preempted, match="after step 2; checkpoint step-000002 written"):
+        make_trainer(tmp_path, overrides).train()
+    assert not [t for t in threading.enumerate() if t.name == "teamplay-rollouts"]  # the generator stopped
+    monkeypatch.undo()
+    make_trainer(tmp_path, overrides).train(resume="auto")
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3, 4]
     _check_ledger(lines, seed=0, size=8, problems_per_step=4)
