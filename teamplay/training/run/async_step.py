@@ -102,9 +102,11 @@ class AsyncStep:
             for a in active:
                 versions[a] += 1
         self.run_state.extra_state[VERSIONS] = versions
-        if self._rollouts is not None:
-            self._rollouts.publish(self.snapshot())
+        snapshot = self.snapshot()
+        # the learner's interval ends before the generator can wake to the new snapshot
         self.learner_busy.append((self._taken, time.perf_counter()))
+        if self._rollouts is not None:
+            self._rollouts.publish(snapshot)
 
     def metrics(self, batch: RolloutBatch, waited: float, fresh: Sequence[GroupWork], stale: Sequence[GroupWork],
                 lags: Sequence[int]) -> dict[str, Any]:
