@@ -15,8 +15,10 @@ Measured per run: the wall time of the step loop (from the first step's start to
 end: rollouts the learner waited for, credit, update, the final checkpoint) as steps per hour; the
 overlap, the fraction of that wall time during which the generator and the learner were both busy
 (``async_rollouts.overlap_fraction`` of their busy intervals); the learner's wait for rollouts;
-the tokens generated; the staleness of the groups trained on and the groups dropped; held-out
-accuracy before and after, and the training reward per step (its curve against tokens).
+the tokens generated; the staleness of the groups trained on and the groups dropped; the process's CPU seconds over the
+loop (CPU cores used = CPU seconds / wall seconds: on a shared machine the second thread only pays
+when the machine has a core to give it); held-out accuracy before and after, and the training
+reward per step (its curve against tokens).
 
 Every run is stored as it finishes (``benchmarks/results/async_overlap/``, one JSON per run, with
 the key it was measured under), so an interrupted invocation resumes where it stopped; the table
@@ -42,7 +44,7 @@ from benchmarks.common import EMBEDDED_MODEL, Result, fmt_ratio, markdown_table,
 RESULTS = Path(__file__).resolve().parent / "results" / "async_overlap"
 STALENESS = (0, 1, 2)
 SEEDS = (0, 1)
-VERSION = 1  # bump when what a run measures changes: stored runs of another version are measured again
+VERSION = 2  # bump when what a run measures changes: stored runs of another version are measured again
 
 
 def sizes(quick: bool) -> dict[str, Any]:
@@ -87,19 +89,19 @@ def measure(model: str, max_staleness: int, seed: int, quick: bool) -> dict[str,
         cfg = build_config(TrainConfig, run_config(model, max_staleness, seed, Path(tmp) / "run", quick))
 
         def started(_trainer) -> None:
-            marks["start"] = time.perf_counter()
+            marks["start"], marks["cpu_start"] = time.perf_counter(), time.process_time()
 
         def stepped(_step, _metrics) -> None:
-            marks["end"] = time.perf_counter()
+            marks["end"], marks["cpu_end"] = time.perf_counter(), time.process_time()
 
         trainer = Trainer(cfg, on_start=started, on_step=stepped)
         side = trainer.async_step
         result = trainer.train()
-    wall = marks["end"] - marks["start"]
+    wall, cpu = marks["end"] - marks["start"], marks["cpu_end"] - marks["cpu_start"]
     steps = result.history
     return {
         "max_staleness": max_staleness, "seed": seed, "steps": len(steps), "wall_seconds": wall,
-        "steps_per_hour": 3600 * len(steps) / wall,
+        "steps_per_hour": 3600 * len(steps) / wall, "cpu_seconds": cpu, "cores_used": cpu / wall,
         "overlap": overlap_fraction(side.generator_busy, side.learner_busy, wall),
         "generate_seconds": sum(h["rollout_generate_seconds"] for h in steps),
         "wait_seconds": sum(h["rollout_wait_seconds"] for h in steps),
@@ -182,6 +184,8 @@ def summary(runs: Sequence[dict[str, Any]], model: str, quick: bool) -> Result:
             fmt_ratio(statistics.mean(speed)) + f" ({', '.join(f'{x:.2f}' for x in speed)})",
             f"{statistics.mean(r['overlap'] for r in mine):.0%}",
             f"{statistics.mean(r['wait_seconds'] / r['wall_seconds'] for r in mine):.0%}",
+            f"{statistics.mean(r['cores_used'] for r in mine):.2f}",
+            fmt_ratio(statistics.mean(_paired(runs, n, "cpu_seconds", ratio=True))),
             f"{statistics.mean(r['generated_tokens'] for r in mine):.0f}",
             f"{statistics.mean(max(r['staleness']) for r in mine):.1f}",
             f"{sum(r['stale_groups_dropped'] for r in mine)}",
@@ -190,9 +194,14 @@ def summary(runs: Sequence[dict[str, Any]], model: str, quick: bool) -> Result:
             f"{statistics.mean(learn):+.3f} ({', '.join(f'{x:+.3f}' for x in learn)})" if n else "–",
         ])
     table = markdown_table(
-        ["rollouts", "steps / hour", "speed vs 0 (per seed)", "overlap", "learner waiting", "tokens generated",
+        ["rollouts", "steps / hour", "speed vs 0 (per seed)", "overlap", "learner waiting", "CPU cores used",
+         "CPU time vs 0", "tokens generated",
          "max staleness seen", "groups dropped", "held-out before → after", "held-out vs 0 (per seed)"], rows)
     s = sizes(quick)
+    sync = [r for r in runs if r["max_staleness"] == 0]
+    # with a free core for each side a step would take max(generate, update) instead of their sum
+    ceiling = statistics.mean((r["generate_seconds"] + r["learner_seconds"])
+                              / max(r["generate_seconds"], r["learner_seconds"]) for r in sync)
     notes = (
         f"Model {model} in float32, proposer/reviewer (propose, review), grpo credit, {s['problems_per_step']} "
         f"problems x {s['group_size']} episodes a step, up to {s['max_new_tokens']} new tokens at temperature 1, "
@@ -200,15 +209,23 @@ def summary(runs: Sequence[dict[str, Any]], model: str, quick: bool) -> Result:
         f"seeds {seeds}, every ratio and difference paired by seed against `max_staleness: 0` (the synchronous "
         "run). One rollout worker (the generator thread) and one learner (the trainer's thread), one torch "
         "thread each. 'overlap': fraction of the step loop's wall time during which both were busy; 'learner "
-        "waiting': the fraction the learner spent waiting for rollouts. The machine is shared with other "
-        "jobs, so the absolute steps per hour are noisy; the ratios, measured run after run on the same "
-        "machine, are what count. Every run's figures (reward and tokens per step included) are in "
-        "`benchmarks/results/async_overlap/`.",
+        "waiting': the fraction the learner spent waiting for rollouts; 'CPU cores used': the process's CPU "
+        "seconds over the loop's wall seconds (what the machine gave the run: 1 is one whole core); 'CPU time "
+        "vs 0': the CPU seconds of the loop against the synchronous run's (the work asynchrony adds). The "
+        "machine is shared with other jobs, so the absolute steps per hour are noisy; the ratios, measured "
+        "run after run on the same machine, are what count. Every run's figures (reward and tokens per step "
+        "included) are in `benchmarks/results/async_overlap/`.",
+        f"The ceiling: in the synchronous runs generation took {statistics.mean(r['generate_seconds'] for r in sync):.0f} s "
+        f"and the learner {statistics.mean(r['learner_seconds'] for r in sync):.0f} s of the loop (mean over seeds), so "
+        f"with a free core for each side a step would take the longer of the two instead of their sum: at most "
+        f"{fmt_ratio(ceiling)} the synchronous steps per hour.",
     )
     speed1 = statistics.mean(_paired(runs, 1, "steps_per_hour", ratio=True)) if 1 in levels else None
     learn1 = _paired(runs, 1, "heldout_after", ratio=False) if 1 in levels else []
+    cores1 = statistics.mean(r["cores_used"] for r in runs if r["max_staleness"] == 1) if 1 in levels else 0.0
     headline = (f"`max_staleness: 1` runs {fmt_ratio(speed1)} the steps per hour of the synchronous run "
-                f"(overlap {statistics.mean(r['overlap'] for r in runs if r['max_staleness'] == 1):.0%}); "
+                f"(overlap {statistics.mean(r['overlap'] for r in runs if r['max_staleness'] == 1):.0%}, "
+                f"{cores1:.2f} CPU cores used; the ceiling with a free core per side: {fmt_ratio(ceiling)}); "
                 f"held-out accuracy after training {statistics.mean(learn1):+.3f} against it "
                 f"(mean over {len(learn1)} paired seeds)." if speed1 is not None else "no asynchronous run")
     return Result("async_overlap", table, headline, None, notes, {"runs": list(runs)})

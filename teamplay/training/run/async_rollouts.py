@@ -97,13 +97,13 @@ class _Stop(Exception):
 
 
 def generation_copy(team_model):
-    """A copy of ``team_model`` for the generator: its LoRA parameters are its own, everything else
-    (base weights, buffers, tokenizer) is shared with ``team_model``. The base is frozen, so sharing
-    it is safe; the copy's adapters change only when the generator loads a snapshot."""
+    """A copy of ``team_model`` for the generator: its LoRA parameters are its own, the base weights
+    and buffers are shared with ``team_model``. The base is frozen, so sharing it is safe; the copy's
+    adapters change only when the generator loads a snapshot. The tokenizer is copied too: a fast
+    tokenizer's settings are mutable state, not to be shared between threads."""
     lora = {id(p) for name in team_model.adapter_names for p in team_model.adapter_parameters(name)}
     shared = {id(t): t for t in itertools.chain(team_model.model.parameters(), team_model.model.buffers())
               if id(t) not in lora}
-    shared[id(team_model.tokenizer)] = team_model.tokenizer
     return copy.deepcopy(team_model, shared)
 
 
