@@ -163,6 +163,10 @@ class TrainConfig(TeamTrainingConfig):
         """What asynchronous rollouts (``rollout.max_staleness``) cannot do yet, refused at load."""
         if self.rollout.max_staleness is None:
             return self
+        if self.rollout.max_staleness > 0 and self.objective.old_logprobs == "trainer":
+            raise ValueError("objective.old_logprobs: trainer measures the ratio from the update's starting "
+                             "weights, which would leave stale rollouts uncorrected; asynchronous rollouts "
+                             "(rollout.max_staleness > 0) need old_logprobs: generation (the behaviour policy's)")
         if self.distributed is not None:
             raise ValueError("rollout.max_staleness: asynchronous rollouts run in one process for now; drop the "
                              "distributed section (its distributed.max_staleness bounds how far a worker's "

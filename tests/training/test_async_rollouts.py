@@ -134,6 +134,8 @@ def test_asynchronous_rollouts_refuse_what_they_cannot_do(tmp_path):
         build_config(TrainConfig, {**base, "controllers": {"enabled": True}})
     with pytest.raises(ConfigError, match="backend.name is 'vllm'"):
         build_config(TrainConfig, {**base, "backend": {"name": "vllm"}, "model": {"dtype": "bfloat16"}})
+    with pytest.raises(ConfigError, match="need old_logprobs: generation"):
+        build_config(TrainConfig, {**base, "objective": {"old_logprobs": "trainer"}})
     with pytest.raises(ConfigError, match="sampler"):
         build_config(TrainConfig, {**base, "backend": {"sampler": "multinomial"}})
 

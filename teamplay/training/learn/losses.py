@@ -8,8 +8,8 @@ it holds: NaN or inf in padded log-probs or padded token advantages are replaced
 ``torch.where`` before any arithmetic that could spread them (never by multiplying with the mask:
 ``NaN * 0`` is NaN, in the value and in the gradient).
 
-``logp_old`` is always the behaviour policy's: the log-probs recorded when the message was
-generated. With asynchronous rollouts (``rollout.max_staleness: N``,
+``logp_old`` is the behaviour policy's with ``objective.old_logprobs: generation``: the log-probs
+recorded when the message was generated. With asynchronous rollouts (``rollout.max_staleness: N``,
 ``teamplay.training.run.async_rollouts``) that policy may be up to N updates behind, and these
 losses are the off-policy correction: the clipped ratio ``pi_theta / pi_behaviour`` (PPO's clip with
 the generating snapshot as the old policy). AReaL's decoupled objective (Fu et al. 2025, "AReaL: A

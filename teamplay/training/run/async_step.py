@@ -16,11 +16,12 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from teamplay.agents.backends.hf import HFBackend
-from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
+from teamplay.training.learn.update import old_logprob_source
 from teamplay.training.play.rollout import RolloutRunner
 from teamplay.training.run.async_rollouts import (
+    AdapterTensors,
     AsyncRollouts,
     RolloutBatch,
     Snapshot,
@@ -47,6 +48,10 @@ class AsyncStep:
         if not isinstance(run.backend, HFBackend) or hasattr(run.team_model, "part"):
             raise ConfigError("rollout.max_staleness: asynchronous rollouts need the hf backend over one base "
                               "model (the generator generates with its own copy of the adapters)")
+        if cfg.rollout.max_staleness > 0 and old_logprob_source(cfg, run.team_model) != "generation":
+            raise ConfigError("objective.old_logprobs: auto resolves to trainer for this model (half precision), "
+                              "which would leave stale rollouts uncorrected; with rollout.max_staleness > 0 set "
+                              "objective.old_logprobs: generation (or model.dtype: float32)")
         self.max_staleness: int = cfg.rollout.max_staleness
         self.lead = self.max_staleness
         self.cfg, self.run, self.run_state = cfg, run, run_state
@@ -69,7 +74,7 @@ class AsyncStep:
     def snapshot(self) -> Snapshot:
         """The learner's adapters now, for the generator."""
         step = self.run_state.state.step
-        return Snapshot(step, self.versions(), AdapterWeights.of(self.team_model, version=step))
+        return Snapshot(step, self.versions(), AdapterTensors.of(self.team_model))
 
     # --------------------------------------------------------------- a step
     def take(self, step: int, items: Sequence[TaskItem]) -> tuple[list[TaskItem], RolloutBatch, float]:

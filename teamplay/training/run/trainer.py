@@ -206,7 +206,8 @@ class Trainer:
     Public attributes read by callers beside the methods: ``cfg``, ``run_dir``, ``task``, ``items``,
     ``eval_items`` (a caller may replace them before ``train``), ``team``, ``team_model``,
     ``trainable``, ``controllers``, ``make_env`` and ``backend`` (for rollouts of the caller's own),
-    ``runner`` and ``learner``.
+    ``runner`` and ``learner``; ``async_step`` (``teamplay.training.run.async_step``) with
+    ``rollout.max_staleness`` set, else None.
     """
 
     def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
