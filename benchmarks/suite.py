@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks import (
+    async_overlap,
     cosac_bandit,
     credit_arena,
     credit_fidelity,
@@ -66,4 +67,5 @@ BENCHMARKS: dict[str, Callable[..., Result]] = {
     "credit_fidelity": credit_fidelity.run,
     "credit_arena": credit_arena.run,
     "serve_throughput": serve_throughput.run,
+    "async_overlap": async_overlap.run,
 }

@@ -97,7 +97,15 @@ class OptimConfig(Section):
 
 
 class RolloutConfig(Section):
-    """Rollout sizes per training step."""
+    """Rollout sizes per training step, and how far rollouts may run ahead of the update
+    (``max_staleness``: ``teamplay.training.run.async_rollouts``)."""
 
     problems_per_step: int = Field(4, ge=1, description="B: problems sampled per step.")
     group_size: int = Field(4, ge=1, description="G: episodes per problem (a credit group).")
+    max_staleness: int | None = Field(
+        None, ge=0, description="Asynchronous rollouts: a background generator produces the next steps' "
+                                "groups while the learner updates, up to N steps ahead, with the newest "
+                                "adapters it has; a group whose adapters are more than N versions behind "
+                                "the learner's is not trained on (counted as `stale_groups_dropped`). 0 = "
+                                "the generator waits for each update: the synchronous run's numbers. "
+                                "None = synchronous, no generator thread (hf backend, one process).")

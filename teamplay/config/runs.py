@@ -184,6 +184,34 @@ class TrainConfig(TeamTrainingConfig):
         return self
 
     @model_validator(mode="after")
+    def _async_rollouts_fit(self) -> TrainConfig:
+        """What asynchronous rollouts (``rollout.max_staleness``) cannot do yet, refused at load."""
+        if self.rollout.max_staleness is None:
+            return self
+        if self.rollout.max_staleness > 0 and self.objective.old_logprobs == "trainer":
+            raise ValueError("objective.old_logprobs: trainer measures the ratio from the update's starting "
+                             "weights, which would leave stale rollouts uncorrected; asynchronous rollouts "
+                             "(rollout.max_staleness > 0) need old_logprobs: generation (the behaviour policy's)")
+        if self.distributed is not None:
+            raise ValueError("rollout.max_staleness: asynchronous rollouts run in one process for now; drop the "
+                             "distributed section (its distributed.max_staleness bounds how far a worker's "
+                             "adapters lag in lock-step rollouts) or rollout.max_staleness")
+        if self.controllers.enabled:
+            raise ValueError("rollout.max_staleness: the speak/skip controllers learn from each step's rollouts "
+                             "before the next is generated; set controllers.enabled=false or drop "
+                             "rollout.max_staleness")
+        if self.backend.name != "hf":
+            raise ValueError(f"rollout.max_staleness: asynchronous rollouts generate with their own copy of "
+                             f"the adapters on the hf backend; backend.name is {self.backend.name!r}")
+        if self.backend.sampler == "multinomial":
+            raise ValueError("rollout.max_staleness: backend.sampler multinomial draws from torch's global "
+                             "generator, which the learner's thread shares; use sampler inverse_cdf")
+        if self.team is not None and len(self.team.bases(self.model.name)) > 1:
+            raise ValueError("rollout.max_staleness: a team whose roles use several bases is not supported "
+                             "with asynchronous rollouts yet; drop rollout.max_staleness")
+        return self
+
+    @model_validator(mode="after")
     def _distributed_fits(self) -> TrainConfig:
         """What the Ray path (``teamplay.distributed``) cannot do yet, refused at load."""
         dist = self.distributed

@@ -391,6 +391,14 @@ def training_table(runs: Sequence[tuple[str, RunData]]) -> str:
         zero.append(f"{fmt(z / g)} ({fmt(int(z))} of {fmt(int(g))})" if g else MISSING)
     label = "groups with equal rewards"
     rows.append([label, *zero, "", "", ""] if compare else [label, "", "", zero[0]])
+    if any(s.get("stale_groups_dropped") is not None for _, r in runs for s in r.steps):  # asynchronous rollouts
+        stale = []
+        for _, r in runs:
+            d = sum(s.get("stale_groups_dropped") or 0 for s in r.steps)
+            g = sum(s.get("groups") or 0 for s in r.steps)
+            stale.append(f"{fmt(d / g)} ({fmt(int(d))} of {fmt(int(g))})" if g else MISSING)
+        label = "groups dropped as stale (rollout.max_staleness)"
+        rows.append([label, *stale, "", "", ""] if compare else [label, "", "", stale[0]])
     rows.insert(0, ["steps", *(fmt(len(r.steps)) for _, r in runs), "", "", ""] if compare
                 else ["steps", "", fmt(len(runs[0][1].steps)), ""])
     if compare:

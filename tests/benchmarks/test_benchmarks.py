@@ -377,3 +377,19 @@ def test_update_speed_quick(tiny_model):
     # tests/training/test_update_shared_prompts.py)
     losses = list(timed["loss"].values())
     assert max(losses) - min(losses) <= 2e-5
+
+
+def test_async_overlap_quick_and_resumable(tiny_model, tmp_path):
+    from benchmarks import async_overlap
+
+    result = async_overlap.run(quick=True, model=tiny_model, output=tmp_path)
+    _check(result, "async_overlap")
+    runs = result.data["runs"]
+    assert [(r["max_staleness"], r["seed"]) for r in runs] == [(0, 0), (1, 0)]
+    assert all(0 <= r["overlap"] <= 1 and r["steps"] == 2 for r in runs)
+    assert runs[0]["overlap"] == 0  # exact: at staleness 0 the generator waits for every update
+    # a second invocation reuses every stored run (nothing is measured again)
+    stored = sorted(p.name for p in tmp_path.iterdir())
+    assert stored == ["staleness0_seed0.json", "staleness1_seed0.json"]
+    again = async_overlap.run(quick=True, model=tiny_model, output=tmp_path)
+    assert again.data["runs"] == runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import hashlib
 import re
 from html.parser import HTMLParser
@@ -230,3 +231,15 @@ def test_number_formatting() -> None:
     assert fmt(None) == "—" and fmt(float("nan")) == "—"
     assert fmt(12345) == "12,345" and fmt(0.12345) == "0.123" and fmt(120.0) == "120.0" and fmt(2500.4) == "2,500"
     assert fmt_signed(-0.25) == "\u22120.250" and fmt_signed(0.25) == "+0.250"
+
+
+def test_stale_groups_show_only_for_a_run_with_asynchronous_rollouts(tmp_path: Path, run_page) -> None:
+    assert "dropped as stale" not in run_page[1]
+    run = write_run(tmp_path / "async")
+    metrics = run / "metrics.jsonl"
+    lines = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+    metrics.write_text("".join(json.dumps({**line, "stale_groups_dropped": 1} if "groups" in line else line) + "\n"
+                               for line in lines), encoding="utf-8")
+    page = report_command([run], compare=False, output=None).read_text(encoding="utf-8")
+    # 5 steps of 4 groups, one dropped in each
+    assert "<td>groups dropped as stale (rollout.max_staleness)</td><td></td><td></td><td>0.250 (5 of 20)</td>" in page

@@ -124,8 +124,18 @@ class HFBackend(GenerationBackend):
         self.micro_batch_size = micro_batch_size
         self.share_prompt_prefix = share_prompt_prefix
         self.stop_ids = self._stop_ids()
+        self.merge_adapters = merge_adapters
         self._merged: MergedAdapterModel | None = None
         self.merged_generation = unsupported(team_model) if merge_adapters else "merge_adapters is off"
+
+    def for_model(self, team_model: TeamModel) -> HFBackend:
+        """A backend with this one's settings over another team model (an asynchronous run's
+        generation copy: ``teamplay.training.run.async_rollouts``). Same weights, same settings,
+        same seeds: the same generations."""
+        twin = HFBackend(team_model, self.max_prompt_tokens, self.micro_batch_size, self.share_prompt_prefix,
+                         self.merge_adapters, self.sampler)
+        twin.dedupe_prompts, twin.inference_mode = self.dedupe_prompts, self.inference_mode
+        return twin
 
     def _generation_model(self, adapter: str | None) -> torch.nn.Module | None:
         """The plain model with ``adapter`` merged, or None to generate through peft (the copy is

@@ -7,6 +7,15 @@ the trainer logs. Padding never contributes to the loss, its gradient or the sta
 it holds: NaN or inf in padded log-probs or padded token advantages are replaced with
 ``torch.where`` before any arithmetic that could spread them (never by multiplying with the mask:
 ``NaN * 0`` is NaN, in the value and in the gradient).
+
+``logp_old`` is the behaviour policy's with ``objective.old_logprobs: generation``: the log-probs
+recorded when the message was generated. With asynchronous rollouts (``rollout.max_staleness: N``,
+``teamplay.training.run.async_rollouts``) that policy may be up to N updates behind, and these
+losses are the off-policy correction: the clipped ratio ``pi_theta / pi_behaviour`` (PPO's clip with
+the generating snapshot as the old policy). AReaL's decoupled objective (Fu et al. 2025, "AReaL: A
+Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning") is the alternative
+not taken here: clip against a recent proximal policy and weight by a truncated
+``pi_prox / pi_behaviour``.
 """
 
 from __future__ import annotations

@@ -46,6 +46,12 @@ update -> metrics. The trainer is composed from two parts (``teamplay.training.r
 ``Runner`` that produces the episodes and a ``Learner`` that applies the update and owns the
 optimiser and schedule; in-process parts by default, a Ray pool and learner group for a
 ``distributed:`` run (``teamplay.distributed.compose.make_trainer`` picks them from the config).
+
+With ``rollout.max_staleness: N`` step 2 is done ahead by a generator thread on its own copy of the
+adapters, up to N steps ahead of the update; groups more than N adapter versions behind are not
+trained on (counted), and the data position moves past a batch only when the step takes it
+(``teamplay.training.run.async_step``, ``teamplay.training.run.async_rollouts``). N = 0 is the
+synchronous step, number for number.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ from teamplay.training.learn.nonfinite import NonFiniteGuard
 from teamplay.training.play.controllers import answer_check
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.play.rollout import step_jobs
+from teamplay.training.run.async_step import AsyncStep
 from teamplay.training.run.held_out import HeldOutEvaluation, solo_baseline
 from teamplay.training.run.parts import Learner, PartsFactory, Runner, local_parts
 from teamplay.training.run.preemption import Preemption, StopRequested, preemption_handlers
@@ -199,7 +206,8 @@ class Trainer:
     Public attributes read by callers beside the methods: ``cfg``, ``run_dir``, ``task``, ``items``,
     ``eval_items`` (a caller may replace them before ``train``), ``team``, ``team_model``,
     ``trainable``, ``controllers``, ``make_env`` and ``backend`` (for rollouts of the caller's own),
-    ``runner`` and ``learner``.
+    ``runner`` and ``learner``; ``async_step`` (``teamplay.training.run.async_step``) with
+    ``rollout.max_staleness`` set, else None.
     """
 
     def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
@@ -240,6 +248,8 @@ class Trainer:
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
             self.update = UpdateStage(self.learner, self.nonfinite)
+            #: asynchronous rollouts (``rollout.max_staleness`` set; ``async_step``), else None
+            self.async_step = AsyncStep(cfg, run, self.run_state) if cfg.rollout.max_staleness is not None else None
 
     @property
     def state(self) -> TrainerState:
@@ -293,6 +303,8 @@ class Trainer:
     def close(self) -> None:
         """Free what the parts hold (a cluster's actors; the backend the run built, not one passed in).
         ``train`` calls it when it returns; call it yourself after driving ``step`` by hand. Idempotent."""
+        if self.async_step is not None:  # first: the generator must not outlive the backend it copied
+            self.async_step.close()
         self.learner.close()
         self.runner.close()  # last: a runner that started a cluster ends it, the in-process one the backend
 
@@ -378,24 +390,37 @@ class Trainer:
         and ``update`` (``update_stage.UpdateStage``: the learner's update)."""
         self.run_state.share()
         step, t0 = self.state.step, time.perf_counter()
-        problems = self.run_state.next_problems(self.items, self.cfg.rollout.problems_per_step)
-        # G sampled episodes per problem, seeded by the run's seed and the step
-        jobs = step_jobs(problems, step, self.cfg.rollout.group_size)
-        episodes = self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
+        batch = None
+        if self.async_step is None:
+            problems = self.run_state.next_problems(self.items, self.cfg.rollout.problems_per_step)
+            # G sampled episodes per problem, seeded by the run's seed and the step
+            jobs = step_jobs(problems, step, self.cfg.rollout.group_size)
+            episodes = self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
+        else:  # generated ahead, by the same jobs and seeds, with the newest adapters within the bound
+            problems, batch, waited = self.async_step.take(step, self.items)
+            episodes = list(batch.episodes)
         t_rollout = time.perf_counter() - t0
         by_id = {item.id: item for item in problems}
         is_correct = answer_check(self.task, by_id)  # the controllers' regret updates value answers with it
         controller_metrics = self.controllers.learn_step(episodes, is_correct) if self.controllers else {}
         active = active_adapters(self.trainable, step, self.cfg.alternate_roles_every)
-        ctx = StepContext(step, frozenset(active), tuple(episodes))
         groups = make_groups(episodes, by_id, self.group_hook)
-        work = run_stages((self.credit, self.tokens), groups, ctx)  # advantages, token credit, samples
+        trained, trained_episodes = groups, tuple(episodes)
+        if batch is not None:  # groups more than max_staleness versions behind are not trained on
+            trained, stale, lags = self.async_step.split(groups, batch, active)
+            dropped = {ep.group_id for g in stale for ep in g.episodes}
+            trained_episodes = tuple(ep for ep in episodes if ep.group_id not in dropped)
+        ctx = StepContext(step, frozenset(active), trained_episodes)
+        work = run_stages((self.credit, self.tokens), trained, ctx)  # advantages, token credit, samples
         t_credit = time.perf_counter() - t0 - t_rollout
         work = self.update(work, ctx)
         metrics = step_metrics(episodes, groups, work, active, self.update.metrics(), self.credit.metrics())
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
                         "credit_seconds": t_credit, **self.runner.step_metrics()})
         metrics["generated_tokens_total"] = self.run_state.end_step(generated_tokens(metrics))
+        if batch is not None:
+            self.async_step.updated(active, metrics["optimizer_steps"])
+            metrics.update(self.async_step.metrics(batch, waited, trained, stale, lags))
         return StepResult(step=step + 1, metrics=metrics, groups=tuple(work))
 
     # ----------------------------------------------------------------------------- helpers
@@ -423,4 +448,6 @@ class Trainer:
     def restore(self, data: LoadedCheckpoint) -> None:
         """Continue from a loaded checkpoint (``checkpoint.load_checkpoint``; ``RunState.restore``): a
         ``TeamplayError`` when it does not fit this team (``train(resume=...)`` checks the config first)."""
+        if self.async_step is not None:  # what it generated ahead belongs to the state left behind
+            self.async_step.close()
         self.run_state.restore(data)
