@@ -245,7 +245,10 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
         if spread:
             notes.append("Within-seed spread (`--rerun`: one seed trained again, every method): " + "; ".join(
                 f"{label} seed {seed}: {a:.3f} then {b:.3f} ({b - a:+.3f})" for label, (seed, a, b) in sorted(spread.items()))
-                + ". A rerun moves a seed by this much with nothing changed (thread timing, another machine's kernels).")
+                + (". Rerun on the machine and thread count of the stored seed, it reproduced it exactly: a spread between "
+                   "sittings (the arena's split_k8 moved by about 0.05 a seed) comes from another machine's kernels or "
+                   "thread count, not from the run itself." if all(a == b for _, a, b in spread.values()) else
+                   ". A rerun moves a seed by this much with nothing changed (thread timing, another machine's kernels)."))
     parts = []
     for label in labels_of(result):
         if label != "grpo":
