@@ -215,8 +215,10 @@ def summary(runs: Sequence[dict[str, Any]], model: str, quick: bool) -> Result:
         "machine is shared with other jobs, so the absolute steps per hour are noisy; the ratios, measured "
         "run after run on the same machine, are what count. Every run's figures (reward and tokens per step "
         "included) are in `benchmarks/results/async_overlap/`.",
-        f"The ceiling: in the synchronous runs generation took {statistics.mean(r['generate_seconds'] for r in sync):.0f} s "
-        f"and the learner {statistics.mean(r['learner_seconds'] for r in sync):.0f} s of the loop (mean over seeds), so "
+        f"The ceiling: in the synchronous runs generation took "
+        f"{statistics.mean(r['generate_seconds'] for r in sync):.0f} s "
+        f"and the learner {statistics.mean(r['learner_seconds'] for r in sync):.0f} s of the loop (mean over seeds), "
+        f"so "
         f"with a free core for each side a step would take the longer of the two instead of their sum: at most "
         f"{fmt_ratio(ceiling)} the synchronous steps per hour.",
     )

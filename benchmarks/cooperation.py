@@ -58,6 +58,7 @@ from benchmarks.credit_arena import (
     mean_ci,
     paired_difference,
     step_tokens,
+    train_sweep,
 )
 from teamplay.report.sweep_page import curve_area, run_learning_curve
 
@@ -201,7 +202,8 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     acc = "heldout/team_accuracy"
     for label in labels_of(result):
-        cells = [label, str(len(result["per_seed"][label])), _cell(*mean_ci(list(_values(result, label, acc).values())))]
+        accuracy = mean_ci(list(_values(result, label, acc).values()))
+        cells = [label, str(len(result["per_seed"][label])), _cell(*accuracy)]
         if label == "grpo":
             cells += ["—", "—", "—"]
         else:
@@ -240,15 +242,19 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
         f"{_p(f['p'])}, {f['n']} seeds).",
     ]
     again_path = result_path(setting, result.get("size", "default"), rerun=True)
-    if again_path.is_file() and result.get("size", "default") == "default" and not result.get("command", "").count("--methods"):
+    stored_default = result.get("size", "default") == "default" and "--methods" not in result.get("command", "")
+    if again_path.is_file() and stored_default:
         spread = within_seed_spread(result, load_result(again_path))
         if spread:
             notes.append("Within-seed spread (`--rerun`: one seed trained again, every method): " + "; ".join(
-                f"{label} seed {seed}: {a:.3f} then {b:.3f} ({b - a:+.3f})" for label, (seed, a, b) in sorted(spread.items()))
-                + (". Rerun on the machine and thread count of the stored seed, it reproduced it exactly: a spread between "
-                   "sittings (the arena's split_k8 moved by about 0.05 a seed) comes from another machine's kernels or "
+                f"{label} seed {seed}: {a:.3f} then {b:.3f} ({b - a:+.3f})"
+                for label, (seed, a, b) in sorted(spread.items()))
+                + (". Rerun on the machine and thread count of the stored seed, it reproduced it exactly: a spread "
+                   "between sittings (the arena's split_k8 moved by about 0.05 a seed) comes from another "
+                   "machine's kernels or "
                    "thread count, not from the run itself." if all(a == b for _, a, b in spread.values()) else
-                   ". A rerun moves a seed by this much with nothing changed (thread timing, another machine's kernels)."))
+                   ". A rerun moves a seed by this much with nothing changed (thread timing, another machine's "
+                   "kernels)."))
     parts = []
     for label in labels_of(result):
         if label != "grpo":
@@ -266,8 +272,7 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     the per-seed results of the runs that finished. ``rerun``: train that one seed again, every
     method, in a folder of its own (the within-seed spread: how far one seed's result moves when
     it is simply run again)."""
-    from teamplay.distributed.compose import make_trainer
-    from teamplay.training.experiments.sweep import plan, run_metrics, run_sweep
+    from teamplay.training.experiments.sweep import plan, run_metrics
 
     if setting not in SETTINGS:
         raise ValueError(f"unknown setting {setting!r}; settings: {', '.join(SETTINGS)}")
@@ -285,15 +290,8 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     seeds = tuple(range(sizes[4])) if rerun is None else (rerun,)
     sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, seeds).seeds_first()
 
-    def announce(r: Any, status: str) -> None:
-        print(f"  {setting} {r.name}: {status}", flush=True)
-
-    if train and parallel > 1:
-        from teamplay.distributed.sweep import run_sweep_parallel
-
-        run_sweep_parallel(sweep, parallel, on_run=announce)
-    elif train:
-        run_sweep(sweep, lambda cfg, resume: make_trainer(cfg).train(resume=resume), on_run=announce)
+    if train:
+        train_sweep(sweep, setting, parallel)
     label_of = dict(zip(dict.fromkeys(r.label for r in sweep.runs), labels, strict=True))
     per_seed: dict[str, dict[int, dict[str, float]]] = {label: {} for label in labels}
     curves: dict[str, dict[int, list[tuple[int, float]]]] = {label: {} for label in labels}
@@ -322,7 +320,8 @@ def untrained_metrics(run_dir: Path) -> dict[str, float]:
 def result_path(setting: str, size: str = "default", more: bool = False, rerun: bool = False) -> Path:
     """The stored result of a setting's comparison (``more``: a ``--methods`` comparison of its own;
     ``rerun``: its seed run again, ``--rerun``)."""
-    return RESULTS / f"{setting}{'' if size == 'default' else '-' + size}{'-more' if more else ''}{'-rerun' if rerun else ''}.json"
+    suffix = ("" if size == "default" else "-" + size) + ("-more" if more else "") + ("-rerun" if rerun else "")
+    return RESULTS / f"{setting}{suffix}.json"
 
 
 def within_seed_spread(result: dict[str, Any], again: dict[str, Any], key: str = "heldout/team_accuracy"

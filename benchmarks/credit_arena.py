@@ -445,8 +445,7 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     """Train every method x seed of ``setting`` (resuming a stored sweep) and collect per-seed results;
     ``train=False`` only collects the runs the folder already finished (a comparison stopped part-way).
     ``seeds``: train these seeds only (default ``range(sizes[4])``), in a sweep folder of their own."""
-    from teamplay.distributed.compose import make_trainer
-    from teamplay.training.experiments.sweep import plan, run_metrics, run_sweep
+    from teamplay.training.experiments.sweep import plan, run_metrics
 
     sizes = sizes or sizes_of(setting, size)
     base = arena_config(setting, model, sizes)
@@ -466,15 +465,8 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     # seed by seed: a comparison stopped part-way holds whole seeds, every method paired on them
     sweep = plan(out, base, {"credit": tuple(methods.values())}, seeds).seeds_first()
 
-    def announce(r: Any, status: str) -> None:
-        print(f"  {setting} {r.name}: {status}", flush=True)
-
-    if train and parallel > 1:
-        from teamplay.distributed.sweep import run_sweep_parallel
-
-        run_sweep_parallel(sweep, parallel, on_run=announce)
-    elif train:
-        run_sweep(sweep, lambda cfg, resume: make_trainer(cfg).train(resume=resume), on_run=announce)
+    if train:
+        train_sweep(sweep, setting, parallel)
     label_of = {sweep_label: label for sweep_label, label in
                 zip(dict.fromkeys(r.label for r in sweep.runs), methods, strict=True)}
     per_seed: dict[str, dict[int, dict[str, float]]] = {label: {} for label in methods}
@@ -497,6 +489,23 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     return {"setting": setting, "size": size, "sizes": sizes, "config": base, "refused": refused,
             "per_seed": per_seed, "curves": curves, "tokens": tokens, "folder": str(out),
             "runs_total": len(sweep.runs)}
+
+
+def train_sweep(sweep: Any, setting: str, parallel: int = 1) -> None:
+    """Train (resuming) every run of ``sweep``, ``parallel`` at once (Ray tasks, one thread each)
+    or one by one in this process, printing each run's start and end."""
+    from teamplay.distributed.compose import make_trainer
+    from teamplay.training.experiments.sweep import run_sweep
+
+    def announce(r: Any, status: str) -> None:
+        print(f"  {setting} {r.name}: {status}", flush=True)
+
+    if parallel > 1:
+        from teamplay.distributed.sweep import run_sweep_parallel
+
+        run_sweep_parallel(sweep, parallel, on_run=announce)
+    else:
+        run_sweep(sweep, lambda cfg, resume: make_trainer(cfg).train(resume=resume), on_run=announce)
 
 
 def step_total(run_dir: Path, key: str) -> float:

@@ -366,6 +366,17 @@ TRAIN_ROWS = (("reward_mean", "team reward", True), ("accuracy", "rollout accura
               ("seconds", "seconds / step", False))
 
 
+def _group_share_row(runs, key: str, label: str, compare: bool) -> list[str]:
+    """A summary row: per run, the share of its training groups counted under ``key`` over all its
+    steps ("0.25 (3 of 12)"), laid out as the table's other rows (compare: two runs and two blanks)."""
+    cells = []
+    for _, r in runs:
+        counted = sum(s.get(key) or 0 for s in r.steps)
+        groups = sum(s.get("groups") or 0 for s in r.steps)
+        cells.append(f"{fmt(counted / groups)} ({fmt(int(counted))} of {fmt(int(groups))})" if groups else MISSING)
+    return [label, *cells, "", "", ""] if compare else [label, "", "", cells[0]]
+
+
 def training_table(runs: Sequence[tuple[str, RunData]]) -> str:
     """Training metrics of one run (first step, last step, mean over steps) or of two runs (last
     step and mean of each, and the difference of the last steps: second − first)."""
@@ -384,21 +395,10 @@ def training_table(runs: Sequence[tuple[str, RunData]]) -> str:
                          fmt(_mean(values[0])), fmt(_mean(values[1]))])
         else:
             rows.append([esc(label), fmt(values[0][0]), fmt(lasts[0]), fmt(_mean(values[0]))])
-    zero = []
-    for _, r in runs:
-        z = sum(s.get("zero_variance_groups") or 0 for s in r.steps)
-        g = sum(s.get("groups") or 0 for s in r.steps)
-        zero.append(f"{fmt(z / g)} ({fmt(int(z))} of {fmt(int(g))})" if g else MISSING)
-    label = "groups with equal rewards"
-    rows.append([label, *zero, "", "", ""] if compare else [label, "", "", zero[0]])
+    rows.append(_group_share_row(runs, "zero_variance_groups", "groups with equal rewards", compare))
     if any(s.get("stale_groups_dropped") is not None for _, r in runs for s in r.steps):  # asynchronous rollouts
-        stale = []
-        for _, r in runs:
-            d = sum(s.get("stale_groups_dropped") or 0 for s in r.steps)
-            g = sum(s.get("groups") or 0 for s in r.steps)
-            stale.append(f"{fmt(d / g)} ({fmt(int(d))} of {fmt(int(g))})" if g else MISSING)
-        label = "groups dropped as stale (rollout.max_staleness)"
-        rows.append([label, *stale, "", "", ""] if compare else [label, "", "", stale[0]])
+        rows.append(_group_share_row(runs, "stale_groups_dropped", "groups dropped as stale (rollout.max_staleness)",
+                                     compare))
     rows.insert(0, ["steps", *(fmt(len(r.steps)) for _, r in runs), "", "", ""] if compare
                 else ["steps", "", fmt(len(runs[0][1].steps)), ""])
     if compare:

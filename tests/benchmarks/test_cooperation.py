@@ -44,7 +44,7 @@ def test_sign_flip_p_is_the_share_of_signings_at_least_as_extreme(diffs, scale):
     values = [d * scale / 100 for d in diffs]
     observed = abs(sum(d * scale for d in diffs))
     hits = sum(1 for signs in itertools.product((1, -1), repeat=len(diffs))
-               if abs(sum(s * d * scale for s, d in zip(signs, diffs))) >= observed)
+               if abs(sum(s * d * scale for s, d in zip(signs, diffs, strict=True))) >= observed)
     p = cooperation.sign_flip_p(values)
     assert p == hits / 2 ** len(diffs)  # exact: both are a count over 2^n
     assert cooperation.sign_flip_p([-v for v in values]) == p  # exact: the same count

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import json
 import hashlib
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
