@@ -45,8 +45,8 @@ TEAMS = {
     "split_k2": "additive, K = 2", "split_k4": "additive, K = 4", "split_k8": "additive, K = 8",
     "split_k2_roles": "additive, K = 2, adapter each", "split_k4_roles": "additive, K = 4, adapter each",
     "split_k8_roles": "additive, K = 8, adapter each",
-    "split_k4_fair": "additive, K = 4, rerun (clean held-out, equal steps)",
-    "split_k8_fair": "additive, K = 8, rerun (clean held-out, equal steps)",
+    "split_k4_fair": "additive, K = 4, rerun (clean)",
+    "split_k8_fair": "additive, K = 8, rerun (clean)",
     "chain_k2": "chain, K = 2", "chain_k4": "chain, K = 4",
     "noisy_q05": "solver + spoiler (q = 0.5)",
     "gcpo": "GCPO: group as team", "parallel_shapley": "Parallel Shapley: paths + judge",
@@ -71,7 +71,7 @@ def reading(floor: tuple[float, float], diff: tuple[float, float], p: float, pow
     the paired difference (mean, half-width), its exact p and its MDE (the difference the seeds could
     find with 80% power, shown with a null)."""
     if not (math.isfinite(floor[1]) and floor[0] - floor[1] > 0):
-        return "floor fails: says nothing about credit"
+        return "floor fails"
     above = math.isfinite(diff[1]) and diff[0] - diff[1] > 0
     exact = math.isfinite(p) and p <= 0.05
     if above and exact:
