@@ -55,12 +55,14 @@ from benchmarks.credit_arena import (
     TASK,
     TEMPERATURE,
     _cell,
+    _values,
+    labels_of,
     mean_ci,
     paired_difference,
     step_tokens,
     train_sweep,
 )
-from teamplay.report.sweep_page import curve_area, run_learning_curve
+from teamplay.report.sweep_page import run_learning_curve
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cooperation"
 
@@ -159,17 +161,6 @@ def sign_flip_p(differences: Sequence[float]) -> float:
     hits = sum(1 for signs in itertools.product((1, -1), repeat=n)
                if abs(sum(s * d for s, d in zip(signs, differences, strict=True))) >= observed - slack)
     return hits / 2 ** n
-
-
-def _values(result: dict[str, Any], label: str, key: str) -> dict[int, float]:
-    if key == "curve_area":
-        return {s: curve_area(c) for s, c in result["curves"][label].items()}
-    return {s: m[key] for s, m in result["per_seed"][label].items() if key in m}
-
-
-def labels_of(result: dict[str, Any]) -> list[str]:
-    """grpo first, the others by name (the same order before and after JSON with sorted keys)."""
-    return sorted(result["per_seed"], key=lambda label: (label != "grpo", label))
 
 
 def comparison(result: dict[str, Any], label: str, key: str = "heldout/team_accuracy") -> dict[str, float]:

@@ -32,7 +32,7 @@ from benchmarks.arena_results import RESULTS as ARENA_RESULTS
 from benchmarks.arena_results import load_result, mde
 from benchmarks.cooperation import RESULTS as COOPERATION_RESULTS
 from benchmarks.cooperation import sign_flip_p
-from benchmarks.credit_arena import _cell, mean_ci, paired_difference
+from benchmarks.credit_arena import _cell, _values, mean_ci, paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -60,10 +60,6 @@ def stored_results() -> list[tuple[Path, dict[str, Any]]]:
     paths = sorted(ARENA_RESULTS.glob("*.json")) + sorted(p for p in COOPERATION_RESULTS.glob("*.json")
                                                           if not p.stem.endswith("-rerun"))
     return [(path, load_result(path)) for path in paths]
-
-
-def _by_seed(result: dict[str, Any], label: str, key: str) -> dict[int, float]:
-    return {s: m[key] for s, m in result["per_seed"][label].items() if key in m}
 
 
 def reading(floor: tuple[float, float], diff: tuple[float, float], p: float, power: float) -> str:
@@ -94,12 +90,12 @@ def rows() -> list[list[str]]:
     out = []
     for path, result in stored_results():
         setting = result["setting"]
-        gains = list(_by_seed(result, "grpo", GAIN).values())
+        gains = list(_values(result, "grpo", GAIN).values())
         floor = mean_ci(gains)
         for label in sorted(result["per_seed"]):
             if label == "grpo":
                 continue
-            mine, base = _by_seed(result, label, ACCURACY), _by_seed(result, "grpo", ACCURACY)
+            mine, base = _values(result, label, ACCURACY), _values(result, "grpo", ACCURACY)
             diffs = [mine[s] - base[s] for s in sorted(set(mine) & set(base))]
             mean, half, n = paired_difference(mine, base)
             p, power = sign_flip_p(diffs), mde(diffs)
