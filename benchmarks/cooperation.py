@@ -301,11 +301,11 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
 def untrained_metrics(run_dir: Path) -> dict[str, float]:
     """``untrained/<field>``: the held-out evaluation before training (step 0), flattened as
     ``run_metrics`` flattens the final one, so a cooperation measure can be compared before and after."""
-    from teamplay.training.experiments.sweep import _flatten
+    from teamplay.training.experiments.sweep import flatten_evaluation
     from teamplay.training.store.metrics import read_metrics
 
     before = next((r["heldout"] for r in read_metrics(run_dir) if r.get("step") == 0 and "heldout" in r), None)
-    return {} if before is None else _flatten(before, "untrained/")
+    return {} if before is None else flatten_evaluation(before, "untrained/")
 
 
 def result_path(setting: str, size: str = "default", more: bool = False, rerun: bool = False) -> Path:

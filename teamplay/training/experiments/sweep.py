@@ -362,13 +362,13 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     final = next((r["heldout_final"] for r in reversed(rows) if "heldout_final" in r), None)
     before = next((r["heldout"] for r in rows if r.get("step") == 0 and "heldout" in r), None)
     if final is not None:
-        out.update(_flatten(final, "heldout/"))
+        out.update(flatten_evaluation(final, "heldout/"))
         if before is not None:
             out["heldout_gain/team_accuracy"] = float(final["team_accuracy"]) - float(before["team_accuracy"])
     sampled = next((r["heldout_sampled_final"] for r in reversed(rows) if "heldout_sampled_final" in r), None)
     sampled_before = next((r["heldout_sampled"] for r in rows if r.get("step") == 0 and "heldout_sampled" in r), None)
     if sampled is not None:
-        out.update(_flatten(sampled, "heldout_sampled/"))
+        out.update(flatten_evaluation(sampled, "heldout_sampled/"))
         if sampled_before is not None:
             out["heldout_sampled_gain/pass_at_k"] = (float(sampled["extra"]["samples"]["pass_at_k"])
                                                      - float(sampled_before["extra"]["samples"]["pass_at_k"]))
@@ -393,12 +393,14 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def _flatten(data: Mapping[str, Any], prefix: str) -> dict[str, float]:
+def flatten_evaluation(data: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    """An evaluation's numbers as ``prefix + path -> float`` (nested keys joined by "/", an ``extra``
+    level dropped, non-numbers and non-finite values left out): how ``run_metrics`` names them."""
     flat: dict[str, float] = {}
     for key, value in data.items():
         if isinstance(value, Mapping):
             inner = key if key != "extra" else ""
-            flat.update(_flatten(value, f"{prefix}{inner}/" if inner else prefix))
+            flat.update(flatten_evaluation(value, f"{prefix}{inner}/" if inner else prefix))
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             flat[f"{prefix}{key}"] = float(value)
     return flat
