@@ -258,11 +258,12 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
 # ------------------------------------------------------------------------------------- running
 def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default", folder: Path | None = None,
                 only: Sequence[str] | None = None, parallel: int = 1, train: bool = True,
-                rerun: int | None = None) -> dict[str, Any]:
+                rerun: int | None = None, tag: str | None = None) -> dict[str, Any]:
     """Train every method x seed of ``setting`` (seed by seed, resuming the sweep folder) and collect
     the per-seed results of the runs that finished. ``rerun``: train that one seed again, every
     method, in a folder of its own (the within-seed spread: how far one seed's result moves when
-    it is simply run again)."""
+    it is simply run again). ``tag``: the name of a ``--methods`` comparison (its folder's and
+    file's suffix; ``more`` when ``only`` is given without one)."""
     from teamplay.training.experiments.sweep import plan, run_metrics
 
     if setting not in SETTINGS:
@@ -275,9 +276,11 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; methods: {', '.join(METHODS)}")
     if "grpo" not in labels:
         raise ValueError("every comparison is against grpo: keep grpo in --methods")
+    if only is not None and tag is None:
+        tag = "more"
     # a --methods comparison is a sweep of its own (a sweep folder holds one plan), stored beside
     out = folder or Path("runs") / (f"cooperation-{setting}{'' if size == 'default' else '-' + size}"
-                                    f"{'' if only is None else '-more'}{'' if rerun is None else f'-rerun{rerun}'}")
+                                    f"{'' if tag is None else '-' + tag}{'' if rerun is None else f'-rerun{rerun}'}")
     seeds = tuple(range(sizes[4])) if rerun is None else (rerun,)
     sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, seeds).seeds_first()
 
@@ -308,11 +311,17 @@ def untrained_metrics(run_dir: Path) -> dict[str, float]:
     return {} if before is None else flatten_evaluation(before, "untrained/")
 
 
-def result_path(setting: str, size: str = "default", more: bool = False, rerun: bool = False) -> Path:
-    """The stored result of a setting's comparison (``more``: a ``--methods`` comparison of its own;
-    ``rerun``: its seed run again, ``--rerun``)."""
-    suffix = ("" if size == "default" else "-" + size) + ("-more" if more else "") + ("-rerun" if rerun else "")
+def result_path(setting: str, size: str = "default", tag: str | None = None, rerun: bool = False) -> Path:
+    """The stored result of a setting's comparison (``tag``: a ``--methods`` comparison of its own,
+    e.g. ``more``; ``rerun``: its seed run again, ``--rerun``)."""
+    suffix = ("" if size == "default" else "-" + size) + ("" if tag is None else "-" + tag) + ("-rerun" if rerun else "")
     return RESULTS / f"{setting}{suffix}.json"
+
+
+def tag_of(path: Path, result: dict[str, Any]) -> str | None:
+    """The ``--methods`` tag of a stored default-size comparison, read off its file name."""
+    rest = path.stem[len(result["setting"]):]
+    return rest[1:] if rest.startswith("-") else None
 
 
 def within_seed_spread(result: dict[str, Any], again: dict[str, Any], key: str = "heldout/team_accuracy"
@@ -327,14 +336,14 @@ def within_seed_spread(result: dict[str, Any], again: dict[str, Any], key: str =
     return out
 
 
-def region_name(setting: str, more: bool = False) -> str:
-    return f"cooperation_{setting}{'_more' if more else ''}"
+def region_name(setting: str, tag: str | None = None) -> str:
+    return f"cooperation_{setting}{'' if tag is None else '_' + tag}"
 
 
-def region(result: dict[str, Any], more: bool = False) -> str:
+def region(result: dict[str, Any], tag: str | None = None) -> str:
     """The BENCHMARKS.md region of a setting, from its stored result (command and machine included)."""
     text, notes, headline = table(result)
-    return Result(region_name(result["setting"], more), text, headline, None, tuple(notes)).markdown(
+    return Result(region_name(result["setting"], tag), text, headline, None, tuple(notes)).markdown(
         result["command"], machine_summary(result))
 
 
@@ -351,6 +360,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=None, help="keep the sweep folders here")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (Ray tasks, one thread each)")
     parser.add_argument("--methods", default=None, help="comma-separated method labels (grpo included)")
+    parser.add_argument("--tag", default=None,
+                        help="name of a --methods comparison: its folder, file and BENCHMARKS region (default: more)")
     parser.add_argument("--table-only", action="store_true", help="train nothing: the tables of the stored results")
     parser.add_argument("--collect", action="store_true",
                         help="train nothing: store the runs the sweep folder has finished, then the tables")
@@ -363,8 +374,10 @@ def main(argv: list[str] | None = None) -> None:
     only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
     line = machine_line(machine_info())
     for setting in args.setting:
-        more, again = only is not None, args.rerun is not None
-        path = result_path(setting, size, more=more, rerun=again)
+        tag, again = (None if only is None else args.tag or "more"), args.rerun is not None
+        if args.tag is not None and only is None:
+            parser.error("--tag names a --methods comparison: give --methods too")
+        path = result_path(setting, size, tag=tag, rerun=again)
         if args.table_only:
             if not path.is_file():
                 parser.error(f"--table-only: no stored results for {setting} ({path.name}); run it first")
@@ -373,11 +386,12 @@ def main(argv: list[str] | None = None) -> None:
             out = None if args.output is None else args.output / setting
             try:
                 result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect,
-                                     rerun=args.rerun)
+                                     rerun=args.rerun, tag=tag)
             except ValueError as exc:
                 parser.error(str(exc))
             flags = [f"--setting {setting}", *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
                      *([f"--methods '{args.methods}'"] if args.methods else []),
+                     *([f"--tag {args.tag}"] if args.tag else []),
                      *([f"--rerun {args.rerun}"] if again else [])]
             result = {**result, "command": " ".join(["python -m benchmarks.cooperation", *flags]), "machine": line}
             if not args.quick and seeds_held(result):
@@ -385,15 +399,15 @@ def main(argv: list[str] | None = None) -> None:
         if again:  # its table is the comparison's, with the spread in its notes
             if not args.quick:
                 print(f"stored {path.name}")
-            path = result_path(setting, size, more=more)
+            path = result_path(setting, size, tag=tag)
             if not path.is_file():
                 continue
             result = load_result(path)
         text, notes, headline = table(result)
         print(f"\n## {setting}\n\n{text}", *notes, headline, sep="\n\n")
         if not args.quick and seeds_held(result):
-            name = region_name(result["setting"], more=more)
-            write_regions(DEFAULT_OUTPUT, {name: region(result, more=more)})
+            name = region_name(result["setting"], tag)
+            write_regions(DEFAULT_OUTPUT, {name: region(result, tag)})
             print(f"updated {DEFAULT_OUTPUT.name}: {name}")
 
 

@@ -134,9 +134,10 @@ def test_readme_and_docs_hold_the_table_the_committed_results_give():
 def test_committed_cooperation_regions_are_the_ones_their_results_give():
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
     for path in sorted(p for p in cooperation.RESULTS.glob("*.json") if not p.stem.endswith("-rerun")):
-        result, more = load_result(path), path.stem.endswith("-more")
-        name = cooperation.region_name(result["setting"], more)
-        assert f"bench:{name}:start -->\n{cooperation.region(result, more)}" in text, path.name
+        result = load_result(path)
+        tag = cooperation.tag_of(path, result)
+        name = cooperation.region_name(result["setting"], tag)
+        assert f"bench:{name}:start -->\n{cooperation.region(result, tag)}" in text, path.name
 
 
 @pytest.mark.slow  # 2 methods x 2 seeds of 2 tiny steps of the K = 8 team, and of the relay
