@@ -80,6 +80,7 @@ ANSWERS_PER_STEP = 32
 
 #: setting -> (team size K, method labels run by default)
 SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "relay_k2": (2, ("grpo", "shapley (masking)", "continuation")),
     "relay_k3": (3, ("grpo", "shapley (masking)", "continuation")),
     "split_k4_fair": (4, ("grpo", "oracle")),
     "split_k8_fair": (8, ("grpo", "oracle")),
@@ -88,10 +89,23 @@ SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
 #: (steps, problems per step, group, held-out problems, seeds, eval_every) by size; relay problems are
 #: whole sums, split problems are tuples of K (the sizes divide by K)
 SIZES = {
-    "relay_k3": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 5, 4)},
+    "relay_k2": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 6, 4)},
+    "relay_k3": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 6, 4)},
     "split_k4_fair": {"quick": (2, 1, 2, 2, 2, 1), "default": (12, 2, 4, FAIR_HELDOUT_ANSWERS // 4, 6, 4)},
     "split_k8_fair": {"quick": (2, 1, 2, 1, 2, 1), "default": (12, 1, 4, FAIR_HELDOUT_ANSWERS // 8, 6, 4)},
 }
+#: the relay's largest operand: at K = 2 the one informant's number is the answer, so the problem space
+#: is the operands themselves; 999 leaves about 200 test numbers (40 would leave 8)
+RELAY_MAX_OPERAND = {"relay_k2": 999, "relay_k3": TASK["max_operand"]}
+#: settings whose held-out evaluation samples at the training temperature instead of greedy decoding:
+#: greedy, the untrained K = 2 relay is already right on all 100 held-out numbers (the informant
+#: states its number, the answerer copies it), sampled at 0.7 on 37.5% of training numbers, so only
+#: the sampled team has room to learn to inform
+SAMPLED_EVAL = frozenset({"relay_k2"})
+#: the information-use measure of the relay tables: withholding an informant's message turns a right
+#: team answer wrong (the message was needed), a share of the informants' held-out messages
+NEEDED = "cooperation/withholding/per_role/informant/right_to_wrong"
+
 #: the learning curve's fixed subset of the held-out set (answers)
 CURVE_ANSWERS = 64
 
@@ -111,13 +125,14 @@ def base_config(setting: str, model: str, sizes: tuple[int, ...]) -> dict[str, A
         "rollout": {"problems_per_step": problems, "group_size": group},
         "backend": {"max_prompt_tokens": 512},
         "sampling": {"max_new_tokens": NEW_TOKENS, "temperature": TEMPERATURE},
-        "eval_sampling": {"max_new_tokens": NEW_TOKENS},
+        "eval_sampling": {"max_new_tokens": NEW_TOKENS,
+                          **({"temperature": TEMPERATURE} if setting in SAMPLED_EVAL else {})},
         "steps": steps, "eval_every": eval_every,
         "checkpoint_every": max(1, steps // 2), "keep_checkpoints": 1,
         "tensorboard": False, "log_episodes": 2,
     }
     if setting.startswith("relay"):
-        task = {"n_operands": k - 1, "max_operand": TASK["max_operand"], "twins_together": True}
+        task = {"n_operands": k - 1, "max_operand": RELAY_MAX_OPERAND[setting], "twins_together": True}
         return {
             **common,
             "task": {"name": "relay_sum", "split": "train", "options": task, "limit": 2000},
@@ -127,6 +142,8 @@ def base_config(setting: str, model: str, sizes: tuple[int, ...]) -> dict[str, A
             # an episode is K messages; one minibatch holds a whole step's
             "optim": {"lr": LR, "minibatch_size": problems * group * k},
             "eval_curve_limit": min(CURVE_ANSWERS // 2, heldout),
+            # information use before and after training: each informant's message withheld in turn
+            "eval_withhold_messages": True,
         }
     task = {"task": "arith", "k": k, "options": FAIR_TASK, "distinct": True}
     return {
@@ -214,8 +231,12 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
     k = SETTINGS[setting][0]
     steps, problems, group, heldout, _, eval_every = result["sizes"]
     done = sum(len(v) for v in result["per_seed"].values())
-    what = (f"K = {k}: {k - 1} informants (one shared adapter) each see one operand of a sum (operands up to "
-            f"{TASK['max_operand']}), the answerer (its own adapter) sees none; team reward the answerer's "
+    what = (f"K = 2: the informant sees a number from 1 to {RELAY_MAX_OPERAND[setting]}, the answerer (its own "
+            "adapter) sees none and must give it; team reward the answerer's correctness. "
+            f"{steps} steps of {problems} numbers x {group} episodes; held-out: {heldout} distinct numbers, none "
+            "in the training pool" if setting == "relay_k2" else
+            f"K = {k}: {k - 1} informants (one shared adapter) each see one operand of a sum (operands up to "
+            f"{RELAY_MAX_OPERAND[setting]}), the answerer (its own adapter) sees none; team reward the answerer's "
             f"correctness. {steps} steps of {problems} sums x {group} episodes; held-out: {heldout} distinct sums "
             "(no reordering of one in the training pool)" if setting.startswith("relay") else
             f"K = {k} solvers of one shared adapter, each on its own sum (operands up to {TASK['max_operand']}), "
@@ -223,7 +244,9 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
             f"({problems * k * group} answers per step); held-out: {heldout} tuples ({heldout * k} distinct answers, "
             "none with its commuted twin in the training pool)")
     notes = [
-        f"Setting `{setting}`: {what}; greedy, every {eval_every} steps on a fixed subset and after training. "
+        f"Setting `{setting}`: {what}; "
+        f"{f'sampled at temperature {TEMPERATURE} (one sample a problem, the seed fixed)' if setting in SAMPLED_EVAL else 'greedy'}"
+        f", every {eval_every} steps on a fixed subset and after training. "
         f"One minibatch per training step (one optimiser step, none when every group is dropped); LoRA r 8 on q "
         f"and v, lr {LR}, {NEW_TOKENS} new tokens, temperature {TEMPERATURE}. {done} of {result['runs_total']} "
         "runs finished. Cells: mean ± 95% t interval over seeds; Δ: mean of per-seed differences with its "
@@ -246,6 +269,12 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
                    "thread count, not from the run itself." if all(a == b for _, a, b in spread.values()) else
                    ". A rerun moves a seed by this much with nothing changed (thread timing, another machine's "
                    "kernels)."))
+    informing = information_use(result)
+    if informing:
+        notes.append(f"Information use (held-out, {'sampled' if setting in SAMPLED_EVAL else 'greedy'}; an "
+                     "informant's message withheld, the answerer's turn played again): the share of informant messages whose withholding turns a right team answer "
+                     "wrong, untrained -> trained, with the paired change (t interval, exact p): "
+                     + "; ".join(informing) + ".")
     parts = []
     for label in labels_of(result):
         if label != "grpo":
@@ -253,6 +282,24 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
             parts.append(f"{label} - grpo {_cell(c['mean'], c['half'], signed=True)} (p {_p(c['p'])})")
     headline = f"{setting}: grpo gain {_cell(f['mean'], f['half'], signed=True)}; " + "; ".join(parts) + "."
     return "\n".join(lines), notes, headline.replace(" (n=1)", "")
+
+
+def information_use(result: dict[str, Any]) -> list[str]:
+    """Per method, how often an informant's message was needed before and after training (``NEEDED``,
+    untrained -> trained over the seeds that hold both), with the paired change; empty where no run
+    measured it (the split settings)."""
+    out = []
+    for label in labels_of(result):
+        before = _values(result, label, "untrained/" + NEEDED)
+        after = _values(result, label, "heldout/" + NEEDED)
+        seeds = sorted(set(before) & set(after))
+        if not seeds:
+            continue
+        diffs = [after[s] - before[s] for s in seeds]
+        change = mean_ci(diffs)
+        out.append(f"{label} {_cell(*mean_ci([before[s] for s in seeds]))} -> {_cell(*mean_ci([after[s] for s in seeds]))}"
+                   f" ({_cell(*change, signed=True)}, p {_p(sign_flip_p(diffs))})")
+    return [line.replace(" (n=1)", "") for line in out]
 
 
 # ------------------------------------------------------------------------------------- running

@@ -72,14 +72,37 @@ def test_fair_split_has_a_clean_distinct_held_out_set_and_one_optimiser_step_per
         assert not set(held_keys) & train_keys  # no held-out sum or its commuted twin in training
 
 
-def test_relay_setting_builds_and_is_refused_nothing(tiny_model):
-    base = cooperation.base_config("relay_k3", tiny_model, cooperation.SIZES["relay_k3"]["default"])
-    for label in cooperation.SETTINGS["relay_k3"][1]:
+@pytest.mark.parametrize("setting", ["relay_k2", "relay_k3"])
+def test_relay_setting_builds_and_is_refused_nothing(tiny_model, setting):
+    k = cooperation.SETTINGS[setting][0]
+    base = cooperation.base_config(setting, tiny_model, cooperation.SIZES[setting]["default"])
+    for label in cooperation.SETTINGS[setting][1]:
         check_run(build_config(TrainConfig, {**base, "credit": cooperation.METHODS[label]}))
-    steps, problems, group, *_ = cooperation.SIZES["relay_k3"]["default"]
-    assert base["optim"]["minibatch_size"] == problems * group * 3  # a step's messages in one minibatch
+    steps, problems, group, heldout, seeds, _ = cooperation.SIZES[setting]["default"]
+    assert base["optim"]["minibatch_size"] == problems * group * k  # a step's messages in one minibatch
+    assert base["eval_withhold_messages"] and seeds >= 6
+    cfg = build_config(TrainConfig, {**base, "credit": {"method": "grpo"}})
+    # the K = 2 relay is evaluated sampled at the training temperature (greedy, it starts at the ceiling)
+    assert cfg.eval_sampling.temperature == (cfg.sampling.temperature if setting == "relay_k2" else 0.0)  # exact: set
+    _, held = load_items(cfg.eval_task)
+    _, train = load_items(cfg.task)
+    held_keys = {tuple(sorted(item.metadata["operands"])) for item in held}
+    assert len(held) == len(held_keys) == heldout  # distinct held-out problems
+    assert not held_keys & {tuple(sorted(item.metadata["operands"])) for item in train}
     with pytest.raises(ValueError, match="unknown setting"):
         cooperation.base_config("relay_k9", tiny_model, (1, 1, 1, 1, 1, 1))
+
+
+def test_information_use_pairs_each_seed_before_and_after():
+    result = _result([0.0, 0.0])
+    for label, seeds in result["per_seed"].items():
+        for seed, m in seeds.items():
+            m["untrained/" + cooperation.NEEDED] = 0.25
+            m["heldout/" + cooperation.NEEDED] = 0.25 + (0.5 if label == "oracle" else 0.0) + 0.1 * seed
+    lines = cooperation.information_use(result)
+    assert lines[0].startswith("grpo 0.250 ± 0.000 -> 0.300 ± 0.635 (+0.050 ± 0.635, p 1.000)")  # 0 and 0.1: every signing as extreme
+    assert lines[1].startswith("oracle 0.250 ± 0.000 -> 0.800")
+    assert cooperation.information_use(_result([0.1])) == []  # the split settings measure none
 
 
 def _result(diffs: list[float]) -> dict:
