@@ -66,10 +66,11 @@ class CopyGeneration:
             raise ConfigError("rollout.max_staleness: asynchronous rollouts in one process need the hf or vllm "
                               "backend over one base model and no scripted role (the generator generates with "
                               "its own copy of the adapters)")
-        self.team_model = team_model
-        self.copy = generation_copy(team_model)
-        self.backend = backend.for_model(self.copy)
+        self.team_model, self.run_backend = team_model, backend
         self.make_env, self.sampling, self.max_batch = make_env, sampling, max_batch
+        # built with the generator's runner (its first batch), so a run that never steps holds no copy
+        self.copy: Any = None
+        self.backend: Any = None
         #: the vllm engine is the generator's: held-out evaluations must run on its thread
         self.evaluates_here = self.vllm is not None
         self.lora_ids: dict[int, dict[str, int]] = {}
@@ -78,6 +79,9 @@ class CopyGeneration:
         return AdapterTensors.of(self.team_model)
 
     def runner(self, before_generate: Callable[[], None]) -> RolloutRunner:
+        if self.copy is None:
+            self.copy = generation_copy(self.team_model)
+            self.backend = self.run_backend.for_model(self.copy)
         return RolloutRunner(self.make_env, self.backend, self.sampling, max_batch=self.max_batch,
                              before_generate=before_generate)
 
@@ -100,4 +104,5 @@ class CopyGeneration:
 
     def close(self) -> None:
         """Free the generator's backend (a vllm view's adapter folder; never the run's engine)."""
-        self.backend.close()
+        if self.backend is not None:
+            self.backend.close()

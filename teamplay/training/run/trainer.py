@@ -47,11 +47,11 @@ update -> metrics. The trainer is composed from two parts (``teamplay.training.r
 optimiser and schedule; in-process parts by default, a Ray pool and learner group for a
 ``distributed:`` run (``teamplay.distributed.compose.make_trainer`` picks them from the config).
 
-With ``rollout.max_staleness: N`` step 2 is done ahead by a generator thread on its own copy of the
-adapters, up to N steps ahead of the update; groups more than N adapter versions behind are not
-trained on (counted), and the data position moves past a batch only when the step takes it
-(``teamplay.training.run.async_step``, ``teamplay.training.run.async_rollouts``). N = 0 is the
-synchronous step, number for number.
+With ``rollout.max_staleness: N`` step 2 is done ahead by a generator thread with adapters of its
+own (a copy in one process, on hf or a vllm engine it owns; the Ray pool's workers), up to N steps
+ahead of the update; groups more than N adapter versions behind are not trained on (counted), and
+the data position moves past a batch only when the step takes it (``teamplay.training.run.async_step``,
+``teamplay.training.run.async_rollouts``). N = 0 is the synchronous step, number for number.
 """
 
 from __future__ import annotations
