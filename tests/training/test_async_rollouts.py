@@ -20,7 +20,7 @@ import torch
 from teamplay.agents.roles import Role, Team
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.training.run.async_rollouts import group_staleness, overlap_fraction
+from teamplay.training.run.async_rollouts import AsyncRollouts, Snapshot, group_staleness, overlap_fraction
 from teamplay.training.run.data_order import first_state, next_problems
 from teamplay.training.run.preemption import Preempted
 from teamplay.training.run.trainer import Trainer
@@ -146,6 +146,69 @@ def test_group_staleness_counts_trained_adapters_only():
 def test_overlap_is_the_shared_busy_time_over_the_wall():
     # generator busy [0, 4] and [5, 9], learner [3, 6]: both busy during [3, 4] and [5, 6], 2 of 10 s
     assert overlap_fraction([(0, 4), (5, 9)], [(3, 6)], 10.0) == pytest.approx(0.2, abs=1e-12)
+
+
+class RecordingGeneration:
+    """A ``Generation`` that generates no episodes and records which thread did what; its runner
+    raises ``fail`` from batch ``fail_at`` on."""
+
+    evaluates_here = True
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fail_at, self.loaded = fail_at, []
+
+    def weights(self):
+        return "weights"
+
+    def runner(self, before_generate):
+        return self
+
+    def run(self, jobs, seed=0):
+        if self.fail_at is not None and seed >= self.fail_at:
+            raise RuntimeError("the engine died")
+        return []
+
+    def load(self, snapshot) -> None:
+        self.loaded.append(snapshot.step)
+
+    def batch_metrics(self) -> dict:
+        return {"thread": threading.current_thread().name}
+
+
+def rollouts_of(generation, steps: int = 3) -> AsyncRollouts:
+    items = FirstTokenTask(LETTERS).load("train", limit=4)
+    rollouts = AsyncRollouts(generation, lead=0, items=items, seed=0, problems_per_step=1, group_size=1, steps=steps)
+    rollouts.start(first_state(0, len(items)), Snapshot(0, {}, "weights"))
+    return rollouts
+
+
+def test_a_call_runs_on_the_generator_thread_between_batches_and_its_error_is_the_callers():
+    def refused():
+        raise ValueError("the caller's")
+
+    generation = RecordingGeneration()
+    rollouts = rollouts_of(generation)
+    try:
+        assert rollouts.take(0).runner_metrics == {"thread": "teamplay-rollouts"}  # taken by the generator
+        assert rollouts.call(lambda: threading.current_thread().name) == "teamplay-rollouts"
+        with pytest.raises(ValueError, match="the caller's"):
+            rollouts.call(refused)
+        rollouts.publish(Snapshot(1, {}, "weights"))  # the generator went on after the failed call
+        assert rollouts.take(1).snapshot_step == 1 and generation.loaded == [0, 1]
+    finally:
+        rollouts.close()
+    assert rollouts.call(lambda: threading.current_thread().name) == threading.current_thread().name  # stopped
+
+
+def test_a_generator_that_dies_fails_the_next_take_and_call():
+    rollouts = rollouts_of(RecordingGeneration(fail_at=0))
+    try:
+        with pytest.raises(RuntimeError, match="the engine died"):
+            rollouts.take(0)
+        with pytest.raises(RuntimeError, match="the engine died"):
+            rollouts.call(lambda: "never run")
+    finally:
+        rollouts.close()
 
 
 def test_asynchronous_rollouts_refuse_what_they_cannot_do(tmp_path):
