@@ -174,6 +174,9 @@ class _OnGeneratorThread:
     def step_metrics(self) -> dict[str, Any]:
         return self.runner.step_metrics()
 
+    def generation(self, run: Any, learner: Any) -> Generation:
+        return self.runner.generation(run, learner)
+
     def close(self) -> None:
         self.runner.close()
 
