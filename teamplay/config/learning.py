@@ -108,4 +108,5 @@ class RolloutConfig(Section):
                                 "adapters it has; a group whose adapters are more than N versions behind "
                                 "the learner's is not trained on (counted as `stale_groups_dropped`). 0 = "
                                 "the generator waits for each update: the synchronous run's numbers. "
-                                "None = synchronous, no generator thread (hf backend, one process).")
+                                "hf or vllm backend, in one process or on the Ray pool (`distributed:`). "
+                                "None = synchronous, no generator thread.")

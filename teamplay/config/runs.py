@@ -192,18 +192,21 @@ class TrainConfig(TeamTrainingConfig):
             raise ValueError("objective.old_logprobs: trainer measures the ratio from the update's starting "
                              "weights, which would leave stale rollouts uncorrected; asynchronous rollouts "
                              "(rollout.max_staleness > 0) need old_logprobs: generation (the behaviour policy's)")
-        if self.distributed is not None:
-            raise ValueError("rollout.max_staleness: asynchronous rollouts run in one process for now; drop the "
-                             "distributed section (its distributed.max_staleness bounds how far a worker's "
-                             "adapters lag in lock-step rollouts) or rollout.max_staleness")
+        if self.distributed is not None and self.distributed.max_staleness > 0:
+            raise ValueError("distributed.max_staleness: with rollout.max_staleness the generator bounds the "
+                             "staleness itself and every batch's workers load its adapters; set "
+                             "distributed.max_staleness: 0")
         if self.controllers.enabled:
             raise ValueError("rollout.max_staleness: the speak/skip controllers learn from each step's rollouts "
                              "before the next is generated; set controllers.enabled=false or drop "
                              "rollout.max_staleness")
-        if self.backend.name != "hf":
-            raise ValueError(f"rollout.max_staleness: asynchronous rollouts generate with their own copy of "
-                             f"the adapters on the hf backend; backend.name is {self.backend.name!r}")
-        if self.backend.sampler == "multinomial":
+        if self.backend.name == "vllm" and self.distributed is None:
+            for name in ("eval_withhold_messages", "eval_self_consistency"):
+                if getattr(self, name):
+                    raise ValueError(f"{name}: generates with the vllm engine on the learner's thread, which "
+                                     f"asynchronous rollouts give to the generator thread; drop {name} or "
+                                     f"rollout.max_staleness")
+        if self.backend.name == "hf" and self.distributed is None and self.backend.sampler == "multinomial":
             raise ValueError("rollout.max_staleness: backend.sampler multinomial draws from torch's global "
                              "generator, which the learner's thread shares; use sampler inverse_cdf")
         if self.team is not None and len(self.team.bases(self.model.name)) > 1:

@@ -65,11 +65,15 @@ class ActorGroup:
 
     def sync(self, k: int, force: bool = False) -> int:
         """Queue a weight load on actor ``k`` (it runs before the actor's next call) when it lags too
-        far, has loaded nothing yet under ``load_first``, or ``force``; returns the bytes sent."""
+        far, holds a newer version than the published one, has loaded nothing yet under
+        ``load_first``, or ``force``; returns the bytes sent. (An asynchronous run publishes older
+        adapters after newer ones: its generator's snapshot after a held-out evaluation with the
+        learner's; and a restored run publishes the checkpoint's version.)"""
         if self.latest is None:
             return 0
         lagging = self.versions[k] < self.version - self.max_staleness
-        if force or lagging or (self.load_first and not self.loaded[k]):
+        ahead = self.versions[k] > self.version
+        if force or lagging or ahead or (self.load_first and not self.loaded[k]):
             self.actors[k].load_weights.remote(self._latest_ref)
             self.versions[k], self.loaded[k] = self.version, True
             return self.latest.nbytes

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from teamplay.config import TrainConfig
+from teamplay.distributed.async_pool import PoolGeneration
 from teamplay.distributed.cluster import check_capacity, connect, import_ray, ship_user_code
 from teamplay.distributed.groups import BaseGroupsPool
 from teamplay.distributed.learner import LearnerGroup
@@ -60,6 +61,10 @@ class PoolRunner:
         # the pool has no safe point inside a run: a stop asked for during a held-out evaluation
         # takes effect when the evaluation returns
         return HeldOut(self._pool(), sampling)
+
+    def generation(self, run: WiredRun, learner: DriverLearner) -> PoolGeneration:
+        """The pool driven by an asynchronous run's generator thread (``async_pool``)."""
+        return PoolGeneration(self, learner)
 
     def step_metrics(self) -> dict[str, Any]:
         """The last run's rollout episodes and worker restarts, and the adapter versions it used
@@ -108,12 +113,18 @@ class DriverLearner(OptimizerOwner):
 
     Per-message token rules are applied inside the ranks' update, each sample's by the rank that
     scores it; ``resolved_tokens`` holds the rows of the last update, joined over the ranks.
+
+    ``published`` is the last adapters sent out (None before ``share_state``). With
+    ``to_pool=False`` (asynchronous rollouts) they are only kept there: the generator thread
+    publishes them to the pool itself, as the only thread calling into it (``async_pool``).
     """
 
     def __init__(self, cfg: TrainConfig, group: LearnerGroup, pool: Pool, team_model,
-                 trainable: Sequence[str]) -> None:
+                 trainable: Sequence[str], to_pool: bool = True) -> None:
         super().__init__(cfg, team_model, trainable)
         self.group, self.pool, self.team_model = group, pool, team_model
+        self.to_pool = to_pool
+        self.published: AdapterWeights | None = None
 
     @property
     def resolved_tokens(self) -> dict[int, tuple[float, ...]]:
@@ -124,7 +135,7 @@ class DriverLearner(OptimizerOwner):
         if out["optimizer_steps"]:
             weights = self.group.weights(version=step + 1)
             weights.apply(self.team_model)
-            self.pool.publish(weights)
+            self._publish(weights)
             out["adapter_sync_bytes"] = weights.nbytes
         return out
 
@@ -132,7 +143,12 @@ class DriverLearner(OptimizerOwner):
         """The driver's adapters and optimiser state (fresh, or just resumed) to every rank and worker."""
         weights = AdapterWeights.of(self.team_model, version=version)
         self.group.load_state(weights, self.optimizer.state_dict())
-        self.pool.publish(weights)
+        self._publish(weights)
+
+    def _publish(self, weights: AdapterWeights) -> None:
+        self.published = weights
+        if self.to_pool:
+            self.pool.publish(weights)
 
     def checkpoint_state(self):
         self.optimizer.load_state_dict(self.group.optimizer_state())  # rank 0's, same parameter order
@@ -177,7 +193,9 @@ class RayParts:
             PoolRunner(pool, owns_cluster).close()
             raise
         try:
-            return runner, DriverLearner(cfg, LearnerGroup(cfg, run.team), pool, team_model, trainable)
+            # asynchronous rollouts: the generator thread alone publishes to the pool (``async_pool``)
+            to_pool = cfg.rollout.max_staleness is None
+            return runner, DriverLearner(cfg, LearnerGroup(cfg, run.team), pool, team_model, trainable, to_pool)
         except BaseException:
             runner.close()
             raise

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +20,7 @@ import torch
 from teamplay.agents.roles import Role, Team
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.training.run.async_rollouts import group_staleness, overlap_fraction
+from teamplay.training.run.async_rollouts import AsyncRollouts, Snapshot, group_staleness, overlap_fraction
 from teamplay.training.run.data_order import first_state, next_problems
 from teamplay.training.run.preemption import Preempted
 from teamplay.training.run.trainer import Trainer
@@ -70,22 +69,45 @@ def test_staleness_one_trains_on_rollouts_of_the_previous_adapters(tmp_path):
         assert line["stale_groups_dropped"] == 0
 
 
-def _slow_learner(trainer, seconds: float = 0.4) -> None:
-    """The learner's update takes ``seconds`` longer, so the generator, allowed one step ahead,
-    always begins the next batch before the update ends (with the adapters of one step before)."""
-    real = trainer.learner.update
+def gate_learner_on_next_batch(trainer) -> None:
+    """The learner's update of step ``k`` starts only once the generator has begun batch ``k + 1``
+    (the one step it may run ahead): so that batch is always generated with the adapters of before
+    step ``k``'s update, by an event, not by timing. The generator begins a batch by calling its
+    runner, whose seed names the batch (``cfg.seed * 1_000_003 + k``)."""
+    begun: dict[int, threading.Event] = {}
+    lock = threading.Lock()
 
-    def slow(samples, step):
-        time.sleep(seconds)
-        return real(samples, step)
+    def event(k: int) -> threading.Event:
+        with lock:
+            return begun.setdefault(k, threading.Event())
 
-    trainer.learner.update = slow
+    generation = trainer.async_step.generation
+    make_runner, update = generation.runner, trainer.learner.update
+    first_seed = trainer.cfg.seed * 1_000_003
+
+    class Announcing:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def run(self, jobs, seed=0):
+            event(seed - first_seed).set()
+            return self.inner.run(jobs, seed=seed)
+
+    def gated_update(samples, step):
+        if step + 1 < trainer.cfg.steps:
+            # a safety net against a hang, never reached when the generator runs: it begins batch
+            # step + 1 as soon as batch step is taken
+            assert event(step + 1).wait(timeout=300), f"the generator never began batch {step + 1}"
+        return update(samples, step)
+
+    generation.runner = lambda before_generate: Announcing(make_runner(before_generate))
+    trainer.learner.update = gated_update
 
 
 def test_groups_beyond_the_bound_are_dropped_counted_and_their_problems_consumed(tmp_path):
     trainer = make_trainer(tmp_path, {"steps": 4, "rollout": {"max_staleness": 0}})
     trainer.async_step.lead = 1  # the generator may run one step ahead of a bound of 0
-    _slow_learner(trainer)
+    gate_learner_on_next_batch(trainer)
     history = trainer.train().history
     dropped = [h["stale_groups_dropped"] for h in history]
     # step 0 is fresh; each step trained after it had to begin its batch with the adapters of one
@@ -103,7 +125,7 @@ def test_a_role_that_is_not_trained_does_not_age(tmp_path):
                                       "protocol": {"options": {"rounds": 2}}},
                            team=TWO_ROLES, protocol="proposer_reviewer")
     trainer.async_step.lead = 1
-    _slow_learner(trainer)
+    gate_learner_on_next_batch(trainer)
     history = trainer.train().history
     assert [h["rollout_snapshot_step"] for h in history][1:] == [0, 1, 2]  # one step behind
     assert [h["stale_groups_dropped"] for h in history] == [0, 0, 0, 0]
@@ -126,44 +148,122 @@ def test_overlap_is_the_shared_busy_time_over_the_wall():
     assert overlap_fraction([(0, 4), (5, 9)], [(3, 6)], 10.0) == pytest.approx(0.2, abs=1e-12)
 
 
+class RecordingGeneration:
+    """A ``Generation`` that generates no episodes and records which thread did what; its runner
+    raises ``fail`` from batch ``fail_at`` on."""
+
+    evaluates_here = True
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fail_at, self.loaded = fail_at, []
+
+    def weights(self):
+        return "weights"
+
+    def runner(self, before_generate):
+        return self
+
+    def run(self, jobs, seed=0):
+        if self.fail_at is not None and seed >= self.fail_at:
+            raise RuntimeError("the engine died")
+        return []
+
+    def load(self, snapshot) -> None:
+        self.loaded.append(snapshot.step)
+
+    def batch_metrics(self) -> dict:
+        return {"thread": threading.current_thread().name}
+
+
+def rollouts_of(generation, steps: int = 3) -> AsyncRollouts:
+    items = FirstTokenTask(LETTERS).load("train", limit=4)
+    rollouts = AsyncRollouts(generation, lead=0, items=items, seed=0, problems_per_step=1, group_size=1, steps=steps)
+    rollouts.start(first_state(0, len(items)), Snapshot(0, {}, "weights"))
+    return rollouts
+
+
+def test_a_call_runs_on_the_generator_thread_between_batches_and_its_error_is_the_callers():
+    def refused():
+        raise ValueError("the caller's")
+
+    generation = RecordingGeneration()
+    rollouts = rollouts_of(generation)
+    try:
+        assert rollouts.take(0).runner_metrics == {"thread": "teamplay-rollouts"}  # taken by the generator
+        assert rollouts.call(lambda: threading.current_thread().name) == "teamplay-rollouts"
+        with pytest.raises(ValueError, match="the caller's"):
+            rollouts.call(refused)
+        rollouts.publish(Snapshot(1, {}, "weights"))  # the generator went on after the failed call
+        assert rollouts.take(1).snapshot_step == 1 and generation.loaded == [0, 1]
+    finally:
+        rollouts.close()
+    assert rollouts.call(lambda: threading.current_thread().name) == threading.current_thread().name  # stopped
+
+
+def test_a_generator_that_dies_fails_the_next_take_and_call():
+    rollouts = rollouts_of(RecordingGeneration(fail_at=0))
+    try:
+        with pytest.raises(RuntimeError, match="the engine died"):
+            rollouts.take(0)
+        with pytest.raises(RuntimeError, match="the engine died"):
+            rollouts.call(lambda: "never run")
+    finally:
+        rollouts.close()
+
+
 def test_asynchronous_rollouts_refuse_what_they_cannot_do(tmp_path):
     base = {"rollout": {"max_staleness": 1}, "output_dir": str(tmp_path)}
-    with pytest.raises(ConfigError, match="rollout.max_staleness: asynchronous rollouts run in one process"):
-        build_config(TrainConfig, {**base, "distributed": {}})
+    vllm = {"backend": {"name": "vllm"}, "model": {"dtype": "bfloat16"}, "objective": {"old_logprobs": "generation"}}
+    with pytest.raises(ConfigError, match="set distributed.max_staleness: 0"):
+        build_config(TrainConfig, {**base, "distributed": {"max_staleness": 1}})
     with pytest.raises(ConfigError, match="controllers"):
         build_config(TrainConfig, {**base, "controllers": {"enabled": True}})
-    with pytest.raises(ConfigError, match="backend.name is 'vllm'"):
-        build_config(TrainConfig, {**base, "backend": {"name": "vllm"}, "model": {"dtype": "bfloat16"}})
     with pytest.raises(ConfigError, match="need old_logprobs: generation"):
         build_config(TrainConfig, {**base, "objective": {"old_logprobs": "trainer"}})
     with pytest.raises(ConfigError, match="sampler"):
         build_config(TrainConfig, {**base, "backend": {"sampler": "multinomial"}})
+    with pytest.raises(ConfigError, match="eval_self_consistency: generates with the vllm engine"):
+        build_config(TrainConfig, {**base, **vllm, "eval_self_consistency": True})
+    # what is no longer refused: the Ray pool, the vllm backend
+    assert build_config(TrainConfig, {**base, "distributed": {}}).distributed.max_staleness == 0
+    assert build_config(TrainConfig, {**base, **vllm}).backend.name == "vllm"
 
 
-def _check_ledger(lines: list[dict], seed: int, size: int, problems_per_step: int) -> None:
+def test_vllm_in_one_process_refuses_credit_that_regenerates_on_the_learners_thread(tmp_path):
+    from teamplay.training.wiring.checks import check_run
+
+    data = {"rollout": {"max_staleness": 1}, "output_dir": str(tmp_path), "backend": {"name": "vllm"},
+            "model": {"dtype": "bfloat16"}, "objective": {"old_logprobs": "generation"},
+            "credit": {"method": "continuation"}}
+    with pytest.raises(ConfigError, match="'continuation' generates with the run's vllm engine"):
+        check_run(build_config(TrainConfig, data))
+    check_run(build_config(TrainConfig, {**data, "backend": {"name": "hf"}, "model": {}}))  # hf: both threads generate
+    check_run(build_config(TrainConfig, {**data, "credit": {"method": "grpo"}}))  # no re-generation
+
+
+def _check_ledger(lines: list[dict], seed: int, size: int, problems_per_step: int, task=None) -> None:
     """Each step's trained and dropped problems are, together, the next problems of the data
-    order: every problem once, none lost, none twice."""
+    order (of ``task``'s first ``size`` training items): every problem once, none lost, none twice."""
     state = first_state(seed, size)
-    items = FirstTokenTask(LETTERS).load("train", limit=size)
+    items = (task or FirstTokenTask(LETTERS)).load("train", limit=size)
     for line in lines:
         expected, state = next_problems(state, items, seed, problems_per_step)
         assert sorted(line["problem_ids"] + line["stale_problem_ids"]) == sorted(i.id for i in expected)
 
 
 RESUME_SCRIPT = textwrap.dedent("""
-    import os, signal, sys, time
+    import os, signal, sys
     sys.path.insert(0, {repo!r})
     from pathlib import Path
-    from tests.training.test_async_rollouts import _slow_learner
+    from tests.training.test_async_rollouts import gate_learner_on_next_batch
     from tests.training.test_trainer import make_trainer
     kill_after = int(os.environ.get("KILL_AFTER", "0"))
     trainer = make_trainer(Path(sys.argv[1]), {{"steps": 5, "checkpoint_every": 1,
                                                "rollout": {{"max_staleness": 0}}}})
     trainer.async_step.lead = 1
-    _slow_learner(trainer, 0.2)
+    gate_learner_on_next_batch(trainer)  # so the batch after the kill's step was begun: it is in flight
     def on_step(step, metrics):
         if step == kill_after:
-            time.sleep(0.1)  # the generator is inside the next batch
             os.kill(os.getpid(), signal.SIGKILL)   # no cleanup, no final checkpoint
     trainer.on_step = on_step
     trainer.train(resume="auto")

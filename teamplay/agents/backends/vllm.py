@@ -35,7 +35,9 @@ install command; any exception of the engine's construction becomes one ``ModelL
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -214,12 +216,34 @@ class VLLMBackend(GenerationBackend):
         self.stop_ids = tuple(dict.fromkeys(
             i for i in (self.tokenizer.eos_token_id, *configured) if i is not None))
         self._version = 0
-        self._next_id = 1
+        # LoRA ids, shared with every view of this engine (``for_model``): vLLM caches an adapter by
+        # its id, so no two versions, of any view, may ever get the same one
+        self._ids = itertools.count(1)
+        self._owns_engine = True
         self._requests: dict[str, Any] = {}
         self.sync_adapters()
 
     def adapters(self) -> tuple[str, ...]:
         return self.team_model.adapter_names
+
+    @property
+    def served(self) -> dict[str, Any]:
+        """Adapter name -> the ``LoRARequest`` its requests are served with now (a new one per sync)."""
+        return dict(self._requests)
+
+    def for_model(self, team_model: Any) -> VLLMBackend:
+        """A view of this backend's engine that serves ``team_model``'s adapters (an asynchronous
+        run's generation copy: ``teamplay.training.run.async_generation``): same engine and settings,
+        its own adapter folder and versions (synced once now), LoRA ids from the same counter as
+        this backend's. Closing the view removes its folder; the engine stays this backend's to
+        stop. ``team_model`` must have this one's adapters and base."""
+        view = copy.copy(self)
+        view.team_model, view.tokenizer = team_model, team_model.tokenizer
+        view._own_dir, view._owns_engine = True, False
+        view.adapter_dir = Path(tempfile.mkdtemp(prefix="teamplay-vllm-"))
+        view._version, view._requests = 0, {}
+        view.sync_adapters()
+        return view
 
     def sync_adapters(self) -> None:
         """Write the current adapters as a new version and point every adapter name at it.
@@ -240,20 +264,19 @@ class VLLMBackend(GenerationBackend):
         self._version += 1
         requests = {}
         for name in self.team_model.adapter_names:
-            requests[name] = self._lora_request(f"{name}@{self._version}", self._next_id, str(folder / name))
-            self._next_id += 1
+            requests[name] = self._lora_request(f"{name}@{self._version}", next(self._ids), str(folder / name))
         self._requests = requests
         shutil.rmtree(previous, ignore_errors=True)
 
     def close(self) -> None:
-        """Stop the engine's processes and remove the temporary adapter folder (when this backend
-        created it). Idempotent.
+        """Stop the engine's processes (not a view's: ``for_model``) and remove the temporary adapter
+        folder (when this backend created it). Idempotent.
 
         Why stop the engine here rather than leave it to interpreter exit: vLLM's exit hooks log
         while the streams they write to may already be closed (under pytest, or a caller that
         redirected its output), which prints "Logging error" tracebacks after a clean run."""
         core = getattr(getattr(getattr(self, "llm", None), "llm_engine", None), "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
+        if core is not None and hasattr(core, "shutdown") and self._owns_engine:
             core.shutdown()
         if self._own_dir:
             shutil.rmtree(self.adapter_dir, ignore_errors=True)

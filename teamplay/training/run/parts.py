@@ -32,6 +32,7 @@ from teamplay.records import Episode, SamplingParams
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.learn.update import PolicyUpdater
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.run.async_generation import CopyGeneration
 
 
 class EpisodeSource(Protocol):
@@ -46,11 +47,15 @@ class Runner(EpisodeSource, Protocol):
     ``held_out(sampling, before_generate)`` a source of held-out episodes (evaluation envs and
     decoding; ``before_generate`` is called at each safe point, and may raise to abandon the
     evaluation); ``step_metrics()`` what the last ``run`` adds to the step's metrics (e.g. worker
-    restarts); ``close()`` frees what the runner holds (idempotent)."""
+    restarts); ``generation(run, learner)`` what an asynchronous run's generator thread generates
+    with instead of ``run`` (``async_rollouts.Generation``; ``run`` the run's wiring, ``learner``
+    this runner's learner); ``close()`` frees what the runner holds (idempotent)."""
 
     def held_out(self, sampling: SamplingParams, before_generate: Callable[[], None] | None) -> EpisodeSource: ...
 
     def step_metrics(self) -> dict[str, Any]: ...
+
+    def generation(self, run: Any, learner: Learner) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -150,6 +155,10 @@ class LocalRunner(RolloutRunner):
 
     def step_metrics(self) -> dict[str, Any]:
         return {}
+
+    def generation(self, run: Any, learner: Learner) -> CopyGeneration:
+        """The generator's copy of the adapters and a backend over it (``async_generation``)."""
+        return CopyGeneration(run.team_model, self.backend, self.make_env, self.sampling, self.max_batch)
 
     def close(self) -> None:
         """Close the backend when the run built it: a vLLM engine's processes and KV cache would

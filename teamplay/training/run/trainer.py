@@ -47,11 +47,11 @@ update -> metrics. The trainer is composed from two parts (``teamplay.training.r
 optimiser and schedule; in-process parts by default, a Ray pool and learner group for a
 ``distributed:`` run (``teamplay.distributed.compose.make_trainer`` picks them from the config).
 
-With ``rollout.max_staleness: N`` step 2 is done ahead by a generator thread on its own copy of the
-adapters, up to N steps ahead of the update; groups more than N adapter versions behind are not
-trained on (counted), and the data position moves past a batch only when the step takes it
-(``teamplay.training.run.async_step``, ``teamplay.training.run.async_rollouts``). N = 0 is the
-synchronous step, number for number.
+With ``rollout.max_staleness: N`` step 2 is done ahead by a generator thread with adapters of its
+own (a copy in one process, on hf or a vllm engine it owns; the Ray pool's workers), up to N steps
+ahead of the update; groups more than N adapter versions behind are not trained on (counted), and
+the data position moves past a batch only when the step takes it (``teamplay.training.run.async_step``,
+``teamplay.training.run.async_rollouts``). N = 0 is the synchronous step, number for number.
 """
 
 from __future__ import annotations
@@ -241,15 +241,21 @@ class Trainer:
             self.runner: Runner
             self.learner: Learner
             self.runner, self.learner = parts(cfg, run, self.trainable)
-            answer_roles = run.make_eval_env().protocol.answer_roles
-            self.held_out = HeldOutEvaluation(cfg, self.runner, self.eval_task, self._before_evaluation,
-                                              answer_roles, solo_baseline(cfg, run, answer_roles))
             self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
+            #: asynchronous rollouts (``rollout.max_staleness`` set; ``async_step``), else None
+            self.async_step: AsyncStep | None = None
+            if cfg.rollout.max_staleness is not None:
+                self.async_step = AsyncStep(cfg, self.runner.generation(run, self.learner), self.team_model,
+                                            self.run_state)
+            # held-out episodes come from the runner, or through the generator thread where it alone may
+            # generate (vllm, Ray: ``AsyncStep.evaluation_runner``)
+            evaluating = self.runner if self.async_step is None else self.async_step.evaluation_runner(self.runner)
+            answer_roles = run.make_eval_env().protocol.answer_roles
+            self.held_out = HeldOutEvaluation(cfg, evaluating, self.eval_task, self._before_evaluation,
+                                              answer_roles, solo_baseline(cfg, run, answer_roles))
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
             self.update = UpdateStage(self.learner, self.nonfinite)
-            #: asynchronous rollouts (``rollout.max_staleness`` set; ``async_step``), else None
-            self.async_step = AsyncStep(cfg, run, self.run_state) if cfg.rollout.max_staleness is not None else None
 
     @property
     def state(self) -> TrainerState:
@@ -303,8 +309,8 @@ class Trainer:
     def close(self) -> None:
         """Free what the parts hold (a cluster's actors; the backend the run built, not one passed in).
         ``train`` calls it when it returns; call it yourself after driving ``step`` by hand. Idempotent."""
-        if self.async_step is not None:  # first: the generator must not outlive the backend it copied
-            self.async_step.close()
+        if self.async_step is not None:  # first: the generator must not outlive the backend or pool it uses
+            self.async_step.free()
         self.learner.close()
         self.runner.close()  # last: a runner that started a cluster ends it, the in-process one the backend
 
@@ -416,7 +422,11 @@ class Trainer:
         work = self.update(work, ctx)
         metrics = step_metrics(episodes, groups, work, active, self.update.metrics(), self.credit.metrics())
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
-                        "credit_seconds": t_credit, **self.runner.step_metrics()})
+                        "credit_seconds": t_credit})
+        if batch is None:
+            metrics.update(self.runner.step_metrics())
+        else:  # the runner's metrics of the batch, taken by the generator thread (it alone uses a pool)
+            metrics.update(self.async_step.runner_metrics(batch))
         metrics["generated_tokens_total"] = self.run_state.end_step(generated_tokens(metrics))
         if batch is not None:
             self.async_step.updated(active, metrics["optimizer_steps"])

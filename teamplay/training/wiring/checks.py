@@ -57,8 +57,24 @@ def check_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) ->
     if cfg.credit.judge_model is not None and "judge" not in needs:
         raise ConfigError(f"credit.judge_model: credit method {cfg.credit.method!r} with these options uses no "
                           f"judge; remove judge_model, or use a judge (shapley with value: judge)")
+    check_engine_owner(cfg, needs)
     token = cfg.credit.token
     if token is None:
         return CheckedRun(cfg, options, needs)
     method = get_token_credit(token.method)
     return CheckedRun(cfg, options, needs, method, parse_token_options(method, token.options))
+
+
+def check_engine_owner(cfg: TrainConfig, needs: frozenset[str]) -> None:
+    """Asynchronous rollouts on the vllm backend in one process give the engine to the generator
+    thread (``teamplay.training.run.async_generation``): a credit method that generates with the
+    run's backend on the learner's thread (re-executions, continuations, a judge on the base) is
+    refused, in one line."""
+    if cfg.rollout.max_staleness is None or cfg.backend.name != "vllm" or cfg.distributed is not None:
+        return
+    generating = needs & {"backend", "replay"} | ({"judge"} & needs if cfg.credit.judge_model is None else set())
+    if generating:
+        raise ConfigError(f"credit.method: {cfg.credit.method!r} generates with the run's vllm engine "
+                          f"({', '.join(sorted(generating))}), which asynchronous rollouts give to the generator "
+                          f"thread; use a credit method that does not re-generate, backend.name: hf, or drop "
+                          f"rollout.max_staleness")
