@@ -106,6 +106,9 @@ SAMPLED_EVAL = frozenset({"relay_k2"})
 #: team answer wrong (the message was needed), a share of the informants' held-out messages
 NEEDED = "cooperation/withholding/per_role/informant/right_to_wrong"
 
+#: at K = 2 the informant's own answer is the number it holds: how often it states it
+STATES = "role_accuracy/informant"
+
 #: the learning curve's fixed subset of the held-out set (answers)
 CURVE_ANSWERS = 64
 
@@ -275,6 +278,10 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
                      "informant's message withheld, the answerer's turn played again): the share of informant messages whose withholding turns a right team answer "
                      "wrong, untrained -> trained, with the paired change (t interval, exact p): "
                      + "; ".join(informing) + ".")
+    stating = information_use(result, STATES) if setting == "relay_k2" else []
+    if stating:
+        notes.append("The informant states its number (its message's answer is the reference), untrained -> "
+                     "trained: " + "; ".join(stating) + ".")
     parts = []
     for label in labels_of(result):
         if label != "grpo":
@@ -284,14 +291,14 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
     return "\n".join(lines), notes, headline.replace(" (n=1)", "")
 
 
-def information_use(result: dict[str, Any]) -> list[str]:
-    """Per method, how often an informant's message was needed before and after training (``NEEDED``,
-    untrained -> trained over the seeds that hold both), with the paired change; empty where no run
-    measured it (the split settings)."""
+def information_use(result: dict[str, Any], key: str = NEEDED) -> list[str]:
+    """Per method, ``key`` before and after training (untrained -> trained over the seeds that hold
+    both; by default ``NEEDED``: how often an informant's message was needed), with the paired change;
+    empty where no run measured it (the split settings)."""
     out = []
     for label in labels_of(result):
-        before = _values(result, label, "untrained/" + NEEDED)
-        after = _values(result, label, "heldout/" + NEEDED)
+        before = _values(result, label, "untrained/" + key)
+        after = _values(result, label, "heldout/" + key)
         seeds = sorted(set(before) & set(after))
         if not seeds:
             continue
