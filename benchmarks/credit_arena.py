@@ -141,10 +141,13 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "oracle": {"method": "oracle", "options": {"form": "additive"}},
     "oracle (spoiler)": {"method": "oracle", "options": {"form": "spoiler"}},
     # the controls of an audit of loto's lead at K = 8 (benchmarks.cooperation): the exact advantage
-    # centred but not scaled, its positive part (no push-down), a broadcast that reinforces right team
-    # answers only (RAFT), and grpo normalised per agent (Dr. MAS)
+    # centred but not scaled, its positive part (no push-down), its baseline p_i from the group's G
+    # answers pooled with 8 more of each agent alone (replayed, not trained on: the G-sample baseline's
+    # noise), a broadcast that reinforces right team answers only (RAFT), and grpo normalised per agent
+    # (Dr. MAS)
     "oracle (mean only)": {"method": "oracle", "options": {"form": "additive", "mode": "mean_only"}},
     "oracle (positive part)": {"method": "oracle", "options": {"form": "additive", "push_down": False}},
+    "oracle (baseline of 8 more)": {"method": "oracle", "options": {"form": "additive", "baseline_samples": 8}},
     "raft": {"method": "raft"},
     "dr_mas": {"method": "dr_mas"},
     "loto (masking)": {"method": "loto", "options": {"value": "masking"}},

@@ -72,6 +72,15 @@ def test_fair_split_has_a_clean_distinct_held_out_set_and_one_optimiser_step_per
         assert not set(held_keys) & train_keys  # no held-out sum or its commuted twin in training
 
 
+def test_split_audit_controls_build_and_only_the_replayed_baseline_needs_replays(tiny_model):
+    base = cooperation.base_config("split_k8_fair", tiny_model, cooperation.SIZES["split_k8_fair"]["default"])
+    controls = ("oracle (mean only)", "oracle (positive part)", "oracle (baseline of 8 more)")
+    needs = {label: check_run(build_config(TrainConfig, {**base, "credit": cooperation.METHODS[label]})).credit_needs
+             for label in controls}
+    assert needs == {"oracle (mean only)": frozenset(), "oracle (positive part)": frozenset(),
+                     "oracle (baseline of 8 more)": frozenset({"replay"})}
+
+
 @pytest.mark.parametrize("setting", ["relay_k2", "relay_k3"])
 def test_relay_setting_builds_and_is_refused_nothing(tiny_model, setting):
     k = cooperation.SETTINGS[setting][0]

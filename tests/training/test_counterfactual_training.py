@@ -56,3 +56,30 @@ def test_continuation_sum_is_reward_minus_v0_on_real_episodes(tmp_path):
         v0 = next(d["value"] for d in engine.coalition_values(ep) if d["start"] == 0)
         assert len(boundaries(ep)) == sum(m.spoke for m in ep.messages)
         assert float(np.sum(a)) == pytest.approx(ep.reward - v0, abs=1e-9)
+
+
+def test_oracle_baseline_samples_replay_through_the_trainer_step(tmp_path):
+    # the additive oracle with baseline_samples on split, the tiny model's two solvers each answering
+    # their own part of a 2-tuple: the trainer provides the replay resource because these options ask
+    # for it, and counts the replays' generated tokens as the step's extra tokens (not trained on)
+    from teamplay.envs.tasks.catalog.tuples import TupleTask
+    from tests.training.fixtures import FirstTokenTask
+    from tests.training.test_trainer import LETTERS
+
+    M, problems, G, K = 3, 4, 8, 2
+    trainer = make_trainer(tmp_path, {
+        "steps": 1, "protocol": {"name": "split"}, "rollout": {"problems_per_step": problems, "group_size": G},
+        "credit": {"method": "oracle", "options": {"form": "additive", "baseline_samples": M}}},
+        task=TupleTask(FirstTokenTask(LETTERS), k=K), protocol="split")
+    assert trainer.credit.replay is not None
+    before = [p.detach().clone() for p in trainer.team_model.trainable_parameters()]
+    metrics = trainer.step().metrics
+    # one query per agent and group, each run M times from the question (nothing free to reuse)
+    assert metrics["replay_queries"] == problems * K and metrics["replay_free_queries"] == 0
+    assert metrics["replay_episodes"] == problems * K * M and metrics["replay_samples"] == M
+    assert metrics["replay_tokens"] > 0
+    # trained on the rollout's own messages only (the replays estimate baselines), and trained
+    assert 0 < metrics["samples"] <= problems * G * K
+    after = trainer.team_model.trainable_parameters()
+    # exact: asserts a difference: the step moved the adapters
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))

@@ -219,7 +219,9 @@ _CARDS: dict[str, _Text] = {
         "in a threshold vote (piv_i: the chance the others fall one short of a majority); in a review, the "
         "reviewer's difference reward R - c_prop (A* plus a term of the proposal alone) and the proposer's "
         "V(x) - E[R]; p estimated by the group's mean, scaled by the pooled std as shapley is (mode "
-        "mean_only: not scaled; push_down false: negative advantages set to 0), broadcast to the agent's "
+        "mean_only: not scaled; push_down false: negative advantages set to 0; additive with "
+        "baseline_samples M: p_i the mean of the group's G answers of agent i and M more of it alone, "
+        "replayed, over the same std, so the advantages no longer sum to 0), broadcast to the agent's "
         "messages.",
         ("the team has the declared form: its reward is the mean (additive) or product (conjunctive) of "
          "the agents' own answer scores, or the first answer kept or spoiled (checked on every "
@@ -227,14 +229,19 @@ _CARDS: dict[str, _Text] = {
          "the agents answer independently given the problem (conjunctive, spoiler: the others' accuracy "
          "enters as a constant)",
          "the group's mean of an agent's scores is its accuracy on the problem (G draws: the baseline "
-         "error is of order 1 / sqrt(G))"),
+         "error is of order 1 / sqrt(G); G + M draws with baseline_samples M, the M from the current policy "
+         "replayed alone, which on split plays as it does in the team)"),
         ("tests/credit/test_oracle.py::test_oracle_equals_masking_shapley_on_the_additive_team",
          "tests/credit/test_oracle.py::test_oracle_hand_worked_forms",
          "tests/credit/test_oracle.py::test_oracle_refuses_a_team_of_another_form",
          "tests/credit/test_oracle_vote.py::test_majority_a_star_equals_brute_force_enumeration",
          "tests/envs/test_review.py::test_oracle_review_form_is_a_star_up_to_a_term_of_the_proposal",
-         "tests/credit/test_broadcast_controls.py::test_oracle_controls_worked_numbers"),
-        "arithmetic on the agents' scores"),
+         "tests/credit/test_broadcast_controls.py::test_oracle_controls_worked_numbers",
+         "tests/credit/test_oracle_baseline.py::test_replayed_baseline_worked_numbers",
+         "tests/credit/test_oracle_baseline.py::test_baseline_is_the_pooled_mean_and_tends_to_the_true_accuracy",
+         "tests/credit/test_oracle_baseline.py::test_the_real_engine_scores_an_agent_alone_c_over_k_on_split"),
+        "arithmetic on the agents' scores; the replays of baseline_samples M generate about M / G times "
+        "the rollout's tokens"),
     "dr_mas": _Text(
         "Dr. MAS's agent-wise normalisation: per agent, (R_g - mean_i) / std_i over the agent's own samples "
         "(its spoken messages across the group, each with its episode's team reward); equals grpo when every "

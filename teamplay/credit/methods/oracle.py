@@ -48,10 +48,17 @@ episode g, ``Episode.agent_correct``; ``p_j``: agent j's accuracy on the problem
 Controls (options, for any form): ``mode: mean_only`` is the centred A* with no division by a std
 (``n (u - mean_g u)``: for ``additive`` exactly ``c_i - p_i``); ``push_down: false`` is its
 positive part, every negative advantage set to 0 (a wrong answer is not pushed down; the advantages
-no longer sum to 0). A per-agent baseline averaged over more samples than the group is not an option:
-the closed forms hold for any estimate of ``p_i`` independent of the episode, but a credit method sees
-only the G episodes of its group, so more samples of an agent's accuracy mean more rollouts of the
-problem (a larger ``rollout.group_size``, which changes every method alike), not a credit option.
+no longer sum to 0). ``baseline_samples: M`` (``additive`` only; ``teamplay.credit.methods.oracle_baseline``)
+estimates ``p_i`` from more samples than the group: the closed form holds for any estimate of
+``p_i`` independent of the episode, so the group's G answers of agent i are pooled with M fresh
+answers of agent i alone, re-run from the question by the replay engine (the ``replay`` resource,
+needed only when M > 0; the replays are not trained on, and their tokens count as the step's extra
+tokens). Agent i's value ``(c_{g,i} - p^_i) / K`` is scaled as ``u`` is below: times K
+(``c_{g,i} - p^_i``, the advantage under ``mode: mean_only``) and, under ``mode: std``, divided by
+the same pooled std as with M = 0 (that of the group-centred scores ``c_{g,i} - mean_g c_{g,i}``),
+so only the baseline differs. The advantages no longer sum to 0 over the group (``p^_i`` is not the
+group mean), and an agent right (or wrong) in every episode of the group is still credited when its
+replays are not. M = 0 is the plain oracle exactly.
 
 ``u`` then goes through the group rule every Shapley-type method uses (``group_credit_advantage``:
 each agent's value centred over the group, ``p_i`` estimated by that mean, scaled by the pooled
@@ -70,9 +77,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from teamplay.credit.methods.group_shapley import GroupOptions, _broadcast, _same_team
+from teamplay.credit.methods.oracle_baseline import baseline_advantages, pooled_baseline, solo_replay_scores
 from teamplay.credit.registry import CreditBatch, register_credit
 from teamplay.credit.values.group import group_credit_advantage
 from teamplay.errors import DataError
@@ -94,6 +102,20 @@ class OracleOptions(GroupOptions):
                                 "a threshold game), 'review' (review: a corrected answer the team adopts).")
     push_down: bool = Field(True, description="False: the positive part of the advantages (every negative "
                                               "one set to 0; a control: no push-down of wrong answers).")
+    baseline_samples: int = Field(
+        0, ge=0, le=256, description="form additive: M more answers of each agent alone per group (replayed "
+                                     "from the question, the replay resource) pooled with the group's own "
+                                     "for its baseline p_i; 0: the group mean (a control of the baseline's "
+                                     "noise).")
+
+    @field_validator("baseline_samples")
+    @classmethod
+    def _only_additive(cls, value: int, info: ValidationInfo) -> int:
+        form = info.data.get("form")
+        if value > 0 and form != "additive":
+            raise ValueError(f"baseline_samples > 0 needs form 'additive' (an agent alone scores c_i / K "
+                             f"only there), got form {form!r}")
+        return value
 
 
 def _scores(batch: CreditBatch, agents: tuple[str, ...]) -> np.ndarray:
@@ -220,19 +242,28 @@ _FORM_PROTOCOL = {"additive": "split", "conjunctive": "split", "spoiler": "seque
 @register_credit("oracle", OracleOptions, "the true advantage A* in closed form (additive or conjunctive split "
                  "teams, a spoiled first answer, a relay, a threshold vote, a review): a ceiling for credit",
                  protocols=("split", "sequential", "relay", "vote", "review"),
-                 cost="no generation: the agents' own answer scores",
+                 cost="no generation: the agents' own answer scores (with baseline_samples M > 0: M "
+                      "replays of each agent alone per group)",
+                 requires=lambda options: frozenset({"replay"}) if options.baseline_samples > 0 else frozenset(),
                  protocols_of=lambda options: frozenset({_FORM_PROTOCOL[options.form]}))
 def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray]:
     """``group_credit_advantage(oracle_values)`` broadcast to each agent's spoken messages.
 
-    Invariants: per agent ``sum_g A_{g,i} = 0``; under ``additive`` an agent's advantages depend only
+    Invariants: per agent ``sum_g A_{g,i} = 0`` (not with ``baseline_samples > 0``:
+    ``sum_g A_{g,i} = G (mean_g c_{g,i} - p^_i) / sigma``); under ``additive`` an agent's advantages depend only
     on its own scores up to the shared scale, and equal masking ``shapley``'s on ``split`` (both are
     ``c / K``); under ``relay`` the answerer's advantages are 0. Edge cases: a singleton group, or
     every agent's value constant over the group, gives zeros; an episode that breaks the form's
     reward rule is a DataError.
     """
     agents = _same_team(batch)
-    adv = group_credit_advantage(oracle_values(batch, options), options.ddof, options.mode, options.eps)
+    values = oracle_values(batch, options)
+    if options.baseline_samples > 0:
+        c = _scores(batch, agents)  # [G, n]
+        p_hat = pooled_baseline(c, solo_replay_scores(batch, agents, options.baseline_samples))  # [n]
+        adv = baseline_advantages(c, p_hat, options.ddof, options.mode, options.eps)
+    else:
+        adv = group_credit_advantage(values, options.ddof, options.mode, options.eps)
     if not options.push_down:
         adv = np.maximum(adv, 0.0)
     return [_broadcast(ep, dict(zip(agents, a.tolist(), strict=True)))

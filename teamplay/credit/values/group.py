@@ -125,5 +125,11 @@ def group_credit_advantage(phi: ArrayLike, ddof: int = 0, mode: GroupMode = "std
     scaled = n * (p - p.mean(axis=0))  # [G, n]
     if mode == "mean_only":
         return scaled
-    sigma = float(np.sqrt(np.sum(scaled**2) / (n * (G - ddof))))
-    return scaled / max(sigma, eps)
+    return scaled / max(pooled_credit_spread(scaled, ddof), eps)
+
+
+def pooled_credit_spread(scaled: np.ndarray, ddof: int = 0) -> float:
+    """sigma of :func:`group_credit_advantage`: ``sqrt(sum_{g,i} scaled^2 / (n (G - ddof)))`` for the
+    centred, n-scaled credits ``scaled`` [G, n] (G > ddof)."""
+    G, n = scaled.shape
+    return float(np.sqrt(np.sum(scaled**2) / (n * (G - ddof))))

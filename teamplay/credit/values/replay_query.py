@@ -62,17 +62,24 @@ class ReplayEngine(Protocol):
                ) -> list[np.ndarray]: ...
 
 
-def replay_values(engine: ReplayEngine, queries: Sequence[ReplayQuery], samples: int,
-                  budget: float | None) -> np.ndarray:
-    """Mean score of each query, float64 [len(queries)], validated (finite, in [0, 1])."""
+def replay_samples(engine: ReplayEngine, queries: Sequence[ReplayQuery], samples: int,
+                   budget: float | None) -> list[np.ndarray]:
+    """The scores of each query's k' samples, float64 [k'] per query, validated (at least one, each
+    finite and in [0, 1])."""
     out = engine.scores(queries, samples, budget)
     if len(out) != len(queries):
         raise RuntimeError(f"replay engine returned {len(out)} results for {len(queries)} queries")
-    means = np.empty(len(queries))
+    checked = []
     for i, s in enumerate(out):
         arr = np.asarray(s, dtype=np.float64)
         if arr.ndim != 1 or arr.size == 0 or not np.all((arr >= 0) & (arr <= 1)):
             raise ValueError(f"replay engine returned {arr.tolist()} for query {i}; it must return "
                              "at least one score in [0, 1] per query")
-        means[i] = arr.mean()
-    return means
+        checked.append(arr)
+    return checked
+
+
+def replay_values(engine: ReplayEngine, queries: Sequence[ReplayQuery], samples: int,
+                  budget: float | None) -> np.ndarray:
+    """Mean score of each query, float64 [len(queries)], validated (finite, in [0, 1])."""
+    return np.array([s.mean() for s in replay_samples(engine, queries, samples, budget)], dtype=np.float64)
