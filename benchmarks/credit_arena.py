@@ -149,6 +149,9 @@ ARENA_METHODS: dict[str, dict[str, Any]] = {
     "oracle (positive part)": {"method": "oracle", "options": {"form": "additive", "push_down": False}},
     "oracle (baseline of 8 more)": {"method": "oracle", "options": {"form": "additive", "baseline_samples": 8}},
     "raft": {"method": "raft"},
+    # RAFT's reward ranking (best of the group): the threshold form selects nothing where a team is
+    # never wholly right (split at K = 8)
+    "raft (best of group)": {"method": "raft", "options": {"select": "best"}},
     "dr_mas": {"method": "dr_mas"},
     "loto (masking)": {"method": "loto", "options": {"value": "masking"}},
     "coverage": {"method": "coverage"},

@@ -78,6 +78,27 @@ def test_raft_worked_numbers():
     assert [a.tolist() for a in assign("raft", partial, {"threshold": 0.5})] == [[1.0, 1.0], [0.0, 0.0]]  # exact
 
 
+def test_raft_best_of_group_worked_numbers():
+    # a fractional team reward (split at K = 8 is never wholly right): the threshold selects nothing,
+    # the reward ranking selects the group's best episodes, ties included
+    batch = CreditBatch(episodes=(episode(0.25, ONCE), episode(0.5, ONCE), episode(0.5, ONCE), episode(0.0, ONCE)))
+    assert [a.tolist() for a in assign("raft", batch)] == [[0.0, 0.0]] * 4  # exact: 0/1
+    best = assign("raft", batch, {"select": "best"})
+    assert [a.tolist() for a in best] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]  # exact: 0/1
+    nothing = CreditBatch(episodes=(episode(0.0, ONCE), episode(0.0, ONCE)))
+    assert [a.tolist() for a in assign("raft", nothing, {"select": "best"})] == [[0.0, 0.0]] * 2  # exact
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1, max_size=8))
+def test_raft_best_selects_the_groups_top_reward(rewards):
+    batch = CreditBatch(episodes=tuple(episode(r, ONCE) for r in rewards))
+    adv = assign("raft", batch, {"select": "best"})
+    top = max(rewards)
+    assert [row.tolist() for row in adv] == [[1.0, 1.0] if top > 0 and r == top else [0.0, 0.0]  # exact: 0/1
+                                             for r in rewards]
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=8))
 def test_raft_selects_right_episodes_only(rewards):

@@ -14,7 +14,10 @@ Importing this module registers:
   Every spoken message of an episode with ``R_g >= threshold`` gets 1, every other message 0: the
   policy-gradient loss on advantage 1 is the likelihood of the selected episodes (supervised
   fine-tuning on them), with no push-down of wrong ones and no group baseline. A control for
-  "reinforcing right answers" without any credit between agents.
+  "reinforcing right answers" without any credit between agents. ``select: best`` is RAFT's own
+  rule, reward-ranked: per group the episodes with the group's highest reward (ties all kept), when
+  that reward is above 0; it is the form that trains a team whose reward is a fraction (``split``
+  with K solvers), where a wholly right team answer may never occur and the threshold selects none.
 """
 
 from __future__ import annotations
@@ -41,8 +44,13 @@ class RAFTOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    select: Literal["threshold", "best"] = Field(
+        "threshold", description="'threshold': an episode is selected when its team reward is at least "
+                                 "`threshold`; 'best': per group, the episodes with the group's highest reward "
+                                 "(ties all selected) when it is above 0 (RAFT's reward ranking).")
     threshold: float = Field(1.0, description="An episode is selected (advantage 1 on its messages) when its "
-                                              "team reward is at least this; 1.0: a right answer.")
+                                              "team reward is at least this; 1.0: a right answer. Used by "
+                                              "select: threshold only.")
 
 
 @register_credit("dr_mas", DrMASOptions, "Dr. MAS: the team reward normalised per agent over its own samples")
@@ -67,11 +75,19 @@ def dr_mas_credit(batch: CreditBatch, options: DrMASOptions) -> list[np.ndarray]
 
 @register_credit("raft", RAFTOptions, "RAFT: advantage 1 on the messages of right team answers, 0 elsewhere")
 def raft_credit(batch: CreditBatch, options: RAFTOptions) -> list[np.ndarray]:
-    """``A = [R_g >= threshold]`` on every spoken message of episode g; skipped turns get 0.
+    """``A = [R_g >= threshold]`` (``select: best``: ``[R_g = max_h R_h > 0]``) on every spoken message
+    of episode g; skipped turns get 0.
 
-    Invariants: every advantage is 0 or 1; an episode's advantages depend on its own reward alone
-    (no group baseline: a group with every answer right trains on all of it, one with none on
-    nothing).
+    Invariants: every advantage is 0 or 1. With the threshold an episode's advantages depend on its
+    own reward alone (no group baseline: a group with every answer right trains on all of it, one
+    with none on nothing); with ``best`` at least one episode of a group with a positive reward is
+    selected, and none of a group whose rewards are all 0.
     """
-    return [np.array([float(ep.reward >= options.threshold) if m.spoke else 0.0 for m in ep.messages])
-            for ep in batch.episodes]
+    rewards = [ep.reward for ep in batch.episodes]
+    best = max(rewards, default=0.0)
+    if options.select == "best":
+        chosen = [best > 0 and r == best for r in rewards]  # exact: ties of one group's reward
+    else:
+        chosen = [r >= options.threshold for r in rewards]
+    return [np.array([float(pick) if m.spoke else 0.0 for m in ep.messages])
+            for ep, pick in zip(batch.episodes, chosen, strict=True)]
