@@ -11,6 +11,10 @@ file; the docs page names it).
 
 Readings, in this order (the first that holds):
 
+* *void*: the method took no optimiser step on any seed (its row is the untrained team: e.g. a
+  selection rule that never selects), so it says nothing about the method;
+* *same as grpo*: every seed's difference is exactly 0 (the method's advantages are grpo's up to a
+  scale the normalisation removes: the runs are identical);
 * *floor fails*: grpo's own gain over the untrained team is not above 0 by its t interval, so no
   difference between methods says anything about credit there;
 * *paid*: the method's t interval lies above 0 and the exact sign-flip test gives p <= 0.05;
@@ -47,6 +51,7 @@ TEAMS = {
     "split_k8_roles": "additive, K = 8, adapter each",
     "split_k4_fair": "additive, K = 4, rerun (clean)",
     "split_k8_fair": "additive, K = 8, rerun (clean)",
+    "relay_k2": "relay, K = 2 (sampled eval)",
     "chain_k2": "chain, K = 2", "chain_k4": "chain, K = 4",
     "noisy_q05": "solver + spoiler (q = 0.5)",
     "gcpo": "GCPO: group as team", "parallel_shapley": "Parallel Shapley: paths + judge",
@@ -62,10 +67,16 @@ def stored_results() -> list[tuple[Path, dict[str, Any]]]:
     return [(path, load_result(path)) for path in paths]
 
 
-def reading(floor: tuple[float, float], diff: tuple[float, float], p: float, power: float) -> str:
+def reading(floor: tuple[float, float], diff: tuple[float, float], p: float, power: float,
+            steps: float = math.nan, diffs: Sequence[float] = ()) -> str:
     """The one-line reading of a comparison (module docstring), from grpo's gain (mean, half-width),
-    the paired difference (mean, half-width), its exact p and its MDE (the difference the seeds could
-    find with 80% power, shown with a null)."""
+    the paired difference (mean, half-width), its exact p, its MDE (the difference the seeds could
+    find with 80% power, shown with a null), the method's mean optimiser steps and the per-seed
+    differences."""
+    if steps == 0:
+        return "void: no optimiser step"
+    if diffs and all(d == 0 for d in diffs):  # exact: identical runs give identical accuracies
+        return "same as grpo (every seed)"
     if not (math.isfinite(floor[1]) and floor[0] - floor[1] > 0):
         return "floor fails"
     above = math.isfinite(diff[1]) and diff[0] - diff[1] > 0
@@ -79,6 +90,12 @@ def reading(floor: tuple[float, float], diff: tuple[float, float], p: float, pow
     if math.isfinite(diff[1]) and diff[0] + diff[1] < 0:
         return "worse than grpo"
     return f"null (could find ±{power:.2f})" if math.isfinite(power) else "null"
+
+
+def mean_steps(result: dict[str, Any], label: str) -> float:
+    """The method's optimiser steps, mean over seeds (NaN where the runs did not record them)."""
+    steps = list(_values(result, label, "train/updates").values())
+    return sum(steps) / len(steps) if steps else math.nan
 
 
 def _p(p: float) -> str:
@@ -102,7 +119,8 @@ def rows() -> list[list[str]]:
             where = path.relative_to(ROOT).as_posix()
             out.append([
                 f"[{TEAMS.get(setting, setting)}]({where})", label, str(n), _cell(*floor, signed=True),
-                _cell(mean, half, signed=True), _p(p), reading(floor, (mean, half), p, power),
+                _cell(mean, half, signed=True), _p(p),
+                reading(floor, (mean, half), p, power, mean_steps(result, label), diffs),
             ])
     return out
 

@@ -152,6 +152,10 @@ def test_readings_follow_both_tests():
     assert credit_paid.reading(learns, (-0.05, 0.02), 0.031, 0.03).startswith("not settled")
     assert credit_paid.reading(learns, (-0.05, 0.02), 0.2, 0.03) == "worse than grpo"
     assert credit_paid.reading(learns, (0.01, 0.05), 0.6, 0.07) == "null (could find ±0.07)"
+    # a method that never stepped, and one whose runs equal grpo's seed for seed, read as such first
+    assert credit_paid.reading(learns, (-0.1, 0.1), 0.125, 0.17, steps=0.0) == "void: no optimiser step"
+    assert credit_paid.reading(learns, (0.0, 0.0), 1.0, 0.0, steps=9.0, diffs=[0.0] * 6) == "same as grpo (every seed)"
+    assert credit_paid.reading(learns, (0.01, 0.05), 0.6, 0.07, steps=9.0, diffs=[0.0, 0.06]).startswith("null")
 
 
 def test_readme_and_docs_hold_the_table_the_committed_results_give():
