@@ -246,9 +246,11 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
             f"team reward the fraction right. {steps} steps of {problems} tuples x {group} episodes "
             f"({problems * k * group} answers per step); held-out: {heldout} tuples ({heldout * k} distinct answers, "
             "none with its commuted twin in the training pool)")
+    decoding = (f"sampled at temperature {TEMPERATURE} (one sample a problem, the seed fixed)"
+                if setting in SAMPLED_EVAL else "greedy")
     notes = [
         f"Setting `{setting}`: {what}; "
-        f"{f'sampled at temperature {TEMPERATURE} (one sample a problem, the seed fixed)' if setting in SAMPLED_EVAL else 'greedy'}"
+        f"{decoding}"
         f", every {eval_every} steps on a fixed subset and after training. "
         f"One minibatch per training step (one optimiser step, none when every group is dropped); LoRA r 8 on q "
         f"and v, lr {LR}, {NEW_TOKENS} new tokens, temperature {TEMPERATURE}. {done} of {result['runs_total']} "
@@ -275,7 +277,8 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
     informing = information_use(result)
     if informing:
         notes.append(f"Information use (held-out, {'sampled' if setting in SAMPLED_EVAL else 'greedy'}; an "
-                     "informant's message withheld, the answerer's turn played again): the share of informant messages whose withholding turns a right team answer "
+                     "informant's message withheld, the answerer's turn played again): the share of informant "
+                     "messages whose withholding turns a right team answer "
                      "wrong, untrained -> trained, with the paired change (t interval, exact p): "
                      + "; ".join(informing) + ".")
     stating = information_use(result, STATES) if setting == "relay_k2" else []
@@ -304,7 +307,8 @@ def information_use(result: dict[str, Any], key: str = NEEDED) -> list[str]:
             continue
         diffs = [after[s] - before[s] for s in seeds]
         change = mean_ci(diffs)
-        out.append(f"{label} {_cell(*mean_ci([before[s] for s in seeds]))} -> {_cell(*mean_ci([after[s] for s in seeds]))}"
+        then, now = _cell(*mean_ci([before[s] for s in seeds])), _cell(*mean_ci([after[s] for s in seeds]))
+        out.append(f"{label} {then} -> {now}"
                    f" ({_cell(*change, signed=True)}, p {_p(sign_flip_p(diffs))})")
     return [line.replace(" (n=1)", "") for line in out]
 
@@ -368,7 +372,8 @@ def untrained_metrics(run_dir: Path) -> dict[str, float]:
 def result_path(setting: str, size: str = "default", tag: str | None = None, rerun: bool = False) -> Path:
     """The stored result of a setting's comparison (``tag``: a ``--methods`` comparison of its own,
     e.g. ``more``; ``rerun``: its seed run again, ``--rerun``)."""
-    suffix = ("" if size == "default" else "-" + size) + ("" if tag is None else "-" + tag) + ("-rerun" if rerun else "")
+    suffix = (("" if size == "default" else "-" + size) + ("" if tag is None else "-" + tag)
+              + ("-rerun" if rerun else ""))
     return RESULTS / f"{setting}{suffix}.json"
 
 

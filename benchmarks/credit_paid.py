@@ -22,10 +22,17 @@ Readings, in this order (the first that holds):
   smallest exact p is 0.0625);
 * *worse*: the t interval lies below 0;
 * *null*: neither, and the MDE says what difference the seeds could have found.
+
+Settings that failed their calibration (``benchmarks/results/cooperation/calibration.json``: the
+untrained team never produced the event a credit method learns from) are rows too, *null by
+calibration*, with the exact one-sided 95% upper bound on the event's rate (``1 - 0.05^(1/n)`` for 0
+of n, about 3/n). The README leaves out the arena's first sittings of settings the cooperation
+benchmark reran clean (``SUPERSEDED``); the docs page keeps every row.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -59,11 +66,17 @@ TEAMS = {
 }
 
 
+#: arena comparisons rerun on a clean held-out set with equal optimiser steps (``split_kK_fair``): the
+#: README shows the reruns, the docs page both
+SUPERSEDED = frozenset({"split_k4", "split_k8", "split_k8-more"})
+CALIBRATION = COOPERATION_RESULTS / "calibration.json"
+
+
 def stored_results() -> list[tuple[Path, dict[str, Any]]]:
     """Every committed comparison, arena first, in file-name order (a ``-rerun`` file is one seed
     trained again, read by its comparison's notes, not a comparison)."""
     paths = sorted(ARENA_RESULTS.glob("*.json")) + sorted(p for p in COOPERATION_RESULTS.glob("*.json")
-                                                          if not p.stem.endswith("-rerun"))
+                                                          if not p.stem.endswith("-rerun") and p != CALIBRATION)
     return [(path, load_result(path)) for path in paths]
 
 
@@ -102,10 +115,41 @@ def _p(p: float) -> str:
     return "—" if not math.isfinite(p) else f"{p:.3f}"
 
 
-def rows() -> list[list[str]]:
-    """One row per (stored comparison, method other than grpo)."""
+def upper_bound_95(successes: int, trials: int) -> float:
+    """The exact one-sided 95% upper bound on a rate seen ``successes`` times in ``trials`` (0 of n:
+    ``1 - 0.05^(1/n)``), by bisection on the binomial tail."""
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"a rate needs 0 <= successes <= trials and trials >= 1, got {successes} of {trials}")
+    if successes == trials:
+        return 1.0
+    low, high = successes / trials, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        tail = sum(math.comb(trials, k) * mid ** k * (1 - mid) ** (trials - k) for k in range(successes + 1))
+        low, high = (mid, high) if tail > 0.05 else (low, mid)
+    return high
+
+
+def calibration_rows() -> list[list[str]]:
+    """One row per calibration probe (module docstring): no method ran, so no difference."""
+    if not CALIBRATION.is_file():
+        return []
+    where = CALIBRATION.relative_to(ROOT).as_posix()
+    out = []
+    for probe in json.loads(CALIBRATION.read_text(encoding="utf-8"))["probes"]:
+        k, n = probe["successes"], probe["trials"]
+        out.append([f"[{probe['team']}]({where})", "any", "—", f"untrained: {probe['event']} {k} of {n}", "—", "—",
+                    f"null by calibration (rate ≤ {upper_bound_95(k, n):.1%})"])
+    return out
+
+
+def rows(superseded: bool = True) -> list[list[str]]:
+    """One row per (stored comparison, method other than grpo), then the calibration rows;
+    ``superseded=False`` leaves out the comparisons in ``SUPERSEDED``."""
     out = []
     for path, result in stored_results():
+        if not superseded and path.parent == ARENA_RESULTS and path.stem in SUPERSEDED:
+            continue
         setting = result["setting"]
         gains = list(_values(result, "grpo", GAIN).values())
         floor = mean_ci(gains)
@@ -126,12 +170,13 @@ def rows() -> list[list[str]]:
 
 
 def table(links: bool = True) -> str:
-    """The markdown table; ``links=False`` names the result files without linking them (the docs site
-    holds no repository files, and its strict build refuses a link outside it)."""
+    """The markdown table; ``links=True`` (the README) links each row's file and leaves out the
+    superseded sittings, ``links=False`` (the docs page) names the files without linking them (the
+    docs site holds no repository files, and its strict build refuses a link outside it)."""
     header = ["setting (its seeds)", "method", "seeds", "floor: grpo's gain", "method - grpo (paired t)",
               "exact p", "reading"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows():
+    for row in rows(superseded=not links) + calibration_rows():
         if not links:
             row[0] = re.sub(r"\[([^]]+)\]\(([^)]+)\)", r"\1 (`\2`)", row[0])
         lines.append("| " + " | ".join(row).replace(" (n=1)", "") + " |")

@@ -109,7 +109,8 @@ def test_information_use_pairs_each_seed_before_and_after():
             m["untrained/" + cooperation.NEEDED] = 0.25
             m["heldout/" + cooperation.NEEDED] = 0.25 + (0.5 if label == "oracle" else 0.0) + 0.1 * seed
     lines = cooperation.information_use(result)
-    assert lines[0].startswith("grpo 0.250 ± 0.000 -> 0.300 ± 0.635 (+0.050 ± 0.635, p 1.000)")  # 0 and 0.1: every signing as extreme
+    # differences 0 and 0.1: every signing is as extreme, p 1
+    assert lines[0].startswith("grpo 0.250 ± 0.000 -> 0.300 ± 0.635 (+0.050 ± 0.635, p 1.000)")
     assert lines[1].startswith("oracle 0.250 ± 0.000 -> 0.800")
     assert cooperation.information_use(_result([0.1])) == []  # the split settings measure none
 
@@ -163,13 +164,28 @@ def test_readme_and_docs_hold_the_table_the_committed_results_give():
         text = path.read_text(encoding="utf-8")
         assert credit_paid.replace_in(text, credit_paid.table(links)) == text, path.name
     # every committed comparison is in it, K = 4's audited claim among them
-    assert "| [additive, K = 4](benchmarks/results/credit_arena/split_k4.json) | oracle | 5 |" in credit_paid.table()
-    assert "0.125 | not settled" in credit_paid.table()
+    docs = credit_paid.table(links=False)
+    assert "| additive, K = 4 (`benchmarks/results/credit_arena/split_k4.json`) | oracle | 5 |" in docs
+    assert "0.125 | not settled" in docs
+    # the README shows the clean reruns, not the sittings they superseded; both show the calibrations
+    assert "split_k4.json" not in credit_paid.table() and "split_k4_fair.json" in credit_paid.table()
+    assert "| untrained: answerer right 0 of 64 | — | — | null by calibration (rate ≤ 4.6%) |" in docs
+
+
+def test_upper_bound_is_the_exact_binomial_one():
+    assert abs(credit_paid.upper_bound_95(0, 64) - (1 - 0.05 ** (1 / 64))) < 1e-12  # bisection to 2^-60
+    assert abs(credit_paid.upper_bound_95(0, 21) - (1 - 0.05 ** (1 / 21))) < 1e-12
+    # 3 of 10: the rate whose tail P(X <= 3) is 0.05 (a known value, 0.6066)
+    assert abs(credit_paid.upper_bound_95(3, 10) - 0.6066) < 1e-4
+    assert credit_paid.upper_bound_95(5, 5) == 1.0  # exact: every trial a success
+    with pytest.raises(ValueError, match="successes"):
+        credit_paid.upper_bound_95(3, 2)
 
 
 def test_committed_cooperation_regions_are_the_ones_their_results_give():
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    for path in sorted(p for p in cooperation.RESULTS.glob("*.json") if not p.stem.endswith("-rerun")):
+    stored = (p for p in cooperation.RESULTS.glob("*.json") if not p.stem.endswith("-rerun"))
+    for path in sorted(p for p in stored if p != credit_paid.CALIBRATION):
         result = load_result(path)
         tag = cooperation.tag_of(path, result)
         name = cooperation.region_name(result["setting"], tag)
