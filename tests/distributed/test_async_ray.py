@@ -9,11 +9,7 @@ order.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -23,7 +19,12 @@ import torch
 from teamplay.config import TrainConfig, build_config
 from tests.distributed.test_distributed import PRINTABLE
 from tests.training.fixtures import FirstTokenTask
-from tests.training.test_async_rollouts import TIMING_AND_ASYNC, _check_ledger, gate_learner_on_next_batch
+from tests.training.test_async_rollouts import (
+    TIMING_AND_ASYNC,
+    _check_ledger,
+    gate_learner_on_next_batch,
+    kill_then_resume,
+)
 
 pytest.importorskip("ray")
 
@@ -141,18 +142,7 @@ def test_kill_and_resume_on_the_pool_trains_every_problem_once_or_counts_it_drop
     script = tmp_path / "run_script.py"
     script.write_text(RUN_SCRIPT.format(repo=str(REPO), model=str(tiny_model_dir), address=cluster))
 
-    def run(kill_after: int) -> subprocess.CompletedProcess:
-        env = {**os.environ, "KILL_AFTER": str(kill_after), "PYTHONWARNINGS": "ignore"}
-        return subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=env, capture_output=True,
-                              text=True, timeout=600)
-
-    killed = run(kill_after=3)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = run(kill_after=0)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5]
-    assert sum(line["stale_groups_dropped"] for line in lines) > 0  # the ledger also covers dropped problems
+    lines = kill_then_resume(script, tmp_path / "run", tmp_path / "run", timeout=600)
     _check_ledger(lines, seed=0, size=6, problems_per_step=2, task=FirstTokenTask(PRINTABLE))
 
 

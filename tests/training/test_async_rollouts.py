@@ -270,22 +270,31 @@ RESUME_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_kill_and_resume_trains_every_problem_once_or_counts_it_dropped(tmp_path):
-    script = tmp_path / "train_script.py"
-    script.write_text(RESUME_SCRIPT.format(repo=str(REPO)))
+def kill_then_resume(script: Path, folder: Path, run_dir: Path, timeout: int) -> list[dict]:
+    """Run ``script folder`` until it kills itself with SIGKILL after step 3 (``KILL_AFTER``), run it
+    again to the end (``--resume auto`` inside the script), and return ``run_dir``'s metrics lines,
+    having checked that five steps were logged and that some groups were dropped for staleness (so
+    the ledger is checked on dropped problems too)."""
 
     def run(kill_after: int) -> subprocess.CompletedProcess:
         env = {**os.environ, "KILL_AFTER": str(kill_after), "PYTHONWARNINGS": "ignore"}
-        return subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run([sys.executable, str(script), str(folder)], env=env, capture_output=True,
+                              text=True, timeout=timeout)
 
     killed = run(kill_after=3)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     resumed = run(kill_after=0)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 3, 4, 5]
-    assert sum(line["stale_groups_dropped"] for line in lines) > 0  # the ledger also covers dropped problems
+    assert sum(line["stale_groups_dropped"] for line in lines) > 0
+    return lines
+
+
+def test_kill_and_resume_trains_every_problem_once_or_counts_it_dropped(tmp_path):
+    script = tmp_path / "train_script.py"
+    script.write_text(RESUME_SCRIPT.format(repo=str(REPO)))
+    lines = kill_then_resume(script, tmp_path, tmp_path / "run", timeout=300)
     _check_ledger(lines, seed=0, size=8, problems_per_step=4)
 
 
