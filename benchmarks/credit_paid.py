@@ -107,8 +107,7 @@ def reading(floor: tuple[float, float], diff: tuple[float, float], p: float, pow
 
 def mean_steps(result: dict[str, Any], label: str) -> float:
     """The method's optimiser steps, mean over seeds (NaN where the runs did not record them)."""
-    steps = list(_values(result, label, "train/updates").values())
-    return sum(steps) / len(steps) if steps else math.nan
+    return mean_ci(list(_values(result, label, "train/updates").values()))[0]
 
 
 def _p(p: float) -> str:

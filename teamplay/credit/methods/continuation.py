@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.registry import CreditBatch, register_credit
-from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, replay_values
+from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, need_replay_engine, replay_values
 from teamplay.records import Episode
 
 
@@ -115,13 +115,10 @@ def continuation_credit(batch: CreditBatch, options: ContinuationOptions) -> lis
     is undefined: dividing continuation differences by ``0 + eps`` would make them 1e8 times too
     large); ``mode='mean_only'`` credits such a group.
     """
-    engine = batch.resources.need("replay", "method 'continuation'")
+    engine = need_replay_engine(batch.resources, "method 'continuation'")
     rewards = [ep.reward for ep in batch.episodes]
     if options.mode == "std" and all(r == rewards[0] for r in rewards):
         return [np.zeros(len(ep.messages)) for ep in batch.episodes]
-    if not isinstance(engine, ReplayEngine):
-        raise ValueError("credit method 'continuation' needs a replay engine "
-                         "(teamplay.credit.values.replay_query.ReplayEngine) as the replay resource")
     values = episode_values(batch, options, engine)
     scale = 1.0
     if options.mode == "std":

@@ -26,7 +26,7 @@ import numpy as np
 
 from teamplay.credit.registry import CreditBatch
 from teamplay.credit.values.group import GroupMode, pooled_credit_spread
-from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, replay_samples
+from teamplay.credit.values.replay_query import ReplayQuery, need_replay_engine, replay_samples
 from teamplay.errors import DataError
 
 #: a replay reward is a mean of K scores, each 0 but one: rounding stays far below this
@@ -36,10 +36,7 @@ _SOLO_TOL = 1e-9
 def solo_replay_scores(batch: CreditBatch, agents: tuple[str, ...], samples: int) -> list[np.ndarray]:
     """Per agent i (in ``agents`` order), c' [M']: the scores of M' fresh answers of agent i playing
     alone from the question (one batched ``scores`` call for the group; M' <= ``samples``)."""
-    engine = batch.resources.need("replay", "method 'oracle' with baseline_samples > 0")
-    if not isinstance(engine, ReplayEngine):
-        raise ValueError("credit method 'oracle' with baseline_samples > 0 needs a replay engine "
-                         "(teamplay.credit.values.replay_query.ReplayEngine) as the replay resource")
+    engine = need_replay_engine(batch.resources, "method 'oracle' with baseline_samples > 0")
     if batch.item is None:
         raise ValueError("credit method 'oracle' with baseline_samples > 0 re-runs the problem: the "
                          "CreditBatch needs its item")

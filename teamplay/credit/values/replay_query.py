@@ -83,3 +83,13 @@ def replay_values(engine: ReplayEngine, queries: Sequence[ReplayQuery], samples:
                   budget: float | None) -> np.ndarray:
     """Mean score of each query, float64 [len(queries)], validated (finite, in [0, 1])."""
     return np.array([s.mean() for s in replay_samples(engine, queries, samples, budget)], dtype=np.float64)
+
+
+def need_replay_engine(resources, what: str) -> ReplayEngine:
+    """The batch's ``replay`` resource, checked to be a :class:`ReplayEngine` (``what``: the method
+    and option that need it, for the one-line error). ``resources``: a ``CreditBatch.resources``."""
+    engine = resources.need("replay", what)
+    if not isinstance(engine, ReplayEngine):
+        raise ValueError(f"credit {what} needs a replay engine "
+                         "(teamplay.credit.values.replay_query.ReplayEngine) as the replay resource")
+    return engine
