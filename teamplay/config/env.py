@@ -35,3 +35,7 @@ class ProtocolConfig(Section):
                                             "YAML/Python file.")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="Protocol options, e.g. {rounds: 4, n_agents: 3}.")
+    channel: bool = Field(True, description=(
+        "False: the no-channel control arm: every message is withheld from the other agents (each sees "
+        "the problem, its role's prompt and its own earlier messages only; the transcript, final answer "
+        "and reward are unchanged). Shows whether a result needs the agents to read each other."))

@@ -164,13 +164,16 @@ class TeamEnv(AECEnv):
         items: problems ``reset`` draws from (with the seeded RNG) when not given one.
         protocol_options: options for a protocol given by name/path.
         render_mode: None, ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+        channel: False withholds every message from the other agents (each sees the problem, its
+            prompt and its own messages only): the no-channel control arm, see
+            ``teamplay.envs.protocols.driver``.
     """
 
     metadata = {"name": "teamplay_team_v0", "render_modes": ["ansi", "human"]}
 
     def __init__(self, task: Task, protocol: Protocol | str, team: Team | None = None,
                  items: Sequence[TaskItem] | None = None, protocol_options: Mapping[str, Any] | None = None,
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None, channel: bool = True) -> None:
         super().__init__()
         if not isinstance(task, Task):
             raise ConfigError(f"TeamEnv task: expected a Task (see teamplay.envs.tasks.get_task), "
@@ -199,7 +202,7 @@ class TeamEnv(AECEnv):
         self.team = team if team is not None else protocol.default_team()
         self.items: tuple[TaskItem, ...] | None = items
         self.render_mode = render_mode
-        self.driver = EpisodeDriver(protocol, self.team, task)
+        self.driver = EpisodeDriver(protocol, self.team, task, channel=channel)
         self.possible_agents = list(self.driver.agents)
         # one space object per agent, built once: seeding a space must affect later samples
         self.observation_spaces = {a: UnicodeText() for a in self.possible_agents}

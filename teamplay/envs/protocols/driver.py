@@ -16,6 +16,15 @@ answered like any other turn (so a rollout runner batches it with the real turns
 the answer goes into the decision (``counterfactual_text``, ``counterfactual_tokens``), and the
 transcript gets the usual skipped message. ``Episode.counterfactual_tokens`` sums those tokens;
 ``Episode.tokens`` and ``calls`` exclude them.
+
+No channel (``channel=False``, the config's ``protocol.channel: false``): the control arm of a
+hidden-information or review setting. Every request is built from the agent's *own view* of the
+episode: a state in which every other agent's message is recorded as a skipped turn (``_skipped``),
+so no other agent's text, answer or verdict reaches its prompt, its ``transcript`` or its metadata
+(``pending_answer``); it sees the problem (its own view of it, as the protocol gives it), its role's
+prompt and its own earlier messages. Only what agents are shown changes: the recorded transcript,
+the final-answer rule and the reward use every message, and speak/skip rules (``may_skip``) read the
+real state.
 """
 
 from __future__ import annotations
@@ -130,8 +139,9 @@ class EpisodeResult:
 class EpisodeDriver:
     """Drives ``protocol`` for ``team`` on items of ``task``; reusable across episodes via ``start``."""
 
-    def __init__(self, protocol: Protocol, team: Team, task: Task) -> None:
+    def __init__(self, protocol: Protocol, team: Team, task: Task, channel: bool = True) -> None:
         protocol.validate_team(team)
+        self.channel = channel
         self.protocol = protocol
         self.team = team
         self.task = task
@@ -258,7 +268,7 @@ class EpisodeDriver:
     def _planned(self, turn: TurnSpec, index: int) -> PlannedTurn:
         """Plan ``turn``, the ``index``-th turn of the episode."""
         assert self.state is not None
-        request = self.protocol.build_request(self.state, turn)
+        request = self._request(self.state, turn)
         if self._seed is not None:
             request = dataclasses.replace(request, seed=self._seed)
         replayed = self._replayed(turn, request, index)
@@ -277,6 +287,34 @@ class EpisodeDriver:
                 request, metadata=MappingProxyType({**request.metadata, "counterfactual": True}))
         return PlannedTurn(turn=turn, request=request, speak=choice.speak, counterfactual=counterfactual,
                            log_index=len(self._decisions) - 1)
+
+    def _request(self, state: ProtocolState, turn: TurnSpec) -> TurnRequest:
+        """The protocol's request for ``turn`` after ``state``; without a channel, built from the
+        agent's own view of ``state`` (module docstring)."""
+        return self.protocol.build_request(state if self.channel else self._own_view(state, turn.agent), turn)
+
+    def _own_view(self, state: ProtocolState, agent: str) -> ProtocolState:
+        """A fresh state holding ``state``'s messages with every other agent's turn skipped."""
+        view = self.protocol.new_state(state.item, state.team, state.answer_instruction)
+        for m in state.messages:
+            seen = m if m.agent == agent else _skipped(TurnSpec(m.agent, m.role, m.stage, m.round))
+            view.messages.append(seen)
+            self.protocol.update(view, seen)
+        return view
+
+    def request_after(self, item: TaskItem, messages: Sequence[Message]) -> TurnRequest:
+        """The request the schedule's turn ``len(messages)`` gets after ``messages``, a recorded
+        (or edited) prefix of an episode of ``item`` replayed into a fresh state: no controller is
+        asked, nothing is generated, the driver's own episode is untouched. Used to score what a
+        listener would read with a message withheld (``influence`` credit)."""
+        if len(messages) >= len(self.plan):
+            raise ValueError(f"request_after: {len(messages)} messages leave no turn of the "
+                             f"{len(self.plan)}-turn schedule")
+        state = self.protocol.new_state(item, self.team, self.task.answer_instruction)
+        for m in messages:
+            state.messages.append(m)
+            self.protocol.update(state, m)
+        return self._request(state, self.plan[len(messages)])
 
     def _replayed(self, turn: TurnSpec, request: TurnRequest, index: int) -> PlannedTurn | None:
         """The planned turn a ``ReplaySpec`` dictates for turn ``index`` (None: an ordinary turn)."""

@@ -46,7 +46,8 @@ def env_factory(task: Task, protocol_cfg: ProtocolConfig, team: Team | None,
 
     ``controller`` (e.g. ``TeamControllers.controller("train")``) becomes the protocol's
     ``controller`` option; a protocol without skippable turns refuses it with a ConfigError.
-    Building one env up front validates the protocol and team, so config errors surface before
+    ``protocol_cfg.channel`` False builds no-channel envs (every message withheld from the other
+    agents). Building one env up front validates the protocol and team, so config errors surface before
     any model is loaded.
     """
     options = dict(protocol_cfg.options)
@@ -63,5 +64,5 @@ def env_factory(task: Task, protocol_cfg: ProtocolConfig, team: Team | None,
                               f"turns (use proposer_reviewer, debate, or a YAML protocol with "
                               f"`skippable: true`)") from None
         raise
-    probe = TeamEnv(task, protocol, team)
-    return partial(TeamEnv, task, protocol, probe.team), probe.team
+    probe = TeamEnv(task, protocol, team, channel=protocol_cfg.channel)
+    return partial(TeamEnv, task, protocol, probe.team, channel=protocol_cfg.channel), probe.team
