@@ -74,9 +74,13 @@ def ram_gib() -> float | None:
 
 
 def machine_info() -> dict[str, Any]:
-    """Cores, CPU model, RAM, library versions, date and load average of this machine, now."""
+    """Cores, CPU model, RAM, library versions, the dtype a config's ``model.dtype: auto`` means here
+    (bfloat16 on a CPU with AVX512-BF16 or AMX, else float32: results differ between the two), date
+    and load average of this machine, now."""
     import torch
     import transformers
+
+    from teamplay.agents.models import resolve_dtype
 
     ram = ram_gib()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -89,6 +93,7 @@ def machine_info() -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
+        "dtype": resolve_dtype("auto"),
         "load_average_1min": round(load[0], 2) if load else None,
     }
 
@@ -97,8 +102,13 @@ def machine_line(info: dict[str, Any]) -> str:
     """One line naming the machine, e.g. ``2 cores AMD EPYC, 23.4 GiB RAM, torch 2.13.0, 2026-01-05``."""
     ram = f"{info['ram_gib']} GiB RAM" if info["ram_gib"] is not None else "RAM unknown"
     return (f"{info['cores']} cores {info['cpu']}, {ram}, torch {info['torch']}, "
-            f"transformers {info['transformers']}, {info['date']}, load average "
+            f"transformers {info['transformers']}, {_dtype(info)}{info['date']}, load average "
             f"{info['load_average_1min']} at start")
+
+
+def _dtype(info: dict[str, Any]) -> str:
+    """``model dtype auto = <dtype>, `` where ``info`` records it (older stored lines do not)."""
+    return f"model dtype auto = {info['dtype']}, " if info.get("dtype") else ""
 
 
 # ---------------------------------------------------------------------------------- timing

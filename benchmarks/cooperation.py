@@ -48,6 +48,7 @@ from benchmarks.arena_results import load_result, machine_summary, mde, save_res
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
 from benchmarks.credit_arena import (
     ARENA_METHODS,
+    CHAIN,
     LR,
     NEW_TOKENS,
     REPLY_PREFIX,
@@ -78,14 +79,22 @@ FAIR_HELDOUT_ANSWERS = 160
 #: method takes one optimiser step per training step (none when it drops every group)
 ANSWERS_PER_STEP = 32
 
+#: the chain's first sitting: the methods without replays (one forward pass of credit or none)
+CHAIN_METHODS = ("grpo", "dr_mas", "shapley (masking)", "loto (masking)")
 #: setting -> (team size K, method labels run by default)
 SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
     "relay_k2": (2, ("grpo", "shapley (masking)", "continuation")),
     "relay_k3": (3, ("grpo", "shapley (masking)", "continuation")),
     "split_k4_fair": (4, ("grpo", "oracle")),
     "split_k8_fair": (8, ("grpo", "oracle")),
+    # COSAC's sequential chain, compared with every method that needs no replay first (the replay
+    # methods, whose runs cost 2-4x the tokens, in a sitting of their own); no closed-form oracle
+    "chain_k4": (4, CHAIN_METHODS),
+    "chain_k8": (8, CHAIN_METHODS),
 }
 
+#: held-out sums of the chain settings: distinct test sums (operands up to 40), none in the training pool
+CHAIN_HELDOUT = 200
 #: (steps, problems per step, group, held-out problems, seeds, eval_every) by size; relay problems are
 #: whole sums, split problems are tuples of K (the sizes divide by K)
 SIZES = {
@@ -93,6 +102,10 @@ SIZES = {
     "relay_k3": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 6, 4)},
     "split_k4_fair": {"quick": (2, 1, 2, 2, 2, 1), "default": (12, 2, 4, FAIR_HELDOUT_ANSWERS // 4, 6, 4)},
     "split_k8_fair": {"quick": (2, 1, 2, 1, 2, 1), "default": (12, 1, 4, FAIR_HELDOUT_ANSWERS // 8, 6, 4)},
+    # the arena's chain sizes (one sum for the whole chain), at 8 paired seeds: the exact test's
+    # smallest two-sided p is then 2 / 2^8 = 0.008
+    "chain_k4": {"quick": (2, 1, 2, 2, 2, 1), "default": (12, 4, 4, CHAIN_HELDOUT, 8, 4)},
+    "chain_k8": {"quick": (2, 1, 2, 2, 2, 1), "default": (12, 2, 4, CHAIN_HELDOUT, 8, 4)},
 }
 #: the relay's largest operand: at K = 2 the one informant's number is the answer, so the problem space
 #: is the operands themselves; 999 leaves about 200 test numbers (40 would leave 8)
@@ -106,6 +119,19 @@ SAMPLED_EVAL = frozenset({"relay_k2"})
 #: team answer wrong (the message was needed), a share of the informants' held-out messages
 NEEDED = "cooperation/withholding/per_role/informant/right_to_wrong"
 
+#: the chain's cooperation measures, before and after training: what a later solver does with the
+#: running answer it reads (they do not restate team accuracy: each is a share of the messages that
+#: read a right, or a wrong, running answer), and what withholding one solver's answer changes
+CHAIN_COOPERATION = {
+    "cooperation/corrections_per_message": "Corrections per message (a solver's answer right where the running "
+                                           "answer it read was wrong, per message that could change it)",
+    "cooperation/harms_per_message": "Harms per message (a solver's answer wrong where the running answer it read "
+                                     "was right)",
+    "cooperation/team_minus_best_member": "The team against its best member (team accuracy minus the best solver's "
+                                          "own accuracy)",
+    "cooperation/withholding/information_use": "Information use (withholding one solver's answer changes the final "
+                                               "answer, a share of the withheld answers)",
+}
 #: at K = 2 the informant's own answer is the number it holds: how often it states it
 STATES = "role_accuracy/informant"
 
@@ -146,6 +172,19 @@ def base_config(setting: str, model: str, sizes: tuple[int, ...]) -> dict[str, A
             "optim": {"lr": LR, "minibatch_size": problems * group * k},
             "eval_curve_limit": min(CURVE_ANSWERS // 2, heldout),
             # information use before and after training: each informant's message withheld in turn
+            "eval_withhold_messages": True,
+        }
+    if setting.startswith("chain"):
+        return {
+            **common,
+            "task": {"name": "arith", "split": "train", "options": TASK, "limit": 2000},
+            "eval_task": {"name": "arith", "split": "test", "limit": heldout, "distinct": True, "options": TASK},
+            "protocol": {"name": "sequential", "options": {**CHAIN, "n_agents": k}},
+            "team": {"roles": [{"name": "solver", "prompt": SOLVER_PROMPT, "count": k}]},
+            # an episode is K messages; one minibatch holds a whole step's
+            "optim": {"lr": LR, "minibatch_size": problems * group * k},
+            "eval_curve_limit": min(CURVE_ANSWERS, heldout),
+            # information use before and after training: each solver's answer withheld in turn
             "eval_withhold_messages": True,
         }
     task = {"task": "arith", "k": k, "options": FAIR_TASK, "distinct": True}
@@ -242,6 +281,10 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
             f"{RELAY_MAX_OPERAND[setting]}), the answerer (its own adapter) sees none; team reward the answerer's "
             f"correctness. {steps} steps of {problems} sums x {group} episodes; held-out: {heldout} distinct sums "
             "(no reordering of one in the training pool)" if setting.startswith("relay") else
+            f"K = {k} solvers of one shared adapter answer one sum (operands up to {TASK['max_operand']}) in turn, "
+            "each reading the earlier answers and keeping or revising the running one; team reward the last "
+            f"answer's score. {steps} steps of {problems} sums x {group} episodes; held-out: {heldout} distinct test "
+            "sums" if setting.startswith("chain") else
             f"K = {k} solvers of one shared adapter, each on its own sum (operands up to {TASK['max_operand']}), "
             f"team reward the fraction right. {steps} steps of {problems} tuples x {group} episodes "
             f"({problems * k * group} answers per step); held-out: {heldout} tuples ({heldout * k} distinct answers, "
@@ -274,7 +317,13 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
                    "thread count, not from the run itself." if all(a == b for _, a, b in spread.values()) else
                    ". A rerun moves a seed by this much with nothing changed (thread timing, another machine's "
                    "kernels)."))
-    informing = information_use(result)
+    informing = information_use(result) if setting.startswith("relay") else []
+    if setting.startswith("chain"):
+        for key, what in CHAIN_COOPERATION.items():
+            moved = information_use(result, key)
+            if moved:
+                notes.append(f"{what} (held-out, greedy), untrained -> trained, with the paired change (t interval, "
+                             "exact p): " + "; ".join(moved) + ".")
     if informing:
         notes.append(f"Information use (held-out, {'sampled' if setting in SAMPLED_EVAL else 'greedy'}; an "
                      "informant's message withheld, the answerer's turn played again): the share of informant "
