@@ -79,8 +79,10 @@ FAIR_HELDOUT_ANSWERS = 160
 #: method takes one optimiser step per training step (none when it drops every group)
 ANSWERS_PER_STEP = 32
 
-#: the chain's first sitting: the methods without replays (one forward pass of credit or none)
-CHAIN_METHODS = ("grpo", "dr_mas", "shapley (masking)", "loto (masking)")
+#: the chain's first sitting: the methods without replays (one forward pass of credit or none).
+#: ``dr_mas`` is not among them: every solver speaks once in every episode of a chain, so its
+#: per-agent statistics are the group's and it equals ``grpo`` message for message
+CHAIN_METHODS = ("grpo", "shapley (masking)", "loto (masking)")
 #: setting -> (team size K, method labels run by default)
 SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
     "relay_k2": (2, ("grpo", "shapley (masking)", "continuation")),
