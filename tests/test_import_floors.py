@@ -42,6 +42,7 @@ INNER_FLOORS = {
         "base": 0, "loader": 0,  # the sections' base model; reading YAML and --set into any model
         # the sections, by what they configure
         "env": 1, "model": 1, "controllers": 1, "credit": 1, "learning": 1, "distributed": 1,
+        "warm_start": 1,  # the warm start's section (its teacher check reads envs)
         "federated": 2,  # its extra_tasks are TaskConfigs
         "runs": 3,  # the configs of whole runs and the rules that read several sections
         "__init__": 4,
@@ -70,6 +71,7 @@ INNER_FLOORS = {
     "cli": {
         "app": 0, "tables": 0,  # the Typer app, its error handling and shared options; the result tables
         "training": 1, "evaluation": 1, "deployment": 1, "inspection": 1,  # the commands, by family
+        "sft": 1,  # the warm start alone
         "__init__": 2, "__main__": 3,
     },
 }

@@ -15,7 +15,7 @@ checkpoint, one ``warning:`` line and exit status 75 (``teamplay.training.run.pr
 """
 
 # ruff: noqa: I001, F401  (imported to register their commands, in the order --help lists them)
-from teamplay.cli import training, evaluation, deployment, inspection
+from teamplay.cli import training, sft, evaluation, deployment, inspection
 from teamplay.cli.app import app
 
 __all__ = ["app", "main"]

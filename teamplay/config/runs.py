@@ -22,6 +22,7 @@ from teamplay.config.env import ProtocolConfig, TaskConfig
 from teamplay.config.federated import FederatedSection
 from teamplay.config.learning import ObjectiveConfig, OptimConfig, RolloutConfig
 from teamplay.config.model import BackendConfig, ModelConfig, SamplingConfig
+from teamplay.config.warm_start import WarmStartConfig, check_teachers
 
 
 def _check_backend_fits_model(backend: BackendConfig, model: ModelConfig) -> None:
@@ -174,6 +175,23 @@ class TrainConfig(TeamTrainingConfig):
     checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
     distributed: DistributedConfig | None = Field(
         None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
+    warm_start: WarmStartConfig | None = Field(
+        None, description="Supervised fine-tuning of each role's adapter on its own messages (a teacher team's, "
+                          "or the team's own episodes that passed a reward threshold) before the first RL step, "
+                          "into RUN/warm_start (teamplay.config.warm_start; `teamplay sft` runs it alone); "
+                          "None = RL from the fresh (or model.checkpoint) adapters.")
+
+    @model_validator(mode="after")
+    def _warm_start_fits(self) -> TrainConfig:
+        """A warm start runs in the trainer's own process, on roles that have a teacher (``check_teachers``)."""
+        if self.warm_start is None:
+            return self
+        # both would keep a copy of the adapters built before the warm start changed them
+        for name, value in {"distributed": self.distributed, "rollout.max_staleness": self.rollout.max_staleness}.items():
+            if value is not None:
+                raise ValueError(f"warm_start: not supported with {name} yet; drop one of them")
+        check_teachers(self.warm_start, self.protocol, self.team)
+        return self
 
     @model_validator(mode="after")
     def _eval_samples_differ(self) -> TrainConfig:

@@ -305,8 +305,39 @@ def _gspo_objective(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.
                      logratio_clamp=obj.logratio_clamp)
 
 
-#: objective name -> loss with the one signature of ``objective_loss``
-OBJECTIVES: dict[str, ObjectiveLoss] = {"grpo": _grpo_objective, "gspo": _gspo_objective}
+def sft_loss(logp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, LossStats]:
+    """Supervised fine-tuning's loss: the negative log-likelihood of the completion tokens, a mean
+    over each sequence's real tokens, then over sequences (``seq_mean_token_mean``, so a long message
+    weighs as much as a short one and an adapter's share splits over data-parallel ranks as GRPO's
+    does; TRL's SFTTrainer averages over every token of the batch instead).
+
+    ``logp`` [B, L] are the completion tokens' log-probs (the prompt is never a target: the caller
+    scores completions only), ``mask`` [B, L] 1 on real tokens. Padding never reaches the loss or
+    its gradient. The stats have no ratio (1) and no clip (0).
+    """
+    keep = _check_batch(mask, logp=logp)
+    return -aggregate(logp, keep, "seq_mean_token_mean"), LossStats(clip_fraction=0.0, ratio_mean=1.0, kl_mean=None)
+
+
+@dataclass(frozen=True)
+class SftObjective:
+    """The objective a warm start's update runs (``teamplay.training.run.warm_start``): ``sft_loss``,
+    with the fields ``PolicyUpdater`` reads of an objective (no KL term, no old log-probs pass)."""
+
+    name: str = "sft"
+    kl_beta: float = 0.0
+    old_logprobs: str = "generation"
+
+
+def _sft_objective(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,
+                   adv: torch.Tensor, mask: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, LossStats]:
+    # every warm-start sample is a target with advantage 1; the NLL needs no ratio, reference or norm
+    return sft_loss(logp, mask)
+
+
+#: objective name -> loss with the one signature of ``objective_loss`` (``sft``: a warm start's NLL,
+#: not an RL objective, so ``objective.name`` cannot select it)
+OBJECTIVES: dict[str, ObjectiveLoss] = {"grpo": _grpo_objective, "gspo": _gspo_objective, "sft": _sft_objective}
 
 
 def objective_loss(obj: Any, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None,

@@ -81,6 +81,7 @@ from teamplay.training.run.parts import Learner, PartsFactory, Runner, local_par
 from teamplay.training.run.preemption import Preemption, StopRequested, preemption_handlers
 from teamplay.training.run.run_state import RunState
 from teamplay.training.run.update_stage import UpdateStage
+from teamplay.training.run.warm_start import WarmStart
 from teamplay.training.step.credit_stage import CreditStage
 from teamplay.training.step.episode_log import episode_lines
 from teamplay.training.step.stages import (
@@ -256,6 +257,10 @@ class Trainer:
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
             self.update = UpdateStage(self.learner, self.nonfinite)
+            #: the supervised warm start a fresh run takes before its first step (``warm_start:``), else None
+            self.warm_start = None if cfg.warm_start is None else WarmStart(
+                cfg, self.team_model, self.team, self.trainable, self.make_env, self.runner,
+                self.held_out.run, run.backend.sync_adapters)
 
     @property
     def state(self) -> TrainerState:
@@ -328,6 +333,8 @@ class Trainer:
         eval_before = eval_after = None
         history: list[dict[str, Any]] = []
         try:
+            if not resumed and self.warm_start is not None:  # continued or skipped when it ran already
+                self.warm_start.run(self.items, self.eval_items, preemption.check, preemption)
             if not resumed and self.eval_items:
                 eval_before, first = self.held_out.before(self.eval_items, preemption.check)
                 logger.log(0, first)
