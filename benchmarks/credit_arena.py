@@ -131,6 +131,7 @@ JUDGE_TOKENS = 10
 ARENA_METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"method": "grpo"},
     "continuation": {"method": "continuation"},
+    "influence": {"method": "influence"},
     "shapley (replay)": {"method": "shapley", "options": {"value": "replay"}},
     "cosac": {"method": "cosac"},
     "tracer_roles": {"method": "tracer_roles"},

@@ -42,6 +42,7 @@ INNER_FLOORS = {
         "base": 0, "loader": 0,  # the sections' base model; reading YAML and --set into any model
         # the sections, by what they configure
         "env": 1, "model": 1, "controllers": 1, "credit": 1, "learning": 1, "distributed": 1,
+        "curriculum": 1,  # its stages override the task and protocol sections (env)
         "warm_start": 1,  # the warm start's section (its teacher check reads envs)
         "federated": 2,  # its extra_tasks are TaskConfigs
         "runs": 3,  # the configs of whole runs and the rules that read several sections

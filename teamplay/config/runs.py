@@ -17,6 +17,7 @@ from teamplay.agents.roles import Team
 from teamplay.config.base import Section
 from teamplay.config.controllers import ControllerConfig
 from teamplay.config.credit import CreditConfig
+from teamplay.config.curriculum import CurriculumConfig, check_stages
 from teamplay.config.distributed import DistributedConfig
 from teamplay.config.env import ProtocolConfig, TaskConfig
 from teamplay.config.federated import FederatedSection
@@ -175,6 +176,10 @@ class TrainConfig(TeamTrainingConfig):
     checkpoint_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
     distributed: DistributedConfig | None = Field(
         None, description="Ray scale-out (rollout workers, data-parallel learner); None = one process.")
+    curriculum: CurriculumConfig | None = Field(
+        None, description="Difficulty stages of the training episodes, raised when the training reward's moving "
+                          "average reaches a threshold (teamplay.config.curriculum); None = the config's own "
+                          "task, protocol and team throughout.")
     warm_start: WarmStartConfig | None = Field(
         None, description="Supervised fine-tuning of each role's adapter on its own messages (a teacher team's, "
                           "or the team's own episodes that passed a reward threshold) before the first RL step, "
@@ -191,6 +196,22 @@ class TrainConfig(TeamTrainingConfig):
             if value is not None:
                 raise ValueError(f"warm_start: not supported with {name} yet; drop one of them")
         check_teachers(self.warm_start, self.protocol, self.team)
+        return self
+
+    @model_validator(mode="after")
+    def _curriculum_fits(self) -> TrainConfig:
+        """Every stage of a curriculum can be played (``check_stages``), by a run that can change
+        its training episodes between steps."""
+        if self.curriculum is None:
+            return self
+        # each would play a stage's episodes with wiring built once: the Ray pool's workers build their
+        # envs at start, the generator thread plays steps ahead, a stage's credit would load the judge again
+        unsupported = {"distributed": self.distributed, "rollout.max_staleness": self.rollout.max_staleness,
+                       "credit.judge_model": self.credit.judge_model}
+        for name, value in unsupported.items():
+            if value is not None:
+                raise ValueError(f"curriculum: not supported with {name} yet; drop one of them")
+        check_stages(self.curriculum, self.task, self.protocol, self.team)
         return self
 
     @model_validator(mode="after")

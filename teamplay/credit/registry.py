@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from teamplay.credit.values.generative_judge import GenerativeJudge
+from teamplay.credit.values.listener_query import ListenerScorer
 from teamplay.credit.values.replay_query import ReplayEngine
 from teamplay.errors import ConfigError, DataError, TeamplayError
 from teamplay.records import Episode, TaskItem
@@ -41,6 +42,9 @@ class CreditResources:
         transcript_value: ``value(episode, kept: frozenset[int]) -> float`` (``loto``).
         answer_probability: ``prob(episode, prefix_len: int) -> float``: the policy's probability of
             the gold answer after the first ``prefix_len`` messages (``a2tgpo``).
+        listener: a :class:`~teamplay.credit.values.listener_query.ListenerScorer`: a listener's
+            teacher-forced log-probability of an answer with one message withheld or not
+            (``influence``; the trainer's: the protocol's prompts, the listener's adapter).
         embedder: an :class:`~teamplay.credit.values.coverage.Embedder` (``coverage``; default: packaged).
         judge: a :class:`~teamplay.credit.values.generative_judge.GenerativeJudge`: greedy completions of a
             batch of prompts (``shapley value=judge``; the trainer's: the base model, adapters off,
@@ -56,6 +60,7 @@ class CreditResources:
     replay: ReplayEngine | Callable[..., Sequence[float]] | None = None
     transcript_value: Callable[..., float] | None = None
     answer_probability: Callable[..., float] | None = None
+    listener: ListenerScorer | None = None
     embedder: Any | None = None
     judge: GenerativeJudge | None = None
     backend: Any | None = None

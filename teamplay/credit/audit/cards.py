@@ -329,6 +329,26 @@ _CARDS: dict[str, _Text] = {
         ("tests/training/test_replay_engine.py::test_continuation_value_matches_the_analytic_value",
          f"{_TESTS_REPLAY}::test_continuation_advantages_telescope_in_the_trainer"),
         "at most budget x the step's rollout tokens when budget is set"),
+    "influence": _Text(
+        "I_{g,t} = log p(y | listener's prompt) - log p(y | listener's prompt, message t withheld): the "
+        "change in the teacher-forced log-probability per token of the answer y (the reference where "
+        "known, else the team's final answer) of the last later turn of another agent that reads message "
+        "t, z-normalised per turn index across the group and added to the group-centred team reward; a "
+        "message no teammate reads gets the team reward's advantage alone.",
+        ("the listener's teacher-forced belief in y is a value of what it read: a message that raises it "
+         "moves the team toward the answer (a proxy for E[R | message] - E[R | message withheld], not a "
+         "sampled outcome: influence through later turns than the listener's is not seen)",
+         "withholding by the placeholder '(no message)' is the counterfactual of not having sent the "
+         "message, and the listener's prompt is rebuilt by the protocol from the recorded transcript",
+         "messages with the same turn index across the group are comparable (the z-normalisation)",
+         "the policy is calibrated enough that a higher probability of the reference goes with a right "
+         "answer; a channel the listener ignores gives no credit, which the no-channel arm checks"),
+        ("tests/credit/test_influence.py::test_worked_number_on_a_tiny_model",
+         "tests/credit/test_influence.py::test_invariants",
+         "tests/credit/test_influence.py::test_without_a_channel_no_message_has_a_listener",
+         "tests/credit/test_influence.py::test_runs_in_a_training_step"),
+        "the message-present row of a listener is shared by every message it reads, and rows with the "
+        "same prompt are scored once; the rows' prompt tokens are logged (influence_prompt_tokens)"),
     "dgpo": _Text(
         "No new contrast: the message advantage A redistributed over its tokens, a_j = A w_j with w_j "
         "= (1 - mix) + mix s_j / mean(s), s_j = (Hellinger distance to the reference - floor)^+ x "

@@ -302,19 +302,25 @@ class EpisodeDriver:
             self.protocol.update(view, seen)
         return view
 
-    def request_after(self, item: TaskItem, messages: Sequence[Message]) -> TurnRequest:
-        """The request the schedule's turn ``len(messages)`` gets after ``messages``, a recorded
-        (or edited) prefix of an episode of ``item`` replayed into a fresh state: no controller is
-        asked, nothing is generated, the driver's own episode is untouched. Used to score what a
-        listener would read with a message withheld (``influence`` credit)."""
-        if len(messages) >= len(self.plan):
-            raise ValueError(f"request_after: {len(messages)} messages leave no turn of the "
-                             f"{len(self.plan)}-turn schedule")
+    def request_for(self, item: TaskItem, messages: Sequence[Message], index: int) -> TurnRequest:
+        """The request the schedule's turn ``index`` gets in an episode of ``item`` whose messages
+        are ``messages`` (recorded or edited; at least ``index`` of them), rebuilt in a fresh state:
+        from the messages before ``index``, or before its round when the protocol plans that round
+        whole, as the driver plans it. No controller is asked, nothing is generated, the driver's
+        own episode is untouched. Scores what a listener reads with a message withheld
+        (``influence`` credit)."""
+        if not 0 <= index < len(self.plan) or len(messages) < index:
+            raise ValueError(f"request_for: turn {index} of a {len(self.plan)}-turn schedule after "
+                             f"{len(messages)} messages")
+        turn = self.plan[index]
+        first = next(i for i, t in enumerate(self.plan) if t.round == turn.round)
+        whole = [t for t in self.plan if t.round == turn.round]
+        upto = first if self.protocol.simultaneous(self.team, whole) else index
         state = self.protocol.new_state(item, self.team, self.task.answer_instruction)
-        for m in messages:
+        for m in messages[:upto]:
             state.messages.append(m)
             self.protocol.update(state, m)
-        return self._request(state, self.plan[len(messages)])
+        return self._request(state, turn)
 
     def _replayed(self, turn: TurnSpec, request: TurnRequest, index: int) -> PlannedTurn | None:
         """The planned turn a ``ReplaySpec`` dictates for turn ``index`` (None: an ordinary turn)."""
@@ -333,10 +339,7 @@ class EpisodeDriver:
         if spec.removal == "skip":
             return PlannedTurn(turn=turn, request=request, forced=_skipped(turn))
         if spec.removal == "null_message":
-            text = spec.null_text
-            return PlannedTurn(turn=turn, request=request, forced=Message(
-                agent=turn.agent, role=turn.role, round=turn.round, stage=turn.stage, text=text,
-                answer=self.task.extract(text)))
+            return PlannedTurn(turn=turn, request=request, forced=null_message(turn, self.task, spec.null_text))
         return PlannedTurn(turn=turn, request=dataclasses.replace(request, adapter=None))  # base_policy
 
     def _message(self, planned: PlannedTurn, action: Any) -> Message:
@@ -402,6 +405,13 @@ class EpisodeDriver:
             agent_answers=self.result.agent_answers, agent_correct=self.result.agent_correct,
             tokens=sum(m.n_tokens for m in messages), calls=sum(m.spoke for m in messages),
             metadata=metadata, decisions=tuple(self._decisions))
+
+
+def null_message(turn: TurnSpec | Message, task: Task, text: str = NULL_MESSAGE) -> Message:
+    """What a withheld turn says: the neutral ``text`` in its author's place, with the answer the
+    task reads in it (none for the default text), costing no generation."""
+    return Message(agent=turn.agent, role=turn.role, round=turn.round, stage=turn.stage, text=text,
+                   answer=task.extract(text))
 
 
 def _skipped(turn: TurnSpec) -> Message:

@@ -29,7 +29,7 @@ from teamplay.training.wiring.checks import TRAINER_RESOURCES
 from teamplay.training.wiring.envs import load_items
 
 #: resources available off-line (no model is loaded): everything the trainer gives but what needs one
-SAVED_RESOURCES = TRAINER_RESOURCES - {"backend", "replay", "answer_probability", "judge"}
+SAVED_RESOURCES = TRAINER_RESOURCES - {"backend", "replay", "answer_probability", "listener", "judge"}
 
 
 @dataclass(frozen=True)

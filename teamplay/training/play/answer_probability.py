@@ -66,16 +66,24 @@ class AnswerProbability:
 
     def many(self, pairs: Sequence[tuple[Episode, int]]) -> np.ndarray:
         rows = [self._row(ep, n) for ep, n in pairs]
-        out = np.empty(len(rows))
-        order: dict[str | None, list[int]] = {}
-        for i, (_, _, adapter) in enumerate(rows):
-            order.setdefault(adapter, []).append(i)
-        with torch.no_grad():
-            for adapter, members in order.items():
-                for lo in range(0, len(members), self.batch_size):
-                    part = members[lo:lo + self.batch_size]
-                    logp, mask = self.team_model.completion_logprobs(
-                        [rows[i][0] for i in part], [rows[i][1] for i in part], adapter=adapter)
-                    mean = (logp * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [b]
-                    out[part] = mean.double().exp().cpu().numpy()
-        return np.clip(out, 0.0, 1.0)
+        return np.clip(np.exp(mean_forced_logprobs(self.team_model, rows, self.batch_size)), 0.0, 1.0)
+
+
+def mean_forced_logprobs(team_model: Any, rows: Sequence[tuple[list[int], list[int], str | None]],
+                         batch_size: int = 32) -> np.ndarray:
+    """float64 [N]: per row ``(prompt ids, forced ids, adapter)``, the mean log-probability per
+    forced token of the forced ids after the prompt under the adapter (None: the base model); one
+    no-grad teacher-forced pass per ``batch_size`` rows of one adapter."""
+    out = np.empty(len(rows))
+    order: dict[str | None, list[int]] = {}
+    for i, (_, _, adapter) in enumerate(rows):
+        order.setdefault(adapter, []).append(i)
+    with torch.no_grad():
+        for adapter, members in order.items():
+            for lo in range(0, len(members), batch_size):
+                part = members[lo:lo + batch_size]
+                logp, mask = team_model.completion_logprobs(
+                    [rows[i][0] for i in part], [rows[i][1] for i in part], adapter=adapter)  # [b, C]
+                mean = (logp * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [b]
+                out[part] = mean.double().cpu().numpy()
+    return out

@@ -141,16 +141,23 @@ def advance(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
 class LocalRunner(RolloutRunner):
     """The in-process runner: the lock-step ``RolloutRunner`` over the training envs, and a fresh
     one over the evaluation envs for each held-out evaluation. With ``owns_backend`` (the run built
-    the backend: ``WiredRun.owns_backend``), ``close`` closes the backend too."""
+    the backend: ``WiredRun.owns_backend``), ``close`` closes the backend too. ``play`` switches the
+    training episodes to a curriculum stage's envs and backend; held-out episodes keep the run's."""
 
     def __init__(self, make_env: Callable[[], TeamEnv], make_eval_env: Callable[[], TeamEnv], backend,
                  sampling: SamplingParams, max_batch: int | None = None, owns_backend: bool = False) -> None:
         super().__init__(make_env, backend, sampling, max_batch=max_batch)
         self.make_eval_env = make_eval_env
+        self.eval_backend = backend  # the run's own, whatever stage the training episodes play
         self.owns_backend = owns_backend
 
+    def play(self, make_env: Callable[[], TeamEnv], backend) -> None:
+        """Generate the training episodes from now on with ``make_env`` and ``backend`` (a curriculum
+        stage's: ``teamplay.training.run.curriculum``); the held-out episodes keep the run's own."""
+        self.make_env, self.backend = make_env, backend
+
     def held_out(self, sampling: SamplingParams, before_generate: Callable[[], None] | None) -> RolloutRunner:
-        return RolloutRunner(self.make_eval_env, self.backend, sampling, max_batch=self.max_batch,
+        return RolloutRunner(self.make_eval_env, self.eval_backend, sampling, max_batch=self.max_batch,
                              before_generate=before_generate)
 
     def step_metrics(self) -> dict[str, Any]:
@@ -165,7 +172,7 @@ class LocalRunner(RolloutRunner):
         otherwise live until the interpreter exits, and a sweep's next run would start its own beside
         them. A backend passed in by the caller stays open."""
         if self.owns_backend:
-            self.backend.close()
+            self.eval_backend.close()  # a stage's backend wraps the same model backend
 
 
 class OptimizerOwner:

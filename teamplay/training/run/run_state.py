@@ -7,7 +7,8 @@ everything below is saved with each checkpoint and restored from it:
   the data order (``teamplay.training.run.data_order``). The trainer draws each step's problems through
   ``next_problems`` and counts the step with ``end_step``; only ``restore`` sets it otherwise.
 * ``extra_state``: JSON that joins each checkpoint's ``extra_state.json``: the speak/skip controller
-  tables (``"controllers"``, taken at each save, restored exactly) and a step whose held-out
+  tables (``"controllers"``, taken at each save, restored exactly), the curriculum's stage and
+  values (``"curriculum"``, likewise: ``teamplay.training.run.curriculum``) and a step whose held-out
   evaluation a preemption abandoned (``preemption.UNLOGGED_STEP``: its metrics and episode lines,
   not yet in the logs; ``unlogged_on_stop`` puts it there, the resumed run ``take_unlogged``s it and
   evaluates and logs it first).
@@ -40,7 +41,8 @@ from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
 from teamplay.training.learn.nonfinite import check_finite_adapters
 from teamplay.training.play.controllers import TeamControllers
-from teamplay.training.run.data_order import first_state, next_problems
+from teamplay.training.run.curriculum import Curriculum
+from teamplay.training.run.data_order import data_order, first_state, next_problems
 from teamplay.training.run.parts import Learner
 from teamplay.training.run.preemption import UNLOGGED_STEP, Preempted, Preemption, StopRequested
 from teamplay.training.store.checkpoint import (
@@ -58,13 +60,15 @@ from teamplay.training.store.resume import checkpoint_to_resume
 class RunState:
     """The state of the run ``cfg`` describes and its checkpoints (see the module): ``team_model``
     holds the adapters, ``learner`` the optimiser and schedule, ``controllers`` the speak/skip tables
-    (or None). A fresh run starts at step 0, at the start of a pass over ``size`` training problems.
+    (or None), ``curriculum`` the difficulty stage (or None). A fresh run starts at step 0, at the
+    start of a pass over ``size`` training problems.
     """
 
     def __init__(self, cfg: TrainConfig, team_model, learner: Learner, controllers: TeamControllers | None,
-                 size: int) -> None:
+                 size: int, curriculum: Curriculum | None = None) -> None:
         self.cfg, self.run_dir = cfg, Path(cfg.output_dir)
         self.team_model, self.learner, self.controllers = team_model, learner, controllers
+        self.curriculum = curriculum
         self.state: TrainerState = first_state(cfg.seed, size)
         self.extra_state: dict[str, Any] = {}
         self.extra_tensors: dict[str, torch.Tensor] = {}
@@ -83,6 +87,12 @@ class RunState:
         (before the step that uses them runs)."""
         problems, self.state = next_problems(self.state, items, self.cfg.seed, n)
         return problems
+
+    def new_pass(self, size: int) -> None:
+        """Start a pass over ``size`` new training problems (a curriculum stage's items), at the step
+        and token count the run has reached."""
+        self.state = dataclasses.replace(self.state, data_order=data_order(self.cfg.seed, size, 0), data_cursor=0,
+                                         data_epoch=0)
 
     def end_step(self, generated: int) -> int:
         """Count a finished step that generated ``generated`` tokens; returns the run's token total."""
@@ -135,6 +145,8 @@ class RunState:
         check_finite_adapters(self.learner.params, f"checkpoint step {self.state.step}")
         if self.controllers is not None:
             self.extra_state["controllers"] = self.controllers.state_dict()
+        if self.curriculum is not None:
+            self.extra_state["curriculum"] = self.curriculum.state_dict()
         optimizer, scheduler = self.learner.checkpoint_state()
         path = save_checkpoint(self.run_dir, self.state, self.team_model, optimizer, scheduler,
                                {**self.extra_state, **(extra or {})}, self.cfg.model_dump(mode="json"),
@@ -155,17 +167,22 @@ class RunState:
     def restore(self, data: LoadedCheckpoint) -> None:
         """Continue from a loaded checkpoint (``checkpoint.load_checkpoint``): its adapters,
         optimiser and schedule, data position, RNG states, extra state and tensors, controller
-        tables. State that does not fit this team is a ``TeamplayError``."""
+        tables, curriculum stage. State that does not fit this team is a ``TeamplayError``."""
         path = data.path
         if self.controllers is not None and "controllers" not in data.extra:
             raise ConfigError(f"--resume: checkpoint {path} has no controller tables but "
                               f"controllers.enabled is true; resume with the run's own config")
+        if self.curriculum is not None and "curriculum" not in data.extra:
+            raise ConfigError(f"--resume: checkpoint {path} has no curriculum state but the config has a "
+                              f"curriculum; resume with the run's own config")
         self.team_model.load_adapters(path / "adapters")
         try:
             self.learner.load_state(data.optimizer, data.scheduler)
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(f"--resume: the optimizer state of {path} does not fit this team's "
                                   f"adapters ({exc}); resume with the run's own config") from None
+        if self.curriculum is not None:  # before the RNG: the stage's wiring must not shift the restored draws
+            self.curriculum.load_state_dict(data.extra["curriculum"])
         set_rng_state(data.rng)
         self.state, self._saved_step, self._shared = data.state, data.state.step, False
         self.extra_state, self.extra_tensors = dict(data.extra), dict(data.tensors)

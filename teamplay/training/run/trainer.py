@@ -76,6 +76,7 @@ from teamplay.training.play.controllers import answer_check
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.play.rollout import step_jobs
 from teamplay.training.run.async_step import AsyncStep
+from teamplay.training.run.curriculum import Curriculum
 from teamplay.training.run.held_out import HeldOutEvaluation, solo_baseline
 from teamplay.training.run.parts import Learner, PartsFactory, Runner, local_parts
 from teamplay.training.run.preemption import Preemption, StopRequested, preemption_handlers
@@ -99,8 +100,8 @@ from teamplay.training.step.token_stage import TokenStage
 from teamplay.training.store.checkpoint import LoadedCheckpoint, TrainerState, latest_checkpoint
 from teamplay.training.store.metrics import MetricsLogger, generated_tokens
 from teamplay.training.store.run_folder import claim_run_folder
-from teamplay.training.wiring.checks import check_run
-from teamplay.training.wiring.wired_run import build_run, seed_everything
+from teamplay.training.wiring.checks import CheckedRun, check_run
+from teamplay.training.wiring.wired_run import WiredRun, build_run, seed_everything
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,8 @@ class Trainer:
     ``eval_items`` (a caller may replace them before ``train``), ``team``, ``team_model``,
     ``trainable``, ``controllers``, ``make_env`` and ``backend`` (for rollouts of the caller's own),
     ``runner`` and ``learner``; ``async_step`` (``teamplay.training.run.async_step``) with
-    ``rollout.max_staleness`` set, else None.
+    ``rollout.max_staleness`` set, else None; ``curriculum`` (``teamplay.training.run.curriculum``)
+    with ``curriculum:`` set, else None: ``task``, ``items`` and ``make_env`` are then its current stage's.
     """
 
     def __init__(self, cfg: TrainConfig, team_model=None, backend=None, task: Task | None = None,
@@ -242,7 +244,13 @@ class Trainer:
             self.runner: Runner
             self.learner: Learner
             self.runner, self.learner = parts(cfg, run, self.trainable)
-            self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items))
+            #: the difficulty dial (``curriculum:``; ``teamplay.training.run.curriculum``), else None
+            self.curriculum: Curriculum | None = None
+            if cfg.curriculum is not None:
+                self.curriculum = Curriculum(cfg, run, lambda played, new_pass: self._play(played, checked, new_pass),
+                                             task_given=task is not None)
+            self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items),
+                                      self.curriculum)
             #: asynchronous rollouts (``rollout.max_staleness`` set; ``async_step``), else None
             self.async_step: AsyncStep | None = None
             if cfg.rollout.max_staleness is not None:
@@ -257,6 +265,8 @@ class Trainer:
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
             self.update = UpdateStage(self.learner, self.nonfinite)
+            if self.curriculum is not None:  # the first stage's training episodes, from the first step
+                self.curriculum.start()
             #: the supervised warm start a fresh run takes before its first step (``warm_start:``), else None
             self.warm_start = None if cfg.warm_start is None else WarmStart(
                 cfg, self.team_model, self.team, self.trainable, self.make_env, self.runner,
@@ -438,6 +448,8 @@ class Trainer:
         if batch is not None:
             self.async_step.updated(active, metrics["optimizer_steps"])
             metrics.update(self.async_step.metrics(batch, waited, trained, stale, lags))
+        if self.curriculum is not None:  # the difficulty of the next step: raised when the reward says so
+            metrics["curriculum"] = self.curriculum.after_step(metrics)
         return StepResult(step=step + 1, metrics=metrics, groups=tuple(work))
 
     # ----------------------------------------------------------------------------- helpers
@@ -446,6 +458,18 @@ class Trainer:
         (``teamplay.training.step.episode_log``)."""
         return episode_lines(result.credited, result.token_advantages, self.cfg.log_episodes, self.credit.record,
                              self.team_model)
+
+    def _play(self, played: WiredRun, checked: CheckedRun, new_pass: bool) -> None:
+        """Play the training episodes from the next step on as ``played`` wires them (a curriculum
+        stage's: ``Curriculum``): its task, items and env factory, the runner's backend, and the
+        credit stage built on them; ``new_pass``: the items are new, so the data order starts a pass
+        over them. The team model, optimiser and held-out evaluation stay as they are."""
+        self.task, self.items, self.make_env = played.task, played.items, played.make_env
+        self.credit = CreditStage(self.cfg, checked, played)
+        # the in-process runner (the config refuses a curriculum with `distributed:` or async rollouts)
+        self.runner.play(played.make_env, played.backend)
+        if new_pass:
+            self.run_state.new_pass(len(played.items))
 
     def _before_evaluation(self, label: str) -> None:
         """Before each held-out evaluation (``held_out``): the learner's copies take this trainer's

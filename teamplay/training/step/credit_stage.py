@@ -19,6 +19,7 @@ from teamplay.records import Episode, TaskItem
 from teamplay.training.learn.nonfinite import check_advantage_size
 from teamplay.training.play.answer_probability import AnswerProbability
 from teamplay.training.play.judge import BackendJudge
+from teamplay.training.play.listener_logprob import ListenerLogProb
 from teamplay.training.play.replay import RolloutReplayEngine
 from teamplay.training.step.stages import GroupWork, StepContext
 from teamplay.training.wiring.backend import build_judge_backend
@@ -61,6 +62,10 @@ class CreditStage:
             self.answer_probability = AnswerProbability(
                 run.team_model, run.team, {it.id: it for it in run.items}, run.task.answer_instruction,
                 max_prompt_tokens=cfg.backend.max_prompt_tokens)
+        self.listener: ListenerLogProb | None = None
+        if "listener" in checked.credit_needs:  # influence: the listeners' teacher-forced answer log-probs
+            self.listener = ListenerLogProb(run.team_model, run.make_env, {it.id: it for it in run.items},
+                                            max_prompt_tokens=cfg.backend.max_prompt_tokens)
         self.judge: BackendJudge | None = None
         if "judge" in checked.credit_needs:
             self.judge = BackendJudge(build_judge_backend(cfg, run.team_model, run.backend))
@@ -83,6 +88,8 @@ class CreditStage:
             self.replay.prefetch(lambda batch: assign(self.method, batch, self.options), [g.batch for g in groups])
         if self.judge is not None:
             self.judge.begin_step()
+        if self.listener is not None:
+            self.listener.begin_step()
         out = []
         for g in groups:
             advantages = assign(self.method, g.batch, self.options)
@@ -100,7 +107,7 @@ class CreditStage:
         return CreditResources(
             transcript_scorer=protocol_scorer(self.protocol, self.task, item),
             backend=self.backend, replay=self.replay, answer_probability=self.answer_probability,
-            judge=self.judge)
+            listener=self.listener, judge=self.judge)
 
     def record(self, episode: Episode) -> dict[str, Any]:
         """How the episode's messages were valued, for reports: the method and, for replay-based
@@ -111,9 +118,11 @@ class CreditStage:
         return record
 
     def metrics(self) -> dict[str, Any]:
-        """The step's statistics of the replay engine and of the judge (``judge_tokens``, ...), of
-        those the method uses (empty when it uses neither)."""
+        """The step's statistics of the replay engine, of the judge (``judge_tokens``, ...) and of the
+        listener scorer (``influence_rows``, ...), of those the method uses (empty when it uses none)."""
         out = self.replay.stats.to_dict() if self.replay is not None else {}
         if self.judge is not None:
             out.update(self.judge.stats.to_dict())
+        if self.listener is not None:
+            out.update(self.listener.stats.to_dict())
         return out

@@ -14,10 +14,10 @@ from teamplay.envs.tasks import TASKS
 from teamplay.errors import ConfigError
 
 #: resources the trainer hands credit methods (``CreditResources`` fields it sets; ``replay``,
-#: ``answer_probability`` and ``judge`` only when the method needs them; the token statistics go to
-#: the token method, after the message method)
+#: ``answer_probability``, ``listener`` and ``judge`` only when the method needs them; the token
+#: statistics go to the token method, after the message method)
 TRAINER_RESOURCES = frozenset({"transcript_scorer", "backend", "batch_rewards", "replay", "answer_probability",
-                               "judge"})
+                               "listener", "judge"})
 
 
 @dataclass(frozen=True)
