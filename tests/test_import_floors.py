@@ -71,6 +71,7 @@ INNER_FLOORS = {
     },
     "cli": {
         "app": 0, "tables": 0,  # the Typer app, its error handling and shared options; the result tables
+        "progress": 0,  # bars on a terminal, plain lines elsewhere
         "training": 1, "evaluation": 1, "deployment": 1, "inspection": 1,  # the commands, by family
         "sft": 1,  # the warm start alone
         "__init__": 2, "__main__": 3,
