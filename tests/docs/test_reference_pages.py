@@ -1,11 +1,11 @@
 """The generated pages are what the code gives today, and the README is a short front door whose
 links all resolve.
 
-* ``docs/reference/configuration.md`` and ``docs/credit/methods.md`` equal what
-  ``docs/gen_reference.py`` writes from the config models and the credit registry (run it after
-  changing either);
+* ``docs/reference/configuration.md``, ``docs/credit/methods.md``, each method's page and the home
+  page's figure caption equal what ``docs/gen_reference.py`` writes from the config models, the
+  credit registry and the stored results (run it after changing any);
 * every field of every config model is in the configuration reference, every method in the
-  methods page;
+  methods page (its own page: ``test_method_pages.py``);
 * the README stays under 15 KB, and every relative link in it (figures and their sources included)
   names a file of the repository, and a section of BENCHMARKS.md that exists.
 """
@@ -31,7 +31,9 @@ def gen():
 
 
 def test_generated_pages_are_current(gen):
-    for path, make in gen.PAGES.items():
+    pages = gen.all_pages()
+    assert gen.orphans(pages) == [], "a method page names no registered method: run python docs/gen_reference.py"
+    for path, make in pages.items():
         assert path.read_text(encoding="utf-8") == make(), (
             f"{path.relative_to(ROOT)} is out of date: run python docs/gen_reference.py")
 
@@ -62,7 +64,7 @@ def test_every_config_field_and_method_is_documented(gen):
     built_in = {n: m for n, m in {**credit_methods(), **token_methods()}.items()
                 if m.fn.__module__.startswith("teamplay.")}
     for name in built_in:
-        assert f"\n### {name}\n" in methods, name
+        assert re.search(rf"\| \[`{name}`\]\((methods/|methods/token/){name}\.md\) \|", methods), name
 
 
 def github_slug(heading: str) -> str:

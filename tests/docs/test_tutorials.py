@@ -14,8 +14,9 @@ The convention of the pages under ``docs/`` (fenced blocks):
 * a block right after ``<!-- not run: REASON -->`` is not run; the reason is required.
 
 Each page runs in a fresh folder holding links to the repository's ``configs/`` and ``examples/``,
-in the order of its blocks. Where a page uses the embedded model (``smollm2-135m``), a tiny random
-model (``tests/tiny.py``) stands in for it, and model runs generate 4 tokens a message, train
+in the order of its blocks. Where a page uses the embedded model (``smollm2-135m``: on the command
+line, in a file the page writes, or in the ``--config`` file a command names), a tiny random model
+(``tests/tiny.py``) stands in for it, and model runs generate 4 tokens a message, train
 one step on one problem and evaluate on two, so the whole file runs in seconds.
 """
 
@@ -46,7 +47,9 @@ EMBEDDED = "smollm2-135m"
 #: appended to commands that run a model, for speed (the tiny model's text is noise anyway)
 FAST = {"train": ("sampling.max_new_tokens=4", "eval_sampling.max_new_tokens=4", "steps=1",
                   "rollout.problems_per_step=1", "eval_task.limit=2"),
-        "eval": ("sampling.max_new_tokens=4", "task.limit=2"), "play": ("sampling.max_new_tokens=4",)}
+        "eval": ("sampling.max_new_tokens=4", "task.limit=2"), "play": ("sampling.max_new_tokens=4",),
+        # a warm start's own settings stay the page's: `teamplay train` after it must find the same ones
+        "sft": ("sampling.max_new_tokens=4", "eval_sampling.max_new_tokens=4", "eval_task.limit=2")}
 RUN_LANGS = {"bash", "python", "yaml"}
 SHOWN_LANGS = {"text", "json", ""}
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
@@ -99,9 +102,11 @@ def tiny(tmp_path_factory) -> str:
 def run_command(args: list[str], tiny: str, where: str) -> None:
     if args[0] == "teamplay":
         args = [a.replace(EMBEDDED, tiny) for a in args[1:]]
-        uses_model = tiny in " ".join(args) or "--team" in args or args[0] == "train"
+        uses_model = tiny in " ".join(args) or "--team" in args or args[0] in ("train", "sft")
         if uses_model and args[0] in FAST:
             args += [x for s in FAST[args[0]] for x in ("--set", s)]
+        if config_names_the_embedded_model(args):
+            args += ["--set", f"model.name={tiny}"]
         result = runner.invoke(app, args, catch_exceptions=False)
         assert result.exit_code == 0, f"{where}: teamplay {' '.join(args)}\n{result.output}"
     elif args[0] == "python" and args[1].endswith(".py"):
@@ -114,6 +119,14 @@ def run_command(args: list[str], tiny: str, where: str) -> None:
     else:
         pytest.fail(f"{where}: `{' '.join(args)}` is neither `teamplay ...` nor `python FILE`; "
                     f"mark the block <!-- not run: REASON --> or change the command")
+
+
+def config_names_the_embedded_model(args: list[str]) -> bool:
+    """True for a command whose ``--config`` file (``configs/demo.yaml``) loads the embedded model."""
+    if "--config" not in args:
+        return False
+    path = Path(args[args.index("--config") + 1])
+    return path.is_file() and EMBEDDED in path.read_text(encoding="utf-8")
 
 
 def check_fragment(body: str, where: str) -> None:
@@ -154,7 +167,7 @@ PAGES_WITH_CODE = [p for p in PAGES if runnable(p)]
 
 def test_the_pages_are_found():
     names = {p.relative_to(DOCS).as_posix() for p in PAGES_WITH_CODE}
-    assert {"tutorials/first-run.md", "tutorials/train-a-team.md", "how-to/credit-method.md",
+    assert {"index.md", "tutorials/first-run.md", "tutorials/train-a-team.md", "how-to/credit-method.md",
             "how-to/protocol.md", "how-to/task.md", "how-to/evaluate.md"} <= names
 
 
