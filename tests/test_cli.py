@@ -105,6 +105,7 @@ def test_train_then_resume_then_eval_checkpoint(tmp_path):
     # resume a finished run with more steps: continues from step 2
     result = invoke("train", "--config", config, "--resume", "auto", "--steps", 3)
     assert result.exit_code == 0, result.output
+    assert "1 step (resumed at step 2, now at step 3) in " in result.output  # the steps it ran, not the run's
     assert (run / "checkpoints" / "step-000003").is_dir()
     result = invoke("eval", "--task", "arith", "--limit", 3, "--model", model, "--checkpoint", run,
                     "--max-new-tokens", 4, "--set", "backend.max_prompt_tokens=1024", "-o", tmp_path / "ev")
@@ -124,3 +125,43 @@ def test_play_uses_controllers_from_the_config():
                                   "scripted", "--set", "controllers.enabled=true"])
     assert refused.exit_code == 2
     assert "needs learned tables" in refused.output
+
+
+def test_eval_refuses_a_folder_holding_an_evaluation_unless_overwrite(tmp_path):
+    args = ["eval", "--task", "arith", "--limit", 2, "--backend", "scripted", "-o", tmp_path / "ev"]
+    assert invoke(*args).exit_code == 0
+    before = (tmp_path / "ev" / "results.json").read_text()
+    refused = runner.invoke(app, [str(a) for a in args + ["--policy", "wrong"]])
+    assert refused.exit_code == 2
+    assert "already holds an evaluation" in refused.output and "--overwrite" in refused.output
+    assert (tmp_path / "ev" / "results.json").read_text() == before  # untouched
+    again = invoke(*args, "--policy", "wrong", "--overwrite")
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "ev" / "results.json").read_text())["metrics"]["team_accuracy"] == 0.0
+
+
+def test_report_of_a_scripted_eval_names_the_backend_not_an_unused_model(tmp_path):
+    assert invoke("eval", "--task", "arith", "--limit", 2, "--backend", "scripted", "-o", tmp_path / "ev").exit_code == 0
+    result = invoke("report", tmp_path / "ev")
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "ev" / "report" / "index.html").read_text()
+    header = page[page.index('<header class="page">'):page.index("</header>")]
+    assert "smollm2" not in header
+    assert "scripted (oracle)" in header
+
+
+def test_list_shows_a_plugin_credit_method_once(tmp_path):
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(
+        "import numpy as np\n"
+        "from pydantic import BaseModel\n"
+        "from teamplay.credit import register_credit\n\n"
+        "class Options(BaseModel):\n"
+        "    pass\n\n"
+        "@register_credit('my_uniform', Options, 'flatcredit')\n"
+        "def uniform(batch, options):\n"
+        "    return [np.zeros(len(ep.messages)) for ep in batch.episodes]\n")
+    result = invoke("list", "--plugin", f"{plugin}:uniform")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("flatcredit") == 1  # was twice: by its registered name and by its path
+    assert "my_uniform (mine.py:uniform)" in result.output

@@ -2,8 +2,9 @@
 
 Commands by family: ``training`` (train, sweep, federate), ``evaluation`` (eval, play),
 ``deployment`` (serve, export) and ``inspection`` (credit, report, list), on ``app`` (the Typer
-app, its consoles, the one-line error handling and the options the commands share) and ``tables``
-(the result tables they print).
+app, its consoles, the one-line error handling and the options the commands share), ``tables``
+(the result tables they print) and ``progress`` (rich's bars on a terminal, one plain line per
+training step or evaluation batch elsewhere).
 
 Every user error (bad config, missing file, unknown name, damaged checkpoint, a run folder in use)
 and every file-system failure (full disk, read-only folder, an output path that is a file) is

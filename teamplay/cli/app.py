@@ -1,6 +1,6 @@
 """The ``teamplay`` Typer app and what every command shares: ``command``, which registers one with
-one ``error:`` or ``warning:`` line per user error (``user_errors``), the consoles, the progress bar,
-the shortcut flags as ``--set`` overrides, and the options several commands take."""
+one ``error:`` or ``warning:`` line per user error (``user_errors``), the consoles, the shortcut
+flags as ``--set`` overrides, and the options several commands take (progress: ``progress``)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,6 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from teamplay.errors import TeamplayError, TeamplayWarning
 from teamplay.training.run.preemption import Interrupted, Preempted
@@ -89,12 +81,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         _one_line("warning", str(message))
     else:
         _default_showwarning(message, category, filename, lineno, file, line)
-
-
-def progress_bar() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err_console,
-                    transient=False)
 
 
 def shortcut_overrides(**flags: Any) -> list[str]:

@@ -22,9 +22,10 @@ from teamplay.cli.app import (
     TemperatureOpt,
     command,
     console,
-    progress_bar,
+    err_console,
     shortcut_overrides,
 )
+from teamplay.cli.progress import EvalProgress
 from teamplay.cli.tables import controller_table, metrics_table
 from teamplay.config import EvalConfig, load_config
 from teamplay.errors import TeamplayError
@@ -65,6 +66,8 @@ def eval_command(
                                                      "of a trained run."),
     team: Path | None = TeamOpt,
     output: str | None = typer.Option(None, "--output", "-o", help="Output folder."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the evaluation already in the output "
+                                                              "folder (its results.json and transcripts)."),
     compare_always_speak: bool = typer.Option(
         True, "--compare-always-speak/--no-compare-always-speak",
         help="With controllers enabled: also run the same team with always_speak on the same items "
@@ -84,8 +87,7 @@ def eval_command(
         "output_dir": output}) + list(set_)
     cfg = _eval_config(config, team, checkpoint, overrides)
     out = Path(cfg.output_dir)
-    if out.exists() and not out.is_dir():  # before the model loads
-        raise TeamplayError(f"output {out} is a file, not a folder; pass a folder as --output")
+    check_eval_folder(out, overwrite)  # before the model loads
     built = build_eval_team(cfg)
     items = built.items
     out.mkdir(parents=True, exist_ok=True)
@@ -95,18 +97,17 @@ def eval_command(
         runs["always_speak"] = (built.always_speak_env(), "always_speak_transcripts.jsonl", "always_speak")
     results: dict[str, Any] = {"config": cfg.model_dump(mode="json")}
     measured = {}
-    with progress_bar() as bar:
+    with EvalProgress(err_console) as progress:  # a bar on a terminal, else a line per batch
         for key, (factory, transcripts, label) in runs.items():
             runner = RolloutRunner(factory, built.backend, sampling_params(cfg.sampling),
-                                   max_batch=cfg.backend.max_batch)
-            job = bar.add_task(f"eval {cfg.task.name}/{cfg.protocol.name} {label}".rstrip(),
-                               total=len(items) * cfg.samples)
+                                   max_batch=cfg.backend.max_batch, before_generate=progress.batch)
+            progress.begin(f"eval {cfg.task.name}/{cfg.protocol.name} {label}".rstrip(), len(items) * cfg.samples)
             primary = key == "metrics"  # the opt-in measurements are of the configured team only
             _, measured[key] = evaluate(runner, built.task, items, samples=cfg.samples, seed=cfg.seed,
-                                        transcripts_path=out / transcripts,
-                                        on_episode=lambda _, job=job: bar.advance(job),
+                                        transcripts_path=out / transcripts, on_episode=progress.episode,
                                         withhold=cfg.withhold_messages and primary,
                                         solo=solo_baseline(cfg, built) if primary else None)
+            progress.end()
             results[key] = measured[key].to_dict()
     write_atomically(out / "results.json", json.dumps(results, indent=2))
     metrics = measured["metrics"]
@@ -115,6 +116,22 @@ def eval_command(
         console.print(controller_table(f"speak/skip controllers ({cfg.controllers.mode}) vs always_speak",
                                        cfg.controllers.mode, metrics, measured["always_speak"]))
     console.print(f"wrote {out / 'results.json'} and {', '.join(str(out / r[1]) for r in runs.values())}")
+
+
+#: what an eval folder holds once written: another evaluation there would replace it
+EVAL_FILES = ("results.json", "transcripts.jsonl")
+
+
+def check_eval_folder(out: Path, overwrite: bool) -> None:
+    """Refuse an output that is a file, or a folder holding an evaluation already (its
+    ``results.json`` or transcripts) unless ``overwrite``: as ``train`` refuses a run folder in use,
+    an evaluation is never replaced silently."""
+    if out.exists() and not out.is_dir():
+        raise TeamplayError(f"output {out} is a file, not a folder; pass a folder as --output")
+    held = [name for name in EVAL_FILES if (out / name).exists()]
+    if held and not overwrite:
+        raise TeamplayError(f"output {out} already holds an evaluation ({', '.join(held)}); pass --overwrite "
+                            f"to replace it, or another --output")
 
 
 def solo_baseline(cfg: EvalConfig, built):
@@ -147,6 +164,7 @@ def play_command(
     backend: str | None = BackendOpt,
     policy: str | None = typer.Option(None, help="Scripted policy."),
     temperature: float | None = TemperatureOpt,
+    max_new_tokens: int | None = typer.Option(None, help="Tokens per message at most."),
     seed: int | None = SeedOpt,
     checkpoint: str | None = typer.Option(None, help="Play with the adapters (and controller tables) "
                                                      "of a trained run."),
@@ -160,7 +178,7 @@ def play_command(
     overrides = shortcut_overrides(**{
         "task.name": task, "task.source": source, "protocol.name": protocol, "model.name": model,
         "backend.name": backend, "backend.policy": policy, "sampling.temperature": temperature,
-        "seed": seed, "model.checkpoint": checkpoint}) + list(set_)
+        "sampling.max_new_tokens": max_new_tokens, "seed": seed, "model.checkpoint": checkpoint}) + list(set_)
     cfg = _eval_config(config, team, checkpoint, overrides)
     if index < 0:
         raise TeamplayError(f"--index must be >= 0, got {index}")

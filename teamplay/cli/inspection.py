@@ -56,18 +56,55 @@ def credit_command(
     rows = credit_saved(folder, method, dict(parse_overrides(set_)))
     table = Table(title=f"credit {method} on {folder} ({len(rows)} utterances)")
     for col in ("group", "ep", "agent", "stage", "round", "advantage", "reward", "text"):
-        table.add_column(col, justify="right" if col in ("ep", "round", "advantage", "reward") else "left")
+        # one line a row: a message wrapped over ten lines hides the column of advantages
+        table.add_column(col, justify="right" if col in ("ep", "round", "advantage", "reward") else "left",
+                         no_wrap=True, overflow="ellipsis")
     for r in rows[:limit]:
         text = r.text if r.spoke else "(skipped)"
         table.add_row(r.group_id, str(r.episode), r.agent, r.stage, str(r.round), f"{r.advantage:+.3f}",
                       f"{r.reward:.2f}", text.replace("\n", " ")[:60])
     console.print(table)
+    if len(rows) > limit:
+        console.print(f"{len(rows) - limit} more rows not shown (--limit {len(rows)} prints them all; "
+                      f"--output FILE writes them all as JSON lines)", highlight=False, soft_wrap=True)
+    reason = zero_credit_reason(rows, method)
+    if reason is not None:
+        console.print(reason, highlight=False, markup=False, soft_wrap=True)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         with output.open("w", encoding="utf-8") as f:
             for r in rows:
                 f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
         console.print(f"wrote {output}")
+
+
+def zero_credit_reason(rows, method: str) -> str | None:
+    """Why every advantage of ``rows`` (``UtteranceCredit``s) is 0, or None when one is not.
+
+    Credit is relative to the other episodes of a problem's group: a group of one episode, or one
+    whose episodes all got the same reward (all right, or all wrong), holds no contrast to credit.
+    A page of +0.000 rows without this line reads as a broken method.
+    """
+    if not rows or any(r.advantage != 0.0 for r in rows):
+        return None
+    rewards: dict[str, dict[int, float]] = {}
+    for r in rows:
+        rewards.setdefault(r.group_id, {})[r.episode] = r.reward
+    single = sum(len(group) == 1 for group in rewards.values())
+    flat = sum(len(group) > 1 and len(set(group.values())) == 1 for group in rewards.values())
+    n = len(rewards)
+    if single == n:
+        return (f"every advantage is 0: each of the {n} groups holds one episode (an evaluation with samples 1), "
+                f"and credit compares a problem's episodes with each other; evaluate with --samples 4 "
+                f"--temperature 0.7 to give every problem a group of differing episodes")
+    if single + flat == n:
+        alone = f" ({single} of one episode)" if single else ""
+        return (f"every advantage is 0: in every one of the {n} groups{alone} all episodes got the same reward "
+                f"(all right or all wrong), so no group has a contrast to credit; sample at a temperature "
+                f"(--temperature 0.7) with more samples per problem (--samples 8), or take an easier task, "
+                f"so that some episodes of a problem succeed and others fail")
+    return (f"every advantage is 0 although {n - single - flat} of the {n} groups have differing rewards: "
+            f"{method} gave these episodes no credit with these options (teamplay credit --card {method})")
 
 
 def _credit_check(methods: list[str], config: Path, problems: int, group: int, samples: int) -> None:
@@ -144,12 +181,12 @@ def list_command(
     table.add_column("name", no_wrap=True)
     table.add_column("what it does")
     table.add_column("needs")
-    methods = {**credit_methods(), **{spec: CREDIT.get(spec) for spec in plugins["credit method"]}}
-    for name, method in methods.items():
+    given = {spec: CREDIT.get(spec) for spec in plugins["credit method"]}
+    for name, method in _credit_rows(credit_methods(), given):
         needs = sorted(method.requires(method.options()))
         if method.protocols is not None:
             needs.append("protocol " + "/".join(sorted(method.protocols)))
-        table.add_row(_short(name), method.summary, ", ".join(needs) or "-")
+        table.add_row(name, method.summary, ", ".join(needs) or "-")
     console.print(table)
     from teamplay.credit.token import token_methods
 
@@ -160,6 +197,20 @@ def list_command(
     for name, tm in token_methods().items():
         table.add_row(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
     console.print(table)
+
+
+def _credit_rows(registered: dict, given: dict) -> list[tuple[str, object]]:
+    """(shown name, method) of every credit method once: a ``--plugin`` file that registers its method
+    under a name (``@register_credit("my_name")``) puts it in ``registered`` too; it is shown there,
+    as ``my_name (file.py:function)``, not a second time under the path."""
+    rows = {name: (name, method) for name, method in registered.items()}
+    for spec, method in given.items():
+        same = next((name for name, m in registered.items() if m is method), None)
+        if same is None:
+            rows[spec] = (_short(spec), method)
+        else:
+            rows[same] = (f"{same} ({_short(spec)})", method)
+    return list(rows.values())
 
 
 def _short(name: str) -> str:

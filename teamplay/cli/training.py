@@ -14,9 +14,9 @@ from teamplay.cli.app import (
     command,
     console,
     err_console,
-    progress_bar,
     shortcut_overrides,
 )
+from teamplay.cli.progress import TrainProgress
 from teamplay.cli.tables import held_out_table, sweep_table
 from teamplay.config import load_config
 from teamplay.errors import TeamplayError
@@ -35,33 +35,41 @@ def train_command(
 ) -> None:
     """Train a team: rollouts, credit, per-role LoRA updates, held-out eval, checkpoints."""
     from teamplay.config import TrainConfig
-    from teamplay.distributed.compose import make_trainer
-    from teamplay.training.store.run_folder import check_run_folder
 
     overrides = shortcut_overrides(**{"output_dir": output, "steps": steps}) + list(set_)
     cfg = load_config(TrainConfig, config, overrides)
+    # torch, transformers (and ray with `distributed:`) only once the config is valid: a config error
+    # appears before seconds of imports
+    from teamplay.distributed.compose import make_trainer
+    from teamplay.training.store.run_folder import check_run_folder
+
     check_run_folder(Path(cfg.output_dir), resume, overwrite)  # before the model loads
-
-    def on_eval(label: str) -> None:
-        err_console.print(f"held-out evaluation ({label}) ...")
-
-    bar = progress_bar()  # shown once entered, below
-    job = bar.add_task("train", total=cfg.steps)
-
-    def on_step(step: int, metrics: dict) -> None:
-        bar.update(job, completed=step, description=(
-            f"train · reward {metrics['reward_mean']:.2f} · {metrics['seconds']:.0f}s/step"))
-
+    progress = TrainProgress(err_console, cfg.steps)  # a bar on a terminal, else a line per step
     # built before the progress bar shows: a run that cannot work is refused before anything is shown
     # (with `distributed:`, rollout workers and learner ranks on a Ray cluster)
-    trainer = make_trainer(cfg, on_eval=on_eval, on_step=on_step)
-    with bar:
-        bar.update(job, completed=trainer.state.step)
+    trainer = make_trainer(cfg, on_eval=progress.evaluation, on_step=progress.step,
+                           on_eval_batch=progress.eval_batch)
+    with progress:
+        progress.start(trainer.state.step)
         result = trainer.train(resume=resume, overwrite=overwrite)
     if result.eval_after is not None:
         console.print(held_out_table(cfg.eval_task.name if cfg.eval_task else "-", result.eval_before,
                                      result.eval_after))
-    console.print(f"{result.steps} steps in {result.seconds:.0f} s; run folder {result.run_dir}")
+    console.print(f"{steps_run_line(result.steps_run, result.steps)} in {result.seconds:.0f} s; "
+                  f"run folder {result.run_dir}")
+
+
+def steps_run_line(ran: int, now: int) -> str:
+    """What a ``train`` call did, by the steps it ran: ``"3 steps"``, or for a resumed run
+    ``"1 step (resumed at step 2, now at step 3)"``.
+
+    >>> steps_run_line(3, 3)
+    '3 steps'
+    >>> steps_run_line(1, 3)
+    '1 step (resumed at step 2, now at step 3)'
+    """
+    shown = f"{ran} step{'s' if ran != 1 else ''}"
+    return shown if ran == now else f"{shown} (resumed at step {now - ran}, now at step {now})"
 
 
 @command("sweep")
@@ -84,9 +92,7 @@ def sweep_command(
 ) -> None:
     """Train every grid point x seed (resumable) and tabulate mean ± 95% CI over seeds."""
     from teamplay.config import TrainConfig, read_yaml
-    from teamplay.distributed.compose import make_trainer
     from teamplay.errors import ConfigError
-    from teamplay.training.experiments.sweep import parse_grid, parse_seeds, plan, run_sweep, write_results
 
     if parallel < 1:
         raise ConfigError(f"--parallel: at least 1 run at a time, got {parallel}")
@@ -94,15 +100,19 @@ def sweep_command(
         raise ConfigError("--address and --threads apply to runs in parallel; add --parallel N (N >= 2)")
     base = read_yaml(config) if config else {}
     overrides = shortcut_overrides(**{"steps": steps}) + list(set_)
+    # the base config checked (for its output_dir) before the heavy imports below: its error comes at once
     folder = Path(output) if output else Path(load_config(TrainConfig, config, overrides).output_dir)
+    from teamplay.distributed.compose import make_trainer
+    from teamplay.training.experiments.sweep import parse_grid, parse_seeds, plan, run_sweep, write_results
+
     sweep = plan(folder, base, parse_grid(grid), parse_seeds(seeds), overrides)
 
     def train(cfg, resume):
-        with progress_bar() as bar:
-            job = bar.add_task(Path(cfg.output_dir).name, total=cfg.steps)
-            trainer = make_trainer(cfg, on_step=lambda step, m: bar.update(
-                job, completed=step, description=f"{Path(cfg.output_dir).name} · reward {m['reward_mean']:.2f}"))
-            bar.update(job, completed=trainer.state.step)
+        progress = TrainProgress(err_console, cfg.steps, name=Path(cfg.output_dir).name)
+        trainer = make_trainer(cfg, on_eval=progress.evaluation, on_step=progress.step,
+                               on_eval_batch=progress.eval_batch)
+        with progress:
+            progress.start(trainer.state.step)
             trainer.train(resume=resume)
 
     def announce(run, status):
@@ -133,12 +143,12 @@ def federate_command(
     """Federated team training on Flower: K sites with private shards, FedAvg or Fed-GRPO."""
     from teamplay.config import FederatedConfig
 
+    overrides = shortcut_overrides(**{"output_dir": output, "federated.rounds": rounds}) + list(set_)
+    cfg = load_config(FederatedConfig, config, overrides)  # a config error before the heavy imports
     try:
         from teamplay.federated.run import run_federated
     except ImportError as exc:  # flwr missing: the federated extra is optional
         raise TeamplayError(f"teamplay federate needs Flower: pip install 'teamplay[federated]' ({exc})") from None
-    overrides = shortcut_overrides(**{"output_dir": output, "federated.rounds": rounds}) + list(set_)
-    cfg = load_config(FederatedConfig, config, overrides)
 
     def on_round(record: dict) -> None:
         acc = record.get("heldout", {}).get("team_accuracy")

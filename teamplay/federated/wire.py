@@ -99,8 +99,12 @@ def decode_update(record, size: int) -> SparseUpdate:
         raise ValueError(f"update record without 'values' (keys {sorted(arrays)})")
     if "indices" in arrays:
         idx = arrays["indices"]
-        if idx.shape != values.shape or (idx.size and (idx.min() < 0 or idx.max() >= size)):
+        if idx.shape != values.shape:
             raise ValueError(f"sparse update: {idx.shape} indices for {values.shape} values of a size-{size} vector")
+        if idx.size and (idx.min() < 0 or idx.max() >= size):
+            bad = int(np.count_nonzero((idx < 0) | (idx >= size)))
+            raise ValueError(f"sparse update: {bad} of {idx.size} indices out of range [0, {size}) (from "
+                             f"{int(idx.min())} to {int(idx.max())})")
         return SparseUpdate(size, idx.astype(np.int32), values.astype(np.float32), dense=False)
     if values.shape != (size,):
         raise ValueError(f"dense update of shape {values.shape}, expected ({size},)")

@@ -181,6 +181,9 @@ def _describe(data: Input) -> list[tuple[str, str]]:
         value = _config_value(cfg, *path)
         if value and (name not in ("credit", "objective") or isinstance(data, RunData)):
             facts.append((name, value))
+    if _config_value(cfg, "backend", "name") == "scripted":  # no model ran: its unused default is not news
+        policy = _config_value(cfg, "backend", "policy")
+        facts = [f for f in facts if f[0] != "model"] + [("backend", f"scripted ({policy})" if policy else "scripted")]
     if isinstance(data, RunData):
         facts.append(("steps", str(len(data.steps))))
     else:

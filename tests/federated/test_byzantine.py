@@ -82,6 +82,8 @@ BAD_REPLIES = {
                                                      "values": np.ones(2, np.float32)}),
                       "(3,) indices for (2,) values"),
     "repeated indices": (lambda msg, d: _sparse(msg, d, [5, 5]), "not strictly increasing"),
+    "an index past the end": (lambda msg, d: _sparse(msg, d, [5, N]), "1 of 2 indices out of range [0, 2048)"),
+    "a negative index": (lambda msg, d: _sparse(msg, d, [-1, 5]), "1 of 2 indices out of range [0, 2048)"),
     "extra record": (lambda msg, d: Message(RecordDict({**made_up_reply(msg, 4, d).content,
                                                         "transcripts": ConfigRecord({"text": "2 + 2"})}),
                                             reply_to=msg), "exactly 'update' and 'metrics'"),

@@ -138,3 +138,5 @@ def test_unreachable_hub_says_so_and_suggests_source(name: str, monkeypatch: pyt
     message = str(info.value)
     assert "Hugging Face hub" in message and "source=PATH" in message
     assert get_task(name).hub.path in message  # type: ignore[attr-defined]
+    # the variable is already set: advising to set it would send the user in a circle
+    assert "HF_HUB_OFFLINE is set" in message and "set HF_HUB_OFFLINE=1" not in message

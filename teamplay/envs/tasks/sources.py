@@ -439,11 +439,27 @@ def hub_rows(task: str, hub: HubSpec, split: str) -> Iterator[Row]:
     except Exception as exc:  # datasets/huggingface_hub raise many unrelated types for "unreachable"
         raise DataError(
             f"{task}: could not load {name} from the Hugging Face hub ({type(exc).__name__}: {exc}). "
-            f"The hub may be unreachable or the dataset gated; download it and pass source=PATH "
-            f"(a local {', '.join(LOCAL_FORMATS)} file), or set HF_HUB_OFFLINE=1 to fail fast"
+            + offline_advice(hub_offline())
         ) from exc
     for i in range(len(dataset)):
         yield Row(i, f"{name} row {i + 1}", dataset[i])
+
+
+def offline_advice(offline: bool) -> str:
+    """What to do when loading a hub dataset failed: with ``HF_HUB_OFFLINE`` set (``offline``) the
+    copy is not in the local cache, and advising to set the variable would send the user in a circle.
+
+    >>> offline_advice(True).startswith("HF_HUB_OFFLINE is set and no copy is in the local cache")
+    True
+    >>> "set HF_HUB_OFFLINE=1" in offline_advice(False)
+    True
+    """
+    local = f"pass source=PATH (a local {', '.join(LOCAL_FORMATS)} file)"
+    if offline:
+        return (f"HF_HUB_OFFLINE is set and no copy is in the local cache: {local}, or unset HF_HUB_OFFLINE "
+                f"once to download it into the cache")
+    return (f"The hub may be unreachable or the dataset gated; download it and {local}, or set "
+            f"HF_HUB_OFFLINE=1 to fail fast")
 
 
 def _clip(text: str, size: int = 60) -> str:

@@ -3,7 +3,9 @@
 The promise (``teamplay train`` and a sequential ``teamplay sweep``; ``teamplay federate`` keeps it
 per round, abandoning the round under way: ``teamplay.federated.server``):
 
-* the first SIGTERM or SIGINT (a cluster's preemption notice, Ctrl-C) only sets a flag. The
+* the first SIGTERM or SIGINT (a cluster's preemption notice, Ctrl-C) only sets a flag, and says
+  so at once on stderr ("SIGINT: stopping after this step; press Ctrl-C again to stop now": a
+  person who pressed Ctrl-C must not wait minutes in silence for the step to end). The
   trainer reads it at safe points: between steps (a step that has begun is finished), and before
   each lock-step turn of a held-out evaluation, which is abandoned (a resumed run repeats it);
 * at that point the run writes the checkpoint of its last completed step (unless the loop just
@@ -30,6 +32,7 @@ the unit a checkpoint describes.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -120,6 +123,7 @@ class Preemption:
             self._restore()
             raise Interrupted(signum)
         self.signum = signum
+        acknowledge(signum)
 
     def _install(self) -> None:
         for sig in SIGNALS:
@@ -130,6 +134,23 @@ class Preemption:
             sig, previous = self._previous.popitem()
             # None: a handler installed from C, which Python cannot put back; the default is the safe guess
             signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+
+
+def acknowledge(signum: int) -> None:
+    """Say on stderr, at once, that the first ``signum`` was heard and what a second one does.
+
+    Written with ``os.write`` on file descriptor 2: a signal handler runs between two bytecodes of
+    the main thread, which may be inside a write to ``sys.stderr`` itself (a buffered stream would
+    refuse the reentrant call). On a terminal the line first clears the one under the cursor (a
+    progress bar redraws itself below it)."""
+    name = signal_name(signum)
+    again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
+    line = f"{name}: stopping after this step (its checkpoint is written); {again} to stop now\n"
+    try:
+        prefix = "\r\x1b[2K" if os.isatty(2) else ""
+        os.write(2, (prefix + line).encode())
+    except OSError:  # no stderr (closed, a daemon): the stop goes on without the line
+        pass
 
 
 def active_preemption() -> Preemption | None:

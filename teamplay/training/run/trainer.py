@@ -180,6 +180,8 @@ class TrainResult:
     eval_after: EvalMetrics | None
     seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: the steps this call took (``steps`` counts every step of the run, a resumed one's earlier steps too)
+    steps_run: int = 0
 
 
 class Trainer:
@@ -189,7 +191,8 @@ class Trainer:
     stays open: the caller's); otherwise they are built from the config. ``task`` with ``items``
     (and ``eval_items``) replace the config's task sections, for a task defined in Python.
     ``on_step(step, metrics)`` is called after each step, ``on_eval(label)`` before each held-out
-    evaluation. ``on_start(trainer)`` is called by each ``train`` call once the run's state is in
+    evaluation, ``on_eval_batch()`` before each batch of one (a progress line where no bar is shown).
+    ``on_start(trainer)`` is called by each ``train`` call once the run's state is in
     place (fresh, or restored by ``resume``), right before the call's first step: what it sets,
     every step of the call sees (a federated site loads the global adapters over its restored ones).
     ``group_hook(item, rewards [G]) -> scale`` sees every group of a step (signal or not) and scales
@@ -218,9 +221,11 @@ class Trainer:
                  on_step: Callable[[int, dict[str, Any]], None] | None = None,
                  on_eval: Callable[[str], None] | None = None, parts: PartsFactory = local_parts,
                  group_hook: Callable[[TaskItem, np.ndarray], float] | None = None,
-                 on_start: Callable[[Trainer], None] | None = None) -> None:
+                 on_start: Callable[[Trainer], None] | None = None,
+                 on_eval_batch: Callable[[], None] | None = None) -> None:
         self.cfg, self.run_dir = cfg, Path(cfg.output_dir)
         self.on_step, self.on_eval, self.group_hook = on_step, on_eval, group_hook
+        self.on_eval_batch = on_eval_batch
         self.on_start = on_start
         # the config model checked its cross-field rules at load; what needs the registries (credit
         # method, its options, resources and protocol) is checked here, once, before data or model load
@@ -342,16 +347,22 @@ class Trainer:
         logger.truncate_after(self.run_state.logged_through(resumed))
         eval_before = eval_after = None
         history: list[dict[str, Any]] = []
+
+        def check() -> None:  # a safe point of a held-out evaluation: before each of its batches
+            preemption.check()
+            if self.on_eval_batch is not None:
+                self.on_eval_batch()
+
         try:
             if not resumed and self.warm_start is not None:  # continued or skipped when it ran already
                 self.warm_start.run(self.items, self.eval_items, preemption.check, preemption)
             if not resumed and self.eval_items:
-                eval_before, first = self.held_out.before(self.eval_items, preemption.check)
+                eval_before, first = self.held_out.before(self.eval_items, check)
                 logger.log(0, first)
             unlogged = self.run_state.take_unlogged()
             if unlogged is not None:  # preempted during that step's evaluation: evaluate and log it now
                 self._log_step(unlogged["step"], unlogged["metrics"], unlogged["episodes"], logger, history,
-                               evaluate=bool(self.eval_items), check=preemption.check)
+                               evaluate=bool(self.eval_items), check=check)
                 if self.on_step is not None:
                     self.on_step(unlogged["step"], unlogged["metrics"])
             if self.on_start is not None:  # after the evaluations above: they describe the state as restored
@@ -364,7 +375,7 @@ class Trainer:
                 metrics, step = result.metrics, result.step
                 last, stop = self.run_state.finished, self.nonfinite.tripped  # stop: too many non-finite steps in a row
                 self._log_step(step, metrics, self.episode_log(result), logger, history,
-                               evaluate=cadence.evaluates(step, ends_run=last or stop), check=preemption.check)
+                               evaluate=cadence.evaluates(step, ends_run=last or stop), check=check)
                 if stop:  # before the checkpoint: the last one written stays the last good one
                     last_good = latest_checkpoint(self.run_dir)
                     raise self.nonfinite.error(step, str(last_good) if last_good is not None else None)
@@ -376,13 +387,14 @@ class Trainer:
                 if self.on_step is not None:
                     self.on_step(step, metrics)
             if self.eval_items and self.run_state.finished:
-                eval_after, last_line = self.held_out.after(self.eval_items, preemption.check)
+                eval_after, last_line = self.held_out.after(self.eval_items, check)
                 logger.log(self.state.step, last_line)
         except StopRequested:  # an evaluation abandoned at a stop asked for by a signal
             raise self.run_state.preempted(preemption) from None
         finally:
             logger.close()
-        return TrainResult(self.run_dir, self.state.step, eval_before, eval_after, time.perf_counter() - start, history)
+        return TrainResult(self.run_dir, self.state.step, eval_before, eval_after, time.perf_counter() - start, history,
+                           steps_run=taken)
 
     def _go_on(self, cadence: Cadence, taken: int, preemption: Preemption) -> bool:
         """Whether the loop takes another step (``Cadence.another_step``); after a SIGTERM or SIGINT
