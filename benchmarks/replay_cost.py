@@ -12,7 +12,10 @@ For each team, credit (``shapley value=replay removal=skip``) runs as the traine
 queries of all groups are recorded, run in one batch by ``RolloutReplayEngine``, then read back.
 Exact coalitions (2^n per episode) and Monte Carlo (8 permutations, ``exact_max_agents=1``); k = 1,
 2, 4 samples per coalition; with prefix reuse and replaying from the question ("from scratch").
-``continuation`` (k continuations per message boundary) is shown for comparison.
+``continuation`` (k continuations per message boundary) is shown for comparison, and ``influence``,
+which generates nothing: it scores the listener's prompt with and without each message a teammate
+reads, teacher-forced (its rows are counted; a counting stand-in for the model gives the rows, the
+numbers it returns are not used).
 
     python -m benchmarks replay_cost
     python -m benchmarks.replay_cost --quick
@@ -104,6 +107,59 @@ def measure(kind: str, method: str, options: dict, reuse_prefix: bool, problems:
             "replay_calls": s.generate_calls, "replay_episodes": s.episodes}
 
 
+class _CountingModel:
+    """Stands in for a ``TeamModel`` where only the cost of influence is wanted: a word tokenizer
+    (one id per word, so equal prompts share ids and different ones do not) and log-probs of 0."""
+
+    class _Words:
+        def apply_chat_template(self, chat, tokenize=False, add_generation_prompt=True):
+            return "\n".join(m["content"] for m in chat)
+
+        def __call__(self, text, add_special_tokens=False):
+            import zlib
+
+            return {"input_ids": [zlib.crc32(w.encode()) % 50000 for w in text.split()] or [0]}
+
+    tokenizer = _Words()
+
+    def completion_logprobs(self, prompts, completions, adapter=None):
+        import torch
+
+        width = max(len(c) for c in completions)
+        mask = torch.tensor([[1.0] * len(c) + [0.0] * (width - len(c)) for c in completions])  # [B, C]
+        return torch.zeros_like(mask), mask
+
+
+def measure_influence(kind: str, problems: int, group: int, seed: int = 0) -> dict:
+    """One step: rollout, then influence credit; its forward rows against the rollout's turns."""
+    from teamplay.config import ProtocolConfig
+    from teamplay.credit import CreditBatch, CreditResources, assign
+    from teamplay.envs.tasks import get_task
+    from teamplay.records import SamplingParams
+    from teamplay.training.play.listener_logprob import ListenerLogProb
+    from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+    from teamplay.training.step.stages import group_episodes
+    from teamplay.training.wiring.envs import env_factory
+
+    task = get_task("arith")
+    items = task.load("train", limit=problems, seed=seed)
+    protocol = (ProtocolConfig(name="proposer_reviewer", options={"rounds": 3}) if kind == "pr"
+                else ProtocolConfig(name="debate", options={"rounds": 2}))
+    make_env, _ = env_factory(task, protocol, None)
+    runner = RolloutRunner(make_env, _backend(kind, seed), SamplingParams(max_new_tokens=TOKENS_PER_MESSAGE,
+                                                                          temperature=1.0))
+    jobs = [RolloutJob(item=it, group_id=f"g{i}") for i, it in enumerate(items) for _ in range(group)]
+    episodes = runner.run(jobs, seed=seed)
+    by_id = {it.id: it for it in items}
+    scorer = ListenerLogProb(_CountingModel(), make_env, by_id, max_prompt_tokens=1_000_000)
+    for g in group_episodes(episodes):
+        assign("influence", CreditBatch(tuple(g), by_id[g[0].problem_id], task.score, task.extract,
+                                        CreditResources(listener=scorer)))
+    messages = sum(m.spoke for ep in episodes for m in ep.messages)
+    return {"rollout_tokens": sum(ep.tokens for ep in episodes), "rollout_calls": runner.last_stats.generate_calls,
+            "messages": messages, "queries": scorer.stats.queries, "rows": scorer.stats.rows}
+
+
 def run(quick: bool = False, model: str | None = None) -> Result:
     """The table over teams x coalition scheme x k, with and without prefix reuse."""
     problems, group = (2, 4) if quick else (4, 8)
@@ -126,6 +182,10 @@ def run(quick: bool = False, model: str | None = None) -> Result:
             rows.append([team, "continuation", k, f"{reuse['ratio']:.2f}×", "—", "—",
                          f"{reuse['free']}/{reuse['queries']}", f"{reuse['replay_calls']} vs {reuse['rollout_calls']}"])
             data.append({"team": kind, "scheme": "continuation", "k": k, "reuse": reuse})
+        cost = measure_influence(kind, problems, group)
+        rows.append([team, "influence", "—", "0.00×", "—", "—", f"{cost['rows']} rows / {cost['queries']} queries",
+                     f"0 vs {cost['rollout_calls']}; {cost['rows'] / cost['messages']:.2f} forward rows per message"])
+        data.append({"team": kind, "scheme": "influence", "k": None, "influence": cost})
     table = markdown_table(["team", "credit", "k", "extra tokens / rollout tokens", "from scratch",
                             "saved by prefix reuse", "free queries", "generate calls (replay vs rollout)"], rows)
     pr2 = next(d for d in data if d["team"] == "pr" and d["scheme"] == "exact" and d["k"] == 2)["reuse"]["ratio"]
@@ -137,7 +197,12 @@ def run(quick: bool = False, model: str | None = None) -> Result:
              "spoke, and coalitions with no agent that can answer (a reviewer alone) cost nothing. From "
              "scratch: every other coalition replays from the question instead of its shared prefix. "
              "Generate calls: every replay of the step runs in lock step, k runs of at most one call per "
-             "remaining turn.",)
+             "remaining turn. influence generates nothing: two listener queries per message a teammate reads "
+             "(with it, and with it withheld), scored in teacher-forced rows (a prompt pass plus the answer's "
+             "few tokens), the message-present row shared by the messages one listener reads and rows with "
+             "the same prompt scored once (a scripted team repeats its texts across a group, so more rows are "
+             "shared here than with sampled text: the queries bound the rows); its rows replace "
+             "continuation's k partial episodes per boundary.",)
     return Result("replay_cost", table, headline, met, notes, {"rows": data})
 
 

@@ -159,6 +159,11 @@ def test_replay_cost_quick():
     assert pr["exact", 1]["reuse"]["ratio"] == pytest.approx(1 / 3)
     assert pr["exact", 1]["scratch"]["ratio"] == pytest.approx(2 / 3)
     assert pr["exact", 2]["reuse"]["ratio"] == pytest.approx(2 / 3)
+    # influence generates nothing: a proposal is read by the reviewer, a review by the proposer, the
+    # last proposal by no one: 2 of 3 messages, two queries each; shared rows never exceed them
+    cost = pr["influence", None]["influence"]
+    assert cost["queries"] == 2 * 2 * cost["messages"] // 3
+    assert 0 < cost["rows"] <= cost["queries"]
 
 
 def test_token_credit_step_quick(tiny_model):

@@ -189,8 +189,8 @@ def test_reference_or_final_answer_is_scored():
             return np.zeros(len(queries))
 
     eps = (chain(0, 1.0, 2), chain(1, 0.0, 2))
-    for options, item, expected in [({}, TaskItem("p", "q", "7"), "7"), ({"target": "final"}, TaskItem("p", "q", "7"), "1"),
-                                    ({}, TaskItem("p", "q", ""), "1")]:
+    known, unknown = TaskItem("p", "q", "7"), TaskItem("p", "q", "")
+    for options, item, expected in [({}, known, "7"), ({"target": "final"}, known, "1"), ({}, unknown, "1")]:
         seen.clear()
         assign("influence", CreditBatch(eps, item, resources=CreditResources(listener=Recording({}))), options)
         assert seen and set(seen) == {expected}

@@ -64,8 +64,9 @@ class InfluenceOptions(BaseModel):
 
 def listeners(ep: Episode, reads) -> list[int | None]:
     """[T]: per message, its listener's turn index (module docstring), None for a skipped message
-    or one no later spoken turn of another agent reads (a skipped turn said nothing it read). ``reads(t, u) -> bool`` says whether turn ``u``
-    reads message ``t``; it is asked latest turn first and only until one reads."""
+    or one no later spoken turn of another agent reads (a skipped turn said nothing it read).
+    ``reads(t, u) -> bool`` says whether turn ``u`` reads message ``t``; it is asked latest turn
+    first and only until one reads."""
     out: list[int | None] = []
     for t, m in enumerate(ep.messages):
         found = None
