@@ -237,3 +237,12 @@ def test_rejection_with_nothing_passing_is_one_line(tiny_path, tmp_path):
 def test_threshold_with_a_teacher_is_refused(tiny_path, tmp_path):
     with pytest.raises(ConfigError, match="warm_start.threshold: filters the team's own episodes"):
         build_config(TrainConfig, relay_config(tiny_path, tmp_path, warm_start={"threshold": 0.5}))
+
+
+def test_overwrite_deletes_the_warm_start_and_a_warm_start_alone_is_no_run(tmp_path):
+    from teamplay.training.store.run_folder import claim_run_folder, holds_run
+
+    (tmp_path / "warm_start/checkpoints/step-000002").mkdir(parents=True)
+    assert not holds_run(tmp_path)  # `teamplay sft` first, then `teamplay train` into the same folder
+    claim_run_folder(tmp_path, resume=None, overwrite=True).release()
+    assert not (tmp_path / "warm_start").exists()

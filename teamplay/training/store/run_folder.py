@@ -27,8 +27,11 @@ from teamplay.errors import TeamplayError
 from teamplay.training.store.checkpoint import list_checkpoints, remove_stale_temporaries
 
 LOCK_FILE = "train.lock"
-#: what a training run writes into its folder: the marks of an existing run, and what --overwrite deletes
-RUN_FILES = ("config.yaml", "metrics.jsonl", "episodes.jsonl", "checkpoints", "tensorboard", "wandb", "report")
+#: what a training run writes into its folder: the marks of an existing run (the first four), and what
+#: --overwrite deletes (a warm start's folder too: ``teamplay.training.run.warm_start``, continued
+#: rather than refused, since ``teamplay sft`` writes it before ``teamplay train`` starts the run)
+RUN_FILES = ("config.yaml", "metrics.jsonl", "episodes.jsonl", "checkpoints", "tensorboard", "wandb", "report",
+             "warm_start")
 
 
 class RunFolderError(TeamplayError):
