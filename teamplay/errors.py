@@ -5,6 +5,22 @@ Every error a user can cause (bad config, missing file, malformed data, unknown 
 line and exits with status 2 instead of showing a traceback.
 """
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` for the known name closest to a misspelt ``name``, or ``""``
+    when none is close (difflib's ratio of at least 0.6).
+
+    >>> did_you_mean("shaply", ["grpo", "shapley"]), did_you_mean("zzz", ["grpo"])
+    (" (did you mean 'shapley'?)", '')
+    """
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 class TeamplayError(Exception):
     """An error the user can act on; its message is shown as is."""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -148,7 +148,8 @@ class Registry(Generic[T]):
             return getattr(importlib.import_module(module), attr)
         if is_plugin_spec(name):
             return self.load_plugin(name)
-        raise ConfigError(f"{self.field}: unknown {self.kind} {name!r}; known: {', '.join(self.names())}; "
+        raise ConfigError(f"{self.field}: unknown {self.kind} {name!r}{did_you_mean(name, self.names())}; "
+                          f"known: {', '.join(self.names())}; "
                           f"or a user file as path/to/file.py:name")
 
     def load_plugin(self, spec: str) -> T:

@@ -28,7 +28,8 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 class Role(BaseModel):
     """One kind of agent in a team."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: types are never converted, as in every config section (teamplay.config.base)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(description="Role name, lower-case identifier (e.g. 'proposer').")
     count: int = Field(1, ge=1, le=64, description="Number of agent instances of this role.")
@@ -98,9 +99,15 @@ class Role(BaseModel):
 class Team(BaseModel):
     """The roles of a team, in protocol order."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     roles: tuple[Role, ...] = Field(description="Roles of the team; names must be unique.")
+
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _yaml_list(cls, value: object) -> object:
+        # YAML has lists only, and strict mode takes a tuple field from a tuple alone
+        return tuple(value) if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _unique(self) -> Team:

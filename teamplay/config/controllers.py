@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from teamplay.config.base import Section
 
 #: stages whose speak/skip action values are defined (proposer_reviewer's two, debate's revision rounds)
 STAGES = ("propose", "review", "debate")
@@ -12,10 +14,10 @@ Stage = Literal["propose", "review", "debate"]
 Mode = Literal["average_greedy", "current", "sample", "always_speak"]
 
 
-class ControllerConfig(BaseModel):
-    """The ``controllers:`` section of a team config."""
+class ControllerConfig(Section):
+    """The ``controllers:`` section of a team config (frozen: the controllers keep it)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)  # merged with Section's
 
     enabled: bool = Field(False, description="Learned speak/skip controllers (regret matching) before "
                                              "skippable turns (proposer_reviewer, debate).")

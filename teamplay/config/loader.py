@@ -8,10 +8,17 @@ allowed:
 ``--set a.b=c`` overrides are applied to the YAML mapping before validation; values are parsed as
 YAML scalars (``--set sampling.temperature=0.7``, ``--set team.roles=[...]``). The loader knows no
 section: it validates into whichever model it is given (``TrainConfig``, ``EvalConfig``, ...).
+
+Files and overrides are read as YAML with one change: ``1e-4`` is a float, as in YAML 1.2 and
+JSON (PyYAML's YAML 1.1 reads it as a string, which the strict sections would refuse). An unknown
+field or a value outside a fixed list of names gets the closest known one ("did you mean").
 """
 
 from __future__ import annotations
 
+import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +26,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, did_you_mean
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -46,15 +53,25 @@ def parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
         if not sep or not key.strip():
             raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set sampling.temperature=0.7")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = yaml.load(raw, Loader=_ConfigLoader) if raw.strip() else ""  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.problem})") from None
         parsed.append((key.strip(), value))
     return parsed
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+class _ConfigLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads ``1e-4`` (an exponent without a dot, or with an unsigned
+    exponent: ``1.0e5``) as a float, as YAML 1.2 and JSON do, rather than as a string."""
+
+
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+class _UniqueKeyLoader(_ConfigLoader):
+    """``_ConfigLoader`` that refuses a key given twice in one mapping.
 
     Plain YAML loaders keep the last value silently, so ``lr: 1e-4`` followed later by
     ``lr: 1.0`` trains with 1.0 while the reader of the file sees 1e-4.
@@ -99,7 +116,7 @@ def build_config(model: type[C], data: Mapping[str, Any], overrides: Sequence[st
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
+        raise ConfigError(format_validation_error(exc, model)) from None
 
 
 def load_config(model: type[C], path: str | Path | None, overrides: Sequence[str] = ()) -> C:
@@ -107,19 +124,84 @@ def load_config(model: type[C], path: str | Path | None, overrides: Sequence[str
     return build_config(model, read_yaml(path) if path else {}, overrides)
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """One line per invalid field: ``a.b.c: message (got value)``."""
-    lines = []
+def format_validation_error(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line per invalid field: ``a.b.c: message (got value)``, joined by ``; ``.
+
+    With ``model`` (the one validated), an unknown field names the closest field of its section, and
+    the errors of a union's members are one error: ``a: Input should be a valid string or a valid
+    list (got 3)`` rather than one line per member, each under a loc naming the member type."""
+    lines: dict[str, list[str]] = {}  # "a.b.c" + " (got ...)" -> its messages
     for err in exc.errors():
         if err["type"] == "value_error" and (not err["loc"] or "ctx" in err):
             # a cross-field rule (model_validator): its message names the fields itself
-            lines.append(str(err["ctx"]["error"]) if "ctx" in err else err["msg"])
+            lines.setdefault(str(err["ctx"]["error"]) if "ctx" in err else err["msg"], [])
             continue
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see docs/reference/configuration.md)"
+        loc = _without_union_tags(model, err["loc"]) if model is not None else err["loc"]
+        where = ".".join(str(p) for p in loc) or "(top level)"
         got = err.get("input")
         shown = "" if isinstance(got, dict) or err["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"{where}: {msg}{shown}")
-    return "; ".join(lines)
+        lines.setdefault(f"{where}: {{}}{shown}", []).append(_message(err, model))
+    return "; ".join(line.format(" or ".join([msgs[0], *(m.removeprefix("Input should be ") for m in msgs[1:])]))
+                     if msgs else line for line, msgs in lines.items())
+
+
+def _message(err: Any, model: type[BaseModel] | None) -> str:
+    """pydantic's message for ``err``, said for a config: unknown fields and names get a "did you mean";
+    a value of the wrong type (a boolean for a number, a number for a boolean, a string for either)
+    is named as such."""
+    got, kind = err.get("input"), err["type"]
+    if kind == "extra_forbidden":
+        hint = did_you_mean(str(err["loc"][-1]), _fields_at(model, err["loc"][:-1]) if model is not None else [])
+        return f"unknown field{hint or ' (check the spelling; see docs/reference/configuration.md)'}"
+    if kind == "literal_error":
+        return err["msg"] + did_you_mean(str(got), re.findall(r"'([^']*)'", err["ctx"]["expected"]))
+    wanted = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false"}.get(kind)
+    if wanted and type(got) in (bool, int, float, str):
+        what = {bool: "a boolean", str: "a string", int: "an integer", float: "a float"}[type(got)]
+        return f"expected {wanted}, not {what}"
+    return err["msg"]
+
+
+def _fields_at(model: type[BaseModel], loc: Sequence[Any]) -> list[str]:
+    """The field names of the model found at ``loc`` (field names, item indexes, dict keys) inside
+    ``model``; [] where ``loc`` leads to no model."""
+    here: list[Any] = [model]
+    for part in loc:
+        here = [found for tp in here for found in _step(tp, part)]
+    return sorted({name for tp in here if _is_model(tp) for name in tp.model_fields})
+
+
+def _without_union_tags(model: type[BaseModel], loc: Sequence[Any]) -> tuple[Any, ...]:
+    """``loc`` without the member names pydantic puts after a union field (``target_modules.str``)."""
+    here: list[Any] = [model]
+    kept = []
+    for part in loc:
+        members = [tp for tp in here if tp is not type(None)]
+        if isinstance(part, str) and len(members) > 1 and not any(_step(tp, part) for tp in members):
+            continue  # the name of the union member that refused the value, not a field
+        kept.append(part)
+        here = [found for tp in here for found in _step(tp, part)]
+    return tuple(kept)
+
+
+def _step(tp: Any, part: Any) -> list[Any]:
+    """The types a value may have at ``part`` (a field name, an item index or a dict key) inside a
+    value of type ``tp``."""
+    if _is_model(tp):
+        return _options(tp.model_fields[part].annotation) if part in tp.model_fields else []
+    origin = typing.get_origin(tp)
+    if origin is dict or (origin in (list, tuple) and isinstance(part, int)):
+        items = [arg for arg in typing.get_args(tp) if arg is not Ellipsis]
+        return _options(items[-1]) if items else []
+    return []
+
+
+def _options(annotation: Any) -> list[Any]:
+    """The members of a union (an optional field has two), or ``[annotation]``."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [member for arg in typing.get_args(annotation) for member in _options(arg)]
+    return [annotation]
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.envs.protocols.base import Protocol
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, did_you_mean
 from teamplay.registry import Registry, import_user_file, is_plugin_spec
 
 
@@ -60,7 +60,8 @@ def get_protocol(name_or_path: str, **options: Any) -> Protocol:
         from teamplay.envs.protocols.yaml_protocol import load_yaml_protocol
 
         return load_yaml_protocol(path, **options)
-    raise ConfigError(f"unknown protocol {name_or_path!r} (known: {', '.join(protocol_names())}; "
+    raise ConfigError(f"unknown protocol {name_or_path!r}{did_you_mean(name_or_path, protocol_names())} "
+                      f"(known: {', '.join(protocol_names())}; "
                       f"or a path to a .yaml/.py protocol file)")
 
 
