@@ -209,3 +209,23 @@ def test_the_metrics_line_is_json_with_the_stage(tmp_path):
     review_trainer(review_config(tmp_path / "run", STAGES, steps=1)).train()
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["curriculum"] == {"stage": 0, "moving_average": None, "next_stage": 0}
+
+
+def test_a_stage_that_changes_k_plays_its_episodes_with_k_agents(tmp_path):
+    # threshold 0 with a window of 1: every step raises the stage, so step 1 plays K = 2, step 2 K = 3
+    cfg = build_config(TrainConfig, {
+        "steps": 2, "protocol": {"name": "vote", "options": {"n_agents": 3}},
+        "task": {"split": "train", "limit": 4}, "rollout": {"problems_per_step": 1, "group_size": 2},
+        "sampling": {"max_new_tokens": 2, "temperature": 1.0}, "output_dir": str(tmp_path), "tensorboard": False,
+        "curriculum": curriculum({"protocol": {"options": {"n_agents": 2}}}, {}, threshold=0.0, window=1)})
+    model = tiny_team_model(Team.model_validate({"roles": [{"name": "solver"}]}))
+    trainer = Trainer(cfg, team_model=model, backend=HFBackend(model, max_prompt_tokens=1024))
+    # before the first step: the training envs are stage 0's, the held-out ones the run's own
+    assert len(trainer.make_env().possible_agents) == 2 and len(trainer.runner.make_eval_env().possible_agents) == 3
+    played = []
+    run = trainer.runner.run
+    trainer.runner.run = lambda jobs, **kw: played.append(episodes := run(jobs, **kw)) or episodes
+    for _ in range(2):
+        trainer.step()
+    trainer.close()
+    assert [{len({m.agent for m in ep.messages}) for ep in episodes} for episodes in played] == [{2}, {3}]
