@@ -57,6 +57,11 @@ class Task(ABC):
             return 0.0
         return self.score(answer, item)
 
+    def counters(self) -> dict[str, int]:
+        """Running totals of this process that a training run logs with each step (MATH: its
+        verifier's missed deadlines, ``verifier_deadlines_missed``); none by default."""
+        return {}
+
     def twin_key(self, item: TaskItem) -> str:
         """Items with one key are one problem for deduplication (``distinct``): by default the prompt
         text; a task whose problems have rewordings with the same answer (a sum and its commuted twin,

@@ -451,7 +451,7 @@ class Trainer:
         work = self.update(work, ctx)
         metrics = step_metrics(episodes, groups, work, active, self.update.metrics(), self.credit.metrics())
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
-                        "credit_seconds": t_credit})
+                        "credit_seconds": t_credit, **self.task.counters()})
         if batch is None:
             metrics.update(self.runner.step_metrics())
         else:  # the runner's metrics of the batch, taken by the generator thread (it alone uses a pool)

@@ -1,11 +1,11 @@
 """Worker process of ``MathVerifier``: answers "is PRED equal to GOLD?" with math_verify.
 
 Run as a script (``runpy.run_path``) by ``teamplay.envs.tasks.answers.math_verifier``; it imports only
-the standard library and math_verify so it starts in well under a second and does not depend on
+the standard library and math_verify so it starts in about a second and does not depend on
 how teamplay was installed.
 
 Protocol, one JSON object per line:
-    start-up  -> {"ready": true}
+    start-up  -> {"ready": true}   (after one warm-up check)
     stdin     <- {"id": 7, "gold": "\\frac{1}{2}", "pred": "0.5"}
     stdout    -> {"id": 7, "equal": true}
 With ``"raw": true`` the gold and pred are whole texts (a worked solution, a completion) that
@@ -53,6 +53,12 @@ def _serve() -> None:
             gold_cache.popitem(last=False)
         return parsed
 
+    # the first check pays sympy's lazy set-up (tenths of a second, more on a busy machine): paid here,
+    # before "ready", under the parent's start-up deadline rather than the first real check's
+    try:
+        verify(parse_answer("\\frac{x^2}{2}"), parse_answer("x*x/2"), timeout_seconds=VERIFY_TIMEOUT_S)
+    except (Exception, TimeoutException):
+        pass  # a slow warm-up only leaves the set-up to the first check
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when this worker
     # ends (by closing stdin or killing it), so an interrupt must not kill it with a traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)

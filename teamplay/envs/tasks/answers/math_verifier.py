@@ -5,13 +5,18 @@ answers are equal. sympy can spin for minutes on adversarial input, sometimes in
 no Python-level signal reaches it, and math_verify's own signal-based timeout only works in the
 main thread (a rollout runner may verify from worker threads). So the check runs in a persistent
 child process (``_math_worker.py``) that the caller waits on with a deadline; on a missed deadline
-the child is killed, the answer scores "not equal", a warning is logged, and the next call starts a
-fresh child. A call never raises and never takes much longer than ``timeout_s``.
+the child is killed and the check is asked again of a fresh child, once: a deadline missed because
+the machine was busy is not a property of the answer pair, and a reward must not depend on the
+machine's load. Only a pair that misses the deadline twice scores "not equal" (and is remembered
+as such); every miss is logged and counted (``timeouts``, which runs log as
+``verifier_deadlines_missed``). A call never raises and never takes much longer than twice
+``timeout_s`` (plus a worker's start).
 
 Cost: one round trip through a pipe (~0.1 ms) plus math_verify's own work (~1 ms for typical
 answers); results are cached per (gold, pred), and the child caches parsed references, so the
-repeated answers of a GRPO group cost one check. Starting the child takes about half a second and
-happens on the first call.
+repeated answers of a GRPO group cost one check. Starting the child takes about a second (it runs
+one check before it reports ready, so sympy's lazy set-up is not charged to a real check's deadline)
+and happens on the first call.
 
 Design choices:
 - a subprocess started with ``runpy.run_path`` on the worker file rather than ``multiprocessing``:
@@ -53,7 +58,8 @@ class MathVerifier:
     """Client of one math_verify worker process.
 
     Args:
-        timeout_s: deadline of one check, in seconds (the child is killed when it is missed).
+        timeout_s: deadline of one check, in seconds (the child is killed when it is missed, and the
+            check asked once more of a fresh child).
         startup_timeout_s: deadline for the child to import math_verify and report ready.
         max_chars: longer gold or predicted answers are judged unequal without calling sympy.
         cache_size: number of (gold, pred) results remembered, least recently used dropped first.
@@ -71,7 +77,8 @@ class MathVerifier:
         self._replies: queue.Queue[dict | None] = queue.Queue()
         self._owner_pid = os.getpid()
         self._next_id = 0
-        #: counters for monitoring: checks sent to the worker, deadlines missed, workers started
+        #: counters for monitoring: checks sent to the worker (a retry counts again), deadlines missed
+        #: (each attempt that missed: a pair that missed twice counts 2), workers started
         self.calls = 0
         self.timeouts = 0
         self.starts = 0
@@ -127,8 +134,22 @@ class MathVerifier:
 
     def _ask(self, gold: str, pred: str, raw: bool = False) -> tuple[bool, bool]:
         """(equal, settled): ``settled`` is False when no worker could answer (it died or would not
-        start), so the result is not cached. A missed deadline is settled: the same pair would
-        miss it again, and a GRPO group repeats answers."""
+        start), so the result is not cached. A missed deadline kills the worker and asks a fresh one
+        once more; a pair that misses it twice is settled as not equal (the same pair would miss it
+        again, and a GRPO group repeats answers)."""
+        for attempt in (1, 2):
+            answer = self._ask_once(gold, pred, raw)
+            if answer is not _TIMED_OUT:
+                return answer
+            self.timeouts += 1
+            then = "retrying on a fresh worker" if attempt == 1 else "again; scoring as wrong"
+            logger.warning("math_verify exceeded %.1f s on gold=%.80r pred=%.80r; %s", self.timeout_s, gold,
+                           pred, then)
+            self._stop()
+        return False, True
+
+    def _ask_once(self, gold: str, pred: str, raw: bool) -> tuple[bool, bool] | object:
+        """One attempt: (equal, settled) as ``_ask``, or ``_TIMED_OUT`` when the deadline passed."""
         try:
             proc = self._ensure_worker()
             if proc is None:
@@ -147,11 +168,7 @@ class MathVerifier:
         while True:
             reply = self._next_reply(deadline)
             if reply is _TIMED_OUT:
-                self.timeouts += 1
-                logger.warning("math_verify exceeded %.1f s on gold=%.80r pred=%.80r; scoring as wrong "
-                               "and restarting its worker", self.timeout_s, gold, pred)
-                self._stop()
-                return False, True
+                return _TIMED_OUT
             if reply is None:
                 logger.warning("math_verify worker exited (code %s); scoring as wrong, restarting",
                                self._proc.poll() if self._proc else None)

@@ -20,8 +20,8 @@ the statement after its last "answer is" / "answer:" (the minerva line ``Final A
 answer is $X$. I hope it is correct.`` gives X: the first math span, or the text to the sentence's
 end); or a bare final line that is an answer rather than prose (``$\\frac{1}{2}$``, ``x = 5``). It
 scores 1 when its normal form equals the reference's (cheap, no sympy) or math_verify finds them
-equal within the verifier's deadline (``MathVerifier``); anything else, a timeout included, scores
-0. A hedge scores 0: a statement offering a second math span with "or" ("$3$ or $4$"), or an answer
+equal within the verifier's deadline (``MathVerifier``, which asks a fresh worker once more after a
+missed deadline); anything else, two missed deadlines included, scores 0. A hedge scores 0: a statement offering a second math span with "or" ("$3$ or $4$"), or an answer
 holding "or"/"either"/"maybe" that its reference does not hold (``\\boxed{3 \\text{ (or 4)}}``,
 which math_verify alone would read as 3).
 """
@@ -69,6 +69,12 @@ class MathTask(DatasetTask):
     @property
     def verifier(self) -> MathVerifier:
         return self._verifier if self._verifier is not None else default_verifier()
+
+    def counters(self) -> dict[str, int]:
+        """``verifier_deadlines_missed``: checks of this process's verifier that missed its deadline
+        (each attempt; a pair scores wrong only after two), so a run shows when its rewards may have
+        depended on the machine's load."""
+        return {"verifier_deadlines_missed": self.verifier.timeouts}
 
     def row_item(self, row: Row, split: str, seed: int) -> TaskItem:
         problem = row.text("problem")

@@ -106,6 +106,9 @@ class TupleTask(Task):
     def extract(self, completion: str) -> str | None:
         return self.base.extract(completion)
 
+    def counters(self) -> dict[str, int]:
+        return self.base.counters()  # its parts are the wrapped task's (MATH's verifier misses)
+
     def score(self, completion: str, item: TaskItem) -> float:
         """A part is scored by the wrapped task; a whole tuple by the mean over its parts (module)."""
         if "parts" not in item.metadata:
