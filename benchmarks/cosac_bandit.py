@@ -1,4 +1,4 @@
-"""COSAC vs MA-GRPO vs HA-GRPO: advantage MSE on the sequential bandit (credit_spec.md §3.5).
+"""COSAC vs MA-GRPO vs HA-GRPO: advantage MSE on the sequential bandit (docs/credit/specification.md#cosac-bandit).
 
 For each K and seed, ``teamplay.credit.audit.bandit.mse_trial`` samples N=16 rollouts, computes the exact
 SeqAU advantages by dynamic programming, and scores three estimators against them (COSAC with

@@ -1,4 +1,5 @@
-"""Sequential bandit (credit_spec.md §3.5): T3.2 check numbers, DP vs brute force, T3.6 ordering."""
+"""Sequential bandit (docs/credit/specification.md#cosac-bandit): T3.2 check numbers, DP vs brute force,
+T3.6 ordering."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Characteristic functions over agents (credit_spec.md §4.5) and the LLM judge protocol."""
+"""Characteristic functions over agents (docs/credit/specification.md#characteristic) and the LLM judge protocol."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""COSAC: worked examples E3.1 of credit_spec.md §3.6 and the invariants T3.1, T3.3-T3.5."""
+"""COSAC: worked examples E3.1 of docs/credit/specification.md#cosac-checks and the invariants T3.1, T3.3-T3.5."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GCPO coverage game (credit_spec.md §4.4) and the offline embedding model."""
+"""GCPO coverage game (docs/credit/specification.md#coverage) and the offline embedding model."""
 
 import math
 

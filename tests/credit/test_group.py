@@ -1,4 +1,4 @@
-"""Group-normalised advantages (credit_spec.md §1.1) and the per-agent group rule."""
+"""Group-normalised advantages (docs/credit/specification.md#group-advantage) and the per-agent group rule."""
 
 import numpy as np
 import pytest

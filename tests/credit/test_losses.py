@@ -1,4 +1,4 @@
-"""GRPO / GSPO losses and the k3 KL (credit_spec.md §1.2, §1.3), values and gradients."""
+"""GRPO / GSPO losses and the k3 KL (docs/credit/specification.md#grpo-loss, §1.3), values and gradients."""
 
 import math
 

@@ -179,8 +179,8 @@ def test_shapley_prm_locality():
 # ------------------------------------------------------------------------------------- shape_max
 
 def test_shape_max_spec_example_with_aggregator():
-    # candidates u_0 = [0.9, 0.1, 0], u_1 = [0.5, 0.5, 0.4] (spec §4.3); an aggregator agent
-    # without an agent_correct entry gets the set-level advantage [1, -1].
+    # candidates u_0 = [0.9, 0.1, 0], u_1 = [0.5, 0.5, 0.4] (docs/credit/specification.md#shapley-max); an
+    # aggregator agent without an agent_correct entry gets the set-level advantage [1, -1].
     agents = ("solver_0", "solver_1", "solver_2", "judge_0")
     eps = []
     for u, R in (([0.9, 0.1, 0.0], 0.9), ([0.5, 0.5, 0.4], 0.5)):

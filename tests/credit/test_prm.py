@@ -1,4 +1,4 @@
-"""PRM refinement and first-error localisation (credit_spec.md §5), message scorers."""
+"""PRM refinement and first-error localisation (docs/credit/specification.md#prm), message scorers."""
 
 import numpy as np
 import pytest

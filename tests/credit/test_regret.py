@@ -1,4 +1,4 @@
-"""Regret matching and TRACER value helpers: tests T2.1-T2.6 of credit_spec.md §2.6."""
+"""Regret matching and TRACER value helpers: tests T2.1-T2.6 of docs/credit/specification.md#tracer-regret"""
 
 from __future__ import annotations
 

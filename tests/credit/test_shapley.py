@@ -1,4 +1,4 @@
-"""Shapley values: exact, Monte Carlo, max game, ShapE-GRPO (credit_spec.md §4.1-§4.3)."""
+"""Shapley values: exact, Monte Carlo, max game, ShapE-GRPO (docs/credit/specification.md#shapley)."""
 
 import time
 from itertools import permutations

@@ -1,4 +1,5 @@
-"""Per-turn baselines of credit_spec.md §6: LOTO, A2TGPO, GiGPO (worked numbers and edge cases)."""
+"""Per-turn baselines: LOTO, A2TGPO, GiGPO (worked numbers and edge cases of
+docs/credit/specification.md#turn-baselines)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The sequential bandit of credit_spec.md §3.5: a testbed with exact SeqAU ground truth for COSAC.
+"""The sequential bandit: a testbed with exact SeqAU ground truth for COSAC
+(docs/credit/specification.md#cosac-bandit).
 
 ``K`` agents act once each, in order; agent ``k`` picks one of ``A`` actions from a softmax policy
 that depends on its predecessor's action only (first-order dependence, strength ``rho``). The team
@@ -8,8 +9,8 @@ reward is additive per agent plus pairwise interactions, plus Gaussian noise:
     π_0(·) = softmax(theta[0])        π_k(·|a_{k-1}) = softmax(theta[k] + rho · B[k, a_{k-1}])
 
 Everything except "A=4 actions, additive + pairwise reward, rho couples the policies" is
-[INFERRED] in the spec and is a constructor argument here. The generator draws its parameters from
-``numpy.random.default_rng(seed)`` in exactly the spec's order (phi, g, B, theta); the published
+[INFERRED] in the specification and is a constructor argument here. The generator draws its parameters from
+``numpy.random.default_rng(seed)`` in exactly the specification's order (phi, g, B, theta); the published
 check numbers of test T3.2 depend on that order.
 
 Exact expectations use the Markov structure: with transition matrices
@@ -70,7 +71,7 @@ class SeqBandit:
     @classmethod
     def generate(cls, K: int, A: int = 4, lam_int: float = 0.5, rho: float = 1.0, sigma_r: float = 0.5,
                  sigma_theta: float = 1.0, seed: int = 0) -> SeqBandit:
-        """Draw an instance in the spec's order: phi, g, B, theta (one ``default_rng(seed)``)."""
+        """Draw an instance in the specification's order: phi, g, B, theta (one ``default_rng(seed)``)."""
         if K < 1 or A < 1:
             raise ValueError(f"SeqBandit needs K >= 1 and A >= 1, got K={K}, A={A}")
         rng = np.random.default_rng(seed)
@@ -251,10 +252,10 @@ class MSETrial:
 def mse_trial(K: int, seed: int, N: int = 16, tau: float = 0.3, cosac_lam: float = 1.0, L: int = 8,
               baseline: str = "sampled", A: int = 4, lam_int: float = 0.5, rho: float = 1.0,
               sigma_r: float = 0.5, sigma_theta: float = 1.0) -> MSETrial:
-    """One seed of the advantage-MSE study (credit_spec.md §3.5).
+    """One seed of the advantage-MSE study (docs/credit/specification.md#cosac-bandit).
 
     Protocol: draw ``SeqBandit.generate(K, ..., seed)``; from a separate stream
-    ``default_rng([seed, 1])`` ([INFERRED]; the spec fixes only the generator's stream) sample N
+    ``default_rng([seed, 1])`` ([INFERRED]; the specification fixes only the generator's stream) sample N
     rollouts from ``μ = π_θ``, then the perturbation ``θ' = θ + τ·N(0,1)`` of all logits (the
     already-updated upstream agents), then COSAC's continuations. Estimators per (n, k):
 

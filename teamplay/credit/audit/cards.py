@@ -11,7 +11,7 @@ assignment in agentic RL proposes):
 4. **falsified by**: the tests in this repository (``path::function``) that fail when the method
    does not compute its estimand; ``tests/credit/test_cards.py`` checks that every one exists.
 
-The texts below are written from each method's module and ``credit_spec.md``. For a message-level
+The texts below are written from each method's module and ``docs/credit/specification.md``. For a message-level
 method the cost is what it declares in the registry (``CreditMethod.cost``) followed by a note
 here; token methods declare no cost, so the note is all of it. A method registered without a card
 (a user's own) gets one built from its registry entry that says no estimand was declared.

@@ -1,4 +1,4 @@
-"""COSAC: counterfactual credit for K agents acting in a fixed order (credit_spec.md §3).
+"""COSAC: counterfactual credit for K agents acting in a fixed order (docs/credit/specification.md#cosac).
 
 Target (SeqAU): agent k's advantage is ``Q_k(a_≤k) − Q_{k−1}(a_<k)`` where ``Q_k`` is the expected
 team reward given the prefix, downstream agents following their behaviour policies. COSAC estimates

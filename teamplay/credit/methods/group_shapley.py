@@ -332,7 +332,8 @@ def shapley_credit(batch: CreditBatch, options: ShapleyOptions) -> list[np.ndarr
 @register_credit("shapley_prm", ShapleyPRMOptions, "Shapley agent credit refined per message by a scorer",
                  requires=_prm_needs, cost="shapley's, plus one score per message")
 def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[np.ndarray]:
-    """``shapley`` agent advantages, spread over the agent's messages by local scores (spec §5.1).
+    """``shapley`` agent advantages, spread over the agent's messages by local scores
+    (docs/credit/specification.md#prm-success).
 
     Agent i of episode g has advantage ``A_{g,i}`` (as in ``shapley``) and spoken messages ``M_i``
     (``n_i`` of them). ``refine_to_messages`` with ``phi = n_i A_{g,i}``, the local message scores
@@ -371,7 +372,7 @@ def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[n
 @register_credit("shape_max", ShapeMaxOptions, "ShapE-GRPO: Shapley credit of the best-answer (max) game",
                  protocols=ANSWERING_PROTOCOLS)
 def shape_max_credit(batch: CreditBatch, options: ShapeMaxOptions) -> list[np.ndarray]:
-    """ShapE-GRPO over agents as candidates (spec §4.3).
+    """ShapE-GRPO over agents as candidates (docs/credit/specification.md#shapley-max).
 
     Candidates of episode g are the agents listed in ``agent_correct`` (utility = that score); the
     set utility is the best candidate's, ``R_g = max_i u_{g,i}``. Messages of candidate i get
@@ -410,7 +411,8 @@ def _load_embedder(model: str | None) -> TransformerEmbedder:
 @register_credit("coverage", CoverageOptions, "GCPO: Shapley share of the group's valid-solution volume",
                  cost="one embedding per episode")
 def coverage_credit(batch: CreditBatch, options: CoverageOptions) -> list[np.ndarray]:
-    """GCPO over the G episodes of the group (spec §4.4): each episode is a player of the coverage game.
+    """GCPO over the G episodes of the group: each episode is a player of the coverage game
+    (docs/credit/specification.md#coverage).
 
     ``phi = coverage_shapley(embed(texts), rewards, alpha)``; ``A_g = (phi_g - mean phi) / std phi``
     on every spoken message of episode g.

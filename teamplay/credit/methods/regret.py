@@ -1,4 +1,4 @@
-"""Regret matching for TRACER's speak/skip and keep/refresh controllers (credit_spec.md §2.2-2.4).
+"""Regret matching for TRACER's speak/skip and keep/refresh controllers (docs/credit/specification.md#tracer).
 
 A :class:`RegretMatcher` keeps, per information state ``s`` (any hashable key, typically the
 ``("controller", score_bucket, time_bucket)`` tuple of :func:`info_state`), cumulative regrets

@@ -1,4 +1,4 @@
-"""Per-turn credit baselines (credit_spec.md §6): leave-one-turn-out, A2TGPO, GiGPO.
+"""Per-turn credit baselines (docs/credit/specification.md#turn-baselines): leave-one-turn-out, A2TGPO, GiGPO.
 
 * :func:`loto_credit` — ``c_t = V(all turns) − V(all turns but t)``: one masked re-evaluation per
   turn. No efficiency guarantee; it gives zero credit to each of two redundant turns (the known
@@ -404,7 +404,7 @@ def loto_method(batch: CreditBatch, options: LOTOOptions) -> list[np.ndarray]:
     """LOTO on episodes. ``V(episode, kept: frozenset[int]) -> float`` scores the transcript with
     only the messages in ``kept``: ``batch.resources.transcript_value`` when given, else built from
     ``options.value`` (masking with the ``transcript_scorer`` resource, or replay with the ``replay``
-    resource: re-run from turn t with turn t removed, credit_spec.md §4.5). ``T + 1`` values per
+    resource: re-run from turn t with turn t removed, docs/credit/specification.md#characteristic). ``T + 1`` values per
     episode; skipped messages get 0 (the registry's convention).
     """
     value = _transcript_value(batch, options)

@@ -1,4 +1,4 @@
-"""Characteristic functions v(S) over the agents of one episode (credit_spec.md §4.5).
+"""Characteristic functions v(S) over the agents of one episode (docs/credit/specification.md#characteristic).
 
 Shapley credit needs a number for every coalition S of agents. Three ways to get one, behind one
 interface, :class:`CharacteristicFunction`:

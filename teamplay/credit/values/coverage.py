@@ -1,4 +1,5 @@
-"""GCPO coverage game: credit G rollouts by their share of the group's valid-solution volume (spec §4.4).
+"""GCPO coverage game: credit G rollouts by their share of the group's valid-solution volume
+(docs/credit/specification.md#coverage).
 
 The rollouts of one prompt form a team. Rollout i has an L2-normalised semantic embedding ``e_i``
 and a verifier reward ``r_i in [0, 1]``; with ``x_i = r_i e_i`` and ``L = X X^T``

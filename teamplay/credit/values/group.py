@@ -1,4 +1,4 @@
-"""Group-normalised advantages (credit_spec.md §1.1).
+"""Group-normalised advantages (docs/credit/specification.md#group-advantage).
 
 A group is the G rollouts of one prompt. Every method of the credit layer that turns rewards into
 advantages "relative to the group" goes through :func:`group_advantage`, so singleton groups,
@@ -94,7 +94,7 @@ def group_credit_advantage(phi: ArrayLike, ddof: int = 0, mode: GroupMode = "std
                            eps: float = 1e-8) -> np.ndarray:
     """Per-agent advantages from per-agent credit over a group: phi [G, n] -> A [G, n].
 
-    Rule (the credit layer's choice for Shapley-type credit; credit_spec.md leaves it open):
+    Rule (the credit layer's choice for Shapley-type credit; docs/credit/specification.md marks it as ours):
 
         c_{g,i} = phi_{g,i} - mean_{g'} phi_{g',i}          (each agent's own baseline over the group)
         A_{g,i} = n * c_{g,i} / max(sigma, eps)             mode "std"

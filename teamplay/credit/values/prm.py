@@ -1,4 +1,5 @@
-"""From agent credit to message signals: conserved refinement and first-error localisation (spec §5).
+"""From agent credit to message signals: conserved refinement and first-error localisation
+(docs/credit/specification.md#prm).
 
 Success case (:func:`refine_to_messages`): split each agent's Shapley credit ``phi_i`` over its
 messages, shifted by local signed message scores ``q_t``, so that the messages of an agent sum to
@@ -139,7 +140,7 @@ def first_error_signals(p0: float, p: ArrayLike, delta: float = 0.2, delta_rep: 
                         c_err: float = 1.0, c_rep: float = 0.5, conserve: bool = False,
                         C: float | None = None, iterate: bool = False, B: float = 1.0,
                         error_flags: Sequence[bool] | None = None) -> FirstErrorResult:
-    """First-error localisation with repair-aware signals (spec §5.2).
+    """First-error localisation with repair-aware signals (docs/credit/specification.md#prm-failure).
 
     ``d_t = p_t - p_{t-1}`` (``p_{-1} = p0``). First error ``t* = min{t: d_t <= -delta}`` (or the first
     ``error_flags[t]`` when flags are given); if none qualifies, the message with the most negative

@@ -1,4 +1,4 @@
-"""Shapley values of cooperative games over bitmask coalitions (credit_spec.md §4.1-§4.3).
+"""Shapley values of cooperative games over bitmask coalitions (docs/credit/specification.md#shapley).
 
 Players are ``0..n-1``; a coalition is an int bitmask (bit ``i`` set = player ``i`` in it). A game
 ``v`` is given as one of:
@@ -170,7 +170,8 @@ def shapley_permutation(
     batch_eval: BatchEval | None = None,
     value_range: tuple[float, float] | None = None,
 ) -> np.ndarray:
-    """Monte Carlo Shapley values from M uniformly random permutations (credit_spec.md §4.2).
+    """Monte Carlo Shapley values from M uniformly random permutations
+    (docs/credit/specification.md#shapley-permutation).
 
     Each permutation contributes the marginal gains ``v(prefix + i) - v(prefix)`` along its order;
     the estimate is their mean. Because one permutation's gains telescope to ``v(N) - v(empty)``,
@@ -222,7 +223,7 @@ def shapley_permutation(
 def shapley_max_game(u: ArrayLike, base: float = 0.0) -> np.ndarray:
     """Exact Shapley values of the max game ``v(S) = max(base, max_{i in S} u_i)``, ``v(empty) = base``.
 
-    Closed form (credit_spec.md §4.3): sort ascending ``u_(1) <= ... <= u_(K)``, ``u_(0) = base``;
+    Closed form (docs/credit/specification.md#shapley-max): sort ascending ``u_(1) <= ... <= u_(K)``, ``u_(0) = base``;
     ``phi_(k) = sum_{j<=k} (u_(j) - u_(j-1)) / (K - j + 1)``. Ties share credit equally.
 
     Args:
@@ -252,7 +253,7 @@ def shapley_max_game(u: ArrayLike, base: float = 0.0) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ShapEAdvantages:
-    """ShapE-GRPO advantages for a group of responses (credit_spec.md §4.3).
+    """ShapE-GRPO advantages for a group of responses (docs/credit/specification.md#shapley-max).
 
     Fields:
         candidate: per response g, advantages of its K_g candidates, [K_g] each (per token when
@@ -279,7 +280,7 @@ def shape_grpo_advantages(
     """ShapE-GRPO: Shapley credit of the max game per response, normalised over the group.
 
     For each response g with candidate utilities ``u_g`` [K_g]: ``R_g = max u_g``,
-    ``phi_g = shapley_max_game(u_g, base)``. Then [INFERRED scaling, spec §4.3]:
+    ``phi_g = shapley_max_game(u_g, base)``. Then [INFERRED scaling, docs/credit/specification.md#shapley-max]:
 
     * candidate i of response g: ``(K_g phi_{g,i} - mean_g R_g) / (std_pool(K phi) + eps)``, the
       pooled (population) std over all candidates of the group; for ``base = 0`` the pooled mean of

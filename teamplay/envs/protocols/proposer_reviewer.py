@@ -1,4 +1,4 @@
-"""``proposer_reviewer``: TRACER's dialogue (credit_spec.md §2.1).
+"""``proposer_reviewer``: TRACER's dialogue (docs/credit/specification.md#tracer-dialogue).
 
 Rounds ``0..R-1`` alternate: even rounds are proposal rounds, odd rounds review rounds. Round ``k``
 is played by agent index ``k mod N`` of its role (round-robin over bundles; with equal proposer and

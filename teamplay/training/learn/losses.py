@@ -1,6 +1,6 @@
 """Policy-gradient losses over padded token batches: GRPO (token ratio + k3 KL) and GSPO.
 
-Formulas are credit_spec.md §1.2 and §1.3. All functions take padded ``[B, L]`` tensors (B
+Formulas are docs/credit/specification.md#grpo-loss and #gspo-loss. All functions take padded ``[B, L]`` tensors (B
 sequences, i.e. messages, of up to L completion tokens) and a ``mask`` of the same shape that is 1
 on real tokens and 0 on padding; they return the loss to *minimise* (``-J``) and a ``LossStats``
 the trainer logs. Padding never contributes to the loss, its gradient or the stats, whatever values
@@ -121,7 +121,7 @@ def grpo_loss(
     dual_clip: float | None = None,
     kl_clamp: float | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
-    """GRPO clipped-surrogate loss with an optional k3 KL penalty (credit_spec.md §1.2).
+    """GRPO clipped-surrogate loss with an optional k3 KL penalty (docs/credit/specification.md#grpo-loss).
 
     Per token: ``rho = exp(logp - logp_old)``,
     ``term = min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) - beta * k3(logp, logp_ref)``;
@@ -222,7 +222,7 @@ def gspo_loss(
     eps_high: float = 4e-4,
     logratio_clamp: float | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
-    """GSPO sequence-level clipped loss (credit_spec.md §1.3); no KL term.
+    """GSPO sequence-level clipped loss (docs/credit/specification.md#gspo-loss); no KL term.
 
     ``s_i = exp(mean_t (logp - logp_old))`` over the real tokens of sequence i (a geometric-mean
     ratio), ``J = mean_i min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)``, loss ``-J``.

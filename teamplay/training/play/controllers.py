@@ -1,4 +1,4 @@
-"""Learned speak/skip controllers: TRACER's regret layer (credit_spec.md §2.2), cost-aware.
+"""Learned speak/skip controllers: TRACER's regret layer (docs/credit/specification.md#tracer-regret), cost-aware.
 
 Before a skippable turn the episode driver asks the protocol's controller whether the agent speaks.
 ``TeamControllers`` answers from one :class:`~teamplay.credit.methods.regret.RegretMatcher` per
