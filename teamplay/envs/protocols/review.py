@@ -33,13 +33,9 @@ either way, so a reviewer cannot fix it by undoing one known offset), with an LL
 and the same with both roles trained: ``roles: [{name: proposer}, {name: reviewer}]``. The
 ``oracle`` credit's ``review`` form gives the closed-form credit of both (``teamplay.credit.methods.oracle``).
 
-The default instruction spells out both reply forms. Measured on 40 ``arith`` problems with the
-scripted proposer above and the untrained embedded model (SmolLM2-135M-Instruct, 48 new tokens) as
-the reviewer: at T = 0 every review but one reads "Verdict: WRONG. The answer is X." with X its
-restated proposal (39 adopted, 1 no_answer: well formed, no correction yet); at T = 1, 10 kept, 4
-adopted (2 of them harms, no correction), 14 no_answer and 12 no_verdict. An instruction that asks
-only for "First line: RIGHT or WRONG" got 6 verdicts in 40 at T = 1 and none at T = 0 (the model
-wrote a number after "Verdict:").
+The default instruction spells out both reply forms, because an instruction that asks only for
+the verdict's line gets few verdicts from a small model; what the untrained embedded model writes
+under each is measured in docs/results/index.md#review-replies.
 
 Masking (``score_visible``): with the reviewer's message withheld the proposal stands; with the
 proposal withheld the reviewer's answer counts only if its review adopted it (a kept or malformed
