@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,36 @@ def test_list_shows_a_plugin_credit_method_once(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.count("flatcredit") == 1  # was twice: by its registered name and by its path
     assert "my_uniform (mine.py:uniform)" in result.output
+
+
+@pytest.mark.parametrize("samples, why", [
+    (1, "each of the 2 groups holds one episode"),
+    (3, "in every one of the 2 groups all episodes got the same reward"),
+])
+def test_credit_says_why_every_advantage_is_zero_and_how_many_rows_it_hid(tmp_path, samples, why):
+    # the oracle is right every time: no episode differs from another of its problem
+    out = tmp_path / "ev"
+    assert invoke("eval", "--task", "arith", "--limit", 2, "--protocol", "vote", "--backend", "scripted",
+                  "--samples", samples, "-o", out).exit_code == 0
+    result = invoke("credit", out, "--method", "shapley", "--limit", 4)
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.output.split())
+    rows = 2 * samples * 3  # 2 problems x samples episodes x 3 voters, one message each
+    assert f"{rows - 4} more rows not shown (--limit {rows} prints them all" in shown
+    assert f"every advantage is 0: {why}" in shown
+    assert "--temperature" in shown and "--samples" in shown
+
+
+def test_zero_credit_reason_by_the_groups_rewards():
+    from teamplay.cli.inspection import zero_credit_reason
+    from teamplay.training.experiments.saved_credit import UtteranceCredit
+
+    def row(group: str, episode: int, reward: float, advantage: float = 0.0) -> UtteranceCredit:
+        return UtteranceCredit(group, group, episode, 0, "solver_0", "solve", 0, True, advantage, reward, "4")
+
+    differing = [row("a", 0, 1.0), row("a", 1, 0.0), row("b", 0, 1.0)]
+    assert zero_credit_reason([row("a", 0, 1.0, advantage=0.5), row("a", 1, 0.0, -0.5)], "grpo") is None
+    assert zero_credit_reason([], "grpo") is None
+    assert "1 of the 2 groups have differing rewards: grpo gave" in zero_credit_reason(differing, "grpo")
+    flat = zero_credit_reason([row("a", 0, 1.0), row("a", 1, 1.0), row("b", 0, 0.0)], "grpo")
+    assert flat.startswith("every advantage is 0: in every one of the 2 groups (1 of one episode) all episodes")

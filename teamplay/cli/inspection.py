@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import typer
@@ -54,16 +55,7 @@ def credit_command(
     from teamplay.training.experiments.saved_credit import credit_saved
 
     rows = credit_saved(folder, method, dict(parse_overrides(set_)))
-    table = Table(title=f"credit {method} on {folder} ({len(rows)} utterances)")
-    for col in ("group", "ep", "agent", "stage", "round", "advantage", "reward", "text"):
-        # one line a row: a message wrapped over ten lines hides the column of advantages
-        table.add_column(col, justify="right" if col in ("ep", "round", "advantage", "reward") else "left",
-                         no_wrap=True, overflow="ellipsis")
-    for r in rows[:limit]:
-        text = r.text if r.spoke else "(skipped)"
-        table.add_row(r.group_id, str(r.episode), r.agent, r.stage, str(r.round), f"{r.advantage:+.3f}",
-                      f"{r.reward:.2f}", text.replace("\n", " ")[:60])
-    console.print(table)
+    console.print(credit_table(rows[:limit], f"credit {method} on {folder} ({len(rows)} utterances)", console.width))
     if len(rows) > limit:
         console.print(f"{len(rows) - limit} more rows not shown (--limit {len(rows)} prints them all; "
                       f"--output FILE writes them all as JSON lines)", highlight=False, soft_wrap=True)
@@ -76,6 +68,32 @@ def credit_command(
             for r in rows:
                 f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
         console.print(f"wrote {output}")
+
+
+def credit_table(rows, title: str, width: int) -> Table:
+    """``UtteranceCredit`` rows as a table of one line a row, fitted to ``width`` columns.
+
+    A message wrapped over ten lines hides the column of advantages, so the text is cut to the
+    width the other columns leave; the group ids lose the prefix they all share (named in the title).
+    """
+    groups = [r.group_id.removesuffix("#eval") for r in rows]
+    shared = os.path.commonprefix(groups)
+    shared = shared[:shared.rfind("/") + 1]
+    if shared:
+        title += f", groups {shared}…"
+    heads = ("group", "ep", "agent", "stage", "round", "advantage", "reward")
+    cells = [(g[len(shared):], str(r.episode), r.agent, r.stage, str(r.round), f"{r.advantage:+.3f}",
+              f"{r.reward:.2f}") for g, r in zip(groups, rows, strict=True)]
+    used = sum(max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads))
+    room = max(12, width - used - 3 * (len(heads) + 1) - 1)  # 3 a column: its padding and border
+    table = Table(title=title)
+    for head in (*heads, "text"):
+        table.add_column(head, justify="right" if head in ("ep", "round", "advantage", "reward") else "left",
+                         no_wrap=head != "text")
+    for r, row in zip(rows, cells, strict=True):
+        text = " ".join((r.text if r.spoke else "(skipped)").split())
+        table.add_row(*row, text if len(text) <= room else text[:room - 1] + "…")
+    return table
 
 
 def zero_credit_reason(rows, method: str) -> str | None:
