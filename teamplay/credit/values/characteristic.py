@@ -98,8 +98,10 @@ def last_answer_scorer(score_answer: Callable[[str | None], float]) -> Transcrip
 class CharacteristicFunction(ABC):
     """``v`` over coalitions of ``players``, batched and cached by bitmask.
 
-    Subclasses implement :meth:`_evaluate` for a batch of non-empty, uncached masks (the empty
-    coalition too when ``empty_value`` was given as ``None``, see subclasses).
+    The one extension point is :meth:`evaluate`: a subclass implements it for a batch of uncached
+    masks (the empty coalition too when ``empty_value`` was given as ``None``, see subclasses), and
+    may extend a parent's by calling ``super().evaluate``. Callers use :meth:`values` (or the
+    instance as a function), which caches, batches and range-checks what ``evaluate`` returns.
     """
 
     def __init__(self, players: Sequence[str], value_range: tuple[float, float],
@@ -115,7 +117,7 @@ class CharacteristicFunction(ABC):
         if empty_value is not None:
             self._cache[0] = float(check_values(np.zeros(1, dtype=np.int64), [empty_value],
                                                 len(self._players), self._range, self._players)[0])
-        self.calls = 0  # batched _evaluate calls made (for cost reporting)
+        self.calls = 0  # batched evaluate calls made (for cost reporting)
 
     @property
     def players(self) -> tuple[str, ...]:
@@ -151,7 +153,7 @@ class CharacteristicFunction(ABC):
         todo = np.array(sorted({int(x) for x in m} - self._cache.keys()), dtype=np.int64)
         if todo.size:
             self.calls += 1
-            fresh = check_values(todo, self._evaluate(todo), self.n_players, self._range, self._players)
+            fresh = check_values(todo, self.evaluate(todo), self.n_players, self._range, self._players)
             self._cache.update(zip(todo.tolist(), fresh.tolist(), strict=True))
         return np.array([self._cache[int(x)] for x in m], dtype=np.float64)
 
@@ -163,8 +165,12 @@ class CharacteristicFunction(ABC):
         return float(self.values([mask])[0])
 
     @abstractmethod
-    def _evaluate(self, masks: np.ndarray) -> ArrayLike:
-        """Values of the given masks ([U] int64, uncached), same order."""
+    def evaluate(self, masks: np.ndarray) -> ArrayLike:
+        """The hook: values of the given masks ([U] int64, uncached), same order, [U].
+
+        Called by :meth:`values` once per batch of uncached masks; its result is checked there
+        (finite, inside ``value_range``) and cached, so an implementation neither caches nor checks.
+        """
 
 
 class VoteCharacteristic(CharacteristicFunction):
@@ -206,7 +212,7 @@ class VoteCharacteristic(CharacteristicFunction):
         best = key.argmax(axis=1)  # [U]
         return np.where(count.max(axis=1) > 0, best, -1)
 
-    def _evaluate(self, masks: np.ndarray) -> np.ndarray:
+    def evaluate(self, masks: np.ndarray) -> np.ndarray:
         return self._answer_scores()[self.winners(masks)]  # -1 picks the "no answer" slot (0.0)
 
 
@@ -240,7 +246,7 @@ class MaskingCharacteristic(CharacteristicFunction):
         return Transcript(self.question, self.episode.messages,
                           tuple(m.agent not in kept for m in self.episode.messages), self.placeholder)
 
-    def _evaluate(self, masks: np.ndarray) -> ArrayLike:
+    def evaluate(self, masks: np.ndarray) -> ArrayLike:
         return self._scorer([self.transcript(int(m)) for m in masks])
 
 
@@ -271,7 +277,7 @@ class ReplayCharacteristic(CharacteristicFunction):
         self._replay_many = replay_many
         self._stds: list[float] = []
 
-    def _evaluate(self, masks: np.ndarray) -> np.ndarray:
+    def evaluate(self, masks: np.ndarray) -> np.ndarray:
         kept = [self.coalition(int(m)) for m in masks]
         if self._replay_many is not None:
             results = list(self._replay_many(self.episode, kept))

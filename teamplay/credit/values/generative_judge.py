@@ -166,7 +166,8 @@ class GenerativeJudgeCharacteristic(MaskingCharacteristic):
         """The judge's prompt for coalition ``mask``."""
         return self.scorer.prompts([self.transcript(mask)])[0]
 
-    def _evaluate(self, masks: np.ndarray) -> np.ndarray:
-        values = np.asarray(super()._evaluate(masks), dtype=np.float64)
+    def evaluate(self, masks: np.ndarray) -> np.ndarray:
+        """The masking scores of ``masks`` [U], keeping the judge's answer of each coalition."""
+        values = np.asarray(super().evaluate(masks), dtype=np.float64)
         self.answers.update(zip(masks.tolist(), self.scorer.last_answers, strict=True))
         return values
