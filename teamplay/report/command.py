@@ -22,6 +22,7 @@ from teamplay.report.federated import federated_page, is_federated
 from teamplay.report.html import Figures, render_page
 from teamplay.report.plots import credit_plots, eval_bars, run_plots, speak_rate_plot
 from teamplay.report.sweep_page import is_sweep_folder, sweep_report
+from teamplay.report.warm_start import load_warm_start, loss_plot
 
 DEFAULT_COMPARE_DIR = Path("report-compare")
 PAGE = "index.html"
@@ -91,7 +92,9 @@ def build_figures(inputs: list[tuple[str, RunData | EvalData]], out_dir: Path) -
         bars = [(label, d.metrics if isinstance(d, EvalData) else d.final_heldout) for label, d in inputs]
         if all(m is not None for _, m in bars):
             evaluation = eval_bars(bars, out_dir)
+    warm = [(label, log) for label, d in runs if (log := load_warm_start(d.path)) is not None]
     return Figures(
+        warm_start=loss_plot(warm, out_dir) if warm else None,
         training=run_plots(runs, out_dir) if runs else [],
         credit=credit_plots(runs, out_dir) if runs else [],
         controllers=speak_rate_plot(runs, out_dir) if runs else None,

@@ -24,6 +24,7 @@ from teamplay.report.dialogue import dialogue_section
 from teamplay.report.markup import MISSING, esc, fmt, fmt_signed, note, table
 from teamplay.report.plots import PALETTE, Plot
 from teamplay.report.transcripts import BROWSER_SCRIPT, transcript_browser
+from teamplay.report.warm_start import WarmStartLog, load_warm_start
 from teamplay.training.play.evaluation import EvalMetrics
 
 Input = RunData | EvalData
@@ -37,6 +38,8 @@ class Figures:
     credit: Sequence[Plot]
     controllers: Plot | None
     evaluation: Plot | None
+    #: the warm start's loss curve (runs with a warm start only)
+    warm_start: Plot | None = None
 
 
 CSS = """
@@ -490,6 +493,24 @@ def _evaluation_section(inputs: Sequence[tuple[str, Input]], figures: Figures) -
     return _grid(items)
 
 
+def _warm_start_section(runs: Sequence[tuple[str, WarmStartLog]], figures: Figures) -> str:
+    """The warm start of each run: its loss curve, its fine-tuning set and the held-out evaluations
+    before and after it (``teamplay.training.run.warm_start``)."""
+    items: list[Plot | str] = [figures.warm_start] if figures.warm_start is not None else []
+    rows = [[esc(label), fmt(log.dataset.get("episodes")), fmt(log.dataset.get("kept")),
+             fmt(log.dataset.get("examples")), fmt(log.dataset.get("reward_played")), fmt(len(log.losses))]
+            for label, log in runs]
+    items.append(_card_panel("Fine-tuning set", table(["run", "episodes", "kept", "messages", "reward played",
+                                                       "steps"], rows) + note(
+        "Episodes played to build the set (a teacher team's, or the team's own before the reward filter), those "
+        "kept, the messages of the warm-started roles in them, and the mean team reward of the episodes played.")))
+    for label, log in runs:
+        if log.before is not None or log.after is not None:
+            items.append(_card_panel(f"{label}: held-out before and after the warm start",
+                                     eval_table([("before", log.before), ("after", log.after)])))
+    return _grid(items)
+
+
 def _transcripts_section(inputs: Sequence[tuple[str, Input]], credited: bool) -> str:
     if credited:
         intro = note("Each utterance is shaded by the advantage the credit layer gave it: green = credited with "
@@ -504,9 +525,9 @@ def render_page(title: str, inputs: Sequence[tuple[str, Input]], figures: Figure
     """The whole HTML document for ``inputs`` (one, or two for a comparison) and their figures.
 
     Sections, in order: summary, dialogue (a few episodes with each message's credit or
-    withholding effect), credit and controllers (runs only), transcripts, training curves (runs
-    only), evaluation, configuration. Credit comes first because it is what this report
-    shows that a scalar dashboard does not.
+    withholding effect), credit and controllers (runs only), transcripts, the warm start (runs that
+    had one), training curves (runs only), evaluation, configuration. Credit comes first because it
+    is what this report shows that a scalar dashboard does not.
     """
     runs = [(label, d) for label, d in inputs if isinstance(d, RunData)]
     sections: list[tuple[str, str, str, str]] = [("summary", "Summary", "Summary",
@@ -517,6 +538,9 @@ def render_page(title: str, inputs: Sequence[tuple[str, Input]], figures: Figure
     sections.insert(1, ("dialogue", "Dialogue", "The team talking: what each message was worth",
                         dialogue_section([(label, d.episodes) for label, d in inputs])))
     sections.append(("transcripts", "Transcripts", "Transcripts", _transcripts_section(inputs, bool(runs))))
+    warm = [(label, log) for label, d in runs if (log := load_warm_start(d.path)) is not None]
+    if warm:
+        sections.append(("warm_start", "Warm start", "Warm start before RL", _warm_start_section(warm, figures)))
     if runs:
         sections.append(("training", "Training", "Training curves", _training_section(runs, figures)))
     sections.append(("evaluation", "Evaluation", "Evaluation", _evaluation_section(inputs, figures)))

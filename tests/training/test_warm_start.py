@@ -193,6 +193,11 @@ def test_sft_then_rl_in_one_run_equals_rl_from_the_saved_sft_adapters(tiny_path,
     assert rl_lines(tmp_path / "one") == rl_lines(tmp_path / "rl")
     a, b = adapters_of(latest(tmp_path / "one")), adapters_of(latest(tmp_path / "rl"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the run's report shows the warm start: its loss curve and its set
+    from teamplay.report.command import report_command
+
+    page = report_command([tmp_path / "one"], compare=False, output=tmp_path / "report").read_text()
+    assert "Warm start before RL" in page and 'id="fig-warm_start_loss"' in page and "<img" in page
     # and the warm start did something: RL from fresh adapters ends elsewhere
     config["model"].pop("checkpoint")
     config["output_dir"] = str(tmp_path / "cold")
