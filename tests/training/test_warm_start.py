@@ -132,7 +132,8 @@ def test_warm_start_changes_only_the_warm_roles_adapters(tiny_path, tmp_path):
     cfg = build_config(TrainConfig, relay_config(tiny_path, tmp_path / "run"))
     cfg = cfg.model_copy(update={"warm_start": cfg.warm_start.model_copy(update={"roles": ["answerer"]})})
     trainer = Trainer(cfg)
-    before = {a: [p.detach().clone() for p in trainer.team_model.adapter_parameters(a)] for a in ("informant", "answerer")}
+    before = {a: [p.detach().clone() for p in trainer.team_model.adapter_parameters(a)]
+              for a in ("informant", "answerer")}
     base = [p.detach().clone() for n, p in trainer.team_model.model.named_parameters() if "lora_" not in n]
     result = trainer.warm_start.run(trainer.items)
     trainer.close()

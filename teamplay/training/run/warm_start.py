@@ -56,6 +56,7 @@ from teamplay.training.run.parts import build_optimizer
 from teamplay.training.run.preemption import Preempted, Preemption
 from teamplay.training.store.checkpoint import (
     TrainerState,
+    checkpoint_dir,
     load_checkpoint,
     newest_intact_checkpoint,
     rng_state,
@@ -64,6 +65,8 @@ from teamplay.training.store.checkpoint import (
 )
 from teamplay.training.store.metrics import MetricsLogger
 
+#: ``evaluate(label, items, check)``: the team as it is now on held-out ``items`` (the trainer's)
+Evaluate = Callable[[str, Sequence[TaskItem], Callable[[], None]], EvalMetrics]
 #: the warm start's folder inside the run folder
 WARM_DIR = "warm_start"
 EPISODES = "episodes.jsonl"
@@ -131,8 +134,8 @@ class WarmStart:
         sync: called after the adapters changed (a vllm backend reloads them).
     """
 
-    def __init__(self, cfg: TrainConfig, team_model, team, trainable: Sequence[str], make_env, runner, evaluate: Callable[[str, Sequence[TaskItem], Callable[[], None]], EvalMetrics],
-                 sync: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, cfg: TrainConfig, team_model, team, trainable: Sequence[str], make_env, runner,
+                 evaluate: Evaluate, sync: Callable[[], None] = lambda: None) -> None:
         if cfg.warm_start is None:
             raise ValueError("WarmStart needs cfg.warm_start")
         if getattr(team_model, "parts", None) is not None:
@@ -198,7 +201,7 @@ class WarmStart:
                 if preemption is not None and preemption.requested:
                     self._save(done)
                     raise Preempted(preemption.signum or 15, f"in the warm start after step {done}; checkpoint "
-                                                               f"{WARM_DIR}/checkpoints/step-{done:06d} written")
+                                                               f"{checkpoint_dir(Path(WARM_DIR), done).as_posix()} written")
                 metrics = self._step(samples, done)
                 done, taken = done + 1, taken + 1
                 if done == self.ws.steps:
