@@ -7,7 +7,10 @@ Floor 0: this module imports nothing from ``teamplay``, so every floor may use i
   ``save_file``, a ``json.dump`` into ``path.open(...)``) and puts the file in place when it is done;
 - :func:`replace_folder` puts a fully written staging folder in place of a folder (a checkpoint);
 - :func:`staged_folder` hands an empty staging folder to a writer that fills a whole folder
-  (``save_pretrained``, a set of adapters) and puts it in place with :func:`replace_folder`.
+  (``save_pretrained``, a set of adapters, a checkpoint) and puts it in place with
+  :func:`replace_folder`;
+- :func:`recover_folders` cleans up after those two when a process was killed midway (it alone
+  knows the names they give their staging and aside folders).
 
 A temporary file is a hidden sibling of its target (``.tmp-<name>-<pid>``), so the rename never
 crosses a file system; one process writes one path at a time. A staging folder is a hidden sibling
@@ -18,11 +21,21 @@ share one.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+#: a staging folder of :func:`staged_folder`: ``.tmp-<name>-<random, no hyphen>``
+_STAGING = re.compile(r"^\.tmp-(.+)-[^-]+$")
+#: a folder :func:`replace_folder` moved aside: ``.old-<name>-<pid>``
+_ASIDE = re.compile(r"^\.old-(.+)-\d+$")
+
+
+def _aside(final: Path) -> Path:
+    return final.with_name(f".old-{final.name}-{os.getpid()}")
 
 
 def _temporary_sibling(path: Path) -> Path:
@@ -89,7 +102,7 @@ def replace_folder(staged: Path, final: Path, *, sync: bool = True) -> None:
     if not final.exists():
         os.replace(staged, final)
         return
-    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    old = _aside(final)
     if old.exists():  # left by a killed process of the same id: one process writes one path at a time
         shutil.rmtree(old)
     os.replace(final, old)
@@ -120,3 +133,32 @@ def staged_folder(final: str | os.PathLike[str], *, sync: bool = True) -> Iterat
         replace_folder(staging, final, sync=sync)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def recover_folders(parent: str | os.PathLike[str], is_target: Callable[[str], bool]) -> list[Path]:
+    """Clean up ``parent`` after :func:`staged_folder` or :func:`replace_folder` calls that never
+    finished (a kill, a full disk), for the folders whose names ``is_target`` accepts; returns the
+    folders it deleted.
+
+    - a staging folder ``.tmp-<name>-*`` (killed while it was being written) is deleted;
+    - a folder moved aside, ``.old-<name>-<pid>``, is deleted when ``<name>`` is in place, and
+      renamed back to ``<name>`` when it is not (killed between the two renames: the aside folder is
+      then the only copy, so nothing is lost).
+
+    Call it only while no writer of ``parent`` runs (a running save owns its staging folder).
+    """
+    root = Path(parent)
+    if not root.is_dir():
+        return []
+    deleted = []
+    for path in sorted(p for p in root.iterdir() if p.is_dir()):
+        aside, staging = _ASIDE.match(path.name), _STAGING.match(path.name)
+        if aside is not None and is_target(aside.group(1)):
+            if not (root / aside.group(1)).exists():
+                os.replace(path, root / aside.group(1))
+                continue
+        elif staging is None or not is_target(staging.group(1)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        deleted.append(path)
+    return deleted

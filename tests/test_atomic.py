@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from teamplay.atomic import atomic_file, replace_folder, staged_folder, write_atomically
+from teamplay.atomic import atomic_file, recover_folders, replace_folder, staged_folder, write_atomically
 
 
 def test_write_atomically_writes_text_as_utf8_and_bytes_as_they_are(tmp_path):
@@ -156,3 +157,23 @@ def test_without_sync_a_folder_is_put_in_place_the_same_with_no_fsync(tmp_path, 
     assert synced == []
     assert [p.name for p in final.iterdir()] == ["a.bin"] and (final / "a.bin").read_bytes() == b"a"
     assert [p.name for p in tmp_path.iterdir()] == ["adapters"]  # no staging or old folder left
+
+
+def test_recover_folders_cleans_up_after_killed_staged_and_replaced_folders(tmp_path):
+    def folder(name: str, text: str) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(text)
+
+    # named as staged_folder names its staging folder; a kill leaves it (the finally never runs)
+    staging = Path(tempfile.mkdtemp(prefix=".tmp-step-3-", dir=tmp_path))
+    folder("step-1", "in place")
+    folder(".old-step-1-4242", "replaced")  # killed after the new step-1 was in place
+    folder(".old-step-2-4242", "only copy")  # killed between replace_folder's two renames
+    folder(".old-other-4242", "not ours")
+    folder(".tmp-other-abc", "not ours")
+    deleted = recover_folders(tmp_path, lambda name: name.startswith("step-"))
+    assert sorted(p.name for p in deleted) == [".old-step-1-4242", staging.name]
+    assert (tmp_path / "step-2" / "f.txt").read_text() == "only copy"
+    assert (tmp_path / "step-1" / "f.txt").read_text() == "in place"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".old-other-4242", ".tmp-other-abc", "step-1", "step-2"]
+    assert recover_folders(tmp_path / "missing", lambda name: True) == []

@@ -20,8 +20,8 @@ Nothing in a checkpoint is a pickle: JSON and safetensors cannot carry code, so 
 checkpoint someone else supplied cannot run theirs. A folder that still holds the pickled
 ``trainer_state.pt`` of older versions is refused, never unpickled.
 
-A checkpoint is written into a hidden temporary folder (``.tmp-step-N-PID``) and renamed into
-place, so a kill at any moment leaves either the previous complete checkpoint or the new complete
+A checkpoint is written into a hidden staging folder (``.tmp-step-N-...``, ``atomic.staged_folder``)
+and renamed into place, so a kill at any moment leaves either the previous complete checkpoint or the new complete
 one, never half of one; the next start of the run removes such leftovers (and puts back a
 checkpoint that a replacing save had moved aside when it was killed: ``remove_stale_temporaries``).
 Before a checkpoint is used, ``verify_checkpoint`` compares every file with the manifest, so a
@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import re
 import shutil
@@ -49,15 +48,11 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from teamplay.atomic import replace_folder
+from teamplay.atomic import recover_folders, staged_folder
 from teamplay.errors import ConfigError, TeamplayError
 from teamplay.json_files import read_json
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
-#: temporary folders of saves that did not finish (killed, disk full)
-_TMP_DIR = re.compile(r"^\.tmp-step-\d{6,}-\d+$")
-#: a checkpoint moved aside by a save that replaced it (``atomic.replace_folder``): ``.old-step-N-PID``
-_ASIDE_DIR = re.compile(r"^\.old-(step-\d{6,})-\d+$")
 MANIFEST = "manifest.json"
 STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_tensors.safetensors"
@@ -176,23 +171,11 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     - ``.tmp-step-*`` (a save killed while writing) is deleted;
     - ``.old-step-N-PID`` (a save that replaced ``step-N`` and was killed before it deleted the old
       folder) is deleted when ``step-N`` is in place, and renamed back to ``step-N`` when it is not
-      (killed between the two renames of ``atomic.replace_folder``: the aside folder is then the
-      only copy, so nothing is lost).
+      (``atomic.recover_folders``).
 
-    Call it only while holding the run folder's lock: a running save owns its temporary folder.
+    Call it only while holding the run folder's lock: a running save owns its staging folder.
     """
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    stale = []
-    for path in sorted(root.iterdir()):
-        aside = _ASIDE_DIR.match(path.name)
-        if aside is not None and not (root / aside.group(1)).exists():
-            os.replace(path, root / aside.group(1))
-        elif aside is not None or _TMP_DIR.match(path.name):
-            shutil.rmtree(path, ignore_errors=True)
-            stale.append(path)
-    return stale
+    return recover_folders(Path(run_dir) / "checkpoints", lambda name: _STEP_DIR.match(name) is not None)
 
 
 # -------------------------------------------------------------------------------------- save
@@ -227,20 +210,17 @@ def write_checkpoint(run_dir: Path, step: int, fill: Callable[[Path], None], kee
     and SHA-256 of each, and the folder replaces ``checkpoints/step-<step>`` whole; then the run
     keeps its last ``keep`` checkpoints (None: every one).
 
-    A failed write (disk full, read-only folder) removes its temporary folder and raises
+    A failed write (disk full, read-only folder) removes its staging folder and raises
     ``CheckpointError``; earlier checkpoints are untouched (pruning runs only after the rename).
     """
     final = checkpoint_dir(run_dir, step)
-    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        fill(tmp)
-        write_manifest(tmp, step)
-        replace_folder(tmp, final)  # a previous run died after writing this step: replace it whole
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # a previous run that died after writing this step left a folder here: it is replaced whole
+        with staged_folder(final) as tmp:
+            fill(tmp)
+            write_manifest(tmp, step)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         reason = exc.strerror or str(exc)
         raise CheckpointError(f"could not write checkpoint {final}: {reason}"
                               f"{f' ({exc.filename})' if exc.filename else ''}; earlier checkpoints "
