@@ -32,7 +32,7 @@ from teamplay.agents.backends.routing import RoutingBackend
 from teamplay.agents.roles import Team
 from teamplay.config import DEFAULT_MAX_RESTARTS, LoraConfig, WorkerResources
 from teamplay.distributed.actors import ActorGroup, OnActors
-from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec
+from teamplay.distributed.rollout import RestartEvent, RolloutWorker, WorkerSpec, spend_restart
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner, RolloutStats
@@ -86,12 +86,8 @@ class WorkerGroup(OnActors):
             return worker.generate.remote(list(requests[lo:hi]), sampling, min_version)
 
         def died(k: int, exc: BaseException, lo: int, hi: int) -> None:
-            if len(self.events) >= self.max_restarts:
-                raise RuntimeError(f"rollout worker {k} of base {self.base!r} died and the step already "
-                                   f"restarted {len(self.events)} worker(s) (distributed.max_restarts="
-                                   f"{self.max_restarts}): {exc}") from None
-            self.events.append(RestartEvent(worker=k, pid=self.pids[k], jobs=hi - lo, error=type(exc).__name__,
-                                            base=self.base))
+            event = RestartEvent(worker=k, pid=self.pids[k], jobs=hi - lo, error=type(exc).__name__, base=self.base)
+            spend_restart(self.events, self.max_restarts, event, exc)
 
         results, replaced_bytes = self.actors.map_chunks(len(requests), submit, died)
         self.sync_bytes += replaced_bytes

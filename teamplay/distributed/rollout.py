@@ -134,6 +134,16 @@ class RestartEvent:
     base: str = ""
 
 
+def spend_restart(events: list[RestartEvent], max_restarts: int, event: RestartEvent, exc: BaseException) -> None:
+    """The restart budget of one pool ``run`` call, for every pool: record ``event`` in ``events`` (the
+    call's restarts so far), or raise RuntimeError when ``max_restarts`` of them were already spent."""
+    if len(events) >= max_restarts:
+        where = f" of base {event.base!r}" if event.base else ""
+        raise RuntimeError(f"rollout worker {event.worker}{where} died and the step already restarted "
+                           f"{len(events)} worker(s) (distributed.max_restarts={max_restarts}): {exc}") from None
+    events.append(event)
+
+
 class RolloutPool(OnActors):
     """``n`` rollout workers sharing each run's jobs; a drop-in for ``RolloutRunner.run``.
 
@@ -177,11 +187,8 @@ class RolloutPool(OnActors):
             return worker.run.remote(list(jobs[lo:hi]), seed + lo, sampling, env, min_version)
 
         def died(k: int, exc: BaseException, lo: int, hi: int) -> None:
-            if len(self.last_events) >= self.max_restarts:
-                raise RuntimeError(f"rollout worker {k} died and the step already restarted "
-                                   f"{len(self.last_events)} worker(s) (distributed.max_restarts="
-                                   f"{self.max_restarts}): {exc}") from None
-            self.last_events.append(RestartEvent(worker=k, pid=self.pids[k], jobs=hi - lo, error=type(exc).__name__))
+            event = RestartEvent(worker=k, pid=self.pids[k], jobs=hi - lo, error=type(exc).__name__)
+            spend_restart(self.last_events, self.max_restarts, event, exc)
 
         results, _ = self.actors.map_chunks(len(jobs), submit, died)
         episodes: list[Episode] = []
