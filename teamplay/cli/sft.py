@@ -29,8 +29,10 @@ def sft_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete the run folder's warm start (its episodes, "
                                                               "metrics and checkpoints) and start anew."),
 ) -> None:
-    """Fine-tune each role's adapter on its own messages before RL: a teacher team's, or the team's
-    own rewarded episodes (the config's warm_start section; continues its own checkpoint)."""
+    """Warm-start a team before RL: fine-tune each role's adapter on its own messages.
+
+    The messages are a teacher team's or the team's own rewarded episodes (the config's warm_start
+    section); a warm start continues its own checkpoint, into RUN/warm_start."""
     from teamplay.distributed.compose import make_trainer
     from teamplay.training.run.preemption import preemption_handlers
     from teamplay.training.run.warm_start import WARM_DIR
