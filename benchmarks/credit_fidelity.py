@@ -43,11 +43,13 @@ BENCHMARKS.md holds what they give), a quick run's in ``runs/credit_fidelity-qui
 command again reuses the stored settings (delete a file to measure its setting afresh).
 
     python -m benchmarks.credit_fidelity --table-only   # the table again, from the stored files
+    python -m benchmarks.credit_fidelity --influence    # influence, grpo and continuation on two settings
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -97,6 +99,10 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "oracle (additive)": ("oracle", {"form": "additive"}),
     "oracle (spoiler)": ("oracle", {"form": "spoiler"}),
 }
+#: methods registered after the committed full run: measured by ``--influence`` (not in its files)
+LATER_METHODS: dict[str, tuple[str, dict[str, Any]]] = {"influence": ("influence", {})}
+#: every label a run may name
+LABELS = {**METHODS, **LATER_METHODS}
 
 
 @dataclass(frozen=True)
@@ -182,23 +188,43 @@ def setting_config(setting: Setting, model: str, quick: bool, seed: int) -> dict
 
 
 # ------------------------------------------------------------------------------------- one setting
-def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, seed: int = 0,
-            methods: Sequence[str] | None = None) -> dict[str, Any]:
-    """Episodes, oracle and every method's advantages, for one setting (JSON-ready): per spoken
-    utterance (``utterances``: its problem, episode, agent, whether a model played it and ``A*``)
-    and per method the advantage of each of those utterances, in the same order. The statistics
-    are :func:`summarise`'s, from this alone."""
+@dataclass
+class Rollout:
+    """A setting's episodes and what played them (``rollout``)."""
+
+    cfg: Any
+    task: Any
+    items: list
+    make_env: Any
+    backend: Any
+    team: Any
+    team_model: Any
+    sampling: Any
+    runner: Any
+    episodes: list
+    seconds: float
+
+    @property
+    def by_id(self) -> dict[str, Any]:
+        return {item.id: item for item in self.items}
+
+    def spoken(self) -> list[tuple[int, int]]:
+        """(episode, message) of every spoken utterance, in order."""
+        return [(g, t) for g, ep in enumerate(self.episodes) for t, msg in enumerate(ep.messages) if msg.spoke]
+
+
+def rollout(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, seed: int = 0) -> Rollout:
+    """The setting's team plays its problems, G episodes each, with the untrained policies."""
     from teamplay.agents.backends.mixed import MixedBackend
     from teamplay.agents.roles import Team
     from teamplay.config import ProtocolConfig, TrainConfig, build_config
-    from teamplay.training.play.prefix_values import PrefixValues
     from teamplay.training.play.rollout import RolloutJob, RolloutRunner
     from teamplay.training.wiring.envs import env_factory, load_items
     from teamplay.training.wiring.sampling import sampling_params
     from teamplay.training.wiring.wired_run import build_run
 
     data = setting_config(setting, model, quick, seed)
-    problems, group, oracle_samples = setting.quick_sizes if quick else setting.sizes
+    group = (setting.quick_sizes if quick else setting.sizes)[1]
     started = time.perf_counter()
     team_model = None
     if setting.uses_model:
@@ -217,11 +243,34 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
         backend = MixedBackend(None, team.scripted_roles(), seed=seed)
     sampling = sampling_params(cfg.sampling)
     runner = RolloutRunner(make_env, backend, sampling, max_batch=cfg.backend.max_batch)
-    by_id = {item.id: item for item in items}
     jobs = [RolloutJob(item=item, group_id=f"fidelity:{k}:{item.id}") for k, item in enumerate(items)
             for _ in range(group)]
     episodes = runner.run(jobs, seed=seed)
-    load_rollout = time.perf_counter() - started
+    return Rollout(cfg, task, items, make_env, backend, team, team_model, sampling, runner, episodes,
+                   time.perf_counter() - started)
+
+
+def method_rows(played: Rollout, labels: Sequence[str], seed: int) -> dict[str, dict[str, Any]]:
+    """Each labelled method's row (``_method_row``) on the rollout's spoken utterances."""
+    return {label: _method_row(*LABELS[label], played.episodes, played.by_id, played.spoken(), played.task,
+                               played.make_env, played.backend, played.sampling, played.cfg, played.team,
+                               played.team_model, seed) for label in labels}
+
+
+def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, seed: int = 0,
+            methods: Sequence[str] | None = None) -> dict[str, Any]:
+    """Episodes, oracle and every method's advantages, for one setting (JSON-ready): per spoken
+    utterance (``utterances``: its problem, episode, agent, whether a model played it and ``A*``)
+    and per method the advantage of each of those utterances, in the same order. The statistics
+    are :func:`summarise`'s, from this alone."""
+    from teamplay.training.play.prefix_values import PrefixValues
+
+    problems, group, oracle_samples = setting.quick_sizes if quick else setting.sizes
+    played = rollout(setting, model, quick, seed)
+    cfg, task, items, make_env, backend, team = (played.cfg, played.task, played.items, played.make_env,
+                                                 played.backend, played.team)
+    sampling, runner, episodes, by_id = played.sampling, played.runner, played.episodes, played.by_id
+    load_rollout = played.seconds
 
     t0 = time.perf_counter()
     oracle_tokens = 0
@@ -246,11 +295,7 @@ def measure(setting: Setting, model: str = EMBEDDED_MODEL, quick: bool = False, 
         "oracle": [round(float(true_adv[g][t]), DIGITS) for g, t in spoken],
     }
 
-    rows = {}
-    for label in methods or METHODS:
-        name, options = METHODS[label]
-        rows[label] = _method_row(name, options, episodes, by_id, spoken, task, make_env, backend, sampling,
-                                  cfg, team, team_model, seed)
+    rows = method_rows(played, list(methods or METHODS), seed)
     rewards = np.array([ep.reward for ep in episodes])
     return {
         "setting": setting.name, "problems": problems, "group": group, "episodes": len(episodes),
@@ -311,6 +356,7 @@ def _method_row(name, options, episodes, by_id, spoken, task, make_env, backend,
     from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
     from teamplay.errors import ConfigError
     from teamplay.training.play.answer_probability import AnswerProbability
+    from teamplay.training.play.listener_logprob import ListenerLogProb
     from teamplay.training.play.replay import RolloutReplayEngine
     from teamplay.training.step.credit_stage import protocol_scorer
 
@@ -321,6 +367,8 @@ def _method_row(name, options, episodes, by_id, spoken, task, make_env, backend,
     needs = get_credit(name).requires(parsed)
     if "answer_probability" in needs and team_model is None:
         return {"skipped": "needs the policy's answer probability: no model plays this team"}
+    if "listener" in needs and team_model is None:
+        return {"skipped": "needs the listener's answer log-probability: no model plays this team"}
     started = time.perf_counter()
     engine = RolloutReplayEngine(make_env, backend, sampling, max_batch=cfg.backend.max_batch, seed=seed) \
         if "replay" in needs else None
@@ -330,6 +378,8 @@ def _method_row(name, options, episodes, by_id, spoken, task, make_env, backend,
     answer_probability = AnswerProbability(team_model, team, by_id, task.answer_instruction,
                                            max_prompt_tokens=cfg.backend.max_prompt_tokens) \
         if "answer_probability" in needs else None
+    listener = ListenerLogProb(team_model, make_env, by_id, max_prompt_tokens=cfg.backend.max_prompt_tokens) \
+        if "listener" in needs else None
     step_rewards = tuple(float(ep.reward) for ep in episodes)
     groups: dict[str, list] = {}
     for ep in episodes:
@@ -342,7 +392,8 @@ def _method_row(name, options, episodes, by_id, spoken, task, make_env, backend,
         item = by_id[pid]
         resources = CreditResources(
             transcript_scorer=protocol_scorer(protocol, task, item),
-            backend=backend, replay=engine, answer_probability=answer_probability, batch_rewards=step_rewards)
+            backend=backend, replay=engine, answer_probability=answer_probability, listener=listener,
+            batch_rewards=step_rewards)
         batches.append(CreditBatch(episodes=tuple(group), item=item, score=task.score, extract=task.extract,
                                    resources=resources))
     try:
@@ -519,9 +570,9 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
     unknown = sorted(set(settings or ()) - {s.name for s in SETTINGS})
     if unknown:
         raise SystemExit(f"error: unknown setting(s) {unknown}; choose from {[s.name for s in SETTINGS]}")
-    bad = sorted(set(methods or ()) - set(METHODS))
+    bad = sorted(set(methods or ()) - set(LABELS))
     if bad:
-        raise SystemExit(f"error: unknown method label(s) {bad}; choose from {list(METHODS)}")
+        raise SystemExit(f"error: unknown method label(s) {bad}; choose from {list(LABELS)}")
     from teamplay.atomic import write_atomically
 
     jobs = (1 if quick else DEFAULT_JOBS) if jobs is None else jobs
@@ -574,16 +625,22 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
 
 
 def fidelity_result(measured: Sequence[dict[str, Any]], model: str, seed: int, jobs: int,
-                    wall_seconds: float) -> Result:
-    """The tables, notes and headline of stored measurements (``--table-only`` gives the same)."""
+                    wall_seconds: float | None, stored: tuple[str, str] | None = None) -> Result:
+    """The tables, notes and headline of stored measurements (``--table-only`` gives the same).
+    ``wall_seconds`` None: the wall time is not stated; ``stored``: (folder, command that rewrites the
+    table) when not the committed run's."""
     results = [summarise(m, seed) for m in measured]
     table = settings_table(results) + "\n\n" + markdown_table(results)
     total = sum(r.get("seconds", 0.0) for r in results)
+    folder, command = stored or ("benchmarks/results/credit_fidelity/",
+                                 "python -m benchmarks.credit_fidelity --table-only")
+    wall = "" if wall_seconds is None else (
+        f"; the last invocation took {wall_seconds / 60:.1f} minutes of wall time with {jobs} "
+        "process(es) (less where it reused stored settings)")
     notes = (
         f"Model {model}, arith sums of two numbers up to {TASK_OPTIONS['max_operand']}, answer-first replies "
         f"('{REPLY_PREFIX}', {NEW_TOKENS} new tokens), temperature 1, seed {seed}; {total / 60:.1f} minutes of "
-        f"measurement in all; the last invocation took {wall_seconds / 60:.1f} minutes of wall time with {jobs} "
-        "process(es) (less where it reused stored settings). A* = E[R | h, u] - E[R | h] per spoken "
+        f"measurement in all{wall}. A* = E[R | h, u] - E[R | h] per spoken "
         "utterance; every method runs on the same "
         "episodes with its default options and its own replay seed (independent of the oracle's); every group "
         "is credited (the trainer's per-agent zero-variance rule: grpo gives 0 to a group whose rewards are "
@@ -592,8 +649,8 @@ def fidelity_result(measured: Sequence[dict[str, Any]], model: str, seed: int, j
         "its interval from the same resamples. Intervals: 95% bootstrap over "
         "problems (1000 resamples); '–': undefined (constant advantages). The number after a sign "
         "agreement is how many utterances have |A*| > 0.1. gspo gives grpo's advantages and is not repeated. "
-        "Every utterance's A* and every method's advantage are committed (`benchmarks/results/credit_fidelity/`); "
-        "`python -m benchmarks.credit_fidelity --table-only` recomputes this table from them.",
+        f"Every utterance's A* and every method's advantage are committed (`{folder}`); "
+        f"`{command}` recomputes this table from them.",
     )
     return Result("credit_fidelity", table, headline(results), None, notes,
                   {"results": results, "wall_seconds": wall_seconds})
@@ -627,14 +684,64 @@ def stored_region(folder: Path = RESULTS) -> str:
     return result.markdown(info["command"], info["machine"])
 
 
+#: influence, registered after the committed run (whose episodes this machine does not reproduce:
+#: another CPU samples other tokens), measured beside grpo and continuation on fresh episodes of two
+#: settings with an oracle: the solver read by a noisy teammate (closed form) and a chain of two
+#: (Monte Carlo), at the full run's sizes, into ``INFLUENCE_RESULTS``
+INFLUENCE_RESULTS = RESULTS.parent / "credit_fidelity_influence"
+INFLUENCE_SETTINGS = ("noisy teammate q=0.5", "chain K=2")
+INFLUENCE_METHODS = ("grpo", "continuation", "influence")
+INFLUENCE_COMMAND = "python -m benchmarks.credit_fidelity --influence"
+
+
+def influence_run(model: str = EMBEDDED_MODEL, seed: int = 0) -> str:
+    """Measure (or reuse) ``INFLUENCE_SETTINGS`` x ``INFLUENCE_METHODS`` into ``INFLUENCE_RESULTS``, record
+    ``run.json`` (command, machine, model, seed) and return the region (``influence_region``)."""
+    from benchmarks.common import machine_info, machine_line
+    from teamplay.atomic import write_atomically
+
+    run(False, model, INFLUENCE_SETTINGS, INFLUENCE_METHODS, INFLUENCE_RESULTS, seed, jobs=1)
+    info = {"command": INFLUENCE_COMMAND, "machine": machine_line(machine_info()), "model": model, "seed": seed}
+    write_atomically(INFLUENCE_RESULTS / "run.json", json.dumps(info, indent=1) + "\n")
+    return influence_region()
+
+
+def influence_region(folder: Path = INFLUENCE_RESULTS) -> str:
+    """BENCHMARKS.md's credit_fidelity_influence region, from the stored measurements alone."""
+    info = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    measured = []
+    for setting in (s for s in SETTINGS if s.name in INFLUENCE_SETTINGS):
+        stored = json.loads(setting_file(folder, setting).read_text(encoding="utf-8"))
+        if stored.get("key") != stored_key(setting, info["model"], False, info["seed"], INFLUENCE_METHODS):
+            raise SystemExit(f"error: {setting_file(folder, setting).name} was measured with other settings; "
+                             f"run {INFLUENCE_COMMAND} again")
+        measured.append(stored["result"])
+    result = fidelity_result(measured, info["model"], info["seed"], 1, None,
+                             (f"benchmarks/results/{folder.name}/", INFLUENCE_COMMAND))
+    result = dataclasses.replace(result, name="credit_fidelity_influence",
+                                 headline=influence_headline(result.data["results"]))
+    return result.markdown(info["command"], info["machine"])
+
+
+def influence_headline(results: Sequence[dict[str, Any]]) -> str:
+    """Pearson r with A* of influence against grpo's, per setting, with the paired difference."""
+    parts = []
+    for res in results:
+        row = res["methods"]["influence"]
+        diff = row["vs_grpo"]
+        parts.append(f"{res['setting']}: {_fmt(row['pearson'], row['pearson_ci'])} against grpo's "
+                     f"{_fmt(res['methods']['grpo']['pearson'])} (Δ {_signed(diff['pearson'], diff['pearson_ci'])})")
+    return "Pearson r of influence with the true advantage, " + "; ".join(parts) + "."
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import write_regions
+    from benchmarks.common import DEFAULT_OUTPUT, write_regions
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.credit_fidelity", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke sizes; writes no BENCHMARKS.md region")
     parser.add_argument("--settings", nargs="*", default=None, help="setting names (default: all)")
-    parser.add_argument("--methods", nargs="*", default=None, help=f"method labels (default: all): {list(METHODS)}")
+    parser.add_argument("--methods", nargs="*", default=None,
+                        help=f"method labels (default: all but {list(LATER_METHODS)}): {list(LABELS)}")
     parser.add_argument("--model", default=EMBEDDED_MODEL)
     parser.add_argument("--output", type=Path, default=None, help="folder of the stored per-setting results")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
@@ -643,7 +750,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "1 with --quick)")
     parser.add_argument("--table-only", action="store_true",
                         help="measure nothing: write the table of the committed measurements")
+    parser.add_argument("--influence", action="store_true",
+                        help="influence beside grpo and continuation on two settings (INFLUENCE_SETTINGS), "
+                             "stored in benchmarks/results/credit_fidelity_influence/")
     args = parser.parse_args(argv)
+    if args.influence:
+        set_threads(args.threads)
+        region = influence_run(args.model)
+        print(region)
+        write_regions(DEFAULT_OUTPUT, {"credit_fidelity_influence": region})
+        return
     if args.table_only:
         region = stored_region()
         print(region)

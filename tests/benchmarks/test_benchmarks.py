@@ -269,7 +269,7 @@ def test_credit_fidelity_quick_path(tiny_model, tmp_path):
 
     settings = ["noisy teammate q=0.5", "free-riding reviewer"]
     result = credit_fidelity.run(quick=True, model=tiny_model, settings=settings,
-                                 methods=["grpo", "continuation", "tracer_roles"], output=tmp_path / "cf")
+                                 methods=["grpo", "continuation", "tracer_roles", "influence"], output=tmp_path / "cf")
     assert result.name == "credit_fidelity" and result.headline.startswith("Pearson r")
     by_name = {r["setting"]: r for r in result.data["results"]}
     assert list(by_name) == settings
@@ -279,11 +279,13 @@ def test_credit_fidelity_quick_path(tiny_model, tmp_path):
     # tracer_roles is for proposer/reviewer only: skipped with its reason in the chain
     assert "proposer_reviewer" in noisy["methods"]["tracer_roles"]["skipped"]
     assert "skipped" not in free["methods"]["tracer_roles"]
-    for row in (noisy["methods"]["grpo"], free["methods"]["continuation"]):
+    for row in (noisy["methods"]["grpo"], free["methods"]["continuation"], noisy["methods"]["influence"]):
         assert row["n"] > 0 and row["tokens_per_episode"] >= 0
+    # influence scores a listener with the model: none plays the scripted dialogue
+    assert "no model" in free["methods"]["influence"]["skipped"]
     # a second run reuses the stored settings (resumable) and gives the same table
     again = credit_fidelity.run(quick=True, model=tiny_model, settings=settings,
-                                methods=["grpo", "continuation", "tracer_roles"], output=tmp_path / "cf")
+                                methods=["grpo", "continuation", "tracer_roles", "influence"], output=tmp_path / "cf")
     assert again.table == result.table
 
 

@@ -4,6 +4,7 @@ utterance's true advantage and every method's advantage are stored per setting, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,16 @@ def test_every_setting_and_method_is_stored_with_its_advantages():
         assert set(m["methods"]) == set(credit_fidelity.METHODS)
         for label, row in m["methods"].items():
             assert "skipped" in row or len(row["advantages"]) == n, (m["setting"], label)
+
+
+def test_the_influence_table_is_the_one_its_measurements_give():
+    # influence came after the committed run: measured beside grpo and continuation on two settings
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert replace_region(text, "credit_fidelity_influence", credit_fidelity.influence_region()) == text
+    for setting in credit_fidelity.INFLUENCE_SETTINGS:
+        path = credit_fidelity.setting_file(credit_fidelity.INFLUENCE_RESULTS,
+                                            next(s for s in credit_fidelity.SETTINGS if s.name == setting))
+        result = json.loads(path.read_text(encoding="utf-8"))["result"]
+        assert list(result["methods"]) == list(credit_fidelity.INFLUENCE_METHODS)
+        n = len(result["utterances"]["oracle"])
+        assert all(len(row["advantages"]) == n for row in result["methods"].values())
