@@ -60,11 +60,13 @@ class Message:
         completion_ids: token ids generated, shape [C] (empty for a skipped turn or scripted text).
         logprobs: behaviour log-probs of ``completion_ids`` under the generating policy, shape [C].
         adapter: name of the LoRA adapter that generated it (``None`` = base model / scripted).
-        answer: the answer the task's extractor found in ``text`` (``None`` if none).
+        answer: the answer the task's extractor found in ``text`` (``None`` if none, and for a cut
+            message unless the run scores cut messages: ``protocol.score_cut_messages``).
         spoke: False when a speak/skip controller chose to skip (then text is "" and no tokens).
         entropies: entropy (nats) of the distribution each completion token was sampled from,
             shape [C], when the backend recorded it at generation (see ``Generation.entropies``);
             empty otherwise. Token-level credit reads them instead of re-scoring the message.
+        cut: generation stopped at ``max_new_tokens`` before the message ended (``Generation.cut``).
     """
 
     agent: str
@@ -79,6 +81,7 @@ class Message:
     answer: str | None = None
     spoke: bool = True
     entropies: tuple[float, ...] = ()
+    cut: bool = False
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.logprobs) and self.logprobs:
@@ -101,6 +104,7 @@ class Message:
             "completion_ids": list(self.completion_ids), "logprobs": list(self.logprobs),
             "adapter": self.adapter, "answer": self.answer, "spoke": self.spoke,
             **({"entropies": list(self.entropies)} if self.entropies else {}),
+            **({"cut": True} if self.cut else {}),  # absent when false: logs written before read the same
         }
 
     @classmethod
@@ -111,7 +115,7 @@ class Message:
             completion_ids=tuple(data.get("completion_ids", ())),
             logprobs=tuple(float(x) for x in data.get("logprobs", ())),
             adapter=data.get("adapter"), answer=data.get("answer"), spoke=bool(data.get("spoke", True)),
-            entropies=tuple(float(x) for x in data.get("entropies", ())),
+            entropies=tuple(float(x) for x in data.get("entropies", ())), cut=bool(data.get("cut", False)),
         )
 
 
@@ -286,6 +290,8 @@ class Generation:
             computed from the same (temperature-scaled) distribution that was sampled.
         adapter: adapter that generated it.
         truncated: the prompt was cut to fit the context (see ``teamplay.agents.prompts``).
+        cut: the completion was cut: generation stopped at ``max_new_tokens`` before a stop token,
+            so the text may end mid-sentence ("3. 14 +"); set by the model backends.
         entropies: entropy (nats) of that same sampled distribution at each completion token,
             shape [C]; recorded by backends that hold the full distribution while generating (HF),
             empty from those that do not (vLLM returns only sampled log-probs, scripted text).
@@ -298,6 +304,7 @@ class Generation:
     adapter: str | None = None
     truncated: bool = False
     entropies: tuple[float, ...] = ()
+    cut: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,3 +39,8 @@ class ProtocolConfig(Section):
         "False: the no-channel control arm: every message is withheld from the other agents (each sees "
         "the problem, its role's prompt and its own earlier messages only; the transcript, final answer "
         "and reward are unchanged). Shows whether a result needs the agents to read each other."))
+    score_cut_messages: bool = Field(True, description=(
+        "A message cut at sampling.max_new_tokens before it ended: true reads and grades the answer its "
+        "cut text holds (the last number of '3. 14 +' is 14); false leaves it unscored (no answer, as a "
+        "message without one). Default: false in teamplay eval, true in training runs (as before this "
+        "field). Every evaluation reports the share of cut messages (extra.cut_messages)."))

@@ -39,7 +39,8 @@ class EvalConfig(Section):
     """A whole evaluation run (`teamplay eval`)."""
 
     task: TaskConfig = Field(default_factory=TaskConfig, description="Benchmark items.")
-    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig, description="Team protocol.")
+    protocol: ProtocolConfig = Field(default_factory=lambda: ProtocolConfig(score_cut_messages=False),
+                                     description="Team protocol (score_cut_messages: false unless given).")
     team: Team | None = Field(None, description="Roles; None uses the protocol's default team.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Base model.")
     controllers: ControllerConfig = Field(
@@ -65,6 +66,15 @@ class EvalConfig(Section):
                                "decoding's default, 1.0).")
     self_consistency_max_samples: int = Field(
         64, ge=1, description="Most samples per problem of the self-consistency baseline.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cut_messages_unscored(cls, data: Any) -> Any:
+        """An evaluation leaves a message cut at max_new_tokens unscored unless the config says
+        otherwise (``protocol.score_cut_messages``); training runs score it, as their recorded numbers do."""
+        if isinstance(data, Mapping) and isinstance(data.get("protocol"), Mapping):
+            data = {**data, "protocol": {"score_cut_messages": False, **data["protocol"]}}
+        return data
 
     @model_validator(mode="after")
     def _backend_fits_model(self) -> EvalConfig:

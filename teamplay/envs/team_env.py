@@ -167,13 +167,14 @@ class TeamEnv(AECEnv):
         channel: False withholds every message from the other agents (each sees the problem, its
             prompt and its own messages only): the no-channel control arm, see
             ``teamplay.envs.protocols.driver``.
+        score_cut_messages: False gives a message cut at ``max_new_tokens`` no answer (unscored).
     """
 
     metadata = {"name": "teamplay_team_v0", "render_modes": ["ansi", "human"]}
 
     def __init__(self, task: Task, protocol: Protocol | str, team: Team | None = None,
                  items: Sequence[TaskItem] | None = None, protocol_options: Mapping[str, Any] | None = None,
-                 render_mode: str | None = None, channel: bool = True) -> None:
+                 render_mode: str | None = None, channel: bool = True, score_cut_messages: bool = True) -> None:
         super().__init__()
         if not isinstance(task, Task):
             raise ConfigError(f"TeamEnv task: expected a Task (see teamplay.envs.tasks.get_task), "
@@ -202,7 +203,7 @@ class TeamEnv(AECEnv):
         self.team = team if team is not None else protocol.default_team()
         self.items: tuple[TaskItem, ...] | None = items
         self.render_mode = render_mode
-        self.driver = EpisodeDriver(protocol, self.team, task, channel=channel)
+        self.driver = EpisodeDriver(protocol, self.team, task, channel=channel, score_cut_messages=score_cut_messages)
         self.possible_agents = list(self.driver.agents)
         # one space object per agent, built once: seeding a space must affect later samples
         self.observation_spaces = {a: UnicodeText() for a in self.possible_agents}

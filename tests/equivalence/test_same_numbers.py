@@ -58,6 +58,9 @@ ADDED_SINCE: dict[str, str] = {
     "cooperation": "held-out evaluations report the team's cooperation (corrections and harms per "
                    "message, team against its best member): read from the same episodes, it moves "
                    "no other number",
+    "cut_messages": "held-out evaluations report the share of messages cut at max_new_tokens (Message.cut): "
+                    "read from the same episodes; training runs still score cut messages "
+                    "(protocol.score_cut_messages: true), so it moves no other number",
 }
 
 

@@ -187,7 +187,8 @@ class HFBackend(GenerationBackend):
                     results[i] = Generation(
                         text=requests[i].reply_prefix + self.tokenizer.decode(ids, skip_special_tokens=True),
                         prompt_ids=tuple(prompts[i][0]), completion_ids=tuple(ids), logprobs=tuple(logps),
-                        adapter=adapter, truncated=prompts[i][1], entropies=tuple(ents))
+                        adapter=adapter, truncated=prompts[i][1], entropies=tuple(ents),
+                        cut=len(ids) >= sampling.max_new_tokens and ids[-1] not in self.stop_ids)
         return [g for g in results if g is not None]
 
     def _generation_config(self, sampling: SamplingParams, draws: bool) -> GenerationConfig:

@@ -325,7 +325,7 @@ class VLLMBackend(GenerationBackend):
             results.append(Generation(
                 text=r.reply_prefix + self.tokenizer.decode(tokens, skip_special_tokens=True), prompt_ids=tuple(ids),
                 completion_ids=tuple(tokens), logprobs=tuple(_sampled_logprobs(tokens, completion.logprobs)),
-                adapter=r.adapter, truncated=truncated))
+                adapter=r.adapter, truncated=truncated, cut=completion.finish_reason == "length"))
         return results
 
     def _sampling(self, sampling: SamplingParams, index: int, row_seed: int | None = None) -> Any:

@@ -25,6 +25,10 @@ so no other agent's text, answer or verdict reaches its prompt, its ``transcript
 prompt and its own earlier messages. Only what agents are shown changes: the recorded transcript,
 the final-answer rule and the reward use every message, and speak/skip rules (``may_skip``) read the
 real state.
+
+Cut messages (``Generation.cut``: generation stopped at ``max_new_tokens``): recorded with
+``Message.cut``; with ``score_cut_messages=False`` (the config's ``protocol.score_cut_messages``)
+their answer is None, so a reply cut mid-working is never graded by a number it happened to hold.
 """
 
 from __future__ import annotations
@@ -139,9 +143,11 @@ class EpisodeResult:
 class EpisodeDriver:
     """Drives ``protocol`` for ``team`` on items of ``task``; reusable across episodes via ``start``."""
 
-    def __init__(self, protocol: Protocol, team: Team, task: Task, channel: bool = True) -> None:
+    def __init__(self, protocol: Protocol, team: Team, task: Task, channel: bool = True,
+                 score_cut_messages: bool = True) -> None:
         protocol.validate_team(team)
         self.channel = channel
+        self.score_cut_messages = score_cut_messages
         self.protocol = protocol
         self.team = team
         self.task = task
@@ -364,9 +370,12 @@ class EpisodeDriver:
         else:
             raise TypeError(f"{turn.agent}: action must be a str or a Generation, "
                             f"got {type(action).__name__}")
+        cut = isinstance(action, Generation) and action.cut
+        # a cut text's last number is often a step of the working, not the answer ("3. 14 +")
+        answer = None if cut and not self.score_cut_messages else self.task.extract(text)
         return Message(agent=turn.agent, role=turn.role, round=turn.round, stage=turn.stage,
                        text=text, prompt_ids=prompt_ids, completion_ids=completion_ids,
-                       logprobs=logprobs, adapter=adapter, answer=self.task.extract(text), entropies=entropies)
+                       logprobs=logprobs, adapter=adapter, answer=answer, entropies=entropies, cut=cut)
 
     def _record(self, message: Message) -> None:
         assert self.state is not None

@@ -11,6 +11,9 @@ summarises them with ``summarize``. Metrics, each averaged over episodes:
   round (``Episode.metadata["initial_answer"]``); ``wrong_to_right`` / ``right_to_wrong``:
   fraction of episodes whose answer review or debate turned from wrong to right / right to wrong.
 * ``tokens_per_problem``, ``calls_per_problem``: completion tokens and model calls per episode.
+* ``extra["cut_messages"]``: the share of the messages spoken that generation cut at
+  ``max_new_tokens`` before they ended (``Message.cut``; unscored where
+  ``protocol.score_cut_messages`` is false, the default of ``teamplay eval``); 0 when none spoke.
 * ``lm_eval[key]`` (GSM8K, MATH, MATH-500 only): lm-evaluation-harness-compatible scores of the
   text of the message that gave the final answer (``teamplay.envs.tasks.answers.lm_eval_compat``: e.g.
   ``gsm8k/strict-match``, ``gsm8k/flexible-extract``, ``minerva_math500/math_verify``), averaged
@@ -83,6 +86,12 @@ class EvalMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def cut_share(episodes: Sequence[Episode]) -> float:
+    """The share of the messages spoken in ``episodes`` that were cut at ``max_new_tokens``; 0 when none spoke."""
+    spoken = [m for ep in episodes for m in ep.messages if m.spoke]
+    return sum(m.cut for m in spoken) / len(spoken) if spoken else 0.0
 
 
 def _role(agent: str) -> str:
@@ -216,7 +225,7 @@ def summarize(episodes: Sequence[Episode], items: dict[str, TaskItem], task: Tas
         calls_per_problem=sum(ep.calls for ep in episodes) / n,
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
-        extra={"team": team_metrics(episodes, correct, initial_flags),
+        extra={"team": team_metrics(episodes, correct, initial_flags), "cut_messages": cut_share(episodes),
                "cooperation": cooperation_metrics(episodes, correct, answer_roles),
                **({"speak_rate": rates} if (rates := speak_rates(episodes)) else {}),
                **({"samples": samples} if (samples := sample_metrics(episodes)) is not None else {})},

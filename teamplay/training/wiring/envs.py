@@ -64,5 +64,6 @@ def env_factory(task: Task, protocol_cfg: ProtocolConfig, team: Team | None,
                               f"turns (use proposer_reviewer, debate, or a YAML protocol with "
                               f"`skippable: true`)") from None
         raise
-    probe = TeamEnv(task, protocol, team, channel=protocol_cfg.channel)
-    return partial(TeamEnv, task, protocol, probe.team, channel=protocol_cfg.channel), probe.team
+    reading = dict(channel=protocol_cfg.channel, score_cut_messages=protocol_cfg.score_cut_messages)
+    probe = TeamEnv(task, protocol, team, **reading)
+    return partial(TeamEnv, task, protocol, probe.team, **reading), probe.team
