@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ from teamplay.serving.files.team_file import (
     spec_file,
 )
 from teamplay.training.wiring.controllers import EXPORT_TEAM_FILE
-
-_STEP = re.compile(r"^step-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,7 @@ def run_eval_data(cfg: TeamTrainingConfig, checkpoint: Path) -> dict:
 def find_run(path: Path) -> RunSource:
     """The checkpoint, run folder and training config of a run folder (its latest checkpoint) or of
     one checkpoint folder; ConfigError when ``path`` is neither, CheckpointError naming a damaged file."""
-    from teamplay.training.store.checkpoint import CONFIG_YAML, resolve_checkpoint_dir
+    from teamplay.training.store.checkpoint import CONFIG_YAML, resolve_checkpoint_dir, step_of
 
     path = Path(path)
     if not path.is_dir():
@@ -113,9 +110,11 @@ def find_run(path: Path) -> RunSource:
         raise ConfigError(f"{path} is not a run folder (no checkpoints/ or config.yaml), a checkpoint folder "
                           f"or an export (no {EXPORT_TEAM_FILE})")
     config_file = checkpoint / CONFIG_YAML if (checkpoint / CONFIG_YAML).is_file() else run_dir / CONFIG_YAML
-    match = _STEP.match(checkpoint.name)
-    return RunSource(checkpoint=checkpoint, run_dir=run_dir, config=_train_config(config_file),
-                     step=int(match.group(1)) if match else None)
+    try:
+        step = step_of(checkpoint)
+    except ValueError:  # a checkpoint folder under another name (copied, renamed): no step to report
+        step = None
+    return RunSource(checkpoint=checkpoint, run_dir=run_dir, config=_train_config(config_file), step=step)
 
 
 def _train_config(path: Path) -> TeamTrainingConfig:

@@ -200,8 +200,9 @@ class WarmStart:
             while done < self.ws.steps and (steps is None or taken < steps):
                 if preemption is not None and preemption.requested:
                     self._save(done)
-                    raise Preempted(preemption.signum or 15, f"in the warm start after step {done}; checkpoint "
-                                                               f"{checkpoint_dir(Path(WARM_DIR), done).as_posix()} written")
+                    written = checkpoint_dir(Path(WARM_DIR), done).as_posix()
+                    raise Preempted(preemption.signum or 15,
+                                    f"in the warm start after step {done}; checkpoint {written} written")
                 metrics = self._step(samples, done)
                 done, taken = done + 1, taken + 1
                 if done == self.ws.steps:
