@@ -424,6 +424,12 @@ _FAILS: dict[str, tuple[str, ...]] = {
                 "on split (additive) masking is exact: phi_i = c_i / K (tests/credit/test_oracle.py)"),
     "loto": ("masking sees no influence through later turns: r -0.01 [-0.03, 0.01] for a helpful reviewer "
              "(section 12); not centred across the group, so its advantages need not sum to 0",),
+    "influence": ("a belief, not an outcome: the listener's log-probability of the answer can rise while its "
+                  "sampled answer stays wrong, and influence through turns after the listener's is not seen; "
+                  "its z-scored term adds variance to the team's advantage (1.05 and 1.69 against grpo's 0.31 "
+                  "and 0.63, section 12's influence table)",
+                  "measured: Pearson r with A* 0.74 [0.63, 0.85] in the chain of two (grpo 0.60, continuation "
+                  "0.77), level with grpo for the solver read by a noisy teammate (0.60 against 0.58)"),
     "continuation": ("its advantage, divided by the group's reward std, is not unbiased for A*: the std is "
                      "estimated from the same episodes; a group with all-equal rewards gets 0 in mode std",
                      "k = 4 continuations per boundary are noisy: r 0.37 [0.02, 0.64] on the solver at q = "
