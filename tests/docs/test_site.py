@@ -76,3 +76,14 @@ def test_the_strict_build_holds_it(tmp_path):
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert "<summary>Fields</summary>\n  <ul>\n<li><code>agent</code>:" in api
     assert 'class="md-tabs' in (site / "index.html").read_text(encoding="utf-8")
+
+
+def test_every_tutorial_says_how_long_it_takes_and_what_it_can_and_cannot_show():
+    tutorials = sorted((DOCS / "tutorials").glob("*.md"))
+    assert len(tutorials) >= 4
+    for page in tutorials:
+        text = page.read_text(encoding="utf-8")
+        head = " ".join(text[:text.find("\n## ")].split())  # said before the first step, lines joined
+        for promise in ("**Time:**", "**What it can show:**", "**What it cannot show:**"):
+            assert promise in head, f"{page.name}: no {promise} before its first section"
+        assert "2-core CPU" in head, f"{page.name}: its time is not given for a 2-core CPU"

@@ -17,7 +17,8 @@ Each page runs in a fresh folder holding links to the repository's ``configs/`` 
 in the order of its blocks. Where a page uses the embedded model (``smollm2-135m``: on the command
 line, in a file the page writes, or in the ``--config`` file a command names), a tiny random model
 (``tests/tiny.py``) stands in for it, and model runs generate 4 tokens a message, train
-one step on one problem and evaluate on two, so the whole file runs in seconds.
+one step on one problem and evaluate on two (a sweep keeps its first two seeds), so the whole
+file runs in seconds.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ FAST = {"train": ("sampling.max_new_tokens=4", "eval_sampling.max_new_tokens=4",
         "eval": ("sampling.max_new_tokens=4", "task.limit=2"), "play": ("sampling.max_new_tokens=4",),
         # a warm start's own settings stay the page's: `teamplay train` after it must find the same ones
         "sft": ("sampling.max_new_tokens=4", "eval_sampling.max_new_tokens=4", "eval_task.limit=2")}
+FAST["sweep"] = FAST["train"]  # every run of a sweep as one fast training run
 RUN_LANGS = {"bash", "python", "yaml"}
 SHOWN_LANGS = {"text", "json", ""}
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
@@ -102,11 +104,14 @@ def tiny(tmp_path_factory) -> str:
 def run_command(args: list[str], tiny: str, where: str) -> None:
     if args[0] == "teamplay":
         args = [a.replace(EMBEDDED, tiny) for a in args[1:]]
-        uses_model = tiny in " ".join(args) or "--team" in args or args[0] in ("train", "sft")
+        uses_model = tiny in " ".join(args) or "--team" in args or args[0] in ("train", "sft", "sweep")
         if uses_model and args[0] in FAST:
             args += [x for s in FAST[args[0]] for x in ("--set", s)]
         if config_names_the_embedded_model(args):
             args += ["--set", f"model.name={tiny}"]
+        if args[0] == "sweep" and "--seeds" in args:  # two seeds are a pair, enough to check the reading
+            k = args.index("--seeds") + 1
+            args[k] = ",".join(args[k].split(",")[:2])
         result = runner.invoke(app, args, catch_exceptions=False)
         assert result.exit_code == 0, f"{where}: teamplay {' '.join(args)}\n{result.output}"
     elif args[0] == "python" and args[1].endswith(".py"):
@@ -167,7 +172,8 @@ PAGES_WITH_CODE = [p for p in PAGES if runnable(p)]
 
 def test_the_pages_are_found():
     names = {p.relative_to(DOCS).as_posix() for p in PAGES_WITH_CODE}
-    assert {"index.md", "tutorials/first-run.md", "tutorials/train-a-team.md", "how-to/credit-method.md",
+    assert {"index.md", "tutorials/first-run.md", "tutorials/train-a-team.md", "tutorials/custom-protocol.md",
+            "tutorials/credit-comparison.md", "how-to/credit-method.md",
             "how-to/protocol.md", "how-to/task.md", "how-to/evaluate.md"} <= names
 
 
