@@ -178,7 +178,8 @@ def test_yaml_natural_values_still_load(tmp_path):
     config.write_text("optim: {lr: 1e-4, grad_clip: 1}\ncontrollers: {enabled: yes, stages: [propose]}\n"
                       "tensorboard: off\n", encoding="utf-8")
     cfg = load_config(TrainConfig, config, ["sampling.temperature=1", "objective.clip_high=3e-1"])
-    assert (cfg.optim.lr, cfg.optim.grad_clip, cfg.sampling.temperature, cfg.objective.clip_high) == (1e-4, 1.0, 1.0, 0.3)
+    got = (cfg.optim.lr, cfg.optim.grad_clip, cfg.sampling.temperature, cfg.objective.clip_high)
+    assert got == (1e-4, 1.0, 1.0, 0.3)
     assert type(cfg.optim.grad_clip) is float and type(cfg.sampling.temperature) is float
     assert cfg.controllers.enabled is True and cfg.controllers.stages == ("propose",) and cfg.tensorboard is False
     fed = build_config(FederatedConfig, {"federated": {"fedgrpo": {"calibration_clip": [0.5, 2]}}})
@@ -205,7 +206,8 @@ def test_unknown_fields_and_names_suggest_the_closest(setting, needle):
 
 
 def test_unknown_registry_names_suggest_the_closest():
-    with pytest.raises(ConfigError, match=r"credit\.method: unknown credit method 'shaply' \(did you mean 'shapley'\?\)"):
+    needle = r"credit\.method: unknown credit method 'shaply' \(did you mean 'shapley'\?\)"
+    with pytest.raises(ConfigError, match=needle):
         CREDIT.get("shaply")
     with pytest.raises(ConfigError) as caught:
         CREDIT.get("zzzz")

@@ -21,8 +21,9 @@ answer is $X$. I hope it is correct.`` gives X: the first math span, or the text
 end); or a bare final line that is an answer rather than prose (``$\\frac{1}{2}$``, ``x = 5``). It
 scores 1 when its normal form equals the reference's (cheap, no sympy) or math_verify finds them
 equal within the verifier's deadline (``MathVerifier``, which asks a fresh worker once more after a
-missed deadline); anything else, two missed deadlines included, scores 0. A hedge scores 0: a statement offering a second math span with "or" ("$3$ or $4$"), or an answer
-holding "or"/"either"/"maybe" that its reference does not hold (``\\boxed{3 \\text{ (or 4)}}``,
+missed deadline); anything else, two missed deadlines included, scores 0. A hedge scores 0: a
+statement offering a second math span with "or" ("$3$ or $4$"), or an answer holding
+"or"/"either"/"maybe" that its reference does not hold (``\\boxed{3 \\text{ (or 4)}}``,
 which math_verify alone would read as 3).
 """
 
