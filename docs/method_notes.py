@@ -42,11 +42,13 @@ class Note:
         when: when to choose it, and when not, in a few sentences.
         papers: the papers it follows (empty: teamplay's own or a textbook construction).
         measured: where teamplay tested it against ``grpo`` or the true advantage (a docs link).
+        origin: where a method without a paper comes from (shown when ``papers`` is empty).
     """
 
     when: str
     papers: tuple[Paper, ...] = ()
     measured: str = ""
+    origin: str = "teamplay's own construction."
 
 
 def arxiv(identifier: str) -> str:
@@ -183,7 +185,8 @@ NOTES: dict[str, Note] = {
         "Leave-one-turn-out: a message is worth the drop in the transcript's value when it is masked "
         "(or removed and the rest replayed). Cheap with masking; it gives zero credit to each of two "
         "redundant messages (Shapley splits it) and is not centred across the group.",
-        (), f"{_PAID} (the split team at K = 8)."),
+        (), f"{_PAID} (the split team at K = 8).",
+        "leave-one-out is a textbook counterfactual; no single paper defines this per-turn masking form."),
     "cosac": Note(
         "For agents acting in a fixed order (`sequential`, `proposer_reviewer`): an additive surrogate "
         "of the team reward over answer labels, fitted by ridge regression on the group, gives each "

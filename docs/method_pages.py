@@ -204,7 +204,7 @@ def papers(entry: Entry, note: Note | None) -> list[str]:
     """The papers section: each paper with the config fragment that sets its choices."""
     out = ["## Papers and the config that reproduces their setting", ""]
     if note is None or not note.papers:
-        out += ["No paper: " + ("teamplay's own construction." if note is not None else
+        out += ["No paper: " + (note.origin if note is not None else
                                 "none recorded for this method yet (`docs/method_notes.py`)."), ""]
     for paper in note.papers if note else ():
         out += [f"**{paper.cite}**" + (f" ([paper]({paper.url}))" if paper.url else "") + ".", "",
