@@ -252,3 +252,34 @@ def test_overwrite_deletes_the_warm_start_and_a_warm_start_alone_is_no_run(tmp_p
     assert not holds_run(tmp_path)  # `teamplay sft` first, then `teamplay train` into the same folder
     claim_run_folder(tmp_path, resume=None, overwrite=True).release()
     assert not (tmp_path / "warm_start").exists()
+
+
+def test_a_scripted_proposer_plays_itself_and_the_reviewer_learns_faithful_verdicts(tmp_path):
+    """review with a scripted noisy proposer: the teacher team is that proposer and an oracle reviewer;
+    only the reviewer is warm-started, its completions the verdict after review's "Verdict:" prefix."""
+    from teamplay.agents.roles import Role, Team
+    from teamplay.envs.tasks import get_task
+    from teamplay.training.run.warm_start import warm_roles
+
+    team = Team(roles=(Role(name="proposer", policy="scripted:noisy_proposer(p_right=0.5)"), Role(name="reviewer")))
+    cfg = build_config(TrainConfig, tiny_train_config(tmp_path, tmp_path, protocol={"name": "review"},
+                                                      team=team.model_dump(mode="json"), warm_start={}))
+    assert warm_roles(cfg, team) == ["reviewer"]
+    with pytest.raises(ConfigError, match="proposer is played by a scripted policy"):
+        warm_roles(cfg.model_copy(update={"warm_start": cfg.warm_start.model_copy(update={"roles": ["proposer"]})}),
+                   team)
+    model = tiny_team_model(team)
+    task = get_task("arith")
+    items = task.load("test", limit=8)
+    backend = TeacherBackend(model.tokenizer, {"proposer": "noisy_proposer(p_right=0.5)", "reviewer": "oracle"},
+                             2048, stop_token(model))
+    runner = RolloutRunner(lambda: TeamEnv(task, "review", team=team), backend, SamplingParams())
+    episodes = runner.run([RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(items)])
+    samples = sft_samples(episodes, ["reviewer"], ["reviewer"])
+    verdicts = [model.tokenizer.decode(s.completion_ids[:-1]) for s in samples]
+    assert set(verdicts) == {" RIGHT", " WRONG"}  # p_right 0.5 on 8 problems: both (seeded, so always)
+    for ep in episodes:  # the oracle reviewer is faithful: RIGHT exactly when the proposal is right
+        proposal, review = ep.messages[0], next(m for m in ep.messages if m.role == "reviewer")
+        right = proposal.answer == items[int(ep.group_id[1:])].reference
+        assert review.text == "Verdict: " + ("RIGHT" if right else "WRONG")
+        assert proposal.completion_ids == ()  # the scripted proposer writes text only: never a target

@@ -52,14 +52,19 @@ class TeacherBackend(GenerationBackend):
 
     def _tokens(self, request: TurnRequest, text: str) -> Generation:
         """``text`` as a completion of ``request``'s prompt: prompt ids [P] as the hf backend builds
-        them (the reply prefix included), completion ids [C] the text after that prefix, then the stop
-        token."""
-        prompt, truncated = build_reply_ids(self.tokenizer, request.chat, self.max_prompt_tokens, request.reply_prefix)
-        body = text[len(request.reply_prefix):] if request.reply_prefix and text.startswith(request.reply_prefix) \
-            else text
+        them (the reply prefix included), completion ids [C] the reply after that prefix, then the stop
+        token. A reply prefix the teacher did not write itself (review's ``"Verdict:"`` before an
+        ``oracle``'s ``"RIGHT"``) is continued after a space, and the text is prefix + reply, as a
+        model backend returns it."""
+        prefix = request.reply_prefix
+        prompt, truncated = build_reply_ids(self.tokenizer, request.chat, self.max_prompt_tokens, prefix)
+        if text.startswith(prefix):
+            body = text[len(prefix):]
+        else:
+            body = text if prefix[-1:].isspace() else f" {text}"
         ids = list(self.tokenizer(body, add_special_tokens=False)["input_ids"]) + [self.stop_id]
-        return Generation(text=text, prompt_ids=tuple(prompt), completion_ids=tuple(ids), adapter=request.adapter,
-                          truncated=truncated)
+        return Generation(text=prefix + body, prompt_ids=tuple(prompt), completion_ids=tuple(ids),
+                          adapter=request.adapter, truncated=truncated)
 
 
 def stop_token(team_model) -> int:
