@@ -11,6 +11,7 @@
   their choices (``docs/method_notes.py``; a method without notes still gets its page), its options
   (its registered options model), what it logs, and its card's cost, protocols and tests;
   ``docs/hooks.py`` puts these pages in the navigation, so a new method needs no edit there;
+* ``docs/credit/papers.md``: the paper index, every paper of those pages with its method and config;
 * the figure caption on the home page (``docs/index.md``, between ``caption:split_gain`` markers),
   written from the stored per-seed results (``benchmarks/results/``) as the README's table is.
 
@@ -238,7 +239,8 @@ PAGES = {CONFIG_PAGE: config_page, METHODS_PAGE: methods_page, captions.INDEX: c
 
 def all_pages() -> dict[Path, Callable[[], str]]:
     """``PAGES`` and one page per built-in credit method."""
-    return {**PAGES, **method_page_makers()}
+    return {**PAGES, **method_page_makers(),
+            method_pages.PAPERS_PAGE: functools.partial(method_pages.papers_page, GENERATED)}
 
 
 def orphans(pages: dict[Path, Callable[[], str]]) -> list[Path]:

@@ -218,3 +218,26 @@ def fragment(paper: Paper) -> list[str]:
     """The paper's config fragment as a YAML block (``tests/docs`` loads it into a TrainConfig)."""
     text = yaml.safe_dump(paper.config, sort_keys=False, default_flow_style=None, width=100)
     return ["```yaml", text.rstrip(), "```"]
+
+
+PAPERS_PAGE = DOCS / "credit" / "papers.md"
+
+
+def papers_page(header: str) -> str:
+    """Every paper a built-in method follows, with the method and the config that sets the paper's
+    choices (the method pages hold the same entries; this is the index across them)."""
+    out = [header, "", "# Paper index", "",
+           "The papers teamplay's credit methods follow, each with the method that implements it and the",
+           "config values that set the paper's choices, as far as teamplay has them (what a fragment does",
+           "not reproduce is said under it). Each fragment goes into a training config; the tests load",
+           "every one and check the method's options and protocol. Methods that follow no paper: their",
+           "pages say where they come from.", ""]
+    for entry in entries():
+        note = NOTES.get(entry.name)
+        for paper in note.papers if note else ():
+            page = entry.path.relative_to(PAPERS_PAGE.parent).as_posix()
+            out += [f"## {paper.cite}", "",
+                    f"Method: [`{entry.name}`]({page})" + (f" · [the paper]({paper.url})" if paper.url else ""),
+                    "", paper.setting.replace("{root}", "../"), "",
+                    *fragment(paper), ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -150,3 +150,16 @@ def test_what_it_logs_follows_the_declared_resources(pages):
     assert re.search(r"`replay_tokens`.*\(with `value: replay`\)", text)
     assert "`judge_tokens`, `judge_prompts`, `judge_calls`" in text
     assert "`replay_tokens`" not in "\n".join(pages.logs(grpo))
+
+
+def test_the_paper_index_holds_every_paper_with_its_method(pages):
+    import method_notes
+
+    text = (DOCS / "credit" / "papers.md").read_text(encoding="utf-8")
+    papers = [(name, paper) for name, note in method_notes.NOTES.items() for paper in note.papers]
+    assert len(papers) >= 20
+    for name, paper in papers:
+        start = text.index(f"\n## {paper.cite}\n")
+        section = text[start:text.find("\n## ", start + 1) % (len(text) + 1)]
+        assert re.match(rf"\n## [^\n]+\n\nMethod: \[`{name}`\]\(methods/(token/)?{name}\.md\)", section), name
+        assert "\n".join(pages.fragment(paper)) in section, name  # its config, as on the method's page
