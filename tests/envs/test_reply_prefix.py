@@ -51,3 +51,19 @@ def test_proposer_reviewer_prefixes_by_stage() -> None:
         "rounds": 3, "verdict_prefix": "Verdict:", "proposal_prefix": "The answer is"}))
     assert [(r.stage, r.reply_prefix) for r in seen] == [
         ("propose", "The answer is"), ("review", "Verdict:"), ("propose", "The answer is")]
+
+
+@pytest.mark.parametrize(("name", "option"), [("sequential", "reply_prefix"), ("vote", "reply_prefix"),
+                                              ("proposer_reviewer", "proposal_prefix"),
+                                              ("proposer_reviewer", "verdict_prefix"),
+                                              ("review", "proposal_prefix"), ("review", "verdict_prefix")])
+def test_every_reply_prefix_is_the_start_of_one_line(name: str, option: str) -> None:
+    # one prefix type (``ReplyPrefix``, the verdict kind on top of it) checks every prefix option alike
+    from teamplay.envs.protocols.registry import get_protocol
+
+    options = type(get_protocol(name)).Options
+    why = "does not parse as a verdict" if option == "verdict_prefix" else "spans lines; a reply prefix is the start"
+    with pytest.raises(ValueError, match=why):
+        options(**{option: "Verdict:\nThe answer is"})
+    with pytest.raises(ValueError, match="at most 64 characters"):
+        options(**{option: "x" * 65})

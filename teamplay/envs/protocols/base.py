@@ -40,10 +40,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from teamplay.agents.roles import Role, Team
 from teamplay.envs.tasks.base import Task
@@ -139,10 +139,22 @@ class ProtocolOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
 
+def check_one_line(value: str) -> str:
+    """A reply prefix is the start of one line."""
+    if "\n" in value:
+        raise ValueError(f"{value!r} spans lines; a reply prefix is the start of one line")
+    return value
+
+
+#: text a model reply starts with ('' for none): the start of one line, at most 64 characters. Model
+#: backends put it after the assistant generation prompt, so the model goes on from it.
+ReplyPrefix = Annotated[str, Field(max_length=64), AfterValidator(check_one_line)]
+
+
 class ReplyPrefixOptions(ProtocolOptions):
     """Options of protocols whose model replies may start with a fixed text (answer-first replies)."""
 
-    reply_prefix: str = Field("", max_length=64, description=(
+    reply_prefix: ReplyPrefix = Field("", description=(
         "Text every model reply starts with, e.g. 'The answer is' (empty: none)."))
 
 

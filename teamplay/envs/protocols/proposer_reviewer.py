@@ -40,14 +40,15 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
     Protocol,
     ProtocolState,
+    ReplyPrefix,
     RoleSpec,
     SkippableOptions,
     TurnSpec,
@@ -107,11 +108,9 @@ def check_verdict_prefix(value: str) -> str:
     return value
 
 
-def check_one_line(value: str) -> str:
-    """A reply prefix is the start of one line."""
-    if "\n" in value:
-        raise ValueError(f"{value!r} spans lines; a reply prefix is the start of one line")
-    return value
+#: a review reply's prefix: a reply prefix (one line, at most 64 characters) that reads as a verdict once
+#: RIGHT or WRONG follows it; ``check_verdict_prefix`` checks the one line itself, with its own message
+VerdictPrefix = Annotated[str, Field(max_length=64), AfterValidator(check_verdict_prefix)]
 
 
 class ProposerReviewerOptions(SkippableOptions):
@@ -121,26 +120,15 @@ class ProposerReviewerOptions(SkippableOptions):
                                  "each). None: the team decides (default team: 1 of each).")
     history: int = Field(4, ge=0, le=64, description="Latest messages shown in the chat (TRACER shows "
                          "4); the pending proposal is always shown.")
-    verdict_prefix: str = Field("", max_length=64, description=(
+    verdict_prefix: VerdictPrefix = Field("", description=(
         "Text every review reply starts with (e.g. 'Verdict:'): model backends put it after the "
         "assistant generation prompt, so the model's next word is the verdict. '': none."))
-
-    @field_validator("verdict_prefix")
-    @classmethod
-    def _prefix_reads_as_verdict(cls, value: str) -> str:
-        return check_verdict_prefix(value)
-
-    proposal_prefix: str = Field("", max_length=64, description=(
+    proposal_prefix: ReplyPrefix = Field("", description=(
         "Text every proposal reply starts with (e.g. 'The answer is'), put after the assistant "
         "generation prompt like verdict_prefix. '': none."))
     instructions: dict[str, str] = Field(default_factory=dict, description=(
         "Turn instructions replacing the defaults, by key: solve, review, revise_wrong, revise_right, "
         "recheck; {answer} and {author} are filled in."))
-
-    @field_validator("proposal_prefix")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        return check_one_line(value)
 
     @field_validator("instructions")
     @classmethod

@@ -54,11 +54,12 @@ from teamplay.envs.protocols.base import (
     Protocol,
     ProtocolOptions,
     ProtocolState,
+    ReplyPrefix,
     RoleSpec,
     TurnSpec,
     instruction_option,
 )
-from teamplay.envs.protocols.proposer_reviewer import check_one_line, check_verdict_prefix, parse_verdict
+from teamplay.envs.protocols.proposer_reviewer import VerdictPrefix, parse_verdict
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Message, TaskItem
@@ -68,7 +69,8 @@ REVIEWER_PROMPT = ("You are the reviewer in a team. Check the proposed answer. F
                    "WRONG, give the correct final answer; the team uses it.")
 PROPOSE_INSTRUCTION = "Solve the problem. Reason step by step, then give the final answer."
 #: the reply's two forms spelt out: SmolLM2-135M-Instruct, untrained, names a verdict in 28 of 40 arith
-#: reviews at T = 1 with this instruction against 6 of 40 with "First line: RIGHT or WRONG" (module docstring)
+#: reviews at T = 1 with this instruction against 6 of 40 with "First line: RIGHT or WRONG"
+#: (docs/results/index.md#review-replies)
 REVIEW_INSTRUCTION = ("Proposed answer: {answer}. Check it. If it is right, reply: Verdict: RIGHT. If it is wrong, "
                       "reply: Verdict: WRONG. The answer is <the correct answer>.")
 
@@ -77,24 +79,14 @@ OUTCOMES = ("kept", "adopted", "no_verdict", "no_answer")
 
 
 class ReviewOptions(ProtocolOptions):
-    verdict_prefix: str = Field("Verdict:", max_length=64, description=(
+    verdict_prefix: VerdictPrefix = Field("Verdict:", description=(
         "Text every review reply starts with, put after the assistant generation prompt so that the "
         "model's next word is the verdict ('': none). Must not read as a verdict itself."))
-    proposal_prefix: str = Field("", max_length=64, description=(
+    proposal_prefix: ReplyPrefix = Field("", description=(
         "Text every proposal reply starts with, e.g. 'The answer is' ('': none)."))
     propose_instruction: str | None = instruction_option("The proposer's")
     review_instruction: str | None = instruction_option(
         "The reviewer's ({answer}: the proposal's answer, filled in)")
-
-    @field_validator("verdict_prefix")
-    @classmethod
-    def _prefix_then_verdict(cls, value: str) -> str:
-        return check_verdict_prefix(value)
-
-    @field_validator("proposal_prefix")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        return check_one_line(value)
 
     @field_validator("review_instruction")
     @classmethod
