@@ -17,10 +17,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.common import EMBEDDED_MODEL, machine_info, machine_line, set_threads, write_regions
+from benchmarks.common import DEFAULT_OUTPUT, EMBEDDED_MODEL, machine_info, machine_line, set_threads, write_regions
 from benchmarks.suite import BENCHMARKS
-
-DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
 
 def command_of(name: str, model: str, threads: int, quick: bool = False) -> str:

@@ -21,6 +21,8 @@ from typing import Any
 
 #: the embedded default model (``teamplay.agents.models.SMOLLM2_ALIAS``)
 EMBEDDED_MODEL = "smollm2-135m"
+#: the record every benchmark rewrites its regions in (``python -m benchmarks``, a script's ``--write``)
+DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
 
 @dataclass(frozen=True)

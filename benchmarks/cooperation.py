@@ -459,8 +459,7 @@ def region(result: dict[str, Any], tag: str | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m benchmarks.cooperation --setting S [--parallel N] [--quick | --table-only]``."""
-    from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import machine_info, machine_line, write_regions
+    from benchmarks.common import DEFAULT_OUTPUT, machine_info, machine_line, write_regions
 
     parser = argparse.ArgumentParser(description="credit where cooperation is necessary, with exact tests")
     parser.add_argument("--setting", nargs="+", choices=tuple(SETTINGS), default=["relay_k3"])

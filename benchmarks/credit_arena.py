@@ -1087,8 +1087,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, settings: Sequence[str
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m benchmarks.credit_arena [--setting S ...] [--parallel N] [--quick | --full]``."""
-    from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import machine_info, machine_line, write_regions
+    from benchmarks.common import DEFAULT_OUTPUT, machine_info, machine_line, write_regions
 
     parser = argparse.ArgumentParser(description="the credit arena: calibrate, then compare credit methods")
     group = parser.add_mutually_exclusive_group()
@@ -1160,8 +1159,7 @@ def split_main(parser: argparse.ArgumentParser, args: argparse.Namespace, settin
                out: Path | None, only: tuple[str, ...] | None, line: str) -> str:
     """One stored setting (split, chain or claim): train (resuming) and store its per-seed results, or with
     ``--table-only`` read the stored ones; then its region of BENCHMARKS.md and its learning-curve figure."""
-    from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import write_regions
+    from benchmarks.common import DEFAULT_OUTPUT, write_regions
 
     suffix = ("" if size == "default" else "_" + size) + ("" if only is None else "_more")
     path = result_path(setting, size, more=only is not None)
@@ -1229,8 +1227,7 @@ def stored_team_size_results(size: str = "default") -> list[dict[str, Any]]:
 def write_team_size_summary(size: str = "default") -> None:
     """The team-size summary region and headline figure, from every stored split and chain result
     (``credit_arena_split_summary``; ``_full`` for the --full comparisons)."""
-    from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import write_regions
+    from benchmarks.common import DEFAULT_OUTPUT, write_regions
 
     suffix = "" if size == "default" else f"_{size}"
     results = stored_team_size_results(size)

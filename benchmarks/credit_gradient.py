@@ -186,8 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m benchmarks.credit_gradient [--quick | --table-only] [--model M]``."""
     import json
 
-    from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import write_regions
+    from benchmarks.common import DEFAULT_OUTPUT, write_regions
     from teamplay.atomic import write_atomically
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

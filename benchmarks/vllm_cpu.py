@@ -180,8 +180,7 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL) -> Result:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.__main__ import DEFAULT_OUTPUT
-    from benchmarks.common import machine_info, machine_line, write_regions
+    from benchmarks.common import DEFAULT_OUTPUT, machine_info, machine_line, write_regions
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.vllm_cpu", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes; writes nothing")

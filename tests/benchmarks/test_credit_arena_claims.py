@@ -198,7 +198,7 @@ def test_table_only_writes_a_claims_region_from_its_stored_results(tmp_path, mon
                         lambda setting, size="default", more=False: arena_results.result_path(
                             setting, size, more, folder=tmp_path / "results"))
     monkeypatch.setattr(credit_arena, "FIGURES", tmp_path / "figures")
-    monkeypatch.setattr("benchmarks.__main__.DEFAULT_OUTPUT", tmp_path / "BENCHMARKS.md")
+    monkeypatch.setattr("benchmarks.common.DEFAULT_OUTPUT", tmp_path / "BENCHMARKS.md")
     before = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
     credit_arena.main(["--setting", "tracer", "--table-only"])
     assert "## tracer" in capsys.readouterr().out
