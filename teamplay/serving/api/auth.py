@@ -16,6 +16,8 @@ import hmac
 import ipaddress
 import json
 
+from teamplay.serving.api.asgi import HttpMiddleware, send_json
+
 #: paths answered without a key
 OPEN_PATHS = frozenset({"/health"})
 #: the environment variable ``teamplay serve`` reads the key from (keeps it out of shell history)
@@ -65,7 +67,7 @@ _UNAUTHORIZED = json.dumps({"error": {
     "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}).encode()
 
 
-class BearerAuth:
+class BearerAuth(HttpMiddleware):
     """ASGI middleware: 401 for an HTTP request without the right bearer key (see the module doc).
 
     Args:
@@ -76,18 +78,11 @@ class BearerAuth:
     def __init__(self, app, key: str) -> None:
         if not key.strip():
             raise ValueError("the API key is empty")
-        self.app = app
+        super().__init__(app)
         self.key = key.strip().encode("utf-8")  # as the header's value is read: surrounding blanks dropped
 
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+    async def http(self, scope, receive, send) -> None:
+        if scope["path"] in OPEN_PATHS or key_matches(dict(scope["headers"]).get(b"authorization"), self.key):
             await self.app(scope, receive, send)
-            return
-        header = dict(scope["headers"]).get(b"authorization")
-        if key_matches(header, self.key):
-            await self.app(scope, receive, send)
-            return
-        await send({"type": "http.response.start", "status": 401, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(_UNAUTHORIZED)).encode()),
-            (b"www-authenticate", b"Bearer")]})
-        await send({"type": "http.response.body", "body": _UNAUTHORIZED})
+        else:
+            await send_json(send, 401, _UNAUTHORIZED, (b"www-authenticate", b"Bearer"))

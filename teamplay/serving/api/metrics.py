@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from teamplay.records import Episode
+from teamplay.serving.api.asgi import HttpMiddleware
 
 #: the route label values; any other path counts as "other"
 ROUTES = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics"})
@@ -85,17 +86,14 @@ class ServeMetrics:
             self.queue_wait.observe(wait)
 
 
-class CountRequests:
+class CountRequests(HttpMiddleware):
     """ASGI middleware: every HTTP response counted by route and status; chat latency observed."""
 
     def __init__(self, app, metrics: ServeMetrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope, receive, send) -> None:
         route = scope["path"] if scope["path"] in ROUTES else "other"
         start, status = time.perf_counter(), []
 

@@ -38,6 +38,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
+from teamplay.serving.api.asgi import HttpMiddleware, send_json
+
 _DRAINING = json.dumps({"error": {"message": "the server is shutting down; retry on another instance",
                                   "type": "server_error", "param": None, "code": "shutting_down"}}).encode()
 _HEALTH_DRAINING = json.dumps({"status": "draining"}).encode()
@@ -113,25 +115,20 @@ class Lifecycle:
             await asyncio.sleep(0.02)
 
 
-class RefuseWhileDraining:
+class RefuseWhileDraining(HttpMiddleware):
     """ASGI middleware: 503 for every HTTP request that arrives while ``lifecycle`` drains, and
     ``connection: close`` on every answer sent while it drains (see the module doc)."""
 
     def __init__(self, app, lifecycle: Lifecycle) -> None:
-        self.app = app
+        super().__init__(app)
         self.lifecycle = lifecycle
 
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-        elif not self.lifecycle.draining:
+    async def http(self, scope, receive, send) -> None:
+        if not self.lifecycle.draining:
             await self.app(scope, receive, self._closing_once_draining(send))
         else:
             await _drop_body(receive)
-            body = _HEALTH_DRAINING if scope["path"] == "/health" else _DRAINING
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), _CLOSE]})
-            await send({"type": "http.response.body", "body": body})
+            await send_json(send, 503, _HEALTH_DRAINING if scope["path"] == "/health" else _DRAINING, _CLOSE)
 
     def _closing_once_draining(self, send):
         """``send`` adding ``connection: close`` to an answer that starts while draining: its
