@@ -67,17 +67,22 @@ def check_values(masks: np.ndarray, values: ArrayLike, n: int,
     return vals
 
 
+def game_values(n: int, v: Game, masks: np.ndarray) -> ArrayLike:
+    """``v`` at ``masks`` [U], not yet validated: called once per mask when ``v`` is a function, looked
+    up when it is a table of ``2**n`` values indexed by bitmask (ValueError for a table of another size)."""
+    if callable(v):
+        return [v(int(m)) for m in masks]
+    table = np.asarray(v, dtype=np.float64)
+    if table.shape != (1 << n,):
+        raise ValueError(f"a game table for n={n} players needs {1 << n} values, got shape {table.shape}")
+    return table[masks]
+
+
 def game_table(n: int, v: Game, value_range: tuple[float, float] | None = None) -> np.ndarray:
     """All ``2**n`` values of ``v`` as a float64 array indexed by bitmask, validated."""
     _check_n(n)
     masks = np.arange(1 << n, dtype=np.int64)
-    if callable(v):
-        raw = [v(int(m)) for m in masks]
-    else:
-        raw = np.asarray(v, dtype=np.float64)
-        if raw.shape != (1 << n,):
-            raise ValueError(f"a game table for n={n} players needs {1 << n} values, got shape {raw.shape}")
-    return check_values(masks, raw, n, value_range)
+    return check_values(masks, game_values(n, v, masks), n, value_range)
 
 
 def _check_n(n: int) -> None:
@@ -203,16 +208,8 @@ def shapley_permutation(
     prefix = np.cumsum(np.left_shift(np.int64(1), perms.astype(np.int64)), axis=1)  # [M', n]
     chain = np.concatenate([np.zeros((len(perms), 1), dtype=np.int64), prefix], axis=1)  # [M', n+1]
     needed, inverse = np.unique(chain, return_inverse=True)  # [U], [M' * (n+1)]
-    if batch_eval is not None:
-        vals = batch_eval(needed)
-    elif callable(v):
-        vals = [v(int(m)) for m in needed]
-    else:
-        table = np.asarray(v, dtype=np.float64)
-        if table.shape != (1 << n,):
-            raise ValueError(f"a game table for n={n} players needs {1 << n} values, got {table.shape}")
-        vals = table[needed]
-    vals = check_values(needed, vals, n, value_range)
+    raw = batch_eval(needed) if batch_eval is not None else game_values(n, v, needed)
+    vals = check_values(needed, raw, n, value_range)
     along = vals[inverse.reshape(chain.shape)]  # [M', n+1]
     gains = np.diff(along, axis=1)  # [M', n], gains[m, k] belongs to player perms[m, k]
     contrib = np.empty_like(gains)
