@@ -39,7 +39,8 @@ def run_federated(cfg: FederatedConfig, resume: str | None = None, on_round=None
     from teamplay.training.wiring.checks import check_run
 
     check_run(cfg)  # task, protocol, credit method and its resources, before any data or model
-    with preemption_handlers() as preemption:
+    # a round under way is abandoned, unless it is past its evaluation (module doc)
+    with preemption_handlers("after the last completed round (its checkpoint is written)") as preemption:
         server = FederatedServer(cfg, resume=resume, on_round=on_round)
         if preemption.requested:  # while the model loaded: stop before Ray starts
             raise server.preempted(preemption.signum)

@@ -105,8 +105,10 @@ class Preemption:
     requested (what a trainer holds outside ``train``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stopping: str = "after this step (its checkpoint is written)") -> None:
         self.signum: int | None = None
+        #: when the run stops, as the acknowledgement of the first signal says it
+        self.stopping = stopping
         self._previous: dict[int, Any] = {}
 
     @property
@@ -123,7 +125,7 @@ class Preemption:
             self._restore()
             raise Interrupted(signum)
         self.signum = signum
-        acknowledge(signum)
+        acknowledge(signum, self.stopping)
 
     def _install(self) -> None:
         for sig in SIGNALS:
@@ -136,8 +138,9 @@ class Preemption:
             signal.signal(sig, signal.SIG_DFL if previous is None else previous)
 
 
-def acknowledge(signum: int) -> None:
-    """Say on stderr, at once, that the first ``signum`` was heard and what a second one does.
+def acknowledge(signum: int, stopping: str) -> None:
+    """Say on stderr, at once, that the first ``signum`` was heard, when the run will stop
+    (``stopping``) and what a second signal does.
 
     Written with ``os.write`` on file descriptor 2: a signal handler runs between two bytecodes of
     the main thread, which may be inside a write to ``sys.stderr`` itself (a buffered stream would
@@ -145,7 +148,7 @@ def acknowledge(signum: int) -> None:
     progress bar redraws itself below it)."""
     name = signal_name(signum)
     again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
-    line = f"{name}: stopping after this step (its checkpoint is written); {again} to stop now\n"
+    line = f"{name}: stopping {stopping}; {again} to stop now\n"
     try:
         prefix = "\r\x1b[2K" if os.isatty(2) else ""
         os.write(2, (prefix + line).encode())
@@ -160,8 +163,9 @@ def active_preemption() -> Preemption | None:
 
 
 @contextmanager
-def preemption_handlers() -> Iterator[Preemption]:
-    """SIGTERM and SIGINT handlers that set a ``Preemption`` flag, for the body of the ``with``.
+def preemption_handlers(stopping: str = "after this step (its checkpoint is written)") -> Iterator[Preemption]:
+    """SIGTERM and SIGINT handlers that set a ``Preemption`` flag, for the body of the ``with``;
+    ``stopping`` says when the run stops, in the line that acknowledges the first signal.
 
     Nested use shares the outer flag (a sweep's handlers cover the model loading of each run, and
     its trainer's ``train`` reads the same flag). Outside the main thread nothing is installed and
@@ -171,7 +175,7 @@ def preemption_handlers() -> Iterator[Preemption]:
     if outer is not None:
         yield outer
         return
-    preemption = Preemption()
+    preemption = Preemption(stopping)
     if threading.current_thread() is not threading.main_thread():
         yield preemption
         return
