@@ -12,6 +12,7 @@ the COSAC bandit), which checks the methods.
 from teamplay.credit import methods, token  # noqa: F401  (registration)
 from teamplay.credit.registry import (
     CREDIT,
+    CardText,
     CreditBatch,
     CreditMethod,
     CreditOutputError,
@@ -23,5 +24,5 @@ from teamplay.credit.registry import (
     register_credit,
 )
 
-__all__ = ["CREDIT", "CreditBatch", "CreditMethod", "CreditOutputError", "CreditResources", "assign", "check_credit",
+__all__ = ["CREDIT", "CardText", "CreditBatch", "CreditMethod", "CreditOutputError", "CreditResources", "assign", "check_credit",
            "credit_methods", "get_credit", "register_credit"]

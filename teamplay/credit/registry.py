@@ -101,6 +101,29 @@ class CreditBatch:
 CreditFn = Callable[[CreditBatch, BaseModel], list[np.ndarray]]
 
 
+@dataclass(frozen=True)
+class CardText:
+    """What a method's identification card says beyond its registry entry (``teamplay credit --card``,
+    the method's docs page); a method declares it where it registers, beside its code.
+
+    Fields:
+        estimand: the quantity the advantage estimates.
+        assumptions: what must hold for it to identify the causal contrast, one sentence each.
+        falsified_by: tests as ``path::function`` (paths relative to the repository root) that fail
+            when the method does not compute its estimand; ``tests/credit/test_cards.py`` checks
+            that each exists.
+        cost: for a message method, a note after its declared ``cost``; for a token method (which
+            declares none) the whole cost. Empty: nothing to add.
+        fails_where: what is wrong with it today and the measured cases where an assumption fails.
+    """
+
+    estimand: str
+    assumptions: tuple[str, ...]
+    falsified_by: tuple[str, ...]
+    cost: str = ""
+    fails_where: tuple[str, ...] = ()
+
+
 def _needs_nothing(options: BaseModel) -> frozenset[str]:
     return frozenset()
 
@@ -116,6 +139,8 @@ class CreditMethod:
         cost: one line on what it costs beyond the rollout (for ``teamplay list`` and the docs).
         protocols_of: ``protocols_of(options) -> names``: the protocols it works with under these
             options, a subset of ``protocols`` (None: ``protocols`` whatever the options).
+        card: what its card says beyond these fields (None: no card declared, as for most users'
+            methods; ``teamplay.credit.audit.cards`` then builds one saying so).
     """
 
     name: str
@@ -126,6 +151,7 @@ class CreditMethod:
     protocols: frozenset[str] | None = None
     cost: str = "negligible"
     protocols_of: Callable[[BaseModel], frozenset[str]] | None = None
+    card: CardText | None = None
 
     def allowed_protocols(self, options: BaseModel) -> frozenset[str] | None:
         """The protocols the method works with under ``options`` (None: any)."""
@@ -141,10 +167,11 @@ def register_credit(name: str, options: type[BaseModel], summary: str, *,
                     requires: Callable[[BaseModel], frozenset[str]] | None = None,
                     protocols: Sequence[str] | None = None, cost: str = "negligible",
                     protocols_of: Callable[[BaseModel], frozenset[str]] | None = None,
-                    ) -> Callable[[CreditFn], CreditFn]:
+                    card: CardText | None = None) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering ``fn`` under ``name`` (a duplicate name is an error); the method declares
-    what it ``requires`` (resource names, a function of its options) and the ``protocols`` it works
-    with (``protocols_of``: the ones it works with under given options). The decorated function
+    what it ``requires`` (resource names, a function of its options), the ``protocols`` it works
+    with (``protocols_of``: the ones it works with under given options) and its ``card`` (what it
+    estimates, under which assumptions, which tests would catch it). The decorated function
     keeps a ``credit_method`` attribute, which is how a user's file named as
     ``credit.method: ./file.py:fn`` is found."""
 
@@ -152,7 +179,7 @@ def register_credit(name: str, options: type[BaseModel], summary: str, *,
         method = CreditMethod(name=name, fn=fn, options=options, summary=summary,
                               requires=requires or _needs_nothing,
                               protocols=None if protocols is None else frozenset(protocols), cost=cost,
-                              protocols_of=protocols_of)
+                              protocols_of=protocols_of, card=card)
         CREDIT.add(name, method)
         fn.credit_method = method  # type: ignore[attr-defined]
         return fn

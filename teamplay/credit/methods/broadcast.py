@@ -27,8 +27,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from teamplay.credit.methods.assumptions import BROADCAST, GROUP_BASELINE
 from teamplay.credit.methods.group_shapley import GroupOptions
-from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.credit.values.group import group_advantage
 
 
@@ -53,7 +54,20 @@ class RAFTOptions(BaseModel):
                                               "select: threshold only.")
 
 
-@register_credit("dr_mas", DrMASOptions, "Dr. MAS: the team reward normalised per agent over its own samples")
+DR_MAS_CARD = CardText(
+    "Dr. MAS's agent-wise normalisation: per agent, (R_g - mean_i) / std_i over the agent's own samples "
+    "(its spoken messages across the group, each with its episode's team reward); equals grpo when every "
+    "agent speaks once in every episode.",
+    (GROUP_BASELINE, BROADCAST,
+     "an agent's own reward statistics are the right scale for its gradient (the method's premise: "
+     "agents that act unequally often, or in different episodes, see different reward distributions)"),
+    ("tests/credit/test_broadcast_controls.py::test_dr_mas_equals_grpo_when_every_agent_speaks_once",
+     "tests/credit/test_broadcast_controls.py::test_dr_mas_worked_numbers_with_a_skipped_turn"),
+    "arithmetic on the G rewards, per agent")
+
+
+@register_credit("dr_mas", DrMASOptions, "Dr. MAS: the team reward normalised per agent over its own samples",
+                 card=DR_MAS_CARD)
 def dr_mas_credit(batch: CreditBatch, options: DrMASOptions) -> list[np.ndarray]:
     """Per agent, ``group_advantage`` of the team rewards of its spoken messages (module docstring).
 
@@ -73,7 +87,20 @@ def dr_mas_credit(batch: CreditBatch, options: DrMASOptions) -> list[np.ndarray]
     return out
 
 
-@register_credit("raft", RAFTOptions, "RAFT: advantage 1 on the messages of right team answers, 0 elsewhere")
+RAFT_CARD = CardText(
+    "RAFT (reward-ranked fine-tuning): 1 on every spoken message of an episode whose team reward is at "
+    "least the threshold (a right team answer), 0 elsewhere: supervised fine-tuning on the right "
+    "episodes, no baseline, no push-down.",
+    (BROADCAST,
+     "a selected episode is worth imitating in every message, and an unselected one carries no "
+     "information (wrong answers are never pushed down)"),
+    ("tests/credit/test_broadcast_controls.py::test_raft_worked_numbers",
+     "tests/credit/test_broadcast_controls.py::test_raft_selects_right_episodes_only"),
+    "arithmetic on the G rewards")
+
+
+@register_credit("raft", RAFTOptions, "RAFT: advantage 1 on the messages of right team answers, 0 elsewhere",
+                 card=RAFT_CARD)
 def raft_credit(batch: CreditBatch, options: RAFTOptions) -> list[np.ndarray]:
     """``A = [R_g >= threshold]`` (``select: best``: ``[R_g = max_h R_h > 0]``) on every spoken message
     of episode g; skipped turns get 0.

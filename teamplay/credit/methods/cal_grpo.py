@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.credit.values.group import group_advantage
 
 
@@ -50,9 +50,23 @@ class CALGRPOOptions(BaseModel):
     eps: float = Field(1e-8, gt=0, description="Floor of the std.")
 
 
+CAL_GRPO_CARD = CardText(
+    "CAL-GRPO: for agent i's k-th answer-bearing attempt, its Verification@K outcome V (some "
+    "attempt right) against the episodes that reached attempt k still unsolved: (V - mean) / "
+    "std over that live set; attempts after a right one get 0; other messages the team's GRPO "
+    "value.",
+    ("the target is the agent's own Verification@K outcome, not the team reward",
+     "the episodes live at attempt k are a baseline for it (same problem, same attempt index, "
+     "still unsolved)",
+     "the paper's exact weights are not public: this construction is the module's choice"),
+    ("tests/credit/test_cal_grpo.py::test_cal_grpo_hand_worked",
+     "tests/credit/test_cal_grpo.py::test_zero_sum_per_attempt_index"),
+    "no generation")
+
+
 @register_credit("cal_grpo", CALGRPOOptions, "CAL-GRPO: attempt-level credit for Verification@K "
                  "(re-proposals, debate rounds)", protocols=("proposer_reviewer", "debate"),
-                 cost="re-scores each attempt's answer with the verifier")
+                 cost="re-scores each attempt's answer with the verifier", card=CAL_GRPO_CARD)
 def cal_grpo_credit(batch: CreditBatch, options: CALGRPOOptions) -> list[np.ndarray]:
     if batch.score is None or batch.item is None:
         raise ValueError("cal_grpo re-scores attempts: the CreditBatch needs score and item")

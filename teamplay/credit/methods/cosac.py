@@ -36,7 +36,7 @@ from typing import Literal, overload
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, register_credit
 
 PolicyFn = Callable[[int, np.ndarray], np.ndarray]
 
@@ -375,10 +375,29 @@ def episode_labels(batch: CreditBatch) -> tuple[np.ndarray, list[str]]:
     return Z, list(names)
 
 
+COSAC_CARD = CardText(
+    "COSAC's estimate of the SeqAU advantage Q_k(a_<=k) - Q_{k-1}(a_<k) of the action at each "
+    "position k (a message's extracted answer, or a review's verdict), under a ridge additive "
+    "surrogate f(a) = sum_k phi_k(a_k) fitted to the group's team rewards (a decomposition over "
+    "positions); expectations use the group's empirical label frequencies.",
+    ("one fixed turn order: every episode of the group has the same author sequence",
+     "a message acts only through its discrete label (answer or verdict); the rest of its text "
+     "is invisible",
+     "the reward is close to additive over positions (the bias grows with the non-additive "
+     "residual)",
+     "the group's empirical continuation frequencies stand for the downstream agents' behaviour "
+     "policies, not the LLM's probabilities: the indirect term says how an answer shifted its "
+     "successors' answers in this group"),
+    ("tests/credit/test_cosac.py::test_e31_lambda_to_zero_recovers_exact_seqau",
+     "tests/credit/test_cosac.py::test_registered_cosac_credits_the_review_that_decided_the_outcome"),
+    "no generation: one ridge fit over one-hot labels and an enumeration of continuations "
+    "(max_nodes caps it)")
+
+
 @register_credit("cosac", CosacOptions,
                  "COSAC: ridge additive surrogate of the team reward over answer labels + counterfactual "
                  "continuations (fixed turn order: sequential, proposer_reviewer)",
-                 protocols=("sequential", "proposer_reviewer"))
+                 protocols=("sequential", "proposer_reviewer"), card=COSAC_CARD)
 def cosac_credit(batch: CreditBatch, options: CosacOptions) -> list[np.ndarray]:
     """COSAC on a group of episodes with one fixed turn order; one advantage per message.
 

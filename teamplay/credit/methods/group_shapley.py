@@ -28,7 +28,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.methods.assumptions import BROADCAST, GROUP_BASELINE, MASKING, REPLAY
+from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.credit.values.characteristic import (
     CharacteristicFunction,
     MaskingCharacteristic,
@@ -275,8 +276,22 @@ def _scale_needs(options: GRPOOptions) -> frozenset[str]:
     return frozenset({"batch_rewards"}) if options.scale_rewards == "batch" else frozenset()
 
 
+GRPO_CARD = CardText(
+    "A_g = (R_g - mean R) / std R over the G episodes of one problem (the group-normalised team "
+    "reward), broadcast to every spoken message of episode g; skipped turns get 0.",
+    (GROUP_BASELINE, BROADCAST),
+    ("tests/credit/test_methods.py::test_grpo_broadcast_skip_and_zero_sum",
+     "tests/credit/test_loss_references.py::test_grpo_modes_match_trl_and_verl"),
+    "no generation, no model pass: arithmetic on the G rewards",
+    fails_where=("broadcast is unbiased for A* up to a term of the history alone (a per-problem baseline "
+                 "changes no expected gradient): what it lacks is variance, each agent's advantage carrying "
+                 "every other agent's noise (about K times its own in an additive team of K)",
+                 "measured: Pearson r with the solver's A* 0.42 [0.14, 0.71] at teammate noise q = 0.5 against "
+                 "0.77 at q = 0 (BENCHMARKS.md section 12)"))
+
+
 @register_credit("grpo", GRPOOptions, "group-normalised team reward on every message (GRPO)",
-                 requires=_scale_needs)
+                 requires=_scale_needs, card=GRPO_CARD)
 def grpo_credit(batch: CreditBatch, options: GRPOOptions) -> list[np.ndarray]:
     """``A_g = group_advantage(rewards)[g]`` on every spoken message of episode g.
 
@@ -296,8 +311,18 @@ def grpo_credit(batch: CreditBatch, options: GRPOOptions) -> list[np.ndarray]:
             for ep, a in zip(batch.episodes, adv, strict=True)]
 
 
+GSPO_CARD = CardText(
+    "The same advantages as grpo (group-normalised team reward broadcast to every message); GSPO "
+    "differs in the objective (one length-normalised ratio per message), chosen on its own with "
+    "objective.name: gspo.",
+    (GROUP_BASELINE, BROADCAST),
+    ("tests/credit/test_methods.py::test_grpo_broadcast_skip_and_zero_sum",
+     "tests/credit/test_loss_references.py::test_gspo_matches_trl_sequence_levels_and_verl"),
+    "no generation, no model pass")
+
+
 @register_credit("gspo", GRPOOptions, "GRPO advantages, for the sequence-level GSPO objective",
-                 requires=_scale_needs)
+                 requires=_scale_needs, card=GSPO_CARD)
 def gspo_credit(batch: CreditBatch, options: GRPOOptions) -> list[np.ndarray]:
     """Same advantages as ``grpo`` (same options, same invariant).
 
@@ -310,8 +335,40 @@ def gspo_credit(batch: CreditBatch, options: GRPOOptions) -> list[np.ndarray]:
     return grpo_credit(batch, options)
 
 
+SHAPLEY_CARD = CardText(
+    "phi_{g,i}: the Shapley value of agent i in the characteristic game v_g(S) of episode g, "
+    "centred per agent across the group (A = n (phi - mean_g phi) / sigma) and broadcast to the "
+    "agent's spoken messages. v is vote (verifier score of the majority answer of S, v(empty) = "
+    "0), masking (transcript scorer on the transcript with other agents' messages withheld), "
+    "replay (mean verifier score of k re-executions with only S playing) or judge (verifier score "
+    "of the answer a generative judge writes after reading S's messages, v(empty) = 0 or the "
+    "judge's question-only answer).",
+    ("efficiency splits v(N) - v(empty) among the agents: a fair split of their interaction, an "
+     "interventional effect only when v is additive",
+     "vote assumes the team's answer is a majority of answers the agents gave independently",
+     MASKING,
+     REPLAY,
+     "judge: the judge's answer is a fair aggregate of the paths it reads; a bare copy of another "
+     "path's answer is worth what the judge makes of it (an identical copy shares its original's "
+     "credit: Shapley's symmetry)",
+     "all of an agent's messages share its value (uniform within the agent)"),
+    ("tests/credit/test_methods.py::test_shapley_efficiency_exact_and_mc",
+     "tests/credit/test_methods.py::test_shapley_masking_and_replay_values",
+     "tests/training/test_replay_credit.py::test_replay_shapley_gives_the_table_through_the_trainer_step",
+     "tests/training/test_replay_credit.py::test_masking_cannot_see_the_review_but_replay_can",
+     "tests/credit/test_generative_judge.py::test_free_riders_get_no_credit_from_an_evidence_judge"),
+    "vote: verifier calls only; masking: one scorer call per coalition (batched); replay: one "
+    "re-execution per coalition and sample after the shared prefix (at most budget x the step's "
+    "rollout tokens when budget is set); judge: one greedy judge reply per coalition (one batched "
+    "call per episode, judge_max_new_tokens each); Monte Carlo permutations above exact_max_agents",
+    fails_where=("masking cannot see influence through a later turn: r -0.00 [-0.02, 0.01] with A* for a "
+                 "helpful reviewer, whose review changes the proposer's next answer (section 12)",
+                 "on split (additive) masking is exact: phi_i = c_i / K (tests/credit/test_oracle.py)"))
+
+
 @register_credit("shapley", ShapleyOptions, "per-agent Shapley credit, group-centred per agent",
-                 requires=_value_needs, cost="2^n coalition values per episode (vote: no generation)")
+                 requires=_value_needs, cost="2^n coalition values per episode (vote: no generation)",
+                 card=SHAPLEY_CARD)
 def shapley_credit(batch: CreditBatch, options: ShapleyOptions) -> list[np.ndarray]:
     """Agent Shapley values -> ``group_credit_advantage`` -> every spoken message of the agent.
 
@@ -329,8 +386,23 @@ def shapley_credit(batch: CreditBatch, options: ShapleyOptions) -> list[np.ndarr
             for ep, a in zip(batch.episodes, adv, strict=True)]
 
 
+SHAPLEY_PRM_CARD = CardText(
+    "shapley's agent advantage A_{g,i}, spread over agent i's messages by a local score q_t: a_t = "
+    "A_{g,i} + beta_i (q_t - mean q), conserving n_i A_{g,i} per agent and bounded by B; q is "
+    "the verifier on the message's answer (2 score - 1, 0 without one) or leave-one-message-out "
+    "masking.",
+    ("those of shapley for each agent's total",
+     "within an agent, q_t ranks its messages' contributions: a message with a right answer (or "
+     "whose removal lowers the masked score) did more; the masking score sees no influence "
+     "through later turns",
+     "beta0 and the bound are chosen constants ([INFERRED]), not identified"),
+    ("tests/credit/test_methods.py::test_shapley_prm_conservation_and_agreement",
+     "tests/credit/test_methods.py::test_shapley_prm_locality"),
+    "message_score=verifier re-scores answers only; masking costs one scorer call per message")
+
+
 @register_credit("shapley_prm", ShapleyPRMOptions, "Shapley agent credit refined per message by a scorer",
-                 requires=_prm_needs, cost="shapley's, plus one score per message")
+                 requires=_prm_needs, cost="shapley's, plus one score per message", card=SHAPLEY_PRM_CARD)
 def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[np.ndarray]:
     """``shapley`` agent advantages, spread over the agent's messages by local scores
     (docs/credit/specification.md#prm-success).
@@ -369,8 +441,20 @@ def shapley_prm_credit(batch: CreditBatch, options: ShapleyPRMOptions) -> list[n
     return out
 
 
+SHAPE_MAX_CARD = CardText(
+    "ShapE-GRPO: the Shapley value of each answering agent in the max game v(S) = max_{i in S} "
+    "u_i (u_i its scored answer, v(empty) = base); candidate messages get (K phi - mean R) / "
+    "(pooled std(K phi) + eps) with R = max u, others (an aggregator) the set-level GRPO value.",
+    ("the team is worth its best answer (a reader picks the best candidate): agents are "
+     "candidates that each give an answer, and how one agent's text changed another's answer is "
+     "not modelled",
+     "the no-extra-bias argument assumes candidates of equal length (option length_normalise)"),
+    ("tests/credit/test_methods.py::test_shape_max_spec_example_with_aggregator",),
+    "closed form in O(K log K), no generation")
+
+
 @register_credit("shape_max", ShapeMaxOptions, "ShapE-GRPO: Shapley credit of the best-answer (max) game",
-                 protocols=ANSWERING_PROTOCOLS)
+                 protocols=ANSWERING_PROTOCOLS, card=SHAPE_MAX_CARD)
 def shape_max_credit(batch: CreditBatch, options: ShapeMaxOptions) -> list[np.ndarray]:
     """ShapE-GRPO over agents as candidates (docs/credit/specification.md#shapley-max).
 
@@ -408,8 +492,21 @@ def _load_embedder(model: str | None) -> TransformerEmbedder:
     return TransformerEmbedder(model)
 
 
+COVERAGE_CARD = CardText(
+    "GCPO: the Shapley share phi_g of each episode of the group (the players are the G episodes, "
+    "not agents) in v(S) = log det(I + alpha L_S), L = X X^T, x_g = R_g e_g (reward-weighted unit "
+    "embeddings); A_g = (phi_g - mean phi) / std phi on every message of episode g.",
+    ("the embedding's similarity stands for 'the same solution': correct and semantically "
+     "distinct episodes earn more, a wrong episode is a null player (kernel and alpha are "
+     "[INFERRED])",
+     BROADCAST),
+    ("tests/credit/test_coverage.py::test_duplicate_shares_credit_and_wrong_is_null",
+     "tests/credit/test_methods.py::test_coverage_e44"),
+    "no generation; the embedding model (packaged MiniLM by default) loads once per process")
+
+
 @register_credit("coverage", CoverageOptions, "GCPO: Shapley share of the group's valid-solution volume",
-                 cost="one embedding per episode")
+                 cost="one embedding per episode", card=COVERAGE_CARD)
 def coverage_credit(batch: CreditBatch, options: CoverageOptions) -> list[np.ndarray]:
     """GCPO over the G episodes of the group: each episode is a player of the coverage game
     (docs/credit/specification.md#coverage).

@@ -81,7 +81,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from teamplay.credit.methods.group_shapley import GroupOptions, _broadcast, _same_team
 from teamplay.credit.methods.oracle_baseline import baseline_advantages, pooled_baseline, solo_replay_scores
-from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.credit.values.group import group_credit_advantage
 from teamplay.errors import DataError
 from teamplay.records import Episode
@@ -239,13 +239,51 @@ _FORM_PROTOCOL = {"additive": "split", "conjunctive": "split", "spoiler": "seque
                   "majority": "vote", "review": "review"}
 
 
+ORACLE_CARD = CardText(
+    "A*(a_i) = E[R | agent i's answer] - E[R], in closed form: (c_i - p_i) / K in an additive split "
+    "team, (c_i - p_i) prod_{j != i} p_j in a conjunctive one (and a relay's informants), (1 - q)(c - p) "
+    "for a first answer a scripted teammate spoils independently with probability q, (c_i - p_i) piv_i "
+    "in a threshold vote (piv_i: the chance the others fall one short of a majority); in a review, the "
+    "reviewer's difference reward R - c_prop (A* plus a term of the proposal alone) and the proposer's "
+    "V(x) - E[R]; p estimated by the group's mean, scaled by the pooled std as shapley is (mode "
+    "mean_only: not scaled; push_down false: negative advantages set to 0; additive with "
+    "baseline_samples M: p_i the mean of the group's G answers of agent i and M more of it alone, "
+    "replayed, over the same std, so the advantages no longer sum to 0), broadcast to the agent's "
+    "messages.",
+    ("the team has the declared form: its reward is the mean (additive) or product (conjunctive) of "
+     "the agents' own answer scores, or the first answer kept or spoiled (checked on every "
+     "episode: a reward that breaks the rule is an error)",
+     "the agents answer independently given the problem (conjunctive, spoiler: the others' accuracy "
+     "enters as a constant)",
+     "the group's mean of an agent's scores is its accuracy on the problem (G draws: the baseline "
+     "error is of order 1 / sqrt(G); G + M draws with baseline_samples M, the M from the current policy "
+     "replayed alone, which on split plays as it does in the team)"),
+    ("tests/credit/test_oracle.py::test_oracle_equals_masking_shapley_on_the_additive_team",
+     "tests/credit/test_oracle.py::test_oracle_hand_worked_forms",
+     "tests/credit/test_oracle.py::test_oracle_refuses_a_team_of_another_form",
+     "tests/credit/test_oracle_vote.py::test_majority_a_star_equals_brute_force_enumeration",
+     "tests/envs/test_review.py::test_oracle_review_form_is_a_star_up_to_a_term_of_the_proposal",
+     "tests/credit/test_broadcast_controls.py::test_oracle_controls_worked_numbers",
+     "tests/credit/test_oracle_baseline.py::test_replayed_baseline_worked_numbers",
+     "tests/credit/test_oracle_baseline.py::test_baseline_is_the_pooled_mean_and_tends_to_the_true_accuracy",
+     "tests/credit/test_oracle_baseline.py::test_the_real_engine_scores_an_agent_alone_c_over_k_on_split"),
+    "arithmetic on the agents' scores; the replays of baseline_samples M generate about M / G times "
+    "the rollout's tokens",
+    fails_where=("only where its form holds: every episode is checked against the form's reward rule, and the "
+                 "group mean stands for each agent's accuracy (G = 4 draws in the arena)",
+                 "form review: the reviewer's credit R - c_prop is A* plus a term of the proposal alone (the same "
+                 "expected gradient, another variance), and the proposer's V(1) - V(0) is estimated from the group",
+                 "form majority: binary scores and one string for every right answer; a plurality vote whose right "
+                 "answer wins with a minority breaks its rule (use the vote's rule: majority)"))
+
+
 @register_credit("oracle", OracleOptions, "the true advantage A* in closed form (additive or conjunctive split "
                  "teams, a spoiled first answer, a relay, a threshold vote, a review): a ceiling for credit",
                  protocols=("split", "sequential", "relay", "vote", "review"),
                  cost="no generation: the agents' own answer scores (with baseline_samples M > 0: M "
                       "replays of each agent alone per group)",
                  requires=lambda options: frozenset({"replay"}) if options.baseline_samples > 0 else frozenset(),
-                 protocols_of=lambda options: frozenset({_FORM_PROTOCOL[options.form]}))
+                 protocols_of=lambda options: frozenset({_FORM_PROTOCOL[options.form]}), card=ORACLE_CARD)
 def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray]:
     """``group_credit_advantage(oracle_values)`` broadcast to each agent's spoken messages.
 

@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.atomic import write_atomically
-from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.errors import DataError
 from teamplay.json_files import read_json
 
@@ -335,9 +335,24 @@ def tracer_role_rewards(batch: CreditBatch, correct_threshold: float = 0.5) -> l
     return out
 
 
+TRACER_ROLES_CARD = CardText(
+    "TRACER's role rewards, not a causal contrast: a proposal gets +1 if its answer is correct "
+    "and -1 otherwise; a review +1 / -1 when its verdict matches / contradicts the correctness of "
+    "the pending answer, 0 without one; by default normalised over the messages that share "
+    "(round, stage) across the group (a group with std below min_reward_std gets 0).",
+    ("a message is worth its local correctness, whatever it did to the team's final reward (a "
+     "right verdict the proposer ignores still earns +1)",
+     "the latest proposal is the answer under review",
+     "messages with the same (round, stage) are comparable candidates for one context although "
+     "their histories differ"),
+    ("tests/credit/test_regret_roles.py::test_raw_role_rewards",
+     "tests/credit/test_regret_roles.py::test_turn_group_normalisation"),
+    "one verifier call per proposal")
+
+
 @register_credit("tracer_roles", TracerRolesOptions,
                  "TRACER role rewards: proposer ±1 on its answer, reviewer +1/0/−1 on its verdict "
-                 "(proposer_reviewer protocol; for GSPO)", protocols=("proposer_reviewer",))
+                 "(proposer_reviewer protocol; for GSPO)", protocols=("proposer_reviewer",), card=TRACER_ROLES_CARD)
 def tracer_roles_credit(batch: CreditBatch, options: TracerRolesOptions) -> list[np.ndarray]:
     """Role-specific rewards of TRACER (§2.4) as per-message advantages for a GSPO update.
 

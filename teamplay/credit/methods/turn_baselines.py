@@ -24,7 +24,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch, register_credit
+from teamplay.credit.methods.assumptions import MASKING
+from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.credit.values.characteristic import Transcript
 from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, replay_values
 from teamplay.records import Episode
@@ -270,8 +271,21 @@ def _anchor(ep: Episode, t: int, kind: str) -> Hashable:
     return f"<{msg.agent}|{msg.stage}>\n{history}"
 
 
+GIGPO_CARD = CardText(
+    "GiGPO: A = A^E + omega A^S, the episode's team reward centred over the group plus the "
+    "discounted return G_t = gamma^(T-1-t) R centred within the messages of the group that share "
+    "an anchor state (author, stage and the text of every earlier message, or the prompt ids).",
+    ("messages with identical anchors are draws from one state, so their return difference is "
+     "the effect of the action taken there",
+     "in free-text dialogues most anchors after the first turn are unique: A^S is then 0 and the "
+     "method is the group-centred team reward"),
+    ("tests/credit/test_turn_baselines.py::test_gigpo_worked_example",
+     "tests/credit/test_turn_baselines.py::test_gigpo_method_on_episodes"),
+    "no generation: hashing the anchors (similarity clustering compares them pairwise)")
+
+
 @register_credit("gigpo", GiGPOOptions,
-                 "GiGPO: group-centred episode return + step advantage within anchor-state groups")
+                 "GiGPO: group-centred episode return + step advantage within anchor-state groups", card=GIGPO_CARD)
 def gigpo_credit(batch: CreditBatch, options: GiGPOOptions) -> list[np.ndarray]:
     """GiGPO on a group of episodes: a message is a step, its anchor state what the agent acted from.
 
@@ -307,10 +321,23 @@ class A2TGPOOptions(BaseModel):
                                              "turn ([INFERRED] outcome term).")
 
 
+A2TGPO_CARD = CardText(
+    "A2TGPO: the information gain IG_t = p(y* | h_t) - p(y* | h_{t-1}), the change in the "
+    "policy's own probability of the gold answer after message t, z-normalised per turn index "
+    "across the group, then a discounted suffix sum divided by sqrt(turns left).",
+    ("the policy's teacher-forced probability of the reference answer is a calibrated value of "
+     "the transcript so far (a proxy for E[R | h_t], not a sampled one)",
+     "messages with the same turn index across episodes are comparable",
+     "every problem has a reference answer"),
+    ("tests/credit/test_turn_baselines.py::test_a2tgpo_worked_example",
+     "tests/credit/test_turn_baselines.py::test_a2tgpo_and_loto_methods_need_their_resources"),
+    "no generation")
+
+
 @register_credit("a2tgpo", A2TGPOOptions,
                  "A2TGPO: per-turn information gain in the gold answer, z-normalised per turn index",
                  requires=lambda options: frozenset({"answer_probability"}),
-                 cost="one teacher-forced pass per message prefix")
+                 cost="one teacher-forced pass per message prefix", card=A2TGPO_CARD)
 def a2tgpo_credit(batch: CreditBatch, options: A2TGPOOptions) -> list[np.ndarray]:
     """A2TGPO on episodes. Needs ``batch.resources.answer_probability``, a callable
     ``(episode, n_messages) -> p`` giving the policy's probability of the gold answer after the first
@@ -395,11 +422,25 @@ def _transcript_value(batch: CreditBatch, options: LOTOOptions):
     return replayed
 
 
+LOTO_CARD = CardText(
+    "Leave-one-turn-out: c_t = V(all turns) - V(all turns but t), the drop in the transcript's "
+    "value when message t is masked (value: masking) or removed and the rest replayed (value: "
+    "replay); not centred across the group.",
+    ("no efficiency: two redundant messages each get 0, and interaction effects are not split",
+     MASKING,
+     "replay needs restorable state at turn t and a fixed policy for the turns after it"),
+    ("tests/credit/test_turn_baselines.py::test_loto_equals_shapley_for_additive_value",
+     "tests/credit/test_turn_baselines.py::test_loto_failure_mode_redundant_pair"),
+    "value=masking generates nothing (one scorer call per value)",
+    fails_where=("masking sees no influence through later turns: r -0.01 [-0.03, 0.01] for a helpful reviewer "
+                 "(section 12); not centred across the group, so its advantages need not sum to 0",))
+
+
 @register_credit("loto", LOTOOptions,
                  "Leave-one-turn-out: drop in the transcript's value when one message is masked "
                  "or removed and replayed",
                  requires=_loto_needs,
-                 cost="T + 1 transcript values per episode (value=replay: T replays per sample)")
+                 cost="T + 1 transcript values per episode (value=replay: T replays per sample)", card=LOTO_CARD)
 def loto_method(batch: CreditBatch, options: LOTOOptions) -> list[np.ndarray]:
     """LOTO on episodes. ``V(episode, kept: frozenset[int]) -> float`` scores the transcript with
     only the messages in ``kept``: ``batch.resources.transcript_value`` when given, else built from

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch
 from teamplay.credit.token.base import TokenAdvantages, group_token_stats, register_token_credit
 
 
@@ -55,8 +55,20 @@ def aem_scales(surprisal: np.ndarray, adv: np.ndarray, strength: float, max_scal
     return np.clip(rho ** (strength * kappa), 1.0 / max_scale, max_scale)
 
 
+AEM_CARD = CardText(
+    "Not a contrast: each message advantage rescaled by its relative response surprisal, c = "
+    "clip(rho^(strength kappa)), kappa the balance of negative and positive messages of the role "
+    "in the group; signs kept, totals not conserved.",
+    ("the message advantage comes from the message-level method; rescaling it changes what it "
+     "estimates by a factor between 1 / max_scale and max_scale",
+     "the paper's entropy-drift argument holds for the proxy chosen here (power law, clip)"),
+    ("tests/credit/test_token_methods.py::test_aem_hand_worked",
+     "tests/credit/test_token_methods.py::test_aem_keeps_signs_and_bounds"),
+    "none: behaviour log-probs are recorded at generation")
+
+
 @register_token_credit("aem", AEMOptions, "AEM: relative response surprisal rescales advantages "
-                       "(explore while failing, exploit while succeeding)", needs=(), conserves=False)
+                       "(explore while failing, exploit while succeeding)", needs=(), conserves=False, card=AEM_CARD)
 def aem_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: AEMOptions) -> TokenAdvantages:
     """``a_ij = c_i A_i`` per role of the group (module docstring); needs only behaviour log-probs."""
     stats = group_token_stats(batch)

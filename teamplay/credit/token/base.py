@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel
 
-from teamplay.credit.registry import CreditBatch, CreditOutputError, validate_options
+from teamplay.credit.registry import CardText, CreditBatch, CreditOutputError, validate_options
 from teamplay.registry import Registry, decorated
 
 NEEDS: tuple[str, ...] = ("entropies", "ref_logprobs", "hellinger", "text_offsets", "teacher_logprobs")
@@ -94,6 +94,10 @@ class GroupTokenStats:
         return self.messages[g][t]
 
 
+#: the assumption every card of a method that splits a message advantage over its tokens states
+TOKEN_SPLIT = ("the message advantage comes from the message-level method; this method only decides which "
+               "tokens carry it")
+
 TokenAdvantages = list[list[np.ndarray | None]]
 TokenFn = Callable[[CreditBatch, Sequence[np.ndarray], BaseModel], TokenAdvantages]
 #: one message's token advantages [C] from its advantage and statistics alone (no group context)
@@ -111,6 +115,7 @@ class TokenMethod:
     excludes_kl: bool = False
     keeps_zero_variance: Callable[[BaseModel], bool] | None = None
     row: RowFn | None = None
+    card: CardText | None = None
 
     def wants_zero_variance_groups(self, options: BaseModel) -> bool:
         """Whether, with these options, groups whose rewards are all equal still get token credit
@@ -126,7 +131,8 @@ TOKEN_CREDIT: Registry[TokenMethod] = Registry(
 def register_token_credit(name: str, options: type[BaseModel], summary: str, needs: Collection[str] = (),
                           conserves: bool = True, excludes_kl: bool = False,
                           keeps_zero_variance: Callable[[BaseModel], bool] | None = None,
-                          row: RowFn | None = None) -> Callable[[TokenFn], TokenFn]:
+                          row: RowFn | None = None, card: CardText | None = None
+                          ) -> Callable[[TokenFn], TokenFn]:
     """Decorator registering a token method.
 
     ``needs``: token statistics beyond the behaviour log-probs; ``conserves``: each message's token
@@ -138,6 +144,7 @@ def register_token_credit(name: str, options: type[BaseModel], summary: str, nee
     on its own advantage and statistics only), and this is its rule for one message. The trainer
     then applies it inside the update, from the statistics of the update's own forward pass
     (:func:`message_tokens`), instead of scoring the messages in a pass of their own.
+    ``card``: what the method's card says (its cost included: token methods declare no other).
     """
     unknown = set(needs) - set(NEEDS)
     if unknown:
@@ -145,7 +152,7 @@ def register_token_credit(name: str, options: type[BaseModel], summary: str, nee
 
     def wrap(fn: TokenFn) -> TokenFn:
         method = TokenMethod(name, fn, options, summary, frozenset(needs), conserves, excludes_kl,
-                             keeps_zero_variance, row)
+                             keeps_zero_variance, row, card)
         TOKEN_CREDIT.add(name, method)
         fn.token_method = method  # type: ignore[attr-defined]  (how a user's file is found)
         return fn

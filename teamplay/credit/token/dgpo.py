@@ -39,8 +39,15 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, TokenStats, conserve, per_message, register_token_credit
+from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.token.base import (
+    TOKEN_SPLIT,
+    TokenAdvantages,
+    TokenStats,
+    conserve,
+    per_message,
+    register_token_credit,
+)
 
 
 class DGPOOptions(BaseModel):
@@ -75,9 +82,23 @@ def dgpo_row(advantage: float, stats: TokenStats, options: DGPOOptions) -> np.nd
                                     options.mix, options.temperature, options.floor)
 
 
+DGPO_CARD = CardText(
+    "No new contrast: the message advantage A redistributed over its tokens, a_j = A w_j with w_j "
+    "= (1 - mix) + mix s_j / mean(s), s_j = (Hellinger distance to the reference - floor)^+ x "
+    "entropy; conserves C A.",
+    (TOKEN_SPLIT,
+     "tokens where the policy departed from the reference at an uncertain position are the ones "
+     "responsible for the outcome (a heuristic, not identified)",
+     "it replaces the KL term (refused with kl_beta > 0)"),
+    ("tests/credit/test_token_methods.py::test_dgpo_hand_worked",
+     "tests/credit/test_token_methods.py::test_dgpo_conserves_each_message_total"),
+    "one no-grad reference pass (what a KL term costs); the policy's side comes from the "
+    "update's own forward pass")
+
+
 @register_token_credit("dgpo", DGPOOptions, "DGPO: entropy-gated Hellinger deviation spreads the message "
                        "advantage over its tokens", needs=("entropies", "hellinger"), excludes_kl=True,
-                       row=dgpo_row)
+                       row=dgpo_row, card=DGPO_CARD)
 def dgpo_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: DGPOOptions) -> TokenAdvantages:
     """Token advantages ``a_j = A * w_j`` (see the module docstring); conserves each message total."""
     return per_message(batch, message_adv, lambda g, t, a, st: dgpo_row(a, st, options))

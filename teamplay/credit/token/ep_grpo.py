@@ -40,8 +40,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, conserve, per_message, register_token_credit
+from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.token.base import TOKEN_SPLIT, TokenAdvantages, conserve, per_message, register_token_credit
 
 
 class EPGRPOOptions(BaseModel):
@@ -72,9 +72,22 @@ def progress_tokens(reward: float, entropies: np.ndarray, scale: float) -> np.nd
     return scale * (2.0 * reward - 1.0) * progress
 
 
+EP_GRPO_CARD = CardText(
+    "The message advantage spread by an entropy gate plus a divergence process signal: a_j = A "
+    "w_j + process |A| zc_j, zc_j the centred tanh((log pi - log pi_ref) / tau); conserves C A; "
+    "optional progress credit for groups with equal rewards (zero_variance).",
+    (TOKEN_SPLIT,
+     "the log-ratio to the reference is an implicit process reward (PRIME): it holds only while "
+     "the divergence tracks the value of the tokens",
+     "high entropy marks the tokens that decide"),
+    ("tests/credit/test_token_methods.py::test_ep_grpo_hand_worked",
+     "tests/credit/test_token_methods.py::test_ep_grpo_conserves_and_zero_variance_is_bounded"),
+    "one no-grad reference pass")
+
+
 @register_token_credit("ep_grpo", EPGRPOOptions, "EP-GRPO: entropy gate + divergence process signal anchored "
                        "to the outcome; progress credit for equal-reward groups", needs=("entropies", "ref_logprobs"),
-                       keeps_zero_variance=lambda options: options.zero_variance > 0)
+                       keeps_zero_variance=lambda options: options.zero_variance > 0, card=EP_GRPO_CARD)
 def ep_grpo_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: EPGRPOOptions) -> TokenAdvantages:
     rewards = [ep.reward for ep in batch.episodes]
     zero_variance = len(set(rewards)) == 1

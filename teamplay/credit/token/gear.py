@@ -33,8 +33,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, conserve, per_message, register_token_credit
+from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.token.base import TOKEN_SPLIT, TokenAdvantages, conserve, per_message, register_token_credit
 
 
 class GEAROptions(BaseModel):
@@ -60,9 +60,21 @@ def gear_weights(logprobs: np.ndarray, teacher_logprobs: np.ndarray, threshold: 
     return conserve(1.0 + strength * np.tanh(anchor))
 
 
+GEAR_CARD = CardText(
+    "The message advantage weighted by where the student departs from the same adapter shown the "
+    "reference answer (the teacher): a segment starts at each divergence spike and its share "
+    "grows with the divergence there; conserves C A.",
+    (TOKEN_SPLIT,
+     "a token the answer-aware teacher finds unlikely is where the message went right or wrong",
+     "every problem has a reference answer"),
+    ("tests/credit/test_token_methods.py::test_gear_hand_worked",
+     "tests/credit/test_token_methods.py::test_gear_conserves_each_message_total"),
+    "one no-grad teacher pass (prompt + reference hint, each distinct prompt once)")
+
+
 @register_token_credit("gear", GEAROptions, "GEAR: segments start where the student departs from the "
                        "answer-conditioned teacher; the departure's divergence modulates them",
-                       needs=("teacher_logprobs",))
+                       needs=("teacher_logprobs",), card=GEAR_CARD)
 def gear_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: GEAROptions) -> TokenAdvantages:
     return per_message(batch, message_adv, lambda g, t, a, st: a * gear_weights(
         st.logprobs, st.need("teacher_logprobs", "gear"), options.threshold, options.strength))

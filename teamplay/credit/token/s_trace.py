@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch
-from teamplay.credit.token.base import TokenAdvantages, per_message, register_token_credit
+from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.token.base import TOKEN_SPLIT, TokenAdvantages, per_message, register_token_credit
 
 
 class STraceOptions(BaseModel):
@@ -67,8 +67,21 @@ def s_trace_weights(entropies: np.ndarray, log_rho: np.ndarray, select: float, l
     return w
 
 
+S_TRACE_CARD = CardText(
+    "The message advantage carried back over its highest-entropy tokens (decisions) by "
+    "eligibility traces lam^(m-i) x the clipped importance ratios of later decisions; the other "
+    "tokens keep (1 - mix) A; conserves C A.",
+    (TOKEN_SPLIT,
+     "high-entropy tokens are the decisions, and later decisions caused more of the message's "
+     "outcome",
+     "clipped importance ratios correct rollouts from an older adapter"),
+    ("tests/credit/test_token_methods.py::test_s_trace_hand_worked",
+     "tests/credit/test_token_methods.py::test_s_trace_conserves_each_message_total"),
+    "none: entropies are recorded at generation (a scoring pass for vLLM rollouts)")
+
+
 @register_token_credit("s_trace", STraceOptions, "S-trace: eligibility traces over high-entropy decision "
-                       "tokens with clipped successor importance weights", needs=("entropies",))
+                       "tokens with clipped successor importance weights", needs=("entropies",), card=S_TRACE_CARD)
 def s_trace_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: STraceOptions) -> TokenAdvantages:
     def row(g: int, t: int, a: float, st) -> np.ndarray:
         current = st.current_logprobs if st.current_logprobs is not None else st.logprobs

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.registry import CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch
 from teamplay.credit.token.base import TokenAdvantages, group_token_stats, per_message, register_token_credit
 
 _NUM = r"-?\d+(?:\.\d+)?"
@@ -105,8 +105,20 @@ def step_advantages(rewards: Sequence[float], normalise: str, eps: float) -> np.
     return (r - r.mean()) / (r.std() + eps)
 
 
+VPR_CARD = CardText(
+    "The message advantage plus an oracle process reward: each arithmetic claim ('12 + 7 = 19') "
+    "scores +1 if exact and -1 if not, normalised per (role, claim index) across the group and "
+    "added (x weight) to the tokens of the claim's step; totals not conserved.",
+    ("a claim's correctness is a verifiable step reward that bears on the outcome",
+     "claims with the same index across the group's messages are comparable steps",
+     "only claims the evaluator parses count (+ - * / on numbers, no parentheses)"),
+    ("tests/credit/test_token_methods.py::test_vpr_hand_worked",
+     "tests/credit/test_token_methods.py::test_vpr_never_raises_and_weight_zero_is_the_message_advantage"),
+    "decoding only (tokenizer), no model pass")
+
+
 @register_token_credit("vpr", VPROptions, "VPR: exact oracle rewards for arithmetic claims inside messages, "
-                       "normalised per claim across the group", needs=("text_offsets",), conserves=False)
+                       "normalised per claim across the group", needs=("text_offsets",), conserves=False, card=VPR_CARD)
 def vpr_credit(batch: CreditBatch, message_adv: Sequence[np.ndarray], options: VPROptions) -> TokenAdvantages:
     stats = group_token_stats(batch)
     found: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
