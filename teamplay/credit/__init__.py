@@ -24,5 +24,5 @@ from teamplay.credit.registry import (
     register_credit,
 )
 
-__all__ = ["CREDIT", "CardText", "CreditBatch", "CreditMethod", "CreditOutputError", "CreditResources", "assign", "check_credit",
-           "credit_methods", "get_credit", "register_credit"]
+__all__ = ["CREDIT", "CardText", "CreditBatch", "CreditMethod", "CreditOutputError", "CreditResources", "assign",
+           "check_credit", "credit_methods", "get_credit", "register_credit"]

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-import teamplay.credit.methods.group_shapley as methods
+from teamplay.credit.methods.group_baseline import GroupOptions
+from teamplay.credit.methods.shapley import ShapleyOptions, agent_shapley
 from teamplay.credit.registry import CreditBatch, CreditResources, assign, credit_methods
 from teamplay.credit.values.characteristic import last_answer_scorer
 from teamplay.envs.voting import majority
@@ -37,7 +38,7 @@ def batch(episodes, **resources):
 
 def test_all_methods_registered():
     assert {"grpo", "gspo", "shapley", "shapley_prm", "shape_max", "coverage"} <= set(credit_methods())
-    assert methods.GroupOptions().ddof == 0
+    assert GroupOptions().ddof == 0
 
 
 # ------------------------------------------------------------------------------------------ grpo
@@ -90,8 +91,8 @@ def test_shapley_vote_hand_worked():
 
 def test_shapley_efficiency_exact_and_mc():
     eps = [vote_episode(["4", "5", "4", None]), vote_episode(["5", "5", "4", "4"])]
-    exact = methods.agent_shapley(batch(eps), methods.ShapleyOptions())
-    mc = methods.agent_shapley(batch(eps), methods.ShapleyOptions(exact_max_agents=2, permutations=30))
+    exact = agent_shapley(batch(eps), ShapleyOptions())
+    mc = agent_shapley(batch(eps), ShapleyOptions(exact_max_agents=2, permutations=30))
     for g, ep in enumerate(eps):
         v_full = 1.0 if majority(list(ep.agent_answers.values())) == "4" else 0.0
         assert exact[g].sum() == pytest.approx(v_full, abs=1e-12)  # v(empty) = 0

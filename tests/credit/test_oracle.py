@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from teamplay.credit import CreditBatch, CreditResources, assign
-from teamplay.credit.methods.group_shapley import ShapleyOptions, agent_shapley
 from teamplay.credit.methods.oracle import OracleOptions, oracle_values
+from teamplay.credit.methods.shapley import ShapleyOptions, agent_shapley
 from teamplay.envs.tasks.catalog.tuples import TupleTask
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import DataError

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from teamplay.credit import CreditBatch, CreditResources, assign
-from teamplay.credit.methods.group_shapley import ShapleyOptions, agent_shapley
 from teamplay.credit.methods.oracle import OracleOptions, oracle_values, pivot_probabilities
+from teamplay.credit.methods.shapley import ShapleyOptions, agent_shapley
 from teamplay.envs.team_env import TeamEnv
 from teamplay.envs.voting import strict_majority
 from teamplay.errors import DataError

@@ -17,7 +17,7 @@ from teamplay.agents.backends.scripted import ScriptedBackend
 from teamplay.agents.roles import Role, Team
 from teamplay.config import ProtocolConfig, TrainConfig, load_config
 from teamplay.credit import CreditBatch, CreditResources, assign
-from teamplay.credit.methods.group_shapley import agent_shapley
+from teamplay.credit.methods.shapley import agent_shapley
 from teamplay.credit.registry import get_credit, parse_options
 from teamplay.credit.values.shapley import shapley_exact
 from teamplay.envs.parallel import parallel_team_env

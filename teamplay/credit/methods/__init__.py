@@ -1,10 +1,14 @@
-"""The registered message-level credit methods, one module per family.
+"""The registered message-level credit methods, one module per method, named after it.
 
-Importing this package registers them: ``dr_mas`` and ``raft`` (``broadcast``), ``grpo``, ``gspo``,
-``shapley``, ``shapley_prm``, ``shape_max`` and ``coverage`` (``group_shapley``), ``oracle``,
-``cal_grpo``, ``continuation``, ``influence``, ``cosac``, ``tracer_roles`` (``regret``) and ``gigpo``, ``a2tgpo``,
-``loto`` (``turn_baselines``). Each has the one signature of ``teamplay.credit.registry``; the values they share are in
-``teamplay.credit.values``.
+Importing this package registers them. A method's module holds its options model, its function (the
+one signature of ``teamplay.credit.registry``), its card (``card=`` where it registers) and nothing
+else it alone does not need; ``grpo.py`` also holds ``gspo`` (the same advantages, for GSPO's
+objective). Pieces several methods share have modules of their own: ``group_baseline`` (the group
+baseline's options, the broadcast to messages) and ``assumptions`` (sentences several cards state);
+the values they compute from are in ``teamplay.credit.values``.
+
+Modules still holding a family: ``broadcast`` (``dr_mas``, ``raft``), ``regret`` (``tracer_roles``,
+beside the controllers' regret matcher) and ``turn_baselines`` (``gigpo``, ``a2tgpo``, ``loto``).
 """
 
 from teamplay.credit.methods import (  # noqa: F401  (registration)
@@ -12,9 +16,13 @@ from teamplay.credit.methods import (  # noqa: F401  (registration)
     cal_grpo,
     continuation,
     cosac,
-    group_shapley,
+    coverage,
+    grpo,
     influence,
     oracle,
     regret,
+    shape_max,
+    shapley,
+    shapley_prm,
     turn_baselines,
 )

@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from teamplay.credit.methods.assumptions import BROADCAST, GROUP_BASELINE
-from teamplay.credit.methods.group_shapley import GroupOptions
+from teamplay.credit.methods.group_baseline import GroupOptions
 from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.credit.values.group import group_advantage
 

@@ -79,7 +79,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from teamplay.credit.methods.group_shapley import GroupOptions, _broadcast, _same_team
+from teamplay.credit.methods.group_baseline import GroupOptions, broadcast, same_team
 from teamplay.credit.methods.oracle_baseline import baseline_advantages, pooled_baseline, solo_replay_scores
 from teamplay.credit.registry import CardText, CreditBatch, register_credit
 from teamplay.credit.values.group import group_credit_advantage
@@ -206,7 +206,7 @@ def _review_values(batch: CreditBatch, agents: tuple[str, ...], c: np.ndarray) -
 
 def oracle_values(batch: CreditBatch, options: OracleOptions) -> np.ndarray:
     """u [G, n]: the per-agent value whose group-centred form is A* (module docstring)."""
-    agents = _same_team(batch)
+    agents = same_team(batch)
     c = _scores(batch, agents)  # [G, n]
     G, n = c.shape
     if options.form == "additive":
@@ -294,7 +294,7 @@ def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray
     every agent's value constant over the group, gives zeros; an episode that breaks the form's
     reward rule is a DataError.
     """
-    agents = _same_team(batch)
+    agents = same_team(batch)
     values = oracle_values(batch, options)
     if options.baseline_samples > 0:
         c = _scores(batch, agents)  # [G, n]
@@ -304,5 +304,5 @@ def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray
         adv = group_credit_advantage(values, options.ddof, options.mode, options.eps)
     if not options.push_down:
         adv = np.maximum(adv, 0.0)
-    return [_broadcast(ep, dict(zip(agents, a.tolist(), strict=True)))
+    return [broadcast(ep, dict(zip(agents, a.tolist(), strict=True)))
             for ep, a in zip(batch.episodes, adv, strict=True)]
