@@ -179,6 +179,17 @@ def test_team_yaml_round_trips_and_describes_the_team(run, exported):
     assert load_team_config(exported).model.checkpoint == str(exported)
 
 
+def test_an_export_plays_with_every_protocol_field_of_its_run(exported):
+    # the channel and the rule for cut messages travel with the team, not the name and options alone
+    team = read_team_file(exported)
+    silent = team.model_copy(update={"protocol": team.protocol.model_copy(
+        update={"channel": False, "score_cut_messages": False})})
+    protocol = silent.eval_data(exported)["protocol"]
+    assert protocol["channel"] is False and protocol["score_cut_messages"] is False
+    assert protocol["options"] == {"rounds": 3}
+    assert read_team_file(exported).eval_data(exported)["protocol"]["score_cut_messages"] is True  # as it trained
+
+
 def test_the_model_card_has_hub_metadata_and_the_runs_results(exported):
     text = (exported / "README.md").read_text()
     assert text.startswith("---\n")

@@ -120,7 +120,9 @@ class TeamFile(_Spec):
                        else self.controllers.model_dump(mode="json", exclude={"tables"}))
         return {
             "task": task,
-            "protocol": {"name": _in_folder(self.protocol.name, folder), "options": self.protocol.options},
+            # every protocol field, not its name and options alone: a run's channel and its rule for cut
+            # messages are how its team plays, and the export must play the same
+            "protocol": {**self.protocol.model_dump(mode="json"), "name": _in_folder(self.protocol.name, folder)},
             "team": self.team.model_dump(mode="json", exclude_none=True),
             "model": {"name": self.base_model, "dtype": self.dtype, "lora": self.lora.model_dump(mode="json"),
                       "checkpoint": str(folder)},
