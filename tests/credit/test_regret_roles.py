@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from teamplay.credit.methods.regret import TracerRolesOptions, tracer_role_rewards, tracer_roles_credit
+from teamplay.credit.methods.tracer_roles import TracerRolesOptions, tracer_role_rewards, tracer_roles_credit
 from teamplay.credit.registry import CreditBatch, assign
 from teamplay.records import Episode, Message, TaskItem
 

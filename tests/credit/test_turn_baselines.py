@@ -11,18 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.methods.turn_baselines import (
-    A2TGPOOptions,
-    GiGPOOptions,
-    LOTOOptions,
-    a2tgpo_advantage,
-    a2tgpo_credit,
-    gigpo_advantage,
-    gigpo_credit,
-    information_gain,
-    loto_credit,
-    loto_method,
-)
+from teamplay.credit.methods.a2tgpo import A2TGPOOptions, a2tgpo_advantage, a2tgpo_credit, information_gain
+from teamplay.credit.methods.gigpo import GiGPOOptions, gigpo_advantage, gigpo_credit
+from teamplay.credit.methods.loto import LOTOOptions, loto_credit, loto_method
 from teamplay.credit.registry import CreditBatch, CreditResources, assign
 from teamplay.records import Episode, Message
 

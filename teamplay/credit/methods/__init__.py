@@ -1,28 +1,33 @@
 """The registered message-level credit methods, one module per method, named after it.
 
 Importing this package registers them. A method's module holds its options model, its function (the
-one signature of ``teamplay.credit.registry``), its card (``card=`` where it registers) and nothing
-else it alone does not need; ``grpo.py`` also holds ``gspo`` (the same advantages, for GSPO's
-objective). Pieces several methods share have modules of their own: ``group_baseline`` (the group
-baseline's options, the broadcast to messages) and ``assumptions`` (sentences several cards state);
-the values they compute from are in ``teamplay.credit.values``.
+one signature of ``teamplay.credit.registry``) and its card (``card=`` where it registers); ``grpo.py``
+also holds ``gspo`` (the same advantages, for GSPO's objective). A new built-in method is one more
+module here, imported below, and its test (docs/how-to/credit-method.md).
 
-Modules still holding a family: ``broadcast`` (``dr_mas``, ``raft``), ``regret`` (``tracer_roles``,
-beside the controllers' regret matcher) and ``turn_baselines`` (``gigpo``, ``a2tgpo``, ``loto``).
+What several methods share has a module of its own: ``group_baseline`` (the group baseline's
+options, the broadcast of per-agent values to messages), ``assumptions`` (sentences several cards
+state), ``turn_arrays`` (the ragged per-turn arrays of ``gigpo``, ``a2tgpo`` and ``loto``),
+``oracle_baseline`` (``oracle``'s replayed baseline) and ``regret`` (the regret matching TRACER's
+controllers learn by; ``tracer_roles`` scores reviews with its reviewer reward). The values the
+methods compute from are in ``teamplay.credit.values``.
 """
 
 from teamplay.credit.methods import (  # noqa: F401  (registration)
-    broadcast,
+    a2tgpo,
     cal_grpo,
     continuation,
     cosac,
     coverage,
+    dr_mas,
+    gigpo,
     grpo,
     influence,
+    loto,
     oracle,
-    regret,
+    raft,
     shape_max,
     shapley,
     shapley_prm,
-    turn_baselines,
+    tracer_roles,
 )
