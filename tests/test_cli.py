@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -142,7 +141,8 @@ def test_eval_refuses_a_folder_holding_an_evaluation_unless_overwrite(tmp_path):
 
 
 def test_report_of_a_scripted_eval_names_the_backend_not_an_unused_model(tmp_path):
-    assert invoke("eval", "--task", "arith", "--limit", 2, "--backend", "scripted", "-o", tmp_path / "ev").exit_code == 0
+    evaluated = invoke("eval", "--task", "arith", "--limit", 2, "--backend", "scripted", "-o", tmp_path / "ev")
+    assert evaluated.exit_code == 0, evaluated.output
     result = invoke("report", tmp_path / "ev")
     assert result.exit_code == 0, result.output
     page = (tmp_path / "ev" / "report" / "index.html").read_text()
