@@ -1,7 +1,8 @@
 """One docs page per registered credit method, from one template (``docs/gen_reference.py`` writes them).
 
-A page holds, in this order: what the method estimates (its card's estimand and assumptions,
-``teamplay.credit.audit.cards``), when to use it (``docs/method_notes.py``), its options (a table of
+A page holds, in this order: what the method estimates (its card's estimand and assumptions: the
+card is declared where the method registers, and ``teamplay.credit.audit.cards`` collects it from
+the registry), when to use it (``docs/method_notes.py``), its options (a table of
 its registered options model), what it logs (the step metrics every method gets, and those of the
 resources it uses under which options), its card (cost, protocols, the tests that would catch it,
 where it fails), and its papers with the config values that set their choices.
