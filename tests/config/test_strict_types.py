@@ -179,11 +179,11 @@ def test_yaml_natural_values_still_load(tmp_path):
                       "tensorboard: off\n", encoding="utf-8")
     cfg = load_config(TrainConfig, config, ["sampling.temperature=1", "objective.clip_high=3e-1"])
     got = (cfg.optim.lr, cfg.optim.grad_clip, cfg.sampling.temperature, cfg.objective.clip_high)
-    assert got == (1e-4, 1.0, 1.0, 0.3)
+    assert got == (1e-4, 1.0, 1.0, 0.3)  # exact: the YAML reader parses the same literals
     assert type(cfg.optim.grad_clip) is float and type(cfg.sampling.temperature) is float
     assert cfg.controllers.enabled is True and cfg.controllers.stages == ("propose",) and cfg.tensorboard is False
     fed = build_config(FederatedConfig, {"federated": {"fedgrpo": {"calibration_clip": [0.5, 2]}}})
-    assert fed.federated.fedgrpo.calibration_clip == (0.5, 2.0)
+    assert fed.federated.fedgrpo.calibration_clip == (0.5, 2.0)  # exact: the YAML reader parses the same literals
 
 
 def test_a_config_round_trips_through_its_json_dump():

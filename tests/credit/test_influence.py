@@ -90,7 +90,7 @@ def test_worked_number_on_a_tiny_model():
                                                      ("user", ANSWER_INSTRUCTION)], item.reference)
             without = direct_logprob(reference, tok, [*base, *(("user", s) for s in shown),
                                                       ("user", ANSWER_INSTRUCTION)], item.reference)
-            assert with_m != without  # the message is in the listener's prompt
+            assert with_m != without  # exact: any difference counts: the message is in the listener's prompt
             team_adv = 1.0 if g == 0 else -1.0
             assert a[t] == pytest.approx(team_adv + (with_m - without), abs=1e-5)
         assert a[2] == pytest.approx(1.0 if g == 0 else -1.0, abs=1e-9)  # the answerer: the team's alone
@@ -163,13 +163,14 @@ def test_invariants(rewards, k, data):
     last = spoken[-1]
     for g, a in enumerate(adv):
         assert a.shape == (k,) and np.all(np.isfinite(a))
-        assert all(a[t] == 0.0 for t in skipped)
-        assert a[last] == team[g]  # the final answerer: the team advantage alone
+        assert all(a[t] == 0.0 for t in skipped)  # exact: a skipped turn's 0.0 is written, not computed
+        assert a[last] == team[g]  # exact: the final answerer's value is the team advantage, copied
     for t in spoken[:-1]:  # z-terms of one turn sum to 0 over the group
         assert sum(a[t] for a in adv) == pytest.approx(float(np.sum(team)), abs=1e-9)
     no_influence = assign("influence", batch, {"coef": 0.0})
     grpo = assign("grpo", CreditBatch(eps, TaskItem("p", "q", "7")))
-    assert all(np.array_equal(a, b) for a, b in zip(no_influence, grpo, strict=True))
+    pairs = zip(no_influence, grpo, strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)  # exact: no listener: grpo's advantage, by one function
 
 
 def test_turn_normalisation_worked_example():

@@ -86,8 +86,8 @@ def test_a_method_in_one_file_runs_shows_its_card_and_trains(method_module, tmp_
     # the registry runs it: rewards 1 and 0 against b = 0.25 give 0.75 and -0.25; the skipped turn 0
     episodes = (_episode(1.0, second_spoke=False), _episode(0.0, second_spoke=True))
     out = assign(NAME, CreditBatch(episodes), {"baseline": 0.25})
-    np.testing.assert_array_equal(out[0], [0.75, 0.0])
-    np.testing.assert_array_equal(out[1], [-0.25, -0.25])
+    np.testing.assert_array_equal(out[0], [0.75, 0.0])  # exact: R - b of dyadic rewards, exact in binary
+    np.testing.assert_array_equal(out[1], [-0.25, -0.25])  # exact: R - b of dyadic rewards, exact in binary
     # its card is the one the file declared, collected from the registry
     card = card_for(NAME)
     assert card.declared and card.estimand.startswith("R_g - b") and "broadcast" in card.assumptions[1]

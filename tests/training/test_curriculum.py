@@ -42,8 +42,10 @@ def test_the_stage_rises_when_the_moving_average_reaches_the_threshold():
     # step 1: one value, the window of 2 is not full; step 2: (0.5 + 0.6) / 2 = 0.55 < 0.6;
     # step 3: (0.6 + 0.7) / 2 = 0.65 >= 0.6, so step 4 plays stage 1 and the window starts empty
     assert s.observe(0.5) == {"stage": 0, "moving_average": None, "next_stage": 0}
-    assert s.observe(0.6) == {"stage": 0, "moving_average": pytest.approx(0.55, abs=1e-12), "next_stage": 0}
-    assert s.observe(0.7) == {"stage": 0, "moving_average": pytest.approx(0.65, abs=1e-12), "next_stage": 1}
+    average = pytest.approx(0.55, abs=1e-12)
+    assert s.observe(0.6) == {"stage": 0, "moving_average": average, "next_stage": 0}  # exact: ints, and approx
+    average = pytest.approx(0.65, abs=1e-12)
+    assert s.observe(0.7) == {"stage": 0, "moving_average": average, "next_stage": 1}  # exact: ints, and approx
     # stage 1 is judged on its own steps only: 0.9 alone does not fill the window, though the last
     # two steps of the run (0.7, 0.9) average 0.8
     assert s.observe(0.9) == {"stage": 1, "moving_average": None, "next_stage": 1}
@@ -72,7 +74,7 @@ def test_a_state_from_another_curriculum_is_refused():
     s.observe(0.1)
     copy = schedule(window=2, stages=3)
     copy.load_state_dict(s.state_dict())
-    assert copy.state_dict() == {"stage": 0, "values": [0.1]}
+    assert copy.state_dict() == {"stage": 0, "values": [0.1]}  # exact: the state holds the observed value as given
     for bad in ({"stage": 3, "values": []}, {"stage": 0, "values": [0.1, 0.2]}):
         with pytest.raises(ConfigError, match="does not fit this curriculum"):
             copy.load_state_dict(bad)

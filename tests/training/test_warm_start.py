@@ -139,10 +139,12 @@ def test_warm_start_changes_only_the_warm_roles_adapters(tiny_path, tmp_path):
     trainer.close()
     assert result.steps == 4 and result.examples == 4  # one answerer message per episode
     after = {a: trainer.team_model.adapter_parameters(a) for a in ("informant", "answerer")}
-    assert all(torch.equal(b, p) for b, p in zip(before["informant"], after["informant"], strict=True))
-    assert any(not torch.equal(b, p) for b, p in zip(before["answerer"], after["answerer"], strict=True))
+    untouched = zip(before["informant"], after["informant"], strict=True)
+    assert all(torch.equal(b, p) for b, p in untouched)  # exact: an adapter no update touches is bit for bit
+    trained = zip(before["answerer"], after["answerer"], strict=True)
+    assert any(not torch.equal(b, p) for b, p in trained)  # exact: any change counts: the warm role was updated
     now = [p for n, p in trainer.team_model.model.named_parameters() if "lora_" not in n]
-    assert all(torch.equal(b, p) for b, p in zip(base, now, strict=True))
+    assert all(torch.equal(b, p) for b, p in zip(base, now, strict=True))  # exact: the frozen base is never written
     lines = [json.loads(x) for x in (tmp_path / "run/warm_start/metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 1, 2, 3, 4]
     assert lines[0]["episodes"] == lines[0]["kept"] == 4 and lines[0]["reward_played"] == 1.0
@@ -164,7 +166,7 @@ def test_paused_and_resumed_warm_start_equals_one_straight_run(tiny_path, tmp_pa
     second.close()
     assert result.steps == 4 and result.ran
     a, b = adapters_of(latest(tmp_path / "a/warm_start")), adapters_of(latest(tmp_path / "b/warm_start"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact: same seed and operations
     lines = {p: [json.loads(x) for x in (tmp_path / p / "warm_start/metrics.jsonl").read_text().splitlines()]
              for p in ("a", "b")}
     assert lines["a"] == lines["b"]
@@ -193,7 +195,7 @@ def test_sft_then_rl_in_one_run_equals_rl_from_the_saved_sft_adapters(tiny_path,
     # the same RL: every metric of every step (timings aside) and every adapter tensor, exactly
     assert rl_lines(tmp_path / "one") == rl_lines(tmp_path / "rl")
     a, b = adapters_of(latest(tmp_path / "one")), adapters_of(latest(tmp_path / "rl"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact: same seed and operations
     # the run's report shows the warm start: its loss curve and its set
     from teamplay.report.command import report_command
 
@@ -204,7 +206,7 @@ def test_sft_then_rl_in_one_run_equals_rl_from_the_saved_sft_adapters(tiny_path,
     config["output_dir"] = str(tmp_path / "cold")
     Trainer(build_config(TrainConfig, config)).train()
     cold = adapters_of(latest(tmp_path / "cold"))
-    assert any(not torch.equal(a[k], cold[k]) for k in a)
+    assert any(not torch.equal(a[k], cold[k]) for k in a)  # exact: any change counts: a cold start ends elsewhere
 
 
 # ------------------------------------------------------------------------------ refusals, one line each
