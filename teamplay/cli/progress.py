@@ -41,7 +41,25 @@ def plain_line(console: Console, text: str) -> None:
     console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
-class TrainProgress:
+class _Progress:
+    """Rich's bars on a terminal, plain lines (``plain``) elsewhere; a context manager either way."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.plain = not console.is_terminal
+        self.bar = None if self.plain else progress_bar(console)
+
+    def __enter__(self) -> Any:
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+class TrainProgress(_Progress):
     """A training run's progress: a bar on a terminal, else one line per step and per held-out batch.
 
     Use as a context manager around ``Trainer.train``; pass ``step`` as the trainer's ``on_step``,
@@ -50,20 +68,10 @@ class TrainProgress:
     """
 
     def __init__(self, console: Console, total: int, name: str = "train") -> None:
-        self.console, self.total, self.name = console, total, name
-        self.plain = not console.is_terminal
-        self.bar = None if self.plain else progress_bar(console)
+        super().__init__(console)
+        self.total, self.name = total, name
         self.job = None if self.bar is None else self.bar.add_task(name, total=total)
         self._label, self._batches, self._eval_t0 = "", 0, 0.0
-
-    def __enter__(self) -> TrainProgress:
-        if self.bar is not None:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
 
     def start(self, step: int) -> None:
         if self.bar is not None:
@@ -97,7 +105,7 @@ class TrainProgress:
                                      f"{time.perf_counter() - self._eval_t0:.0f} s")
 
 
-class EvalProgress:
+class EvalProgress(_Progress):
     """``teamplay eval``'s progress over one or more evaluations: a bar each on a terminal, else a
     line per batch (``eval arith/vote: batch 3, 8 of 24 episodes done, 41 s``) and one at the end.
 
@@ -107,20 +115,9 @@ class EvalProgress:
     """
 
     def __init__(self, console: Console) -> None:
-        self.console = console
-        self.plain = not console.is_terminal
-        self.bar = None if self.plain else progress_bar(console)
+        super().__init__(console)
         self.job = None
         self._label, self._total, self._done, self._batches, self._t0 = "", 0, 0, 0, 0.0
-
-    def __enter__(self) -> EvalProgress:
-        if self.bar is not None:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
 
     def begin(self, label: str, total: int) -> None:
         self._label, self._total, self._done, self._batches = label, total, 0, 0

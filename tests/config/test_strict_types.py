@@ -9,7 +9,6 @@ not a boolean, and a string is neither.
 
 from __future__ import annotations
 
-import types
 import typing
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from typer.testing import CliRunner
 from teamplay.cli import app
 from teamplay.config import EvalConfig, FederatedConfig, TrainConfig, build_config, load_config
 from teamplay.config.base import Section
+from teamplay.config.loader import _is_model, _options  # the loader's own walk of a field's types
 from teamplay.credit import CREDIT
 from teamplay.errors import ConfigError
 
@@ -27,15 +27,6 @@ RUNS = (EvalConfig, TrainConfig, FederatedConfig)
 #: one value of each kind a YAML scalar can be: a boolean, an int, a float, a quoted number, a word
 CANDIDATES: tuple[Any, ...] = (True, 1, 2.5, "3", "yes")
 
-
-def _options(annotation: Any) -> list[Any]:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return [member for arg in typing.get_args(annotation) for member in _options(arg)]
-    return [annotation]
-
-
-def _is_model(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
 def _nested(annotation: Any) -> list[type[BaseModel]]:
