@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.credit import credit_methods
 from teamplay.credit.registry import CreditMethod, check_credit
 from teamplay.credit.token import token_methods
+from tests.docs.docs_modules import load_docs_module
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -29,11 +29,7 @@ SECTIONS = ("## What it estimates", "## When to use it", "## Options", "## What 
             "## Papers and the config that reproduces their setting")
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = load_docs_module
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ strict build of the whole site holds all of it (the one slow test here builds it
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,15 +13,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from tests.docs.docs_modules import load_docs_module
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = load_docs_module
 
 
 @pytest.fixture(scope="module")
