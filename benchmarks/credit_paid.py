@@ -182,11 +182,12 @@ def table(links: bool = True) -> str:
     return "\n".join(lines)
 
 
-def replace_in(text: str, body: str) -> str:
-    """``text`` with the ``credit_paid`` region's body replaced (the region must exist)."""
-    start, end = f"<!-- {REGION}:start -->", f"<!-- {REGION}:end -->"
+def replace_in(text: str, body: str, region: str = REGION) -> str:
+    """``text`` with the body between ``<!-- region:start -->`` and ``<!-- region:end -->`` replaced
+    (by default the ``credit_paid`` region; the region must exist)."""
+    start, end = f"<!-- {region}:start -->", f"<!-- {region}:end -->"
     if start not in text or end not in text:
-        raise ValueError(f"no {REGION} region (markers {start} ... {end})")
+        raise ValueError(f"no {region} region (markers {start} ... {end})")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     return f"{head}{start}\n{body}\n{end}{tail}"

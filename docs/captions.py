@@ -24,14 +24,20 @@ RERUNS = {4: "benchmarks/results/cooperation/split_k4_fair.json",
           8: "benchmarks/results/cooperation/split_k8_fair.json"}
 
 
+def _credit_paid():
+    """``benchmarks.credit_paid`` (the benchmarks package lives beside teamplay, not inside it)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import credit_paid
+
+    return credit_paid
+
+
 @functools.cache  # the stored results do not change while a process runs; the exact tests take seconds
 def oracle_rows() -> dict[str, dict[str, str]]:
     """The ``oracle`` row of every stored comparison, by its file: ``seeds``, ``floor`` (grpo's own
     gain), ``diff`` (oracle - grpo, paired t), ``p`` (exact) and ``reading``, as the table writes them."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # the benchmarks package lives beside teamplay, not inside it
-    from benchmarks import credit_paid
-
+    credit_paid = _credit_paid()
     out = {}
     for setting, label, seeds, floor, diff, p, reading in credit_paid.rows():
         if label != "oracle":
@@ -69,13 +75,9 @@ def split_gain_caption() -> str:
 
 
 def with_caption(text: str, marker: str, caption: str) -> str:
-    """``text`` with the body between ``<!-- marker:start -->`` and ``<!-- marker:end -->`` replaced."""
-    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-    if start not in text or end not in text:
-        raise ValueError(f"no {marker} region (markers {start} ... {end})")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{start}\n{caption}\n{end}{tail}"
+    """``text`` with the body between ``<!-- marker:start -->`` and ``<!-- marker:end -->`` replaced
+    (the region rule of the credit-paid table, ``benchmarks.credit_paid.replace_in``)."""
+    return _credit_paid().replace_in(text, caption, marker)
 
 
 def index_page() -> str:
