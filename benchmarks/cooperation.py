@@ -29,10 +29,13 @@ runs (git dates them).
     python -m benchmarks.cooperation --setting relay_k3 --parallel 2     # train (resumable), store, table
     python -m benchmarks.cooperation --setting relay_k3 --table-only    # the table from the stored seeds
     python -m benchmarks.cooperation --quick --model PATH               # a smoke run: writes nothing
+    python -m benchmarks.cooperation --setting chain_k4 --seeds 8 --parallel 2  # the seeds it lacks, added
 
 Runs are a ``teamplay sweep`` per setting (``runs/cooperation-<setting>``): the same command again
 skips finished runs and resumes an interrupted one, seed by seed (a stopped comparison holds whole
-seeds, every method paired on them).
+seeds, every method paired on them). ``--collect`` stores the seeds a stopped sitting finished, and
+``--seeds N`` in a later sitting trains only the seeds below N the stored comparison lacks and adds
+them to it, so a comparison longer than one sitting is split over several.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.arena_results import load_result, machine_summary, mde, save_result, seeds_held
+from benchmarks.arena_results import load_result, machine_summary, mde, merge_results, save_result, seeds_held
 from benchmarks.common import EMBEDDED_MODEL, Result, set_threads
 from benchmarks.credit_arena import (
     ARENA_METHODS,
@@ -367,12 +370,14 @@ def information_use(result: dict[str, Any], key: str = NEEDED) -> list[str]:
 # ------------------------------------------------------------------------------------- running
 def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default", folder: Path | None = None,
                 only: Sequence[str] | None = None, parallel: int = 1, train: bool = True,
-                rerun: int | None = None, tag: str | None = None) -> dict[str, Any]:
+                rerun: int | None = None, tag: str | None = None, seeds: Sequence[int] | None = None
+                ) -> dict[str, Any]:
     """Train every method x seed of ``setting`` (seed by seed, resuming the sweep folder) and collect
     the per-seed results of the runs that finished. ``rerun``: train that one seed again, every
     method, in a folder of its own (the within-seed spread: how far one seed's result moves when
     it is simply run again). ``tag``: the name of a ``--methods`` comparison (its folder's and
-    file's suffix; ``more`` when ``only`` is given without one)."""
+    file's suffix; ``more`` when ``only`` is given without one). ``seeds``: train these seeds only
+    (the ones a stored comparison lacks, ``--seeds N``), in a sweep folder of their own."""
     from teamplay.training.experiments.sweep import plan, run_metrics
 
     if setting not in SETTINGS:
@@ -388,9 +393,11 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
     if only is not None and tag is None:
         tag = "more"
     # a --methods comparison is a sweep of its own (a sweep folder holds one plan), stored beside
+    chosen = seeds is not None and rerun is None
     out = folder or Path("runs") / (f"cooperation-{setting}{'' if size == 'default' else '-' + size}"
-                                    f"{'' if tag is None else '-' + tag}{'' if rerun is None else f'-rerun{rerun}'}")
-    seeds = tuple(range(sizes[4])) if rerun is None else (rerun,)
+                                    f"{'' if tag is None else '-' + tag}{'' if rerun is None else f'-rerun{rerun}'}"
+                                    f"{f'-seeds{min(seeds)}-{max(seeds)}' if chosen and seeds else ''}")
+    seeds = (rerun,) if rerun is not None else tuple(seeds) if chosen else tuple(range(sizes[4]))
     sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, seeds).seeds_first()
 
     if train:
@@ -477,7 +484,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rerun", type=int, default=None, metavar="SEED",
                         help="train seed SEED again (every method, a folder of its own) and store it beside the "
                              "comparison: its within-seed spread")
+    parser.add_argument("--seeds", type=int, default=None, metavar="N",
+                        help="bring the stored comparison to N paired seeds: train only the seeds below N it lacks "
+                             "(a sweep folder of their own, resumable) and add them to it; a comparison split over "
+                             "several sittings")
     args = parser.parse_args(argv)
+    if args.seeds is not None and (args.seeds < 1 or args.rerun is not None or args.quick or args.table_only):
+        parser.error("--seeds N needs N >= 1, and goes with neither --rerun, --quick nor --table-only")
     set_threads(args.threads)
     size = "quick" if args.quick else "default"
     only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
@@ -493,16 +506,28 @@ def main(argv: list[str] | None = None) -> None:
             result = load_result(path)
         else:
             out = None if args.output is None else args.output / setting
-            try:
-                result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect,
-                                     rerun=args.rerun, tag=tag)
-            except ValueError as exc:
-                parser.error(str(exc))
+            stored = load_result(path) if args.seeds is not None and path.is_file() else None
+            seeds = None if args.seeds is None else [
+                s for s in range(args.seeds) if stored is None or s not in seeds_held(stored)]
+            if seeds == []:
+                print(f"{setting}: the stored comparison holds seeds {sorted(seeds_held(stored))} already")
+                result = stored
+            else:
+                try:
+                    result = run_setting(setting, args.model, size, out, only, args.parallel, train=not args.collect,
+                                         rerun=args.rerun, tag=tag, seeds=seeds)
+                    result = {**result, "machine": line}
+                    if stored is not None:
+                        result = merge_results(stored, result, line)
+                except ValueError as exc:
+                    parser.error(str(exc))
             flags = [f"--setting {setting}", *([f"--parallel {args.parallel}"] if args.parallel > 1 else []),
                      *([f"--methods '{args.methods}'"] if args.methods else []),
                      *([f"--tag {args.tag}"] if args.tag else []),
-                     *([f"--rerun {args.rerun}"] if again else [])]
-            result = {**result, "command": " ".join(["python -m benchmarks.cooperation", *flags]), "machine": line}
+                     *([f"--rerun {args.rerun}"] if again else []),
+                     *([f"--seeds {args.seeds}"] if args.seeds is not None else [])]
+            result = {**result, "command": " ".join(["python -m benchmarks.cooperation", *flags])}
+            result.setdefault("machine", line)
             if not args.quick and seeds_held(result):
                 save_result(result, path)
         if again:  # its table is the comparison's, with the spread in its notes

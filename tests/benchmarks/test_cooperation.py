@@ -205,3 +205,21 @@ def test_quick_path_stores_results_that_give_the_same_table(tiny_model, tmp_path
                 assert "untrained/team_accuracy" in m
         stored = load_result(save_result({**result, "command": "c", "machine": "m"}, tmp_path / "r.json"))
         assert cooperation.table(stored) == cooperation.table({**result, "command": "c", "machine": "m"})
+
+
+@pytest.mark.slow  # 3 methods x 1 seed of 2 tiny steps of the K = 4 chain
+def test_seeds_train_only_the_seeds_a_stored_comparison_lacks_and_join_it(tiny_model, tmp_path):
+    """``--seeds N``: a comparison split over sittings. The sitting trains only the missing seeds (in
+    a folder of its own) and ``merge_results`` adds them to the stored ones, paired and by machine."""
+    from benchmarks.arena_results import merge_results, seeds_held
+
+    first = cooperation.run_setting("chain_k4", tiny_model, size="quick", folder=tmp_path / "first", seeds=[0])
+    later = cooperation.run_setting("chain_k4", tiny_model, size="quick", folder=tmp_path / "later", seeds=[1])
+    labels = cooperation.SETTINGS["chain_k4"][1]
+    assert later["runs_total"] == len(labels) and all(sorted(later["per_seed"][m]) == [1] for m in labels)
+    stored = load_result(save_result({**first, "command": "c", "machine": "A"}, tmp_path / "r.json"))
+    merged = merge_results(stored, later, "B")
+    assert seeds_held(merged) == {0, 1} and merged["machines"] == {0: "A", 1: "B"}
+    # the default folder of a --seeds sitting names its seeds, so it never resumes another plan
+    planned = cooperation.run_setting("chain_k4", tiny_model, size="quick", train=False, seeds=[3, 4])
+    assert planned["folder"].endswith("cooperation-chain_k4-quick-seeds3-4") and planned["per_seed"]["grpo"] == {}
