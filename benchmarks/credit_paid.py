@@ -64,6 +64,10 @@ TEAMS = {
     "gcpo": "GCPO: group as team", "parallel_shapley": "Parallel Shapley: paths + judge",
     "tracer": "TRACER: proposer/reviewer",
 }
+#: the cooperation benchmark's settings whose names the arena also uses, by what differs
+COOPERATION_TEAMS = {
+    "chain_k4": "chain, K = 4 (one step a step)", "chain_k8": "chain, K = 8 (one step a step)",
+}
 
 
 #: arena comparisons rerun on a clean held-out set with equal optimiser steps (``split_kK_fair``): the
@@ -160,8 +164,9 @@ def rows(superseded: bool = True) -> list[list[str]]:
             mean, half, n = paired_difference(mine, base)
             p, power = sign_flip_p(diffs), mde(diffs)
             where = path.relative_to(ROOT).as_posix()
+            names = COOPERATION_TEAMS if path.parent == COOPERATION_RESULTS and setting in COOPERATION_TEAMS else TEAMS
             out.append([
-                f"[{TEAMS.get(setting, setting)}]({where})", label, str(n), _cell(*floor, signed=True),
+                f"[{names.get(setting, setting)}]({where})", label, str(n), _cell(*floor, signed=True),
                 _cell(mean, half, signed=True), _p(p),
                 reading(floor, (mean, half), p, power, mean_steps(result, label), diffs),
             ])

@@ -223,3 +223,11 @@ def test_seeds_train_only_the_seeds_a_stored_comparison_lacks_and_join_it(tiny_m
     # the default folder of a --seeds sitting names its seeds, so it never resumes another plan
     planned = cooperation.run_setting("chain_k4", tiny_model, size="quick", train=False, seeds=[3, 4])
     assert planned["folder"].endswith("cooperation-chain_k4-quick-seeds3-4") and planned["per_seed"]["grpo"] == {}
+
+
+def test_cooperation_settings_named_like_arena_ones_get_rows_of_their_own():
+    """The arena's chain_k4 and the cooperation benchmark's are different comparisons (about 19
+    updates a run against one optimiser step a step): their rows in "Where credit paid" must differ."""
+    for setting, name in credit_paid.COOPERATION_TEAMS.items():
+        assert setting in cooperation.SETTINGS
+        assert name != credit_paid.TEAMS.get(setting)
