@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from teamplay.config.base import Section
+from teamplay.config.deprecated import renamed_key
 
 #: Rollout-worker restarts one step allows (all workers together) unless ``max_restarts`` says
 #: otherwise: enough to ride out a preempted node or an out-of-memory kill or two, few enough that
@@ -44,9 +45,16 @@ class DistributedConfig(Section):
         "ddp", description="ddp: every learner rank holds the whole base; fsdp: FSDP2 shards the base and "
                            "the LoRA parameters over the ranks, per decoder layer (for a base that does not "
                            "fit one device; same adapters within float rounding).")
-    max_staleness: int = Field(0, ge=0, description="Optimiser steps a rollout worker's adapters may lag "
-                                                    "behind the learner's (0 = always the latest).")
+    max_worker_lag: int = Field(0, ge=0, description="Optimiser steps a rollout worker's adapters may lag "
+                                                     "behind the learner's before it loads the latest (0 = "
+                                                     "always the latest). Formerly max_staleness, a name "
+                                                     "rollout.max_staleness (asynchronous rollouts) keeps.")
     max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="Rollout-worker restarts allowed "
                                                                       "per step before the step fails.")
     resources: DistributedResources = Field(default_factory=DistributedResources,
                                             description="Ray resources per worker.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        return renamed_key(data, "distributed", "max_staleness", "max_worker_lag")

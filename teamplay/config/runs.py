@@ -241,10 +241,10 @@ class TrainConfig(TeamTrainingConfig):
             raise ValueError("objective.old_logprobs: trainer measures the ratio from the update's starting "
                              "weights, which would leave stale rollouts uncorrected; asynchronous rollouts "
                              "(rollout.max_staleness > 0) need old_logprobs: generation (the behaviour policy's)")
-        if self.distributed is not None and self.distributed.max_staleness > 0:
-            raise ValueError("distributed.max_staleness: with rollout.max_staleness the generator bounds the "
+        if self.distributed is not None and self.distributed.max_worker_lag > 0:
+            raise ValueError("distributed.max_worker_lag: with rollout.max_staleness the generator bounds the "
                              "staleness itself and every batch's workers load its adapters; set "
-                             "distributed.max_staleness: 0")
+                             "distributed.max_worker_lag: 0")
         if self.controllers.enabled:
             raise ValueError("rollout.max_staleness: the speak/skip controllers learn from each step's rollouts "
                              "before the next is generated; set controllers.enabled=false or drop "

@@ -182,7 +182,7 @@ class RayParts:
                               make_envs={"train": run.make_env, "eval": run.make_eval_env},
                               max_batch=cfg.backend.max_batch,
                               max_new_tokens=max(cfg.sampling.max_new_tokens, cfg.eval_sampling.max_new_tokens))
-            limits = {"max_staleness": dist.max_staleness, "max_restarts": dist.max_restarts}
+            limits = {"max_staleness": dist.max_worker_lag, "max_restarts": dist.max_restarts}
             if owner:
                 pool = BaseGroupsPool(spec, owner, dist.rollout_workers, dist.resources.rollout,
                                       run.sampling, **limits)

@@ -214,8 +214,8 @@ def test_a_generator_that_dies_fails_the_next_take_and_call():
 def test_asynchronous_rollouts_refuse_what_they_cannot_do(tmp_path):
     base = {"rollout": {"max_staleness": 1}, "output_dir": str(tmp_path)}
     vllm = {"backend": {"name": "vllm"}, "model": {"dtype": "bfloat16"}, "objective": {"old_logprobs": "generation"}}
-    with pytest.raises(ConfigError, match="set distributed.max_staleness: 0"):
-        build_config(TrainConfig, {**base, "distributed": {"max_staleness": 1}})
+    with pytest.raises(ConfigError, match="set distributed.max_worker_lag: 0"):
+        build_config(TrainConfig, {**base, "distributed": {"max_worker_lag": 1}})
     with pytest.raises(ConfigError, match="controllers"):
         build_config(TrainConfig, {**base, "controllers": {"enabled": True}})
     with pytest.raises(ConfigError, match="need old_logprobs: generation"):
@@ -225,7 +225,7 @@ def test_asynchronous_rollouts_refuse_what_they_cannot_do(tmp_path):
     with pytest.raises(ConfigError, match="eval_self_consistency: generates with the vllm engine"):
         build_config(TrainConfig, {**base, **vllm, "eval_self_consistency": True})
     # what is no longer refused: the Ray pool, the vllm backend
-    assert build_config(TrainConfig, {**base, "distributed": {}}).distributed.max_staleness == 0
+    assert build_config(TrainConfig, {**base, "distributed": {}}).distributed.max_worker_lag == 0
     assert build_config(TrainConfig, {**base, **vllm}).backend.name == "vllm"
 
 
