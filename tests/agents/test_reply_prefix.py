@@ -11,7 +11,7 @@ from teamplay.agents.backends.hf import HFBackend
 from teamplay.agents.prompts import build_prompt_ids, build_reply_ids
 from teamplay.agents.team_model import TeamModel
 from teamplay.envs.protocols import parse_verdict
-from teamplay.envs.protocols.proposer_reviewer import ProposerReviewer
+from teamplay.envs.protocols.catalog.proposer_reviewer import ProposerReviewer
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, SamplingParams, TurnRequest

@@ -19,7 +19,7 @@ from teamplay.credit import CreditBatch, CreditResources, assign, check_credit
 from teamplay.credit.methods.influence import listeners, turn_normalised
 from teamplay.credit.values.group import group_advantage
 from teamplay.credit.values.listener_query import ListenerQuery
-from teamplay.envs.protocols.relay import ANSWER_INSTRUCTION, ANSWERER_PROMPT
+from teamplay.envs.protocols.catalog.relay import ANSWER_INSTRUCTION, ANSWERER_PROMPT
 from teamplay.envs.tasks import get_task
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, Message, TaskItem

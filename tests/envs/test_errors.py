@@ -85,7 +85,7 @@ def test_yaml_top_level_must_be_a_mapping(tmp_path):
 
 def test_python_protocol_file_errors(tmp_path):
     two = tmp_path / "two.py"
-    two.write_text("from teamplay.envs.protocols.single import Single\n"
+    two.write_text("from teamplay.envs.protocols.catalog.single import Single\n"
                    "class A(Single):\n    name = 'a'\nclass B(Single):\n    name = 'b'\n")
     _raises(r"exactly one concrete Protocol subclass, found 2 \(A, B\)", get_protocol, str(two))
     bad = tmp_path / "bad.py"

@@ -22,8 +22,8 @@ from teamplay.credit.registry import get_credit, parse_options
 from teamplay.credit.values.shapley import shapley_exact
 from teamplay.envs.parallel import parallel_team_env
 from teamplay.envs.protocols import get_protocol
-from teamplay.envs.protocols.paths import JUDGE_INSTRUCTION, JUDGE_PROMPT
-from teamplay.envs.protocols.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
+from teamplay.envs.protocols.catalog.paths import JUDGE_INSTRUCTION, JUDGE_PROMPT
+from teamplay.envs.protocols.catalog.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from teamplay.records import SamplingParams

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from teamplay.agents.roles import Role, Team
 from teamplay.envs.protocols import get_protocol, parse_verdict
-from teamplay.envs.protocols.single import SOLVER_PROMPT
+from teamplay.envs.protocols.catalog.single import SOLVER_PROMPT
 from teamplay.envs.team_env import TeamEnv
 from tests.envs.fakes import (
     ALL_PROTOCOLS,

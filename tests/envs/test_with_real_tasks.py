@@ -7,7 +7,8 @@ import doctest
 import pytest
 from pettingzoo.test import api_test
 
-from teamplay.envs.protocols import driver, proposer_reviewer
+from teamplay.envs.protocols import driver
+from teamplay.envs.protocols.catalog import proposer_reviewer
 from teamplay.envs.team_env import TeamEnv
 from tests.envs.fakes import ALL_PROTOCOLS, always_wrong, oracle, play
 

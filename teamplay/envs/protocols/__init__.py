@@ -1,12 +1,27 @@
 """Team protocols: who speaks when, who sees what, how the final answer is chosen.
 
-Built-ins (one module each): ``single``, ``vote``, ``proposer_reviewer``, ``debate``,
-``sequential``, ``split``, ``paths``, ``relay``, ``review``. User protocols: a YAML file
-(``yaml_protocol``) or a Python file
-defining one ``Protocol`` subclass, both loaded by path through ``get_protocol``.
+=================  ===========================================================================
+name               rule book (one module of ``catalog/`` each)
+=================  ===========================================================================
+single             one solver answers once
+vote               N independent solvers, plurality (or strict majority) of their answers
+proposer_reviewer  TRACER: proposal and RIGHT/WRONG review rounds alternate
+debate             N debaters answer, then read each other's latest answers for R rounds
+sequential         a chain: each agent sees its predecessors, the last answer is the team's
+split              K solvers, one sub-problem each (an additive or conjunctive team)
+paths              K reasoning paths, then a judge that reads them all
+relay              informants hold hidden operands, an answerer combines them
+review             one proposal, one review whose corrected answer the team adopts
+=================  ===========================================================================
+
+The machinery they share sits beside ``catalog/``: the interface (``base``), the episode loop
+(``driver``), the registry (``registry``) and YAML protocols (``yaml_protocol``). A new built-in
+protocol is one module in ``catalog/`` with a ``Protocol`` subclass decorated with
+``@register_protocol`` and imported here; a user's own protocol needs no registration: a YAML file or
+a Python file defining one ``Protocol`` subclass, both named by path (``get_protocol``).
 """
 
-from teamplay.envs.protocols import (  # noqa: F401  (registers)
+from teamplay.envs.protocols.catalog import (  # noqa: F401  (registers)
     debate,
     paths,
     proposer_reviewer,
@@ -27,7 +42,7 @@ from teamplay.envs.protocols.base import (
     TurnDecision,
     TurnSpec,
 )
-from teamplay.envs.protocols.proposer_reviewer import parse_verdict
+from teamplay.envs.protocols.catalog.proposer_reviewer import parse_verdict
 from teamplay.envs.protocols.registry import get_protocol, protocol_names, register_protocol
 
 __all__ = [

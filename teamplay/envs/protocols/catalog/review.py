@@ -59,7 +59,7 @@ from teamplay.envs.protocols.base import (
     TurnSpec,
     instruction_option,
 )
-from teamplay.envs.protocols.proposer_reviewer import VerdictPrefix, parse_verdict
+from teamplay.envs.protocols.catalog.proposer_reviewer import VerdictPrefix, parse_verdict
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Message, TaskItem

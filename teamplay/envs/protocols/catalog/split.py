@@ -37,7 +37,7 @@ from teamplay.envs.protocols.base import (
     instruction_option,
 )
 from teamplay.envs.protocols.registry import register_protocol
-from teamplay.envs.protocols.single import SOLVER_PROMPT, IndependentSolvers
+from teamplay.envs.protocols.catalog.single import SOLVER_PROMPT, IndependentSolvers
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.catalog.tuples import MAX_PARTS, part, parts_of
 from teamplay.errors import ConfigError
