@@ -21,6 +21,16 @@ protocol is one module in ``catalog/`` with a ``Protocol`` subclass decorated wi
 a Python file defining one ``Protocol`` subclass, both named by path (``get_protocol``).
 """
 
+from teamplay.envs.protocols.base import (
+    Controller,
+    Protocol,
+    ProtocolOptions,
+    ProtocolState,
+    RoleSpec,
+    SkippableOptions,
+    TurnDecision,
+    TurnSpec,
+)
 from teamplay.envs.protocols.catalog import (  # noqa: F401  (registers)
     debate,
     paths,
@@ -31,16 +41,6 @@ from teamplay.envs.protocols.catalog import (  # noqa: F401  (registers)
     single,
     split,
     vote,
-)
-from teamplay.envs.protocols.base import (
-    Controller,
-    Protocol,
-    ProtocolOptions,
-    ProtocolState,
-    RoleSpec,
-    SkippableOptions,
-    TurnDecision,
-    TurnSpec,
 )
 from teamplay.envs.protocols.catalog.proposer_reviewer import parse_verdict
 from teamplay.envs.protocols.registry import get_protocol, protocol_names, register_protocol

@@ -244,6 +244,11 @@ class Protocol(ABC):
     #: team decides): ``role_specs`` gives them that count and ``validate_team`` refuses a team
     #: whose count disagrees
     count_option_roles: ClassVar[tuple[str, ...]] = ()
+    #: a registered task (``teamplay.envs.tasks``) whose items, with its default options, the
+    #: default team plays, for protocols whose items need a shape of their own (``relay``: operands,
+    #: ``split``: sub-problems); None: any task fits. Checks that play every registered protocol
+    #: (the PettingZoo conformance matrix, ``tests/envs/conformance.py``) play it on this task.
+    example_task: ClassVar[str | None] = None
 
     def __init__(self, **options: Any) -> None:
         self.options = _validate_options(self.name or type(self).__name__, self.Options, options)

@@ -58,8 +58,8 @@ from teamplay.envs.protocols.base import (
     instruction_option,
     majority_of_latest,
 )
-from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.protocols.catalog.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
+from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import Message, TaskItem

@@ -72,6 +72,7 @@ class Relay(Protocol):
     roles = (RoleSpec("informant", INFORMANT_PROMPT, count=2, max_count=MAX_OPERANDS),
              RoleSpec("answerer", ANSWERER_PROMPT, count=1, max_count=1))
     answer_roles = ("answerer",)
+    example_task = "relay_sum"
 
     # ---- team ----------------------------------------------------------------------------------
 

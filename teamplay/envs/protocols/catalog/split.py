@@ -36,8 +36,8 @@ from teamplay.envs.protocols.base import (
     TurnSpec,
     instruction_option,
 )
-from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.protocols.catalog.single import SOLVER_PROMPT, IndependentSolvers
+from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.tasks.catalog.tuples import MAX_PARTS, part, parts_of
 from teamplay.errors import ConfigError
@@ -60,6 +60,7 @@ class Split(AnyRoleTeam, IndependentSolvers):
     name = "split"
     Options = SplitOptions
     roles = (RoleSpec("solver", SOLVER_PROMPT, count=2),)
+    example_task = "tuples"
 
     # ---- team: any roles, every agent a solver ------------------------------------------------
 

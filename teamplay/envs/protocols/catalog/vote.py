@@ -24,8 +24,8 @@ from pydantic import Field
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import MajorityVote, ProtocolState, ReplyPrefixOptions, TurnSpec, instruction_option
-from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.protocols.catalog.single import IndependentSolvers
+from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.tasks.base import Task
 from teamplay.envs.voting import strict_majority
 from teamplay.records import Message, TaskItem
