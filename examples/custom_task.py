@@ -8,7 +8,7 @@ in PettingZoo's agent loop.
 Run it:
     python examples/custom_task.py
 Evaluate it with a scripted team, or train on it (the class is named by path):
-    teamplay eval --task examples/custom_task.py:LetterCount --backend scripted --policy oracle
+    teamplay eval --task examples/custom_task.py:LetterCount --backend scripted --policy truthful
     task: {name: examples/custom_task.py:LetterCount, split: train}
 """
 

@@ -24,8 +24,8 @@ def invoke(*args: str):
 
 @pytest.mark.skipif(not GSM8K_TEST.is_file(), reason="benchmark data folder ../shared/data is absent")
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_scripted_oracle_and_wrong_on_200_gsm8k_items(tmp_path, protocol):
-    for policy, expected in (("oracle", 1.0), ("wrong", 0.0)):
+def test_scripted_truthful_and_wrong_on_200_gsm8k_items(tmp_path, protocol):
+    for policy, expected in (("truthful", 1.0), ("wrong", 0.0)):
         out = tmp_path / policy
         result = invoke("eval", "--task", "gsm8k", "--source", GSM8K_TEST, "--limit", 200, "--protocol", protocol,
                         "--backend", "scripted", "--policy", policy, "-o", out)
@@ -148,7 +148,7 @@ def test_report_of_a_scripted_eval_names_the_backend_not_an_unused_model(tmp_pat
     page = (tmp_path / "ev" / "report" / "index.html").read_text()
     header = page[page.index('<header class="page">'):page.index("</header>")]
     assert "smollm2" not in header
-    assert "scripted (oracle)" in header
+    assert "scripted (truthful)" in header
 
 
 def test_list_shows_a_plugin_credit_method_once(tmp_path):

@@ -130,7 +130,7 @@ def test_wheel_installs_and_the_cli_runs_outside_the_repo(tmp_path):
     for name in ("gsm8k", "arith", "proposer_reviewer", "debate", "vote", "shapley", "grpo"):
         assert name in listed.stdout, listed.stdout
     played = _run([teamplay, "play", "--task", "arith", "--protocol", "proposer_reviewer", "--backend", "scripted",
-                   "--policy", "oracle"], cwd=tmp_path, env=env)
+                   "--policy", "truthful"], cwd=tmp_path, env=env)
     assert played.returncode == 0, played.stdout + played.stderr
     assert "proposer_0" in played.stdout and "reviewer_0" in played.stdout
     assert "reward 1.00" in played.stdout

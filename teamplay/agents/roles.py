@@ -52,17 +52,18 @@ class Role(BaseModel):
     def _check_policy(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        from teamplay.agents.backends.scripted import parse_policy  # the policy registry
+        from teamplay.agents.backends.scripted import canonical_policy, parse_policy  # the policy registry
 
         kind, sep, spec = value.partition(":")
         if not sep or kind.strip() != "scripted":
             raise ValueError(f"policy {value!r}: expected 'scripted:NAME' or 'scripted:NAME(key=value)', "
                              f"e.g. 'scripted:noisy_proposer(p_right=0.5)'")
+        canonical = canonical_policy(spec.strip())  # an old policy name: one warning, the new name kept
         try:
-            parse_policy(spec)
+            parse_policy(canonical)
         except ValueError as exc:  # the message names the field: config errors may not show its path
             raise ValueError(f"policy {value!r}: {exc}") from None
-        return value
+        return value if canonical == spec.strip() else f"scripted:{canonical}"
 
     @model_validator(mode="after")
     def _scripted_has_no_adapter(self) -> Role:

@@ -57,7 +57,7 @@ def eval_command(
     protocol: str | None = typer.Option(None, help="Protocol name or file (teamplay list)."),
     model: str | None = ModelOpt,
     backend: str | None = BackendOpt,
-    policy: str | None = typer.Option(None, help="Scripted policy: oracle, wrong, ..."),
+    policy: str | None = typer.Option(None, help="Scripted policy: truthful, wrong, ..."),
     samples: int | None = typer.Option(None, help="Episodes per problem."),
     temperature: float | None = TemperatureOpt,
     max_new_tokens: int | None = typer.Option(None, help="Tokens per message at most."),

@@ -68,8 +68,9 @@ class BackendConfig(Section):
     """Generation backend."""
 
     name: Literal["hf", "vllm", "scripted"] = Field("hf", description="hf, vllm or scripted.")
-    policy: str = Field("oracle", description="Scripted policy (scripted backend only): oracle, "
-                                              "wrong, contrarian, echo, random.")
+    policy: str = Field("truthful", description="Scripted policy (scripted backend only): truthful, "
+                                                "wrong, contrarian, echo, random, ... (or NAME(key=value)); "
+                                                "see teamplay.agents.backends.scripted.")
     max_prompt_tokens: int = Field(1536, ge=16, description="Prompt budget; longer transcripts are "
                                                             "truncated by the stated rule.")
     max_batch: int | None = Field(None, ge=1, description="Most requests per generate call.")
@@ -92,6 +93,13 @@ class BackendConfig(Section):
                                                    "decoding).")
     engine: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig, description="vllm: further engine "
                                                                                    "arguments.")
+
+    @field_validator("policy")
+    @classmethod
+    def _renamed_policy(cls, value: str) -> str:
+        from teamplay.agents.backends.scripted import canonical_policy  # the policy registry
+
+        return canonical_policy(value)  # an old policy name: one warning, the new name kept
 
     @model_validator(mode="after")
     def _engine_only_for_vllm(self) -> BackendConfig:

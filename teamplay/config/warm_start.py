@@ -31,7 +31,7 @@ class WarmStartConfig(Section):
     threshold: float = Field(1.0, description="rejection: keep the episodes whose team reward is >= this. "
                                               "Must stay at its default with source teacher.")
     teachers: dict[str, str] = Field(
-        default_factory=dict, description="Role -> scripted policy spec ('oracle', "
+        default_factory=dict, description="Role -> scripted policy spec ('truthful', "
                                           "'noisy_proposer(p_right=0.5)'): replaces the protocol's teacher of "
                                           "that role, or gives one to a role that has none. source teacher only.")
     roles: list[str] | None = Field(None, description="Roles whose adapters are fine-tuned (their own messages "
@@ -49,9 +49,10 @@ class WarmStartConfig(Section):
     @field_validator("teachers")
     @classmethod
     def _teachers_parse(cls, value: dict[str, str]) -> dict[str, str]:
-        from teamplay.agents.backends.scripted import parse_policy  # the policy registry
+        from teamplay.agents.backends.scripted import canonical_policy, parse_policy  # the policy registry
         from teamplay.errors import ConfigError
 
+        value = {role: canonical_policy(spec) for role, spec in value.items()}  # old names: one warning each
         for role, spec in value.items():
             try:
                 parse_policy(spec)
@@ -101,4 +102,4 @@ def untaught_roles(ws: WarmStartConfig, protocol: str, played: list[str]) -> str
         return None
     role = missing[0]
     return (f"warm_start: role {role!r} of protocol {protocol!r} has no teacher to play it in the teacher team; "
-            f"name one (warm_start.teachers: {{{role}: oracle}}) or use source: rejection")
+            f"name one (warm_start.teachers: {{{role}: truthful}}) or use source: rejection")

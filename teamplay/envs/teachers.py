@@ -3,14 +3,14 @@
 
 A teacher plays its role the way the protocol means it to be played, so a team of teachers earns
 the reward a cold 135M model never does: relay's informants and answerer are ``adder`` (an
-informant states its operand, the answerer sums what it reads), a reviewer is ``oracle`` (a
+informant states its operand, the answerer sums what it reads), a reviewer is ``truthful`` (a
 faithful verdict: RIGHT exactly when the answer under review is right) beside a ``noisy_proposer``
 that is right half the time (so the reviewer's teacher says WRONG as often as RIGHT), and solvers,
-voters, debaters and chain members are ``oracle`` (they state the reference answer). Policies are
+voters, debaters and chain members are ``truthful`` (they state the reference answer). Policies are
 ``teamplay.agents.backends.scripted``'s.
 
 A role absent from the table (paths' ``judge``, every role of a user's protocol) has no teacher;
-``warm_start.teachers`` names one (``{judge: oracle}``), or the role is left out of
+``warm_start.teachers`` names one (``{judge: truthful}``), or the role is left out of
 ``warm_start.roles``. A protocol whose roles are named by the team (``split``, ``sequential``) maps
 every role (``"*"``).
 """
@@ -22,15 +22,15 @@ from types import MappingProxyType
 
 #: protocol name -> role name (``"*"``: any role) -> scripted policy spec
 TEACHERS: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    "single": {"solver": "oracle"},
-    "vote": {"solver": "oracle"},
-    "debate": {"debater": "oracle"},
-    "sequential": {"*": "oracle"},
-    "split": {"*": "oracle"},
-    "paths": {"path": "oracle"},
+    "single": {"solver": "truthful"},
+    "vote": {"solver": "truthful"},
+    "debate": {"debater": "truthful"},
+    "sequential": {"*": "truthful"},
+    "split": {"*": "truthful"},
+    "paths": {"path": "truthful"},
     "relay": {"informant": "adder", "answerer": "adder"},
-    "review": {"proposer": "noisy_proposer", "reviewer": "oracle"},
-    "proposer_reviewer": {"proposer": "noisy_proposer", "reviewer": "oracle"},
+    "review": {"proposer": "noisy_proposer", "reviewer": "truthful"},
+    "proposer_reviewer": {"proposer": "noisy_proposer", "reviewer": "truthful"},
 })
 
 
@@ -39,9 +39,9 @@ def teacher_of(protocol: str, role: str, given: Mapping[str, str] | None = None)
     ``warm_start.teachers``) first, then the protocol's table; None when there is none.
 
     >>> teacher_of("relay", "answerer"), teacher_of("split", "solver_2"), teacher_of("paths", "judge")
-    ('adder', 'oracle', None)
-    >>> teacher_of("paths", "judge", {"judge": "oracle"})
-    'oracle'
+    ('adder', 'truthful', None)
+    >>> teacher_of("paths", "judge", {"judge": "truthful"})
+    'truthful'
     """
     if given and role in given:
         return given[role]

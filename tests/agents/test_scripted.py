@@ -26,21 +26,21 @@ def say(policy, request, **kwargs):
     return ScriptedBackend(policy, **kwargs).generate([request], PARAMS)[0].text
 
 
-def test_oracle_answers_and_reviews():
-    assert say("oracle", turn()) == "The answer is \\boxed{18}."
-    assert say("oracle", turn("review", pending="18")) == "RIGHT"
-    assert say("oracle", turn("review", pending="18.0")) == "RIGHT"
-    assert say("oracle", turn("review", pending="19")) == "WRONG"
-    assert say("oracle", turn("review", pending=None)) == "WRONG"
+def test_truthful_answers_and_reviews():
+    assert say("truthful", turn()) == "The answer is \\boxed{18}."
+    assert say("truthful", turn("review", pending="18")) == "RIGHT"
+    assert say("truthful", turn("review", pending="18.0")) == "RIGHT"
+    assert say("truthful", turn("review", pending="19")) == "WRONG"
+    assert say("truthful", turn("review", pending=None)) == "WRONG"
     # a proposer also sees pending_answer in its metadata: it still answers
-    assert say("oracle", turn("propose", pending="19")) == "The answer is \\boxed{18}."
+    assert say("truthful", turn("propose", pending="19")) == "The answer is \\boxed{18}."
 
 
 def test_every_verdict_stage_is_judged_not_only_review():
     # a user's protocol may call its verdict stage anything; the request says what is expected
-    assert say("oracle", turn("check", pending="18")) == "RIGHT"
+    assert say("truthful", turn("check", pending="18")) == "RIGHT"
     assert say("wrong", turn("check", pending="18")) == "WRONG"
-    assert say("oracle", turn("critique", pending="19")) == "The answer is \\boxed{18}."
+    assert say("truthful", turn("critique", pending="19")) == "The answer is \\boxed{18}."
 
 
 def test_random_policy_varies_with_the_episode_seed():
@@ -64,7 +64,7 @@ def test_wrong_answer_differs_from_the_reference():
 
 
 def test_custom_judge_for_review_verdicts():
-    lenient = ScriptedBackend("oracle", is_correct=lambda answer, item: True)
+    lenient = ScriptedBackend("truthful", is_correct=lambda answer, item: True)
     assert lenient.generate([turn("review", pending="7")], PARAMS)[0].text == "RIGHT"
     assert same_answer(" 18 ", ITEM) and not same_answer("1 8x", ITEM)
 
@@ -104,10 +104,10 @@ def test_copier_restates_the_latest_visible_answer_bare_and_silent_answers_nothi
 
 
 def test_errors():
-    with pytest.raises(ConfigError, match="unknown scripted policy 'genius'.*oracle"):
+    with pytest.raises(ConfigError, match="unknown scripted policy 'genius'.*truthful"):
         ScriptedBackend("genius")
     with pytest.raises(ConfigError, match="needs TurnRequest.item"):
-        say("oracle", turn(item=None))
+        say("truthful", turn(item=None))
 
 
 @pytest.mark.parametrize(("task_name", "reference"), [

@@ -71,7 +71,7 @@ def test_eval_compares_the_controlled_team_with_always_speak(tmp_path):
     out = tmp_path / "ev"
     result = CliRunner().invoke(app, [
         "eval", "--task", "arith", "--limit", "6", "--protocol", "proposer_reviewer", "--backend", "scripted",
-        "--policy", "oracle", "--checkpoint", str(tmp_path / "run"), "--set", "protocol.options.rounds=3",
+        "--policy", "truthful", "--checkpoint", str(tmp_path / "run"), "--set", "protocol.options.rounds=3",
         "--set", "controllers.enabled=true", "-o", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "results.json").read_text())

@@ -17,7 +17,7 @@ from teamplay.serving.episodes.engine import build_team_engine  # noqa: E402
 
 KEY = "sk-team-0123456789"
 TEAM = {"task": {"name": "arith", "split": "test", "limit": 5}, "protocol": {"name": "single"},
-        "backend": {"name": "scripted", "policy": "oracle"}}
+        "backend": {"name": "scripted", "policy": "truthful"}}
 ASK = {"model": "guarded", "messages": [{"role": "user", "content": "What is 23 + 95?"}]}
 
 

@@ -98,12 +98,12 @@ def _lm_eval(team: dict, data: Path, folder: Path) -> tuple[dict, dict[str, floa
 
 
 @pytest.mark.parametrize(("protocol", "policy", "accuracy"), [
-    (PROPOSER_REVIEWER, "oracle", 1.0),
+    (PROPOSER_REVIEWER, "truthful", 1.0),
     # the proposer states reference + 1 and the reviewer calls that RIGHT: every final answer wrong
     (PROPOSER_REVIEWER, "wrong", 0.0),
     # rows 0, 2, 4 right (7, -3 and 1150: the comma and the sign), rows 1, 3, 5 wrong: 3 / 6
     ({"name": "single"}, "even_rows_right", 0.5),
-], ids=["oracle", "wrong", "half"])
+], ids=["truthful", "wrong", "half"])
 def test_lm_evals_exact_match_is_teamplays_team_accuracy(data, tmp_path, protocol, policy, accuracy):
     team = {"task": {"name": "gsm8k", "split": "test", "source": str(data)}, "protocol": protocol,
             "backend": {"name": "scripted", "policy": policy}}

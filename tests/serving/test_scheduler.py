@@ -23,7 +23,7 @@ class LoggingBackend(ScriptedBackend):
     a question containing "boom" makes its call raise."""
 
     def __init__(self, turn_s: float = 0.02) -> None:
-        super().__init__("oracle")
+        super().__init__("truthful")
         self.turn_s = turn_s
         self.calls: list[list[str]] = []
 

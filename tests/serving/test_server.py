@@ -30,7 +30,7 @@ MODEL = "pr-oracle"
 #: the scripted proposer/reviewer team: 3 rounds = propose, review, propose again
 ORACLE_TEAM = {"task": {"name": "arith", "split": "test", "limit": 200},
                "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
-               "backend": {"name": "scripted", "policy": "oracle"}}
+               "backend": {"name": "scripted", "policy": "truthful"}}
 LIMITS = ServeLimits(max_batch=64, max_queue=256, timeout_s=30, max_n=4, max_body_bytes=64 * 1024,
                      max_question_chars=1000)
 ERROR_KEYS = {"message", "type", "param", "code"}

@@ -22,7 +22,7 @@ from tests.tiny import save_tiny  # noqa: E402
 
 ORACLE = {"task": {"name": "arith", "split": "test", "limit": 5},
           "protocol": {"name": "proposer_reviewer", "options": {"rounds": 3}},
-          "backend": {"name": "scripted", "policy": "oracle"}}
+          "backend": {"name": "scripted", "policy": "truthful"}}
 QUESTION = [{"role": "user", "content": "What is 23 + 95?"}]
 
 

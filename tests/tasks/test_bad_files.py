@@ -372,7 +372,7 @@ runner = CliRunner()
 
 def run_eval(source: Path, *extra: str, task: str = "gsm8k"):
     result = runner.invoke(app, ["eval", "--task", task, "--source", str(source), "--backend", "scripted",
-                                 "--policy", "oracle", "-o", str(source.parent / "out"), *extra])
+                                 "--policy", "truthful", "-o", str(source.parent / "out"), *extra])
     lines = result.output.splitlines()
     return result, [line for line in lines if line.startswith("error:")], [
         line for line in lines if line.startswith("warning:")]

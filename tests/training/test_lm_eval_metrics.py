@@ -68,10 +68,10 @@ def test_eval_prints_saves_and_reports_lm_eval_metrics_next_to_accuracy(tmp_path
     data = _gsm8k_file(tmp_path)
     out = tmp_path / "eval"
     result = CliRunner().invoke(app, ["eval", "--task", "gsm8k", "--source", str(data), "--backend", "scripted",
-                                      "--policy", "oracle", "-o", str(out)], catch_exceptions=False)
+                                      "--policy", "truthful", "-o", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "results.json").read_text(encoding="utf-8"))["metrics"]
-    # the oracle writes "The answer is \boxed{18}." / "...\boxed{1250}.": teamplay reads the box;
+    # the truthful policy writes "The answer is \boxed{18}." / "...\boxed{1250}.": teamplay reads the box;
     # lm-eval's strict-matches find no "#### N" and no "The answer is N"; flexible-extract takes the
     # last run "18" and "1250", equal to the references once ',' is dropped
     assert metrics["team_accuracy"] == 1.0

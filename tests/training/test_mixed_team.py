@@ -62,18 +62,18 @@ def test_policy_spec_errors_name_the_problem():
     with pytest.raises(ValueError, match="expected 'scripted:NAME'"):
         Role(name="proposer", policy="noisy_proposer")
     with pytest.raises(ValueError, match="has no adapter"):
-        Role(name="proposer", policy="scripted:oracle", adapter="shared")
+        Role(name="proposer", policy="scripted:truthful", adapter="shared")
     team = Team(roles=(Role(name="proposer", policy=NOISY), Role(name="reviewer")))
     assert team.adapter_names() == ("reviewer",)
     assert team.scripted_roles() == {"proposer": "noisy_proposer(p_right=0.5)"}
 
 
 def test_eval_cli_controlled_team_accuracy_is_the_reviews_accuracy(tmp_path):
-    # A compliant proposer follows the verdict, so with an oracle reviewer every final answer is
+    # A compliant proposer follows the verdict, so with a truthful reviewer every final answer is
     # right whatever the first proposal was, and with a reviewer that always errs none is.
     team = json.dumps([{"name": "proposer", "policy": "scripted:noisy_proposer(p_right=0.3)"},
                        {"name": "reviewer"}])
-    for policy, expected in (("oracle", 1.0), ("wrong", 0.0)):
+    for policy, expected in (("truthful", 1.0), ("wrong", 0.0)):
         out = tmp_path / policy
         result = runner.invoke(app, ["eval", "--task", "arith", "--limit", "60", "--protocol", "proposer_reviewer",
                                      "--backend", "scripted", "--policy", policy, "--set", "protocol.options.rounds=3",
@@ -83,7 +83,7 @@ def test_eval_cli_controlled_team_accuracy_is_the_reviews_accuracy(tmp_path):
         assert metrics["team_accuracy"] == expected
         assert 0.1 <= metrics["initial_accuracy"] <= 0.5  # p_right = 0.3 over 60 problems
         team_metrics = metrics["extra"]["team"]
-        good = policy == "oracle"
+        good = policy == "truthful"
         assert team_metrics["verdict_accuracy"] == float(good)  # exact: counts over counts: 0 or 1
         # exact: counts over counts: 0 or 1
         assert team_metrics["wrong_caught"] == float(good) and team_metrics["right_rejected"] == float(not good)

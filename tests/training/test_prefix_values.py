@@ -1,7 +1,7 @@
 """The credit oracle on scripted teams, where the true advantages are known.
 
 A solver answers, a ``noisy_teammate(q)`` replaces the answer with a wrong one with probability q:
-``V = [(1 - q) p, (1 - q) c, R]``. With a deterministic solver (``oracle``: p = c = 1; ``wrong``:
+``V = [(1 - q) p, (1 - q) c, R]``. With a deterministic solver (``truthful``: p = c = 1; ``wrong``:
 p = c = 0) the closed form holds exactly on the recorded episodes; the Monte Carlo oracle
 (re-execution from every prefix) must agree with it up to its sampling error.
 """
@@ -38,7 +38,7 @@ def _episodes(runner, items, group=4, seed=0):
                       seed=seed)
 
 
-@pytest.mark.parametrize("solver", ["oracle", "wrong"])
+@pytest.mark.parametrize("solver", ["truthful", "wrong"])
 @pytest.mark.parametrize("q", [0.25, 0.5])
 def test_closed_form_noisy_teammate_advantages_are_exact(solver: str, q: float) -> None:
     task, items, _, _, runner = _team(solver, q)
@@ -49,7 +49,7 @@ def test_closed_form_noisy_teammate_advantages_are_exact(solver: str, q: float) 
         return 0.0 if first.answer is None else float(task.score(format_answer(first.answer), item))
 
     p = first_answer_accuracy(runner, items, samples=8, seed=1, correct=correct)
-    c_expected = 1.0 if solver == "oracle" else 0.0
+    c_expected = 1.0 if solver == "truthful" else 0.0
     assert set(p.values()) == {c_expected}  # a deterministic solver: p = c exactly
     by_id = {it.id: it for it in items}
     replaced = 0
@@ -63,7 +63,7 @@ def test_closed_form_noisy_teammate_advantages_are_exact(solver: str, q: float) 
         expected = (q if ep.reward == 1.0 else -(1.0 - q)) if c == 1.0 else 0.0
         assert adv[1] == pytest.approx(expected, abs=1e-9)
         replaced += ep.messages[1].answer != ep.messages[0].answer
-    if solver == "oracle":  # (a wrong solver's answer is the wrong answer the teammate would give)
+    if solver == "truthful":  # (a wrong solver's answer is the wrong answer the teammate would give)
         assert 0 < replaced < len(episodes)  # the teammate's coin did both things
 
 
@@ -102,6 +102,6 @@ def test_noisy_teammate_restates_or_replaces_and_reviewers_follow_their_coins() 
 
 
 def test_oracle_refuses_zero_samples() -> None:
-    _, _, make_env, backend, _ = _team("oracle", 0.5)
+    _, _, make_env, backend, _ = _team("truthful", 0.5)
     with pytest.raises(ValueError, match="samples must be >= 1"):
         PrefixValues(make_env, backend, SamplingParams(), samples=0)

@@ -63,7 +63,7 @@ def test_one_generate_call_per_turn():
     # 16 requests (not 48 calls of 1).
     task = get_task("arith")
     proto = get_protocol("proposer_reviewer", rounds=3)
-    backend = CountingBackend(ScriptedBackend("oracle"))
+    backend = CountingBackend(ScriptedBackend("truthful"))
     runner = RolloutRunner(lambda: TeamEnv(task, proto), backend, SamplingParams())
     episodes = runner.run([RolloutJob(item=i, group_id="g") for i in task.load("test", limit=16)])
     assert backend.batches == [16, 16, 16]
@@ -74,7 +74,7 @@ def test_one_generate_call_per_turn():
 def test_max_batch_bounds_each_call():
     task = get_task("arith")
     proto = get_protocol("single")
-    backend = CountingBackend(ScriptedBackend("oracle"))
+    backend = CountingBackend(ScriptedBackend("truthful"))
     runner = RolloutRunner(lambda: TeamEnv(task, proto), backend, SamplingParams(), max_batch=5)
     runner.run([RolloutJob(item=i, group_id="g") for i in task.load("test", limit=12)])
     assert backend.batches == [5, 5, 2]

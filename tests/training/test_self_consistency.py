@@ -91,9 +91,9 @@ def test_a_scripted_answering_role_of_a_mixed_team_is_refused():
     task = FakeTask()
     team = TeamEnv(task, "proposer_reviewer").team
     scripted = team.model_copy(update={"roles": (team.roles[0].model_copy(
-        update={"policy": "scripted:oracle", "adapter": None}), *team.roles[1:])})
+        update={"policy": "scripted:truthful", "adapter": None}), *team.roles[1:])})
     built = eval_team(task, ITEMS[:1], "proposer_reviewer", ScriptedBackend(oracle), scripted)
-    with pytest.raises(ConfigError, match="answering role 'proposer' is played by 'scripted:oracle'"):
+    with pytest.raises(ConfigError, match="answering role 'proposer' is played by 'scripted:truthful'"):
         built.solo_env()
 
 

@@ -215,7 +215,7 @@ def test_a_role_without_a_teacher_is_refused_at_load(tiny_path, tmp_path):
         build_config(TrainConfig, tiny_train_config(tiny_path, tmp_path, protocol={"name": "paths"}, warm_start={}))
     # given one, it loads
     build_config(TrainConfig, tiny_train_config(tiny_path, tmp_path, protocol={"name": "paths"},
-                                                warm_start={"teachers": {"judge": "oracle"}}))
+                                                warm_start={"teachers": {"judge": "truthful"}}))
 
 
 def one_error(result) -> str:
@@ -257,7 +257,7 @@ def test_overwrite_deletes_the_warm_start_and_a_warm_start_alone_is_no_run(tmp_p
 
 
 def test_a_scripted_proposer_plays_itself_and_the_reviewer_learns_faithful_verdicts(tmp_path):
-    """review with a scripted noisy proposer: the teacher team is that proposer and an oracle reviewer;
+    """review with a scripted noisy proposer: the teacher team is that proposer and a truthful reviewer;
     only the reviewer is warm-started, its completions the verdict after review's "Verdict:" prefix."""
     from teamplay.agents.roles import Role, Team
     from teamplay.envs.tasks import get_task
@@ -273,14 +273,14 @@ def test_a_scripted_proposer_plays_itself_and_the_reviewer_learns_faithful_verdi
     model = tiny_team_model(team)
     task = get_task("arith")
     items = task.load("test", limit=8)
-    backend = TeacherBackend(model.tokenizer, {"proposer": "noisy_proposer(p_right=0.5)", "reviewer": "oracle"},
+    backend = TeacherBackend(model.tokenizer, {"proposer": "noisy_proposer(p_right=0.5)", "reviewer": "truthful"},
                              2048, stop_token(model))
     runner = RolloutRunner(lambda: TeamEnv(task, "review", team=team), backend, SamplingParams())
     episodes = runner.run([RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(items)])
     samples = sft_samples(episodes, ["reviewer"], ["reviewer"])
     verdicts = [model.tokenizer.decode(s.completion_ids[:-1]) for s in samples]
     assert set(verdicts) == {" RIGHT", " WRONG"}  # p_right 0.5 on 8 problems: both (seeded, so always)
-    for ep in episodes:  # the oracle reviewer is faithful: RIGHT exactly when the proposal is right
+    for ep in episodes:  # the truthful reviewer is faithful: RIGHT exactly when the proposal is right
         proposal, review = ep.messages[0], next(m for m in ep.messages if m.role == "reviewer")
         right = proposal.answer == items[int(ep.group_id[1:])].reference
         assert review.text == "Verdict: " + ("RIGHT" if right else "WRONG")

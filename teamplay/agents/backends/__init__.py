@@ -1,7 +1,7 @@
 """Generation backends behind one interface (``base.GenerationBackend``), looked up by name.
 
 ``get_backend("hf", team_model=..., max_prompt_tokens=...)``, ``get_backend("vllm", team_model=...)``,
-``get_backend("scripted", policy="oracle")``. Backends are imported on first use, so the scripted
+``get_backend("scripted", policy="truthful")``. Backends are imported on first use, so the scripted
 backend needs neither torch nor transformers and the vllm one imports vLLM only when built.
 """
 

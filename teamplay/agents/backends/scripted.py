@@ -2,8 +2,10 @@
 
 A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
 
-- ``oracle``: states the reference (``"The answer is \\boxed{REF}."``); on a review turn says
-  ``"RIGHT"`` when the answer under review is correct and ``"WRONG"`` otherwise.
+- ``truthful``: states the reference (``"The answer is \\boxed{REF}."``); on a review turn says
+  ``"RIGHT"`` when the answer under review is correct and ``"WRONG"`` otherwise. Its old name
+  ``oracle`` (now the credit method's alone) is read for one release with a warning
+  (``canonical_policy``).
 - ``wrong``: states a wrong answer (``wrong_answer``); on a review turn gives the wrong verdict
   (``"WRONG"`` for a correct answer, ``"RIGHT"`` for a wrong one).
 - ``contrarian``: states a wrong answer; on a review turn always says ``"WRONG"``.
@@ -19,7 +21,7 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
   was right, which makes the credit of a review known (the controlled credit arena). The coin of
   request ``i`` of a ``generate`` call is drawn from (backend seed, sampling seed, ``i``, item,
   agent, round), so greedy evaluations see the same proposals before and after training. On a
-  review turn it behaves as ``oracle``. Its wrong first proposal is ``wrong_answer`` (the reference
+  review turn it behaves as ``truthful``. Its wrong first proposal is ``wrong_answer`` (the reference
   plus one) by default; with ``spread=k`` (an integer 1-100) a numeric reference is instead off by a
   nonzero integer drawn uniformly from -k..k (seeded like the coin), so a reviewer cannot fix it by
   undoing one known offset.
@@ -30,7 +32,7 @@ A scripted policy maps one ``TurnRequest`` to a text. Built-in policies:
   probability exactly ``(1 - q) * correct(a)`` (the credit-fidelity benchmark's closed form).
 - ``noisy_reviewer(p_right=0.8)``: on a review turn the right verdict with probability ``p_right``
   and the wrong one otherwise (a helpful reviewer for ``p_right`` above 0.5, a harmful one below);
-  on any other turn it behaves as ``oracle``.
+  on any other turn it behaves as ``truthful``.
 - ``approver``: a free-riding reviewer: every review says RIGHT whatever it reviews; on any other
   turn it restates the running answer (no answer when there was none).
 - ``copier(agent=NAME)``: a free-riding path: restates, as a bare answer sentence without any work,
@@ -129,14 +131,31 @@ def same_answer(answer: str, item: TaskItem) -> bool:
 _SPEC = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 
 
+def canonical_policy(spec: str) -> str:
+    """``spec`` with a renamed policy's old name (``RENAMED_POLICIES``) replaced by its new one,
+    warning once (``teamplay.config.deprecated``); any other spec as it is. Config sections store
+    what this returns, so a config warns once however often its policies are parsed again.
+
+    >>> canonical_policy("noisy_proposer(p_right=0.25)")
+    'noisy_proposer(p_right=0.25)'
+    """
+    match = _SPEC.match(spec)
+    if match is None or match.group(1) not in RENAMED_POLICIES:
+        return spec
+    from teamplay.config.deprecated import renamed_value  # config imports this module's registry
+
+    new = renamed_value(match.group(1), match.group(1), RENAMED_POLICIES[match.group(1)], "scripted policy")
+    return spec[:match.start(1)] + new + spec[match.end(1):]
+
+
 def parse_policy(spec: str) -> tuple[str, dict[str, Any]]:
     """``"noisy_proposer(p_right=0.3)"`` -> ``("noisy_proposer", {"p_right": 0.3})``; checks the name
     and the option names and values.
 
-    >>> parse_policy("oracle"), parse_policy("noisy_proposer(p_right=0.25)")
-    (('oracle', {}), ('noisy_proposer', {'p_right': 0.25}))
+    >>> parse_policy("truthful"), parse_policy("noisy_proposer(p_right=0.25)")
+    (('truthful', {}), ('noisy_proposer', {'p_right': 0.25}))
     """
-    match = _SPEC.match(spec)
+    match = _SPEC.match(canonical_policy(spec))
     if match is None:
         raise ConfigError(f"scripted policy {spec!r}: expected NAME or NAME(key=value, ...)")
     name, args = match.group(1), match.group(2)
@@ -175,7 +194,7 @@ class ScriptedBackend(GenerationBackend):
 
     name = "scripted"
 
-    def __init__(self, policy: str | Policy = "oracle", seed: int = 0,
+    def __init__(self, policy: str | Policy = "truthful", seed: int = 0,
                  is_correct: Judge = same_answer) -> None:
         self.seed = seed
         self.is_correct = is_correct
@@ -204,8 +223,8 @@ class ScriptedBackend(GenerationBackend):
         return out
 
     # ------------------------------------------------------------------ policies
-    def _oracle(self, request: TurnRequest, _sampling: SamplingParams) -> str:
-        item = _item(request, "oracle")
+    def _truthful(self, request: TurnRequest, _sampling: SamplingParams) -> str:
+        item = _item(request, "truthful")
         if _is_review(request):
             return "RIGHT" if self._pending_correct(request, item) else "WRONG"
         return format_answer(item.reference)
@@ -235,7 +254,7 @@ class ScriptedBackend(GenerationBackend):
     def _noisy_proposer(self, request: TurnRequest, sampling: SamplingParams) -> str:
         item = _item(request, "noisy_proposer")
         if _is_review(request):
-            return self._oracle(request, sampling)
+            return self._truthful(request, sampling)
         pending = request.metadata.get("pending_answer")
         if pending is None:  # first proposal: right with probability p_right
             right = self._coin(request, sampling, item) < float(self.options.get("p_right", 0.5))
@@ -248,7 +267,7 @@ class ScriptedBackend(GenerationBackend):
     def _noisy_teammate(self, request: TurnRequest, sampling: SamplingParams) -> str:
         item = _item(request, "noisy_teammate")
         if _is_review(request):
-            return self._oracle(request, sampling)
+            return self._truthful(request, sampling)
         if self._coin(request, sampling, item) < float(self.options.get("q", 0.5)):
             return format_answer(wrong_answer(item.reference))
         return _restate(request)
@@ -256,7 +275,7 @@ class ScriptedBackend(GenerationBackend):
     def _noisy_reviewer(self, request: TurnRequest, sampling: SamplingParams) -> str:
         item = _item(request, "noisy_reviewer")
         if not _is_review(request):
-            return self._oracle(request, sampling)
+            return self._truthful(request, sampling)
         right = self._coin(request, sampling, item) < float(self.options.get("p_right", 0.8))
         return "RIGHT" if self._pending_correct(request, item) == right else "WRONG"
 
@@ -325,7 +344,7 @@ def _item(request: TurnRequest, policy: str) -> TaskItem:
 
 #: built-in policies by name
 POLICIES: dict[str, Callable[[ScriptedBackend, TurnRequest, SamplingParams], str]] = {
-    "oracle": ScriptedBackend._oracle,
+    "truthful": ScriptedBackend._truthful,
     "wrong": ScriptedBackend._wrong,
     "contrarian": ScriptedBackend._contrarian,
     "echo": ScriptedBackend._echo,
@@ -338,6 +357,9 @@ POLICIES: dict[str, Callable[[ScriptedBackend, TurnRequest, SamplingParams], str
     "silent": ScriptedBackend._silent,
     "adder": ScriptedBackend._adder,
 }
+
+#: old policy name -> its new name, read with one warning line for one release
+RENAMED_POLICIES: dict[str, str] = {"oracle": "truthful"}
 
 #: options each policy accepts, with a check of the value
 def _probability(value: Any) -> bool:
