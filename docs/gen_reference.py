@@ -205,7 +205,8 @@ def methods_page() -> str:
     for entry in (e for e in listed if e.level == "message"):
         method, name = entry.method, entry.name
         needs = ", ".join(sorted(method.requires(method.options()))) if _default_ok(method.options) else "see its page"
-        protocols = ", ".join(sorted(method.protocols)) if method.protocols else "any"
+        fitting = method.fitting_protocols()
+        protocols = "any" if fitting is None else ", ".join(fitting)
         out.append(f"| [`{name}`]({_link(entry)}) | {cell(method.summary)} | {cell(needs or '-')} | {cell(protocols)} |")
     out += ["", "## Token-level methods", "",
             "| method | what it does | needs | conserves the message total |", "|---|---|---|---|"]

@@ -83,7 +83,7 @@ def entries() -> list[Entry]:
 
 def page(entry: Entry, options_table: typing.Callable[[type[BaseModel]], list[str]], header: str) -> str:
     """The page of one method (``header``: the generated-file comment)."""
-    from teamplay.credit.audit.cards import card_for
+    from teamplay.credit.audit.cards import card_for, protocols_line
 
     card = card_for(entry.name)
     note = NOTES.get(entry.name)
@@ -102,7 +102,7 @@ def page(entry: Entry, options_table: typing.Callable[[type[BaseModel]], list[st
             *options_table(entry.method.options), ""]
     out += ["## What it logs", "", *logs(entry), ""]
     out += ["## Card", "", f"**Cost.** {card.cost}", "",
-            f"**Protocols.** {', '.join(card.protocols) if card.protocols else 'any'}", ""]
+            f"**Protocols.** {protocols_line(card.protocols, card.traits)}", ""]
     if card.falsified_by:
         out += ["**Falsified by** (tests that fail if it does not compute its estimand):", "",
                 *[f"- `{t}`" for t in card.falsified_by], ""]

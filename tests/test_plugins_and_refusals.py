@@ -150,7 +150,7 @@ def test_teamplay_credit_prints_advantages_of_a_saved_eval(tmp_path):
     ({"credit": {"method": "continuation", "options": {"samples": 0}}}, "credit.options.samples"),
     ({"objective": {"name": "gspo", "kl_beta": 0.5}}, "objective.kl_beta: the gspo objective has no KL term"),
     ({"objective": {"name": "gspo", "loss_agg": "token_mean"}}, "objective.loss_agg"),
-    ({"credit": {"method": "tracer_roles"}}, "works with the protocols proposer_reviewer, not 'single'"),
+    ({"credit": {"method": "tracer_roles"}}, "(trait 'verdicts'); protocol 'single' does not declare it"),
     ({"credit": {"method": "shapley", "options": {"value": "bogus"}}}, "credit.options.value"),
 ])
 def test_refused_at_start_with_one_line_before_the_model_loads(tmp_path, sections, message):

@@ -202,8 +202,9 @@ def list_command(
     given = {spec: CREDIT.get(spec) for spec in plugins["credit method"]}
     for name, method in _credit_rows(credit_methods(), given):
         needs = sorted(method.requires(method.options()))
-        if method.protocols is not None:
-            needs.append("protocol " + "/".join(sorted(method.protocols)))
+        fitting = method.fitting_protocols()
+        if fitting is not None:
+            needs.append("protocol " + "/".join(fitting))
         table.add_row(name, method.summary, ", ".join(needs) or "-")
     console.print(table)
     from teamplay.credit.token import token_methods

@@ -11,9 +11,10 @@ message of ``batch.episodes[g]``, skipped turns included, which get 0 by convent
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from teamplay.credit.values.generative_judge import GenerativeJudge
 from teamplay.credit.values.listener_query import ListenerScorer
 from teamplay.credit.values.replay_query import ReplayEngine
-from teamplay.errors import ConfigError, DataError, TeamplayError
+from teamplay.errors import ConfigError, DataError, TeamplayError, TeamplayWarning
 from teamplay.records import Episode, TaskItem
 from teamplay.registry import Registry, decorated
 
@@ -135,12 +136,15 @@ class CreditMethod:
     Fields:
         name, fn, options (its pydantic options model), summary (one line for ``teamplay list``).
         requires: ``requires(options) -> resource names`` the method needs with these options.
-        protocols: the protocol names it works with (None: any protocol).
+        traits: the protocol traits it needs whatever its options
+            (``teamplay.envs.protocols.traits``; empty: any protocol).
         cost: one line on what it costs beyond the rollout (for ``teamplay list`` and the docs).
-        protocols_of: ``protocols_of(options) -> names``: the protocols it works with under these
-            options, a subset of ``protocols`` (None: ``protocols`` whatever the options).
+        traits_of: ``traits_of(options) -> names``: the traits it needs under these options, a
+            superset of ``traits`` (None: ``traits`` whatever the options).
         card: what its card says beyond these fields (None: no card declared, as for most users'
             methods; ``teamplay.credit.audit.cards`` then builds one saying so).
+        protocols: deprecated: protocol names a user's method registered with ``protocols=``
+            (None: none; built-in methods declare traits).
     """
 
     name: str
@@ -148,14 +152,42 @@ class CreditMethod:
     options: type[BaseModel]
     summary: str
     requires: Callable[[BaseModel], frozenset[str]] = _needs_nothing
-    protocols: frozenset[str] | None = None
+    traits: frozenset[str] = frozenset()
     cost: str = "negligible"
-    protocols_of: Callable[[BaseModel], frozenset[str]] | None = None
+    traits_of: Callable[[BaseModel], frozenset[str]] | None = None
     card: CardText | None = None
+    protocols: frozenset[str] | None = None
 
-    def allowed_protocols(self, options: BaseModel) -> frozenset[str] | None:
-        """The protocols the method works with under ``options`` (None: any)."""
-        return self.protocols if self.protocols_of is None else frozenset(self.protocols_of(options))
+    def needed_traits(self, options: BaseModel) -> frozenset[str]:
+        """The protocol traits the method needs under ``options`` (empty: any protocol)."""
+        return self.traits | (frozenset(self.traits_of(options)) if self.traits_of is not None else frozenset())
+
+    def fitting_protocols(self) -> tuple[str, ...] | None:
+        """The registered protocols it works with under some options, sorted (None: any). With
+        ``traits_of``, each value of each ``Literal`` option is tried (the others at their defaults)."""
+        from teamplay.envs.protocols.traits import protocols_with
+
+        if self.protocols is not None:
+            return tuple(sorted(self.protocols))
+        if self.traits_of is None:
+            return None if not self.traits else tuple(protocols_with(self.traits))
+        fitting = {p for options in _option_variants(self.options) for p in protocols_with(self.needed_traits(options))}
+        return tuple(sorted(fitting))
+
+
+def _option_variants(model: type[BaseModel]) -> list[BaseModel]:
+    """The options ``model`` takes with one ``Literal`` field set to each of its values, the rest at
+    their defaults (a combination the model refuses is left out)."""
+    variants = [model()]
+    for name, info in model.model_fields.items():
+        if get_origin(info.annotation) is not Literal:
+            continue
+        for value in get_args(info.annotation):
+            try:
+                variants.append(model(**{name: value}))
+            except ValidationError:
+                continue
+    return variants
 
 
 CREDIT: Registry[CreditMethod] = Registry(
@@ -165,21 +197,31 @@ CREDIT: Registry[CreditMethod] = Registry(
 
 def register_credit(name: str, options: type[BaseModel], summary: str, *,
                     requires: Callable[[BaseModel], frozenset[str]] | None = None,
-                    protocols: Sequence[str] | None = None, cost: str = "negligible",
-                    protocols_of: Callable[[BaseModel], frozenset[str]] | None = None,
-                    card: CardText | None = None) -> Callable[[CreditFn], CreditFn]:
+                    traits: Sequence[str] = (), cost: str = "negligible",
+                    traits_of: Callable[[BaseModel], frozenset[str]] | None = None,
+                    card: CardText | None = None,
+                    protocols: Sequence[str] | None = None) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering ``fn`` under ``name`` (a duplicate name is an error); the method declares
-    what it ``requires`` (resource names, a function of its options), the ``protocols`` it works
-    with (``protocols_of``: the ones it works with under given options) and its ``card`` (what it
-    estimates, under which assumptions, which tests would catch it). The decorated function
-    keeps a ``credit_method`` attribute, which is how a user's file named as
-    ``credit.method: ./file.py:fn`` is found."""
+    what it ``requires`` (resource names, a function of its options), the protocol ``traits`` it
+    needs (``traits_of``: the ones it needs under given options; names of
+    ``teamplay.envs.protocols.traits.TRAITS``) and its ``card`` (what it estimates, under which
+    assumptions, which tests would catch it). ``protocols`` (protocol names) is the old form of
+    ``traits``: read with one warning until the next release. The decorated function keeps a
+    ``credit_method`` attribute, which is how a user's file named as ``credit.method: ./file.py:fn``
+    is found."""
+    from teamplay.envs.protocols.traits import check_traits
+
+    needed = check_traits(traits, f"credit method {name!r}: traits")
+    if protocols is not None:
+        warnings.warn(TeamplayWarning(f"register_credit({name!r}, protocols=...) is now traits=... (what the method "
+                                      f"needs of a protocol); protocol names are read until the next release, "
+                                      f"then refused"), stacklevel=2)
 
     def wrap(fn: CreditFn) -> CreditFn:
         method = CreditMethod(name=name, fn=fn, options=options, summary=summary,
-                              requires=requires or _needs_nothing,
-                              protocols=None if protocols is None else frozenset(protocols), cost=cost,
-                              protocols_of=protocols_of, card=card)
+                              requires=requires or _needs_nothing, traits=needed, cost=cost,
+                              traits_of=traits_of, card=card,
+                              protocols=None if protocols is None else frozenset(protocols))
         CREDIT.add(name, method)
         fn.credit_method = method  # type: ignore[attr-defined]
         return fn
@@ -197,18 +239,16 @@ def get_credit(name: str) -> CreditMethod:
     return CREDIT.get(name)
 
 
-def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, protocol: str | None,
+def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, protocol: Any,
                  provided: frozenset[str] | None) -> BaseModel:
     """Everything about a credit choice that can be known before a model loads: the method exists,
-    its options parse, it works with ``protocol`` (None: not checked) and the resources it needs
-    are in ``provided`` (None: not checked). Returns the parsed options; raises ConfigError."""
+    its options parse, ``protocol`` (a ``Protocol``, a registered protocol's name, or None: not
+    checked) declares every trait the method needs and the resources it needs are in ``provided``
+    (None: not checked). Returns the parsed options; raises ConfigError."""
     method = get_credit(name)
     parsed = parse_options(method, options)
-    allowed = method.allowed_protocols(parsed)
-    if protocol is not None and allowed is not None and protocol not in allowed:
-        with_options = "" if method.protocols_of is None else " with these options"
-        raise ConfigError(f"credit.method: {method.name!r}{with_options} works with the protocols "
-                          f"{', '.join(sorted(allowed))}, not {protocol!r}")
+    if protocol is not None:
+        check_protocol_fits(method, parsed, protocol)
     if provided is not None:
         missing = sorted(method.requires(parsed) - provided)
         if missing:
@@ -216,6 +256,27 @@ def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, proto
                               f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}, which this run does "
                               f"not provide (it provides: {', '.join(sorted(provided)) or 'none'})")
     return parsed
+
+
+def check_protocol_fits(method: CreditMethod, options: BaseModel, protocol: Any) -> None:
+    """ConfigError (one line) when ``protocol`` (a ``Protocol`` or a name) lacks a trait ``method``
+    needs under ``options``: the line names the trait, what it promises and the protocols that
+    declare it."""
+    from teamplay.envs.protocols.traits import describe, protocols_with, traits_of
+
+    label = protocol if isinstance(protocol, str) else getattr(protocol, "name", type(protocol).__name__)
+    if method.protocols is not None:  # a user's method registered with the old protocols=
+        if label not in method.protocols:
+            raise ConfigError(f"credit.method: {method.name!r} works with the protocols "
+                              f"{', '.join(sorted(method.protocols))}, not {label!r}")
+        return
+    with_options = "" if method.traits_of is None else " with these options"
+    missing = sorted(method.needed_traits(options) - traits_of(protocol))
+    if missing:
+        trait = missing[0]
+        raise ConfigError(f"credit.method: {method.name!r}{with_options} needs a protocol where "
+                          f"{describe(trait)} (trait {trait!r}); protocol {label!r} does not declare it "
+                          f"(protocols that do: {', '.join(protocols_with([trait])) or 'none built in'})")
 
 
 def parse_options(method: CreditMethod, options: BaseModel | Mapping[str, Any] | None) -> BaseModel:

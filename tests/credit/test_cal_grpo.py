@@ -50,9 +50,11 @@ def test_attempts_after_a_right_one_get_zero():
     assert out[0][0] > 0 > out[1][0]  # V = [1, 0] at attempt 1
 
 
-def test_declares_protocols_and_refuses_others():
+def test_declares_the_trait_it_needs_and_refuses_protocols_without_it():
     assert check_credit("cal_grpo", {}, "debate", None) is not None
-    with pytest.raises(ConfigError, match="works with the protocols debate, proposer_reviewer"):
+    with pytest.raises(ConfigError, match=r"needs a protocol where an agent answers again .*\(trait 'revises'\); "
+                                          r"protocol 'single' does not declare it \(protocols that do: debate, "
+                                          r"proposer_reviewer\)"):
         check_credit("cal_grpo", {}, "single", None)
 
 

@@ -313,5 +313,5 @@ def test_cosac_labels_reviews_by_verdict_and_accepts_proposer_reviewer():
     assert names == ["8", "verdict:none", "verdict:WRONG", "7"]
     assert Z.tolist() == [[0, 1, 0], [0, 2, 3]]
     check_credit("cosac", {}, "proposer_reviewer", None)  # accepted
-    with pytest.raises(ConfigError, match="not 'debate'"):  # simultaneous rounds: no fixed order
+    with pytest.raises(ConfigError, match="protocol 'debate' does not declare it"):  # simultaneous rounds: no chain
         check_credit("cosac", {}, "debate", None)

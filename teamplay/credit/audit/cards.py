@@ -21,7 +21,7 @@ one built from its registry entry that says no estimand was declared.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from teamplay.credit.registry import CREDIT, CardText, CreditMethod, credit_methods
@@ -47,7 +47,8 @@ class CreditCard:
         cost: extra generated tokens and passes beyond the rollout.
         falsified_by: tests as ``path::function`` (paths relative to the repository root); empty
             for a method without a card.
-        protocols: the protocols it works with (None: any).
+        protocols: the registered protocols it works with under some options (None: any).
+        traits: the protocol traits it needs whatever its options (``teamplay.envs.protocols.traits``).
         declared: False for a card built from a registry entry alone (no estimand declared).
         fails_where: what is wrong with it today and the measured cases where an assumption fails
             (BENCHMARKS.md section 12 is the fidelity table; section 11 the arena).
@@ -62,6 +63,7 @@ class CreditCard:
     falsified_by: tuple[str, ...]
     protocols: tuple[str, ...] | None = None
     declared: bool = True
+    traits: tuple[str, ...] = ()
     fails_where: tuple[str, ...] = ()
 
     def render(self) -> str:
@@ -72,11 +74,27 @@ class CreditCard:
         lines += _wrapped("estimand", [self.estimand])
         lines += _wrapped("assumptions", [f"- {a}" for a in self.assumptions] or ["none declared"])
         lines += _wrapped("cost", [self.cost])
-        lines += _wrapped("protocols", [", ".join(self.protocols) if self.protocols else "any"])
+        lines += _wrapped("protocols", [protocols_line(self.protocols, self.traits)])
         lines += _wrapped("falsified by", list(self.falsified_by) or ["no test named"])
         if self.fails_where:
             lines += _wrapped("fails where", [f"- {f}" for f in self.fails_where])
         return "\n".join(lines)
+
+
+def protocols_line(protocols: tuple[str, ...] | None, traits: tuple[str, ...]) -> str:
+    """The protocols a card lists, with the traits that decide them.
+
+    >>> protocols_line(("debate", "proposer_reviewer"), ("revises",))
+    'debate, proposer_reviewer (those declaring the trait revises)'
+    >>> protocols_line(None, ())
+    'any'
+    """
+    if protocols is None:
+        return "any"
+    listed = ", ".join(protocols) or "none built in"
+    if not traits:
+        return f"{listed} (depending on its options)"
+    return f"{listed} (those declaring the trait{'s' if len(traits) > 1 else ''} {', '.join(traits)})"
 
 
 def _wrapped(label: str, paragraphs: list[str]) -> list[str]:
@@ -131,12 +149,12 @@ def _entry(name: str) -> CreditMethod | TokenMethod:
 
 
 def _message_card(name: str, method: CreditMethod, text: CardText | None) -> CreditCard:
-    protocols = None if method.protocols is None else tuple(sorted(method.protocols))
+    protocols, traits = method.fitting_protocols(), tuple(sorted(method.traits))
     if text is None:
-        return _undeclared(name, "message", method.summary, method.cost, protocols)
+        return replace(_undeclared(name, "message", method.summary, method.cost, protocols), traits=traits)
     cost = f"{method.cost}; {text.cost}" if text.cost else method.cost
     return CreditCard(name, "message", method.summary, text.estimand, text.assumptions, cost,
-                      text.falsified_by, protocols, fails_where=text.fails_where)
+                      text.falsified_by, protocols, fails_where=text.fails_where, traits=traits)
 
 
 def _token_card(name: str, method: TokenMethod, text: CardText | None) -> CreditCard:

@@ -65,7 +65,7 @@ CAL_GRPO_CARD = CardText(
 
 
 @register_credit("cal_grpo", CALGRPOOptions, "CAL-GRPO: attempt-level credit for Verification@K "
-                 "(re-proposals, debate rounds)", protocols=("proposer_reviewer", "debate"),
+                 "(re-proposals, debate rounds)", traits=("revises",),
                  cost="re-scores each attempt's answer with the verifier", card=CAL_GRPO_CARD)
 def cal_grpo_credit(batch: CreditBatch, options: CALGRPOOptions) -> list[np.ndarray]:
     if batch.score is None or batch.item is None:

@@ -19,8 +19,8 @@ an int array [B, k] (actions of agents 0..k-1, one row per query) and ``probs`` 
 [B, A] of agent k's action probabilities. Use :func:`per_prefix` to wrap a one-prefix-at-a-time
 function.
 
-The registered method ``cosac`` applies this to episodes with a fixed turn order: the sequential
-protocol and proposer_reviewer (proposals labelled by their answers, reviews by their verdicts; see
+The registered method ``cosac`` applies this to episodes with a fixed turn order: the protocols
+declaring the trait ``chain`` (sequential, proposer_reviewer, review; proposals labelled by their answers, reviews by their verdicts; see
 :func:`cosac_credit`).
 
 Invariants (tested): with exact expectations ``Σ_k Â_k = f̂(a) − E[f̂]`` (telescoping); adding a
@@ -363,7 +363,7 @@ def episode_labels(batch: CreditBatch) -> tuple[np.ndarray, list[str]]:
         seq = [m.agent for m in ep.messages]
         if seq != authors:
             raise ValueError(f"cosac: episode {g} has author order {seq} but episode 0 has {authors}; "
-                             f"COSAC needs one fixed turn order (sequential, proposer_reviewer)")
+                             f"COSAC needs one fixed turn order (a protocol with the trait chain)")
         verdicts = {(v.get("round"), v.get("agent")): v.get("verdict")
                     for v in ep.metadata.get("verdicts", ()) or ()}
         for k, msg in enumerate(ep.messages):
@@ -396,13 +396,14 @@ COSAC_CARD = CardText(
 
 @register_credit("cosac", CosacOptions,
                  "COSAC: ridge additive surrogate of the team reward over answer labels + counterfactual "
-                 "continuations (fixed turn order: sequential, proposer_reviewer)",
-                 protocols=("sequential", "proposer_reviewer"), card=COSAC_CARD)
+                 "continuations (one fixed turn order: protocols with the trait chain)",
+                 traits=("chain",), card=COSAC_CARD)
 def cosac_credit(batch: CreditBatch, options: CosacOptions) -> list[np.ndarray]:
     """COSAC on a group of episodes with one fixed turn order; one advantage per message.
 
-    Protocols: ``sequential`` (K agents, once each) and ``proposer_reviewer`` (R rounds in a fixed
-    schedule; a controller's skip is still a message, so the order stays fixed). Other protocols
+    Protocols: those declaring the trait ``chain`` (turns one at a time in one fixed order):
+    ``sequential`` (K agents, once each), ``proposer_reviewer`` (R rounds in a fixed schedule; a
+    controller's skip is still a message, so the order stays fixed) and ``review``. Other protocols
     are refused: in debate and vote the messages of a round are simultaneous, so any order among
     them is arbitrary and would change the credit; ``single`` has one action, whose COSAC credit
     is R − mean R (GRPO).

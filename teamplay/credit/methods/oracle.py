@@ -234,9 +234,9 @@ def oracle_values(batch: CreditBatch, options: OracleOptions) -> np.ndarray:
     return first
 
 
-#: the protocol each form's closed form is about
-_FORM_PROTOCOL = {"additive": "split", "conjunctive": "split", "spoiler": "sequential", "relay": "relay",
-                  "majority": "vote", "review": "review"}
+#: the protocol trait each form's closed form needs (``teamplay.envs.protocols.traits``)
+_FORM_TRAIT = {"additive": "scored_parts", "conjunctive": "scored_parts", "spoiler": "last_link_final",
+               "relay": "informants", "majority": "independent_vote", "review": "adopting_review"}
 
 
 ORACLE_CARD = CardText(
@@ -279,11 +279,10 @@ ORACLE_CARD = CardText(
 
 @register_credit("oracle", OracleOptions, "the true advantage A* in closed form (additive or conjunctive split "
                  "teams, a spoiled first answer, a relay, a threshold vote, a review): a ceiling for credit",
-                 protocols=("split", "sequential", "relay", "vote", "review"),
                  cost="no generation: the agents' own answer scores (with baseline_samples M > 0: M "
                       "replays of each agent alone per group)",
                  requires=lambda options: frozenset({"replay"}) if options.baseline_samples > 0 else frozenset(),
-                 protocols_of=lambda options: frozenset({_FORM_PROTOCOL[options.form]}), card=ORACLE_CARD)
+                 traits_of=lambda options: frozenset({_FORM_TRAIT[options.form]}), card=ORACLE_CARD)
 def oracle_credit(batch: CreditBatch, options: OracleOptions) -> list[np.ndarray]:
     """``group_credit_advantage(oracle_values)`` broadcast to each agent's spoken messages.
 

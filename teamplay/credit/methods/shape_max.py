@@ -25,11 +25,6 @@ class ShapeMaxOptions(BaseModel):
         False, description="Scale a candidate's message advantages by mean length / its token count.")
 
 
-#: built-in protocols in which every agent gives an answer (shape_max treats agents as candidates,
-#: so a reviewer that never answers would count as a failed candidate)
-ANSWERING_PROTOCOLS = ("single", "vote", "debate", "sequential")
-
-
 SHAPE_MAX_CARD = CardText(
     "ShapE-GRPO: the Shapley value of each answering agent in the max game v(S) = max_{i in S} "
     "u_i (u_i its scored answer, v(empty) = base); candidate messages get (K phi - mean R) / "
@@ -43,7 +38,7 @@ SHAPE_MAX_CARD = CardText(
 
 
 @register_credit("shape_max", ShapeMaxOptions, "ShapE-GRPO: Shapley credit of the best-answer (max) game",
-                 protocols=ANSWERING_PROTOCOLS, card=SHAPE_MAX_CARD)
+                 traits=("every_agent_answers",), card=SHAPE_MAX_CARD)
 def shape_max_credit(batch: CreditBatch, options: ShapeMaxOptions) -> list[np.ndarray]:
     """ShapE-GRPO over agents as candidates (docs/credit/specification.md#shapley-max).
 
@@ -76,4 +71,4 @@ def shape_max_credit(batch: CreditBatch, options: ShapeMaxOptions) -> list[np.nd
     return out
 
 
-__all__ = ["ANSWERING_PROTOCOLS", "ShapeMaxOptions", "shape_max_credit"]
+__all__ = ["ShapeMaxOptions", "shape_max_credit"]

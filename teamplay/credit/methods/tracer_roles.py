@@ -85,7 +85,8 @@ TRACER_ROLES_CARD = CardText(
 
 @register_credit("tracer_roles", TracerRolesOptions,
                  "TRACER role rewards: proposer ±1 on its answer, reviewer +1/0/−1 on its verdict "
-                 "(proposer_reviewer protocol; for GSPO)", protocols=("proposer_reviewer",), card=TRACER_ROLES_CARD)
+                 "(proposer_reviewer protocol; for GSPO)", traits=("verdicts",),
+                 card=TRACER_ROLES_CARD)
 def tracer_roles_credit(batch: CreditBatch, options: TracerRolesOptions) -> list[np.ndarray]:
     """Role-specific rewards of TRACER (§2.4) as per-message advantages for a GSPO update.
 

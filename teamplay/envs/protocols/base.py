@@ -225,6 +225,9 @@ class Protocol(ABC):
         skip_means: per stage, what a skipped (or removed) turn means.
         answer_roles: roles whose answers can be the team's (None: all).
         count_option_roles: roles whose agent count the ``n_agents`` option sets.
+        traits: what the protocol promises about its episodes (``teamplay.envs.protocols.traits``),
+            the facts credit methods ask for instead of its name.
+        example_task: a task its default team plays, where its items need a shape of their own.
     """
 
     name: ClassVar[str] = ""
@@ -249,6 +252,10 @@ class Protocol(ABC):
     #: ``split``: sub-problems); None: any task fits. Checks that play every registered protocol
     #: (the PettingZoo conformance matrix, ``tests/envs/conformance.py``) play it on this task.
     example_task: ClassVar[str | None] = None
+    #: names of ``teamplay.envs.protocols.traits.TRAITS`` the protocol promises (checked when it is
+    #: registered or loaded from a file); a credit method that needs a trait refuses a protocol
+    #: that does not declare it
+    traits: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **options: Any) -> None:
         self.options = _validate_options(self.name or type(self).__name__, self.Options, options)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.envs.protocols.base import Protocol
+from teamplay.envs.protocols.traits import check_traits
 from teamplay.errors import ConfigError, did_you_mean
 from teamplay.registry import Registry, import_user_file, is_plugin_spec
 
@@ -21,6 +22,7 @@ from teamplay.registry import Registry, import_user_file, is_plugin_spec
 def _check_protocol(entry: Any, where: str) -> type[Protocol]:
     if not (inspect.isclass(entry) and issubclass(entry, Protocol) and not inspect.isabstract(entry)):
         raise ConfigError(f"{where}: not a concrete Protocol subclass")
+    check_traits(entry.traits, f"{where}: traits")
     return entry
 
 
@@ -33,6 +35,7 @@ def register_protocol(cls: type[Protocol]) -> type[Protocol]:
     """Class decorator adding ``cls`` under ``cls.name``; a repeated name is a ``ValueError``."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} has no name; set the class attribute `name`")
+    check_traits(cls.traits, f"protocol {cls.name!r}: traits")
     return PROTOCOLS.add(cls.name, cls)
 
 
@@ -76,4 +79,5 @@ def load_python_protocol(path: Path) -> type[Protocol]:
         names = ", ".join(c.__name__ for c in found) or "none"
         raise ConfigError(f"{path}: a protocol file must define exactly one concrete Protocol "
                           f"subclass, found {len(found)} ({names})")
+    check_traits(found[0].traits, f"{path}: {found[0].__name__}.traits")
     return found[0]

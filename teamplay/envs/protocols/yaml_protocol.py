@@ -19,6 +19,10 @@ messages of these roles), ``skippable`` (a speak/skip controller is asked first)
 Final rules: ``last`` (the answer of the last spoken message of ``roles``) or ``majority`` (majority
 over each agent of ``roles``: the answer of its latest message). ``roles`` defaults to all roles.
 
+``traits`` (optional) lists what the protocol promises, by the names of
+``teamplay.envs.protocols.traits.TRAITS`` (e.g. ``traits: [chain]``): credit methods that need a
+trait accept the protocol; an unknown name is refused with the closest known one.
+
 Loading validates everything and raises a one-line ``ConfigError`` naming the file and the field,
 e.g. ``protocol.schedule[2].role: role 'critic' is not defined in roles (defined: solver, checker)``.
 A team given to the env must have exactly the YAML's roles; it may change their counts.
@@ -43,6 +47,7 @@ from teamplay.envs.protocols.base import (
     latest_per_agent,
     majority_of_latest,
 )
+from teamplay.envs.protocols.traits import check_traits
 from teamplay.errors import ConfigError
 from teamplay.records import Message
 
@@ -81,6 +86,9 @@ class ProtocolSpec(_Strict):
     roles: dict[str, YamlRole] = Field(min_length=1, description="Roles by name, in protocol order.")
     schedule: list[YamlTurn] = Field(min_length=1, description="Rounds, in order.")
     final: YamlFinal = Field(description="Final-answer rule.")
+    traits: list[str] = Field(default_factory=list, description=(
+        "What the protocol promises, for credit methods that need it (teamplay.envs.protocols.traits), "
+        "e.g. [chain]."))
 
 
 def load_yaml_protocol(path: str | Path, **options: Any) -> YamlProtocol:
@@ -132,6 +140,7 @@ def parse_spec(data: Any, source: str = "protocol") -> ProtocolSpec:
             check(seen, f"schedule[{i}].sees_roles[{j}]")
     for j, role in enumerate(spec.final.roles or ()):
         check(role, f"final.roles[{j}]")
+    check_traits(spec.traits, f"{source}: protocol.traits")
     return spec
 
 
@@ -147,6 +156,7 @@ class YamlProtocol(Protocol):
     def __init__(self, spec: ProtocolSpec, **options: Any) -> None:
         self.spec = spec
         self.name = spec.name  # type: ignore[misc]  # per-instance name of a data-defined protocol
+        self.traits = frozenset(spec.traits)  # type: ignore[misc]  # checked by parse_spec
         super().__init__(**options)
         if self.options.controller is not None and not any(t.skippable for t in spec.schedule):
             raise ConfigError(f"protocol {spec.name!r}: option 'controller' given but no schedule "

@@ -48,6 +48,7 @@ class Debate(MajorityVote):
     """N debaters answer, then R rounds reading each other's latest answers; majority of the last."""
 
     name = "debate"
+    traits = frozenset({"every_agent_answers", "revises"})
     Options = DebateOptions
     roles = (RoleSpec("debater", DEBATER_PROMPT, count=3, min_count=2),)
     count_option_roles = ("debater",)

@@ -171,6 +171,7 @@ class ProposerReviewer(Protocol):
     """TRACER: alternating proposal and review rounds; RIGHT/WRONG verdicts; keep or refresh."""
 
     name = "proposer_reviewer"
+    traits = frozenset({"chain", "revises", "verdicts"})
     verdict_stages = frozenset({"review"})
     Options = ProposerReviewerOptions
     roles = (RoleSpec("proposer", PROPOSER_PROMPT), RoleSpec("reviewer", REVIEWER_PROMPT))

@@ -68,6 +68,7 @@ class Relay(Protocol):
     """K - 1 informants state their hidden operands, one answerer combines them (module docstring)."""
 
     name = "relay"
+    traits = frozenset({"informants"})
     Options = RelayOptions
     roles = (RoleSpec("informant", INFORMANT_PROMPT, count=2, max_count=MAX_OPERANDS),
              RoleSpec("answerer", ANSWERER_PROMPT, count=1, max_count=1))

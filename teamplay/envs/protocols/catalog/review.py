@@ -129,6 +129,7 @@ class Review(Protocol):
     """One proposal, one review whose corrected answer the team adopts (module docstring)."""
 
     name = "review"
+    traits = frozenset({"adopting_review", "chain", "verdicts"})
     Options = ReviewOptions
     verdict_stages = frozenset({"review"})
     roles = (RoleSpec("proposer", PROPOSER_PROMPT, count=1, max_count=1),

@@ -52,6 +52,7 @@ class Sequential(AnyRoleTeam):
     """K agents in a fixed order, each sees its predecessors; final answer = the last agent's."""
 
     name = "sequential"
+    traits = frozenset({"every_agent_answers", "chain", "last_link_final"})
     Options = SequentialOptions
     roles = (RoleSpec("solver", MEMBER_PROMPT, count=3),)
     count_option_roles = ("solver",)

@@ -23,6 +23,7 @@ class Single(Protocol):
     """One solver, one turn; the final answer is the solver's answer."""
 
     name = "single"
+    traits = frozenset({"every_agent_answers"})
     roles = (RoleSpec("solver", SOLVER_PROMPT, count=1, min_count=1, max_count=1),)
 
     def schedule(self, team: Team) -> tuple[TurnSpec, ...]:

@@ -58,6 +58,7 @@ class Split(AnyRoleTeam, IndependentSolvers):
     """K solvers, one sub-problem each, one simultaneous round; reward: the fraction right (or all)."""
 
     name = "split"
+    traits = frozenset({"scored_parts"})
     Options = SplitOptions
     roles = (RoleSpec("solver", SOLVER_PROMPT, count=2),)
     example_task = "tuples"

@@ -46,6 +46,7 @@ class Vote(MajorityVote, IndependentSolvers):
     """N independent solvers in one simultaneous round; final answer = majority vote."""
 
     name = "vote"
+    traits = frozenset({"every_agent_answers", "independent_vote"})
     Options = VoteOptions
     voting_role = "solver"
 
