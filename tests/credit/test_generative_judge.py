@@ -344,7 +344,7 @@ def test_copier_and_silent_paths_free_ride_in_a_scripted_team(tmp_path):
     # vote gives every solver one role, hence one policy: paths with different policies need one
     # role each (here a test-only YAML protocol; the copier must see path_a's message to copy it)
     (tmp_path / "paths.yaml").write_text(PATHS_PROTOCOL)
-    team = Team(roles=(Role(name="path_a", policy="scripted:oracle"),
+    team = Team(roles=(Role(name="path_a", policy="scripted:truthful"),
                        Role(name="path_b", policy="scripted:copier(agent=path_a_0)"),
                        Role(name="path_c", policy="scripted:silent")))
     make_env, team = env_factory(TASK, ProtocolConfig(name=str(tmp_path / "paths.yaml")), team)
@@ -352,7 +352,7 @@ def test_copier_and_silent_paths_free_ride_in_a_scripted_team(tmp_path):
     (ep,) = runner.run([RolloutJob(item=ITEM, group_id="g")], seed=0)
     assert [m.text for m in ep.messages] == [COPY, COPY, SILENT]
     assert [m.answer for m in ep.messages] == ["12", "12", None] and ep.reward == 1.0
-    # oracle and copier write the same bare sentence: any judge of the text sees two equal paths,
+    # truthful and copier write the same bare sentence: any judge of the text sees two equal paths,
     # which share the credit (Shapley's symmetry); the silent path gets none
     cf = GenerativeJudgeCharacteristic(ep, FakeJudge(majority_judge), TASK.extract, score_answer, ITEM.prompt,
                                        template=TEMPLATE)
