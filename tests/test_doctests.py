@@ -18,7 +18,7 @@ MODULES = sorted(
 
 
 def test_modules_are_found():
-    assert {"teamplay.envs.voting", "teamplay.credit.methods.regret", "teamplay.training.run.trainer"} <= set(MODULES)
+    assert {"teamplay.envs.voting", "teamplay.training.play.regret", "teamplay.training.run.trainer"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -64,7 +64,8 @@ def test_truthful_policy_loads_without_a_warning():
     (EvalConfig, {"backend": {"name": "scripted", "policy": "oracle"}}, lambda cfg: cfg.backend.policy),
     (TrainConfig, {"team": {"roles": [{"name": "proposer", "policy": "scripted:oracle"}, {"name": "reviewer"}]}},
      lambda cfg: cfg.team.scripted_roles()["proposer"]),
-    (TrainConfig, {"warm_start": {"teachers": {"proposer": "oracle"}}}, lambda cfg: cfg.warm_start.teachers["proposer"]),
+    (TrainConfig, {"warm_start": {"teachers": {"proposer": "oracle"}}},
+     lambda cfg: cfg.warm_start.teachers["proposer"]),
 ], ids=["backend.policy", "team.roles.policy", "warm_start.teachers"])
 def test_oracle_policy_still_loads_as_truthful_with_one_warning(model, data, read):
     cfg, warned = _load(data, model=model)

@@ -8,9 +8,9 @@ module here, imported below, and its test (docs/how-to/credit-method.md).
 What several methods share has a module of its own: ``group_baseline`` (the group baseline's
 options, the broadcast of per-agent values to messages), ``assumptions`` (sentences several cards
 state), ``turn_arrays`` (the ragged per-turn arrays of ``gigpo``, ``a2tgpo`` and ``loto``),
-``oracle_baseline`` (``oracle``'s replayed baseline) and ``regret`` (the regret matching TRACER's
-controllers learn by; ``tracer_roles`` scores reviews with its reviewer reward). The values the
-methods compute from are in ``teamplay.credit.values``.
+``oracle_baseline`` (``oracle``'s replayed baseline); ``tracer_roles`` holds TRACER's role rewards,
+which the speak/skip controllers' regret matching (``teamplay.training.play.regret``) learns from too.
+The values the methods compute from are in ``teamplay.credit.values``.
 """
 
 from teamplay.credit.methods import (  # noqa: F401  (registration)

@@ -2,8 +2,9 @@
 
 A proposal gets ``+1`` if its answer is correct and ``−1`` otherwise; a review ``+1`` / ``−1`` when its
 verdict matches / contradicts the correctness of the pending answer (0 without one), by
-:func:`~teamplay.credit.methods.regret.reviewer_reward`, the value TRACER's controllers are trained
-on too. Works with the proposer_reviewer protocol.
+:func:`reviewer_reward`, the value TRACER's controllers are trained on too
+(``teamplay.training.play.controllers``, which import the role rewards from here). Works with the
+proposer_reviewer protocol.
 """
 
 from __future__ import annotations
@@ -13,8 +14,39 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from teamplay.credit.methods.regret import reviewer_reward, signed
 from teamplay.credit.registry import CardText, CreditBatch, register_credit
+
+
+def signed(correct: bool) -> float:
+    """+1 for a correct answer, −1 for a wrong or invalid one (TRACER's role reward of a proposal, §2.4)."""
+    return 1.0 if correct else -1.0
+
+
+def parse_verdict(text: str) -> bool | None:
+    """A review's verdict as the proposer_reviewer protocol reads it (one parser for env and
+    credit, so they can never disagree): True for RIGHT/CORRECT, False for WRONG/INCORRECT on the
+    first non-empty line (case-insensitive, markdown ignored), None otherwise.
+
+    >>> parse_verdict("\\n  Right, 12 is the sum")
+    True
+    >>> parse_verdict("**INCORRECT**: the carry is lost")
+    False
+    >>> parse_verdict("I think it is right") is None
+    True
+    """
+    from teamplay.envs.protocols.catalog.proposer_reviewer import parse_verdict as protocol_verdict
+
+    verdict = protocol_verdict(text)
+    return None if verdict is None else verdict == "RIGHT"
+
+
+def reviewer_reward(text: str, pending_correct: bool | None) -> float:
+    """Reviewer reward: +1 if the verdict matches whether the pending answer is correct, −1 if it
+    does not, 0 if the verdict is unparseable or there is no pending answer (``None``)."""
+    verdict = parse_verdict(text)
+    if verdict is None or pending_correct is None:
+        return 0.0
+    return 1.0 if verdict == pending_correct else -1.0
 
 
 class TracerRolesOptions(BaseModel):

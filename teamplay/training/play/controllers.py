@@ -1,7 +1,7 @@
 """Learned speak/skip controllers: TRACER's regret layer (docs/credit/specification.md#tracer-regret), cost-aware.
 
 Before a skippable turn the episode driver asks the protocol's controller whether the agent speaks.
-``TeamControllers`` answers from one :class:`~teamplay.credit.methods.regret.RegretMatcher` per
+``TeamControllers`` answers from one :class:`~teamplay.training.play.regret.RegretMatcher` per
 (agent, stage), indexed by an information state, and learns those tables from finished episodes:
 
     rollouts (controller mode "train": sample the current strategy; a skipped review or debate
@@ -12,7 +12,7 @@ Before a skippable turn the episode driver asks the protocol's controller whethe
 
 Information states (the keys of the tables):
 
-* ``propose`` / ``review`` (proposer_reviewer): :func:`~teamplay.credit.methods.regret.info_state`,
+* ``propose`` / ``review`` (proposer_reviewer): :func:`~teamplay.training.play.regret.info_state`,
   ``("controller", score_bucket, time_bucket)`` from the pending answer, its vote score and the
   1-based round.
 * ``debate``: ``("debate", agreement, time_bucket)``; ``agreement`` is ``no_answer`` when the
@@ -52,11 +52,12 @@ from typing import Any, Literal
 import numpy as np
 
 from teamplay.config import STAGES, ControllerConfig, Mode
-from teamplay.credit.methods.regret import SKIP, SPEAK, RegretMatcher, info_state, reviewer_reward, signed
+from teamplay.credit.methods.tracer_roles import reviewer_reward, signed
 from teamplay.envs.protocols.base import Controller, ControllerChoice, TurnDecision
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import ControllerDecision, Episode, Message, TaskItem
+from teamplay.training.play.regret import SKIP, SPEAK, RegretMatcher, info_state
 
 #: ``is_correct(answer, problem_id)``: whether a (non-None) answer is correct
 AnswerCheck = Callable[[str, str], bool]

@@ -1,4 +1,5 @@
-"""Regret matching for TRACER's speak/skip and keep/refresh controllers (docs/credit/specification.md#tracer).
+"""Regret matching for TRACER's speak/skip and keep/refresh controllers (docs/credit/specification.md#tracer),
+the tables ``TeamControllers`` (``controllers.py``) answers from and learns.
 
 A :class:`RegretMatcher` keeps, per information state ``s`` (any hashable key, typically the
 ``("controller", score_bucket, time_bucket)`` tuple of :func:`info_state`), cumulative regrets
@@ -14,10 +15,10 @@ update. ``Ssum`` accumulates the strategy used *before* the update. Guarantees (
 ``max_a Rsum_T(a) ≤ Δ·sqrt(|A|·T)`` for values of range ``Δ``; in self-play the averaged joint play
 is an ε-coarse-correlated equilibrium with ``ε = max(Rsum)/T`` — not necessarily the team optimum.
 
-The value helpers of §2.2/§2.4 turn a dialogue state into the values ``v`` fed to ``update``:
-:func:`skip_value`, :func:`reviewer_reward`, :func:`signed`, and :func:`info_state`. The registered
-credit method ``tracer_roles`` (``tracer_roles.py``) turns the same role rewards into per-message advantages
-for GSPO.
+The value helpers of §2.2 turn a dialogue state into the values ``v`` fed to ``update``:
+:func:`skip_value` and :func:`info_state` here, and the role rewards of §2.4 (``signed``,
+``reviewer_reward``), which live with the registered credit method that turns the same rewards into
+per-message advantages for GSPO (``teamplay.credit.methods.tracer_roles``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from teamplay.atomic import write_atomically
+from teamplay.credit.methods.tracer_roles import signed
 from teamplay.errors import DataError
 from teamplay.json_files import read_json
 
@@ -200,12 +202,7 @@ def _key_from_json(data: Any) -> Hashable:
     return data
 
 
-# ---- values of controller actions (§2.2) and role rewards (§2.4) -----------------------------------
-
-def signed(correct: bool) -> float:
-    """+1 for a correct answer, −1 for a wrong or invalid one."""
-    return 1.0 if correct else -1.0
-
+# ---- values of controller actions (§2.2) ------------------------------------------------------------
 
 def default_equal(answer: Any, truth: Any) -> bool:
     """Answers match when their stripped string forms are equal (``42`` matches ``"42"``)."""
@@ -219,33 +216,6 @@ def skip_value(pending_answer: Any, truth: Any,
     if pending_answer is None:
         return -1.0
     return signed(equal(pending_answer, truth))
-
-
-def parse_verdict(text: str) -> bool | None:
-    """A review's verdict as the proposer_reviewer protocol reads it (one parser for env and
-    credit, so they can never disagree): True for RIGHT/CORRECT, False for WRONG/INCORRECT on the
-    first non-empty line (case-insensitive, markdown ignored), None otherwise.
-
-    >>> parse_verdict("\\n  Right, 12 is the sum")
-    True
-    >>> parse_verdict("**INCORRECT**: the carry is lost")
-    False
-    >>> parse_verdict("I think it is right") is None
-    True
-    """
-    from teamplay.envs.protocols.catalog.proposer_reviewer import parse_verdict as protocol_verdict
-
-    verdict = protocol_verdict(text)
-    return None if verdict is None else verdict == "RIGHT"
-
-
-def reviewer_reward(text: str, pending_correct: bool | None) -> float:
-    """Reviewer reward: +1 if the verdict matches whether the pending answer is correct, −1 if it
-    does not, 0 if the verdict is unparseable or there is no pending answer (``None``)."""
-    verdict = parse_verdict(text)
-    if verdict is None or pending_correct is None:
-        return 0.0
-    return 1.0 if verdict == pending_correct else -1.0
 
 
 def info_state(pending_text: str | None, pending_answer: Any, vote_score: int, round_index: int,

@@ -9,18 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teamplay.credit.methods.regret import (
-    KEEP,
-    REFRESH,
-    RegretMatcher,
-    info_state,
-    parse_verdict,
-    regret_bound,
-    reviewer_reward,
-    signed,
-    skip_value,
-)
+from teamplay.credit.methods.tracer_roles import parse_verdict, reviewer_reward, signed
 from teamplay.errors import DataError
+from teamplay.training.play.regret import KEEP, REFRESH, RegretMatcher, info_state, regret_bound, skip_value
 
 S = ("controller", "vote_0", "not_last")
 
