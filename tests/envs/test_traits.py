@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from pydantic import BaseModel
 
@@ -108,3 +111,11 @@ def test_a_method_registered_with_protocol_names_still_works_with_one_warning(mo
         check_credit("by_name", {}, "vote", None)
     with pytest.raises(ConfigError, match="unknown trait 'chian'"):
         register_credit("by_trait", _NoOptions, "typo", traits=("chian",))
+
+
+def test_the_how_to_lists_every_trait_with_the_protocols_that_declare_it():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "protocol.md").read_text(encoding="utf-8")
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|", page, re.MULTILINE)}
+    assert sorted(rows) == sorted(TRAITS)
+    for trait, listed in rows.items():
+        assert sorted(p.strip() for p in listed.split(",")) == protocols_with([trait]), trait
