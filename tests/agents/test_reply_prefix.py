@@ -105,7 +105,7 @@ def test_accepted_prefixes_parse_both_verdicts(prefix):
 
 @pytest.mark.parametrize(("prefix", "why"), [("RIGHT:", "already reads as a verdict"),
                                              ("Answer:", "does not parse as a verdict"),
-                                             ("Verdict:\n", "does not parse as a verdict")])
+                                             ("Verdict:\n", "spans lines; a reply prefix is the start of one line")])
 def test_prefixes_that_would_break_the_parser_are_refused(prefix, why):
     with pytest.raises(ConfigError, match=f"verdict_prefix.*{why}"):
         ProposerReviewer(verdict_prefix=prefix)

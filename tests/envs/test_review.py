@@ -19,7 +19,7 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.credit import CreditBatch, assign
 from teamplay.credit.methods.oracle import OracleOptions, oracle_values
 from teamplay.envs.protocols import get_protocol
-from teamplay.envs.protocols.catalog.review import review_outcome
+from teamplay.envs.protocols.verdicts import review_outcome
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError, DataError
 from teamplay.records import SamplingParams

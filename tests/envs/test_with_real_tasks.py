@@ -7,8 +7,7 @@ import doctest
 import pytest
 from pettingzoo.test import api_test
 
-from teamplay.envs.protocols import driver
-from teamplay.envs.protocols.catalog import proposer_reviewer
+from teamplay.envs.protocols import driver, verdicts
 from teamplay.envs.team_env import TeamEnv
 from tests.envs.fakes import ALL_PROTOCOLS, always_wrong, oracle, play
 
@@ -31,7 +30,7 @@ def test_arith_oracle_wrong_and_api(arith, name):
     api_test(TeamEnv(task, name, items=items), num_cycles=10)
 
 
-@pytest.mark.parametrize("module", [driver, proposer_reviewer])
+@pytest.mark.parametrize("module", [driver, verdicts])
 def test_doctests(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -15,7 +15,8 @@ review             one proposal, one review whose corrected answer the team adop
 =================  ===========================================================================
 
 The machinery they share sits beside ``catalog/``: the interface (``base``), the episode loop
-(``driver``), the registry (``registry``) and YAML protocols (``yaml_protocol``). A new built-in
+(``driver``), the registry (``registry``), YAML protocols (``yaml_protocol``), what a protocol
+promises to credit methods (``traits``) and a reviewer's verdict (``verdicts``). A new built-in
 protocol is one module in ``catalog/`` with a ``Protocol`` subclass decorated with
 ``@register_protocol`` and imported here; a user's own protocol needs no registration: a YAML file or
 a Python file defining one ``Protocol`` subclass, both named by path (``get_protocol``).
@@ -42,8 +43,8 @@ from teamplay.envs.protocols.catalog import (  # noqa: F401  (registers)
     split,
     vote,
 )
-from teamplay.envs.protocols.catalog.proposer_reviewer import parse_verdict
 from teamplay.envs.protocols.registry import get_protocol, protocol_names, register_protocol
+from teamplay.envs.protocols.verdicts import parse_verdict
 
 __all__ = [
     "Controller", "Protocol", "ProtocolOptions", "ProtocolState", "RoleSpec", "SkippableOptions",

@@ -12,7 +12,8 @@ WRONG review since the pending proposal was set) and the latest parsed verdict.
   proposal without a parsable answer, or a skipped proposal turn, *keeps* the pending answer (the
   first proposal is always taken, answer or not, so that reviewers have something to review).
 * A review's verdict is its first non-empty line: RIGHT/CORRECT or WRONG/INCORRECT (case-insensitive,
-  markdown such as ``**`` ignored); anything else is no verdict. Reviews never change the pending
+  markdown such as ``**`` ignored; ``teamplay.envs.protocols.verdicts.parse_verdict``); anything
+  else is no verdict. Reviews never change the pending
   answer; the proposal instruction after a WRONG verdict asks the proposer to revise.
 * ``verdict_prefix`` (default ``""``: none): text every review reply starts with, e.g.
   ``"Verdict:"``. Model backends put it after the assistant generation prompt, so the model
@@ -35,14 +36,13 @@ WRONG review since the pending proposal was set) and the latest parsed verdict.
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import Field, field_validator
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
@@ -54,6 +54,7 @@ from teamplay.envs.protocols.base import (
     TurnSpec,
 )
 from teamplay.envs.protocols.registry import register_protocol
+from teamplay.envs.protocols.verdicts import VerdictPrefix, parse_verdict
 from teamplay.records import Message, TaskItem
 
 PROPOSER_PROMPT = ("You are the proposer in a problem-solving team. Solve the problem step by step. "
@@ -73,45 +74,6 @@ INSTRUCTIONS = MappingProxyType({
     "recheck": "Re-check the current answer ({answer}) step by step, then give the final answer.",
 })
 _FIELDS = frozenset({"answer", "author"})
-
-_VERDICT = re.compile(r"^\W*(?:verdict\W*)?(INCORRECT|CORRECT|WRONG|RIGHT)\b", re.IGNORECASE)
-
-
-def parse_verdict(text: str) -> str | None:
-    """``"RIGHT"``, ``"WRONG"`` or ``None`` from the first non-empty line of a review.
-
-    >>> parse_verdict("**RIGHT**\\nThe sum is 7.")
-    'RIGHT'
-    >>> parse_verdict("\\n  Incorrect: 3 + 4 is 7, not 8.")
-    'WRONG'
-    >>> parse_verdict("I think it is right.") is None
-    True
-    """
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    match = _VERDICT.match(first)
-    if match is None:
-        return None
-    return "RIGHT" if match.group(1).upper() in ("RIGHT", "CORRECT") else "WRONG"
-
-
-def check_verdict_prefix(value: str) -> str:
-    """A review reply's prefix ('' or e.g. 'Verdict:'): it must not read as a verdict itself, and must
-    read as one when RIGHT or WRONG follows it on its line (the validator of every reviewing protocol)."""
-    if not value:
-        return value
-    if parse_verdict(value) is not None:
-        raise ValueError(f"{value!r} already reads as a verdict; use a prefix without RIGHT/WRONG, e.g. "
-                         f"'Verdict:'")
-    if "\n" in value or parse_verdict(value + " RIGHT") != "RIGHT" or parse_verdict(value + " WRONG") != "WRONG":
-        raise ValueError(f"{value!r} followed by RIGHT or WRONG does not parse as a verdict (the first line "
-                         f"must be: optional 'Verdict' and punctuation, then the verdict), e.g. 'Verdict:'")
-    return value
-
-
-#: a review reply's prefix: a reply prefix (one line, at most 64 characters) that reads as a verdict once
-#: RIGHT or WRONG follows it; ``check_verdict_prefix`` checks the one line itself, with its own message
-VerdictPrefix = Annotated[str, Field(max_length=64), AfterValidator(check_verdict_prefix)]
-
 
 class ProposerReviewerOptions(SkippableOptions):
     rounds: int = Field(5, ge=1, le=64, description="Rounds R (proposal and review rounds alternate, "

@@ -7,7 +7,8 @@ and replies with its verdict on the first line (RIGHT or WRONG, as ``parse_verdi
 next word is the verdict) and, after WRONG, its corrected answer in the task's answer format (the
 task's extractor reads the answer of the whole reply, as for every message).
 
-What the reviewer's reply does (``review_outcome``; ``Episode.metadata["review"]["outcome"]``):
+What the reviewer's reply does (``teamplay.envs.protocols.verdicts.review_outcome``;
+``Episode.metadata["review"]["outcome"]``):
 
 * ``kept``: verdict RIGHT: the proposal is the team's answer (an answer the reviewer restates is
   not needed and not read);
@@ -59,8 +60,8 @@ from teamplay.envs.protocols.base import (
     TurnSpec,
     instruction_option,
 )
-from teamplay.envs.protocols.catalog.proposer_reviewer import VerdictPrefix, parse_verdict
 from teamplay.envs.protocols.registry import register_protocol
+from teamplay.envs.protocols.verdicts import VerdictPrefix, parse_verdict, review_outcome
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Message, TaskItem
 
@@ -73,10 +74,6 @@ PROPOSE_INSTRUCTION = "Solve the problem. Reason step by step, then give the fin
 #: (docs/results/index.md#review-replies)
 REVIEW_INSTRUCTION = ("Proposed answer: {answer}. Check it. If it is right, reply: Verdict: RIGHT. If it is wrong, "
                       "reply: Verdict: WRONG. The answer is <the correct answer>.")
-
-#: what a review did with the proposal (module docstring); only ``adopted`` changes the answer
-OUTCOMES = ("kept", "adopted", "no_verdict", "no_answer")
-
 
 class ReviewOptions(ProtocolOptions):
     verdict_prefix: VerdictPrefix = Field("Verdict:", description=(
@@ -98,23 +95,6 @@ class ReviewOptions(ProtocolOptions):
                 raise ValueError(f"{value!r}: the only field is {{answer}} (write {{{{ and }}}} for literal "
                                  f"braces); {type(exc).__name__}: {exc}") from None
         return value
-
-
-def review_outcome(review: Message | None) -> str:
-    """What ``review`` did with the proposal, one of ``OUTCOMES`` (None or a silent review: no verdict).
-
-    >>> from teamplay.records import Message
-    >>> review_outcome(Message("reviewer_0", "reviewer", 1, "review", "Verdict: WRONG. 3 + 4 = 7", answer="7"))
-    'adopted'
-    >>> review_outcome(Message("reviewer_0", "reviewer", 1, "review", "Verdict: WRONG"))
-    'no_answer'
-    """
-    verdict = parse_verdict(review.text) if review is not None and review.spoke else None
-    if verdict is None:
-        return "no_verdict"
-    if verdict == "RIGHT":
-        return "kept"
-    return "adopted" if review.answer is not None else "no_answer"
 
 
 def team_answer(proposal: Message | None, review: Message | None) -> str | None:
