@@ -14,7 +14,7 @@ seed by seed (paired: same data order and seeds, only the staleness differs).
 Measured per run: the wall time of the step loop (from the first step's start to the last step's
 end: rollouts the learner waited for, credit, update, the final checkpoint) as steps per hour; the
 overlap, the fraction of that wall time during which the generator and the learner were both busy
-(``async_rollouts.overlap_fraction`` of their busy intervals); the learner's wait for rollouts;
+(``asynchronous.rollouts.overlap_fraction`` of their busy intervals); the learner's wait for rollouts;
 the tokens generated; the staleness of the groups trained on and the groups dropped; the process's CPU seconds over the
 loop (CPU cores used = CPU seconds / wall seconds: on a shared machine the second thread only pays
 when the machine has a core to give it); held-out accuracy before and after, and the training
@@ -81,7 +81,7 @@ def run_config(model: str, max_staleness: int, seed: int, out: Path, quick: bool
 def measure(model: str, max_staleness: int, seed: int, quick: bool) -> dict[str, Any]:
     """One run's figures (see the module)."""
     from teamplay.config import TrainConfig, build_config
-    from teamplay.training.run.async_rollouts import overlap_fraction
+    from teamplay.training.run.asynchronous.rollouts import overlap_fraction
     from teamplay.training.run.trainer import Trainer
 
     marks: dict[str, float] = {}
@@ -95,7 +95,7 @@ def measure(model: str, max_staleness: int, seed: int, quick: bool) -> dict[str,
             marks["end"], marks["cpu_end"] = time.perf_counter(), time.process_time()
 
         trainer = Trainer(cfg, on_start=started, on_step=stepped)
-        side = trainer.async_step
+        side = trainer.rollouts
         result = trainer.train()
     wall, cpu = marks["end"] - marks["start"], marks["cpu_end"] - marks["cpu_start"]
     steps = result.history

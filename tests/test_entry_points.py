@@ -21,7 +21,7 @@ from teamplay.cli import app
 from teamplay.config import FederatedConfig, TrainConfig, build_config
 from teamplay.distributed.compose import make_trainer, parts_for
 from teamplay.errors import ConfigError
-from teamplay.training.run.parts import LocalLearner, LocalRunner, local_parts
+from teamplay.training.run.local_parts import LocalLearner, LocalRunner, local_parts
 from tests.federated.fakes import tiny_config
 from tests.training.test_sweep import sweep_config
 

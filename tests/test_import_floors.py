@@ -64,6 +64,16 @@ INNER_FLOORS = {
         "experiments": 4,  # sweeps, saved credit, controller training, the fidelity check
         "__init__": 5,
     },
+    "training/run": {
+        # what the rest stands on: the interfaces of the two parts and the optimiser, the data order
+        # and step seeds, stopping at a signal, the difficulty dial
+        "parts": 0, "data_order": 0, "preemption": 0, "curriculum": 0,
+        "run_state": 1, "held_out": 1, "update_stage": 1, "warm_start": 1,  # what the trainer composes
+        "asynchronous": 1,  # the generator thread, what it generates with, the asynchronous rollout source
+        "local_parts": 2, "rollout_source": 2,  # the in-process parts; the one interface the step takes episodes from
+        "trainer": 3,
+        "__init__": 0,  # imports nothing
+    },
     "serving": {
         "files": 0, "episodes": 0,  # the team as exported files; requests -> episodes, batched
         "api": 1,  # the OpenAI-compatible server over the episodes

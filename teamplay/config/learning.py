@@ -98,7 +98,7 @@ class OptimConfig(Section):
 
 class RolloutConfig(Section):
     """Rollout sizes per training step, and how far rollouts may run ahead of the update
-    (``max_staleness``: ``teamplay.training.run.async_rollouts``)."""
+    (``max_staleness``: ``teamplay.training.run.asynchronous.rollouts``)."""
 
     problems_per_step: int = Field(4, ge=1, description="B: problems sampled per step.")
     group_size: int = Field(4, ge=1, description="G: episodes per problem (a credit group).")

@@ -1,8 +1,8 @@
 """Asynchronous rollouts on the Ray pool (``rollout.max_staleness`` with ``distributed:``): the
-generator thread of ``teamplay.training.run.async_rollouts`` drives the rollout workers while the
+generator thread of ``teamplay.training.run.asynchronous.rollouts`` drives the rollout workers while the
 learner group updates.
 
-``PoolGeneration`` is that run's ``Generation``. A snapshot's weights are the learner's published
+``PoolGeneration`` is that run's ``AheadGeneration``. A snapshot's weights are the learner's published
 ``AdapterWeights`` (``DriverLearner.published``: versioned, adapter-only, never changed after), so
 the workers' versions mean what they mean in a synchronous run, and at ``max_staleness: 0`` they
 load exactly what a synchronous run's workers load, when they load it.
@@ -26,7 +26,7 @@ from typing import Any
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.records import Episode, SamplingParams
 from teamplay.training.play.rollout import RolloutJob
-from teamplay.training.run.async_rollouts import Snapshot
+from teamplay.training.run.asynchronous.rollouts import Snapshot
 
 
 class PoolGeneration:

@@ -40,9 +40,7 @@ def connect(cfg: DistributedConfig) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         return False
-    if cfg.address != "local" and cfg.local_cpus is not None:
-        raise ConfigError(f"distributed.local_cpus: only for address 'local' (address is {cfg.address!r}); "
-                          f"a running cluster's CPUs are set by `ray start --num-cpus`")
+    # local_cpus with another address was refused with the run's checks (``wiring.checks.check_combinations``)
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
                                   logging_level="WARNING", configure_logging=True)
     if cfg.address == "local":

@@ -3,7 +3,7 @@ federated site and server, the benchmarks) builds its trainer here, so ``distrib
 ``model.device`` mean the same whichever way a run is started.
 
 ``make_trainer(cfg, ...)`` is ``Trainer(cfg, ...)`` with the parts the config asks for: in-process
-(``teamplay.training.run.parts.local_parts``) without ``distributed:``, a Ray rollout pool and learner
+(``teamplay.training.run.local_parts.local_parts``) without ``distributed:``, a Ray rollout pool and learner
 group (``teamplay.distributed.parts.ray_parts``) with it.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from teamplay.config import DistributedConfig, TrainConfig
-from teamplay.training.run.parts import PartsFactory, local_parts
+from teamplay.training.run.local_parts import local_parts
+from teamplay.training.run.parts import PartsFactory
 from teamplay.training.run.trainer import Trainer
 
 

@@ -40,6 +40,7 @@ from teamplay.records import Episode, SamplingParams
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.play.rollout import RolloutJob
 from teamplay.training.run.parts import OptimizerOwner
+from teamplay.training.wiring.checks import asynchronous
 from teamplay.training.wiring.wired_run import WiredRun
 
 Pool = RolloutPool | BaseGroupsPool
@@ -194,7 +195,7 @@ class RayParts:
             raise
         try:
             # asynchronous rollouts: the generator thread alone publishes to the pool (``async_pool``)
-            to_pool = cfg.rollout.max_staleness is None
+            to_pool = not asynchronous(cfg.rollout)
             return runner, DriverLearner(cfg, LearnerGroup(cfg, run.team), pool, team_model, trainable, to_pool)
         except BaseException:
             runner.close()

@@ -105,7 +105,7 @@ def test_staleness_zero_on_the_pool_gives_the_synchronous_ray_run(cluster, tiny_
 
 def test_the_pool_drops_and_counts_groups_beyond_the_bound(cluster, tiny_model_dir, tmp_path):
     trainer = make(async_config(tiny_model_dir, tmp_path, cluster, 0))
-    trainer.async_step.lead = 1  # one step ahead of a bound of 0
+    trainer.rollouts.lead = 1  # one step ahead of a bound of 0
     gate_learner_on_next_batch(trainer)
     history = trainer.train().history
     # batch k + 1 is begun during step k's update, with the adapters of before it: stale at step k + 1
@@ -125,7 +125,7 @@ RUN_SCRIPT = textwrap.dedent("""
     from tests.distributed.test_async_ray import async_config, make
     from tests.training.test_async_rollouts import gate_learner_on_next_batch
     trainer = make(async_config(Path({model!r}), Path(sys.argv[1]), {address!r}, 0, steps=5))
-    trainer.async_step.lead = 1
+    trainer.rollouts.lead = 1
     gate_learner_on_next_batch(trainer)  # the batch after the kill's step was begun: it is in flight
     kill_after = int(os.environ.get("KILL_AFTER", "0"))
     def on_step(step, metrics):

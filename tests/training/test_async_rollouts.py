@@ -20,7 +20,7 @@ import torch
 from teamplay.agents.roles import Role, Team
 from teamplay.config import TrainConfig, build_config
 from teamplay.errors import ConfigError
-from teamplay.training.run.async_rollouts import AsyncRollouts, Snapshot, group_staleness, overlap_fraction
+from teamplay.training.run.asynchronous.rollouts import AsyncRollouts, Snapshot, group_staleness, overlap_fraction
 from teamplay.training.run.data_order import first_state, next_problems
 from teamplay.training.run.preemption import Preempted
 from teamplay.training.run.trainer import Trainer
@@ -81,7 +81,7 @@ def gate_learner_on_next_batch(trainer) -> None:
         with lock:
             return begun.setdefault(k, threading.Event())
 
-    generation = trainer.async_step.generation
+    generation = trainer.rollouts.generation
     make_runner, update = generation.runner, trainer.learner.update
     first_seed = trainer.cfg.seed * 1_000_003
 
@@ -106,7 +106,7 @@ def gate_learner_on_next_batch(trainer) -> None:
 
 def test_groups_beyond_the_bound_are_dropped_counted_and_their_problems_consumed(tmp_path):
     trainer = make_trainer(tmp_path, {"steps": 4, "rollout": {"max_staleness": 0}})
-    trainer.async_step.lead = 1  # the generator may run one step ahead of a bound of 0
+    trainer.rollouts.lead = 1  # the generator may run one step ahead of a bound of 0
     gate_learner_on_next_batch(trainer)
     history = trainer.train().history
     dropped = [h["stale_groups_dropped"] for h in history]
@@ -124,12 +124,12 @@ def test_a_role_that_is_not_trained_does_not_age(tmp_path):
     trainer = make_trainer(tmp_path, {"steps": 4, "alternate_roles_every": 1, "rollout": {"max_staleness": 0},
                                       "protocol": {"options": {"rounds": 2}}},
                            team=TWO_ROLES, protocol="proposer_reviewer")
-    trainer.async_step.lead = 1
+    trainer.rollouts.lead = 1
     gate_learner_on_next_batch(trainer)
     history = trainer.train().history
     assert [h["rollout_snapshot_step"] for h in history][1:] == [0, 1, 2]  # one step behind
     assert [h["stale_groups_dropped"] for h in history] == [0, 0, 0, 0]
-    assert trainer.async_step.versions() == {"proposer": 2, "reviewer": 2}
+    assert trainer.rollouts.versions() == {"proposer": 2, "reviewer": 2}
 
 
 def test_group_staleness_counts_trained_adapters_only():
@@ -260,7 +260,7 @@ RESUME_SCRIPT = textwrap.dedent("""
     kill_after = int(os.environ.get("KILL_AFTER", "0"))
     trainer = make_trainer(Path(sys.argv[1]), {{"steps": 5, "checkpoint_every": 1,
                                                "rollout": {{"max_staleness": 0}}}})
-    trainer.async_step.lead = 1
+    trainer.rollouts.lead = 1
     gate_learner_on_next_batch(trainer)  # so the batch after the kill's step was begun: it is in flight
     def on_step(step, metrics):
         if step == kill_after:

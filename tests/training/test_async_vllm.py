@@ -82,7 +82,7 @@ def test_each_snapshot_is_served_as_new_lora_ids_and_each_batch_with_its_own(mon
     trainer = async_vllm_trainer(tmp_path, tiny_folder, max_staleness=0, evaluate=False)  # only batches generate
     calls = record_threads(fake.engines[0])
     history = trainer.train().history
-    generation = trainer.async_step.generation
+    generation = trainer.rollouts.generation
     assert [h["optimizer_steps"] > 0 for h in history] == [True, True]  # the second snapshot is new
     # staleness 0: batch k is generated with snapshot k, loaded as new LoRA requests, one id per
     # adapter and snapshot, never given twice (vLLM caches an adapter by its id)

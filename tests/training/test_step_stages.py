@@ -10,7 +10,7 @@ from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.records import Episode, Message, TaskItem
 from teamplay.training.learn.nonfinite import NonFiniteGuard
 from teamplay.training.learn.samples import PolicySample, sample_positions
-from teamplay.training.run.parts import LocalParts
+from teamplay.training.run.local_parts import LocalParts
 from teamplay.training.run.update_stage import UpdateStage
 from teamplay.training.step.stages import (
     GroupWork,

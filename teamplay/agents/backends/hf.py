@@ -130,7 +130,7 @@ class HFBackend(GenerationBackend):
 
     def for_model(self, team_model: TeamModel) -> HFBackend:
         """A backend with this one's settings over another team model (an asynchronous run's
-        generation copy: ``teamplay.training.run.async_rollouts``). Same weights, same settings,
+        generation copy: ``teamplay.training.run.asynchronous.rollouts``). Same weights, same settings,
         same seeds: the same generations."""
         twin = HFBackend(team_model, self.max_prompt_tokens, self.micro_batch_size, self.share_prompt_prefix,
                          self.merge_adapters, self.sampler)

@@ -233,7 +233,7 @@ class VLLMBackend(GenerationBackend):
 
     def for_model(self, team_model: Any) -> VLLMBackend:
         """A view of this backend's engine that serves ``team_model``'s adapters (an asynchronous
-        run's generation copy: ``teamplay.training.run.async_generation``): same engine and settings,
+        run's generation copy: ``teamplay.training.run.asynchronous.generation``): same engine and settings,
         its own adapter folder and versions (synced once now), LoRA ids from the same counter as
         this backend's. Closing the view removes its folder; the engine stays this backend's to
         stop. ``team_model`` must have this one's adapters and base."""

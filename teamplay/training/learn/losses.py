@@ -10,7 +10,7 @@ it holds: NaN or inf in padded log-probs or padded token advantages are replaced
 
 ``logp_old`` is the behaviour policy's with ``objective.old_logprobs: generation``: the log-probs
 recorded when the message was generated. With asynchronous rollouts (``rollout.max_staleness: N``,
-``teamplay.training.run.async_rollouts``) that policy may be up to N updates behind, and these
+``teamplay.training.run.asynchronous.rollouts``) that policy may be up to N updates behind, and these
 losses are the off-policy correction: the clipped ratio ``pi_theta / pi_behaviour`` (PPO's clip with
 the generating snapshot as the old policy). AReaL's decoupled objective (Fu et al. 2025, "AReaL: A
 Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning") is the alternative

@@ -75,12 +75,11 @@ class Curriculum:
     over them. ``start()`` plays stage 0; ``after_step(metrics)``, once per step, returns the
     step's ``curriculum`` metrics and plays the next stage when the schedule raises it;
     ``state_dict``/``load_state_dict`` go with checkpoints (loading plays the restored stage, and
-    keeps the restored data position). ``task_given``: the run's task came in Python
-    (``Trainer(task=...)``), so no stage may change the task section.
+    keeps the restored data position). A run whose task came in Python (``Trainer(task=...)``) has
+    no stage that changes the task section (``wiring.checks.check_combinations`` refused it).
     """
 
-    def __init__(self, cfg: TrainConfig, base: WiredRun, play: Callable[[WiredRun, bool], None],
-                 task_given: bool = False) -> None:
+    def __init__(self, cfg: TrainConfig, base: WiredRun, play: Callable[[WiredRun, bool], None]) -> None:
         assert cfg.curriculum is not None
         self.cfg, self.base, self.play = cfg, base, play
         self.schedule = CurriculumSchedule(cfg.curriculum)
@@ -88,11 +87,6 @@ class Curriculum:
         #: each distinct task section's task and items, by its JSON (the run's own: the items it loaded)
         self._data: dict[str, tuple[Task, list[TaskItem]]] = {_key(cfg.task.model_dump(mode="json")):
                                                               (base.task, base.items)}
-        if task_given:
-            for i in range(len(cfg.curriculum.stages)):
-                if _key(stage_task(cfg, i).model_dump(mode="json")) not in self._data:
-                    raise ConfigError(f"curriculum.stages[{i}].task: this run's task is given in Python "
-                                      f"(Trainer(task=...)), so a stage cannot change its options")
         self.wired: WiredRun | None = None
 
     def start(self) -> None:

@@ -1,6 +1,7 @@
 """The order a run visits its training problems: a seeded permutation per pass over the set, so
 a resumed run (its ``TrainerState`` holds the order and the position in it) draws exactly the
-problems the uninterrupted run would have drawn."""
+problems the uninterrupted run would have drawn; and the seed of each step's rollouts
+(``step_seed``), the same whichever source generates them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ import numpy as np
 
 from teamplay.records import TaskItem
 from teamplay.training.store.checkpoint import TrainerState
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The sampling seed of step ``step``'s rollouts in a run seeded ``seed`` (0-based ``step``): the
+    synchronous step and the asynchronous generator draw the same episodes for the same step."""
+    return seed * 1_000_003 + step
 
 
 def data_order(seed: int, size: int, epoch: int) -> tuple[int, ...]:

@@ -4,7 +4,7 @@
 The trainer keeps what makes a run a run (data order, credit, metrics, evaluation bookkeeping,
 checkpoints); everything that differs between an in-process run and a run on a cluster lives
 behind these two interfaces. A ``PartsFactory`` builds both once the run is wired
-(``wiring.wired_run.build_run``); the in-process pair is built by ``local_parts``, the Ray pair by
+(``wiring.wired_run.build_run``); the in-process pair is built by ``local_parts.local_parts``, the Ray pair by
 ``teamplay.distributed.parts``, and ``teamplay.distributed.compose.make_trainer`` picks one from the
 config. A trainer never learns which pair it holds.
 
@@ -27,12 +27,9 @@ from typing import Any, Protocol
 import torch
 
 from teamplay.config import OptimConfig, TrainConfig
-from teamplay.envs.team_env import TeamEnv
 from teamplay.records import Episode, SamplingParams
 from teamplay.training.learn.samples import PolicySample
-from teamplay.training.learn.update import PolicyUpdater
-from teamplay.training.play.rollout import RolloutJob, RolloutRunner
-from teamplay.training.run.async_generation import CopyGeneration
+from teamplay.training.play.rollout import RolloutJob
 
 
 class EpisodeSource(Protocol):
@@ -48,7 +45,7 @@ class Runner(EpisodeSource, Protocol):
     decoding; ``before_generate`` is called at each safe point, and may raise to abandon the
     evaluation); ``step_metrics()`` what the last ``run`` adds to the step's metrics (e.g. worker
     restarts); ``generation(run, learner)`` what an asynchronous run's generator thread generates
-    with instead of ``run`` (``async_rollouts.Generation``; ``run`` the run's wiring, ``learner``
+    with instead of ``run`` (``asynchronous.rollouts.AheadGeneration``; ``run`` the run's wiring, ``learner``
     this runner's learner); ``close()`` frees what the runner holds (idempotent)."""
 
     def held_out(self, sampling: SamplingParams, before_generate: Callable[[], None] | None) -> EpisodeSource: ...
@@ -137,44 +134,7 @@ def advance(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
         scheduler.step()
 
 
-# ------------------------------------------------------------------------------ in-process parts
-class LocalRunner(RolloutRunner):
-    """The in-process runner: the lock-step ``RolloutRunner`` over the training envs, and a fresh
-    one over the evaluation envs for each held-out evaluation. With ``owns_backend`` (the run built
-    the backend: ``WiredRun.owns_backend``), ``close`` closes the backend too. ``play`` switches the
-    training episodes to a curriculum stage's envs and backend; held-out episodes keep the run's."""
-
-    def __init__(self, make_env: Callable[[], TeamEnv], make_eval_env: Callable[[], TeamEnv], backend,
-                 sampling: SamplingParams, max_batch: int | None = None, owns_backend: bool = False) -> None:
-        super().__init__(make_env, backend, sampling, max_batch=max_batch)
-        self.make_eval_env = make_eval_env
-        self.eval_backend = backend  # the run's own, whatever stage the training episodes play
-        self.owns_backend = owns_backend
-
-    def play(self, make_env: Callable[[], TeamEnv], backend) -> None:
-        """Generate the training episodes from now on with ``make_env`` and ``backend`` (a curriculum
-        stage's: ``teamplay.training.run.curriculum``); the held-out episodes keep the run's own."""
-        self.make_env, self.backend = make_env, backend
-
-    def held_out(self, sampling: SamplingParams, before_generate: Callable[[], None] | None) -> RolloutRunner:
-        return RolloutRunner(self.make_eval_env, self.eval_backend, sampling, max_batch=self.max_batch,
-                             before_generate=before_generate)
-
-    def step_metrics(self) -> dict[str, Any]:
-        return {}
-
-    def generation(self, run: Any, learner: Learner) -> CopyGeneration:
-        """The generator's copy of the adapters and a backend over it (``async_generation``)."""
-        return CopyGeneration(run.team_model, self.backend, self.make_env, self.sampling, self.max_batch)
-
-    def close(self) -> None:
-        """Close the backend when the run built it: a vLLM engine's processes and KV cache would
-        otherwise live until the interpreter exits, and a sweep's next run would start its own beside
-        them. A backend passed in by the caller stays open."""
-        if self.owns_backend:
-            self.eval_backend.close()  # a stage's backend wraps the same model backend
-
-
+# ------------------------------------------------------------------------------ what every learner owns
 class OptimizerOwner:
     """What every learner owns: the trainable adapters' parameters of the trainer's team model (by
     adapter, ``trainable`` order), their AdamW and the learning-rate schedule."""
@@ -197,43 +157,3 @@ class OptimizerOwner:
     def load_state(self, optimizer: dict[str, Any], scheduler: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(scheduler)
-
-
-class LocalLearner(OptimizerOwner):
-    """The in-process learner: ``PolicyUpdater`` on the trainable adapters of the trainer's own team
-    model. A vLLM backend reloads the adapters after each update."""
-
-    def __init__(self, cfg: TrainConfig, team_model, trainable: Sequence[str], backend) -> None:
-        super().__init__(cfg, team_model, trainable)
-        self.updater = PolicyUpdater(cfg, team_model, self.params, self.optimizer)
-        self.backend = backend
-
-    @property
-    def resolved_tokens(self) -> dict[int, tuple[float, ...]]:
-        return self.updater.resolved_tokens
-
-    def update(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
-        out = self.updater.update(samples, step)
-        if out["optimizer_steps"]:
-            self.backend.sync_adapters()  # a vLLM backend reloads the adapters it generates with
-        return out
-
-    def share_state(self, version: int) -> None:
-        """Nothing to share: the updater trains the trainer's own team model."""
-
-    def close(self) -> None:
-        """Nothing to free."""
-
-
-class LocalParts:
-    """The in-process ``PartsFactory``: ``LocalRunner`` and ``LocalLearner``."""
-
-    driver_backend = None
-
-    def __call__(self, cfg: TrainConfig, run: Any, trainable: Sequence[str]) -> tuple[LocalRunner, LocalLearner]:
-        runner = LocalRunner(run.make_env, run.make_eval_env, run.backend, run.sampling,
-                             max_batch=cfg.backend.max_batch, owns_backend=run.owns_backend)
-        return runner, LocalLearner(cfg, run.team_model, trainable, run.backend)
-
-
-local_parts = LocalParts()

@@ -42,16 +42,27 @@ never in the optimiser.
 
 In code, the step is a pipeline of named stages over one record per group (``GroupWork``, in
 ``teamplay.training.step.stages``): rollout -> credit (replays prefetched) -> token credit -> samples ->
-update -> metrics. The trainer is composed from two parts (``teamplay.training.run.parts``): a
-``Runner`` that produces the episodes and a ``Learner`` that applies the update and owns the
-optimiser and schedule; in-process parts by default, a Ray pool and learner group for a
-``distributed:`` run (``teamplay.distributed.compose.make_trainer`` picks them from the config).
+update -> metrics. The trainer is composed of:
 
-With ``rollout.max_staleness: N`` step 2 is done ahead by a generator thread with adapters of its
-own (a copy in one process, on hf or a vllm engine it owns; the Ray pool's workers), up to N steps
-ahead of the update; groups more than N adapter versions behind are not trained on (counted), and
-the data position moves past a batch only when the step takes it (``teamplay.training.run.async_step``,
-``teamplay.training.run.async_rollouts``). N = 0 is the synchronous step, number for number.
+* a rollout source (``teamplay.training.run.rollout_source.RolloutSource``) the step takes its
+  problems and episodes from, keeps or drops groups through, and tells of each update; one code
+  path for both kinds. The synchronous source has the runner generate the step's episodes when the
+  step asks. With ``rollout.max_staleness: N`` the asynchronous one (``teamplay.training.run.asynchronous``)
+  has a generator thread make step 2 ahead with adapters of its own (a copy in one process, on hf
+  or a vllm engine it owns; the Ray pool's workers), up to N steps ahead of the update; groups more
+  than N adapter versions behind are not trained on (counted), and the data position moves past a
+  batch only when the step takes it. Both seed a step's episodes alike (``data_order.step_seed``):
+  N = 0 is the synchronous step, number for number;
+* two parts (``teamplay.training.run.parts``): a ``Runner`` that produces the episodes and a
+  ``Learner`` that applies the update and owns the optimiser and schedule; in-process parts by
+  default (``local_parts``), a Ray pool and learner group for a ``distributed:`` run
+  (``teamplay.distributed.compose.make_trainer`` picks them from the config);
+* the step's stages (credit, token credit, update), the run's state (``run_state``), the held-out
+  evaluations (``held_out``), the curriculum and the warm start.
+
+Every refusal of an option combination runs before the parts start, in one place
+(``teamplay.training.wiring.checks``: ``check_run`` before the model loads, ``check_wired`` for what
+needs the model or backend).
 """
 
 from __future__ import annotations
@@ -74,12 +85,12 @@ from teamplay.records import Episode, TaskItem
 from teamplay.training.learn.nonfinite import NonFiniteGuard
 from teamplay.training.play.controllers import answer_check
 from teamplay.training.play.evaluation import EvalMetrics
-from teamplay.training.play.rollout import step_jobs
-from teamplay.training.run.async_step import AsyncStep
 from teamplay.training.run.curriculum import Curriculum
 from teamplay.training.run.held_out import HeldOutEvaluation, solo_baseline
-from teamplay.training.run.parts import Learner, PartsFactory, Runner, local_parts
+from teamplay.training.run.local_parts import local_parts
+from teamplay.training.run.parts import Learner, PartsFactory, Runner
 from teamplay.training.run.preemption import Preemption, StopRequested, preemption_handlers
+from teamplay.training.run.rollout_source import RolloutSource, rollout_source
 from teamplay.training.run.run_state import RunState
 from teamplay.training.run.update_stage import UpdateStage
 from teamplay.training.run.warm_start import WarmStart
@@ -100,7 +111,7 @@ from teamplay.training.step.token_stage import TokenStage
 from teamplay.training.store.checkpoint import LoadedCheckpoint, TrainerState, latest_checkpoint
 from teamplay.training.store.metrics import MetricsLogger, generated_tokens
 from teamplay.training.store.run_folder import claim_run_folder
-from teamplay.training.wiring.checks import CheckedRun, check_run
+from teamplay.training.wiring.checks import CheckedRun, check_run, check_wired
 from teamplay.training.wiring.wired_run import WiredRun, build_run, seed_everything
 
 
@@ -211,8 +222,9 @@ class Trainer:
     Public attributes read by callers beside the methods: ``cfg``, ``run_dir``, ``task``, ``items``,
     ``eval_items`` (a caller may replace them before ``train``), ``team``, ``team_model``,
     ``trainable``, ``controllers``, ``make_env`` and ``backend`` (for rollouts of the caller's own),
-    ``runner`` and ``learner``; ``async_step`` (``teamplay.training.run.async_step``) with
-    ``rollout.max_staleness`` set, else None; ``curriculum`` (``teamplay.training.run.curriculum``)
+    ``runner`` and ``learner``; ``rollouts``, where each step's episodes come from
+    (``teamplay.training.run.rollout_source.RolloutSource``: an ``AsyncSource`` with
+    ``rollout.max_staleness`` set, else a ``SyncSource``); ``curriculum`` (``teamplay.training.run.curriculum``)
     with ``curriculum:`` set, else None: ``task``, ``items`` and ``make_env`` are then its current stage's.
     """
 
@@ -229,11 +241,13 @@ class Trainer:
         self.on_start = on_start
         # the config model checked its cross-field rules at load; what needs the registries (credit
         # method, its options, resources and protocol) is checked here, once, before data or model load
-        checked = check_run(cfg)
+        checked = check_run(cfg, task_given=task is not None)
         seed_everything(cfg.seed)
         run = build_run(cfg, team_model=team_model, backend=backend, task=task, items=items, eval_items=eval_items,
                         backend_name=parts.driver_backend)
         with run.closed_on_error():  # a part that fails to build closes the backend the run built
+            # what only the wired run shows (its model, its backend), before any part starts
+            check_wired(cfg, checked, run.team_model, run.backend)
             self.task, self.items = run.task, run.items
             self.eval_task, self.eval_items = run.eval_task, run.eval_items
             self.controllers, self.team_model = run.controllers, run.team_model
@@ -252,21 +266,19 @@ class Trainer:
             #: the difficulty dial (``curriculum:``; ``teamplay.training.run.curriculum``), else None
             self.curriculum: Curriculum | None = None
             if cfg.curriculum is not None:
-                self.curriculum = Curriculum(cfg, run, lambda played, new_pass: self._play(played, checked, new_pass),
-                                             task_given=task is not None)
+                self.curriculum = Curriculum(cfg, run, lambda played, new_pass: self._play(played, checked, new_pass))
             self.run_state = RunState(cfg, self.team_model, self.learner, self.controllers, len(self.items),
                                       self.curriculum)
-            #: asynchronous rollouts (``rollout.max_staleness`` set; ``async_step``), else None
-            self.async_step: AsyncStep | None = None
-            if cfg.rollout.max_staleness is not None:
-                self.async_step = AsyncStep(cfg, self.runner.generation(run, self.learner), self.team_model,
-                                            self.run_state)
+            #: where each step's episodes come from: generated by the runner when the step asks, or ahead
+            #: by a generator thread (``rollout.max_staleness``; ``rollout_source``)
+            self.rollouts: RolloutSource = rollout_source(cfg.rollout, cfg.seed, cfg.steps, run, self.runner,
+                                                          self.learner, self.run_state)
             # held-out episodes come from the runner, or through the generator thread where it alone may
-            # generate (vllm, Ray: ``AsyncStep.evaluation_runner``)
-            evaluating = self.runner if self.async_step is None else self.async_step.evaluation_runner(self.runner)
+            # generate (vllm, Ray: ``AsyncSource.evaluation_runner``)
             answer_roles = run.make_eval_env().protocol.answer_roles
-            self.held_out = HeldOutEvaluation(cfg, evaluating, self.eval_task, self._before_evaluation,
-                                              answer_roles, solo_baseline(cfg, run, answer_roles))
+            self.held_out = HeldOutEvaluation(cfg, self.rollouts.evaluation_runner(), self.eval_task,
+                                              self._before_evaluation, answer_roles,
+                                              solo_baseline(cfg, run, answer_roles))
             #: consecutive steps with skipped non-finite updates; the loop stops the run at its limit
             self.nonfinite = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
             self.update = UpdateStage(self.learner, self.nonfinite)
@@ -329,8 +341,7 @@ class Trainer:
     def close(self) -> None:
         """Free what the parts hold (a cluster's actors; the backend the run built, not one passed in).
         ``train`` calls it when it returns; call it yourself after driving ``step`` by hand. Idempotent."""
-        if self.async_step is not None:  # first: the generator must not outlive the backend or pool it uses
-            self.async_step.free()
+        self.rollouts.free()  # first: a generator must not outlive the backend or pool it uses
         self.learner.close()
         self.runner.close()  # last: a runner that started a cluster ends it, the in-process one the backend
 
@@ -425,41 +436,28 @@ class Trainer:
         and ``update`` (``update_stage.UpdateStage``: the learner's update)."""
         self.run_state.share()
         step, t0 = self.state.step, time.perf_counter()
-        batch = None
-        if self.async_step is None:
-            problems = self.run_state.next_problems(self.items, self.cfg.rollout.problems_per_step)
-            # G sampled episodes per problem, seeded by the run's seed and the step
-            jobs = step_jobs(problems, step, self.cfg.rollout.group_size)
-            episodes = self.runner.run(jobs, seed=self.cfg.seed * 1_000_003 + step)
-        else:  # generated ahead, by the same jobs and seeds, with the newest adapters within the bound
-            problems, batch, waited = self.async_step.take(step, self.items)
-            episodes = list(batch.episodes)
+        # G sampled episodes per problem, seeded by the run's seed and the step (``data_order.step_seed``)
+        problems, episodes = self.rollouts.take(step, self.items)
         t_rollout = time.perf_counter() - t0
         by_id = {item.id: item for item in problems}
         is_correct = answer_check(self.task, by_id)  # the controllers' regret updates value answers with it
         controller_metrics = self.controllers.learn_step(episodes, is_correct) if self.controllers else {}
         active = active_adapters(self.trainable, step, self.cfg.alternate_roles_every)
         groups = make_groups(episodes, by_id, self.group_hook)
-        trained, trained_episodes = groups, tuple(episodes)
-        if batch is not None:  # groups more than max_staleness versions behind are not trained on
-            trained, stale, lags = self.async_step.split(groups, batch, active)
-            dropped = {ep.group_id for g in stale for ep in g.episodes}
-            trained_episodes = tuple(ep for ep in episodes if ep.group_id not in dropped)
-        ctx = StepContext(step, frozenset(active), trained_episodes)
+        # an asynchronous source drops groups more than max_staleness versions behind; a synchronous one keeps all
+        trained, stale = self.rollouts.keep(groups, active)
+        dropped = {ep.group_id for g in stale for ep in g.episodes}
+        ctx = StepContext(step, frozenset(active), tuple(ep for ep in episodes if ep.group_id not in dropped))
         work = run_stages((self.credit, self.tokens), trained, ctx)  # advantages, token credit, samples
         t_credit = time.perf_counter() - t0 - t_rollout
         work = self.update(work, ctx)
         metrics = step_metrics(episodes, groups, work, active, self.update.metrics(), self.credit.metrics())
         metrics.update({**controller_metrics, "seconds": time.perf_counter() - t0, "rollout_seconds": t_rollout,
                         "credit_seconds": t_credit, **self.task.counters()})
-        if batch is None:
-            metrics.update(self.runner.step_metrics())
-        else:  # the runner's metrics of the batch, taken by the generator thread (it alone uses a pool)
-            metrics.update(self.async_step.runner_metrics(batch))
+        metrics.update(self.rollouts.runner_metrics())
         metrics["generated_tokens_total"] = self.run_state.end_step(generated_tokens(metrics))
-        if batch is not None:
-            self.async_step.updated(active, metrics["optimizer_steps"])
-            metrics.update(self.async_step.metrics(batch, waited, trained, stale, lags))
+        self.rollouts.updated(active, metrics["optimizer_steps"])
+        metrics.update(self.rollouts.metrics(trained, stale))
         if self.curriculum is not None:  # the difficulty of the next step: raised when the reward says so
             metrics["curriculum"] = self.curriculum.after_step(metrics)
         return StepResult(step=step + 1, metrics=metrics, groups=tuple(work))
@@ -501,6 +499,5 @@ class Trainer:
     def restore(self, data: LoadedCheckpoint) -> None:
         """Continue from a loaded checkpoint (``checkpoint.load_checkpoint``; ``RunState.restore``): a
         ``TeamplayError`` when it does not fit this team (``train(resume=...)`` checks the config first)."""
-        if self.async_step is not None:  # what it generated ahead belongs to the state left behind
-            self.async_step.close()
+        self.rollouts.close()  # what it generated ahead belongs to the state left behind
         self.run_state.restore(data)

@@ -138,9 +138,7 @@ class WarmStart:
                  evaluate: Evaluate, sync: Callable[[], None] = lambda: None) -> None:
         if cfg.warm_start is None:
             raise ValueError("WarmStart needs cfg.warm_start")
-        if getattr(team_model, "parts", None) is not None:
-            raise ConfigError("warm_start: a team whose roles use several base models is not supported yet; "
-                              "drop the warm_start section")
+        # a team over several bases was refused before (``wiring.checks.check_wired``)
         self.cfg, self.ws = cfg, cfg.warm_start
         self.team_model, self.team, self.make_env = team_model, team, make_env
         self.runner, self.evaluate, self.sync = runner, evaluate, sync

@@ -8,7 +8,6 @@ from teamplay.agents.backends import get_backend
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.roles import Team
 from teamplay.config import BackendConfig, ModelConfig, TrainConfig
-from teamplay.errors import ConfigError
 from teamplay.training.wiring.model import build_team_model
 from teamplay.training.wiring.placement import Placement, driver_placement, model_device
 
@@ -65,14 +64,11 @@ def build_judge_backend(cfg: TrainConfig, team_model, backend: GenerationBackend
     the run's own ``backend`` (on ``team_model``), so the team's base model with every adapter off, or, with
     ``credit.judge_model``, an hf backend on that model (no adapters, ``model.dtype``, the driver's
     device, the run's prompt bound and micro-batch). A team with several base models has no one
-    base to judge with: it must name a judge model (ConfigError)."""
+    base to judge with: it must name a judge model (refused before: ``checks.check_wired``)."""
     from teamplay.agents.models import load_configured_model
     from teamplay.agents.team_model import TeamModel
 
     if cfg.credit.judge_model is None:
-        if getattr(team_model, "parts", None) is not None:
-            raise ConfigError("credit.judge_model: this team has several base models, so the judge cannot be "
-                              "'the base model with adapters off'; name the judge's model in credit.judge_model")
         return backend
     device = model_device(driver_placement(cfg.distributed), cfg.model)
     model, tokenizer = load_configured_model(cfg.credit.judge_model, cfg.model.dtype, device)

@@ -1,12 +1,18 @@
-"""The one validation pass of a training run before a data set or model loads (``check_run``), and
-what it parsed (``CheckedRun``)."""
+"""Every refusal of an option combination a training run meets, in one place: ``check_run`` before a
+data set or model loads (what it parsed: ``CheckedRun``), and ``check_wired`` right after the run is
+wired, for the few that must see the model or backend (its dtype, its bases, the backend's kind), before
+any part of the run (a cluster's workers, the generator's copy) starts. The config model's own
+cross-field rules run earlier, at load (``teamplay.config.runs``).
+
+Whether a run's rollouts are asynchronous is decided here too (``asynchronous``), for every module
+that asks."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from teamplay.config import TrainConfig
+from teamplay.config import RolloutConfig, TeamTrainingConfig, TrainConfig
 from teamplay.credit import check_credit
 from teamplay.credit.token import get_token_credit
 from teamplay.envs.protocols import get_protocol
@@ -33,18 +39,27 @@ class CheckedRun:
         token_options: its options, parsed (None without ``credit.token``).
     """
 
-    cfg: TrainConfig
+    cfg: TeamTrainingConfig
     credit_options: Any
     credit_needs: frozenset[str]
     token_method: Any = None
     token_options: Any = None
 
 
-def check_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) -> CheckedRun:
+def asynchronous(rollout: RolloutConfig) -> bool:
+    """Whether a run's rollouts are generated ahead by a generator thread (``rollout.max_staleness``
+    set, 0 included: ``teamplay.training.run.asynchronous``) rather than by the step itself."""
+    return rollout.max_staleness is not None
+
+
+def check_run(cfg: TeamTrainingConfig, provided: frozenset[str] = TRAINER_RESOURCES,
+              task_given: bool = False) -> CheckedRun:
     """The one validation pass of a training run after the config model's own (pydantic) checks and
     before a model or data set loads: the task and protocol exist and take their options, the credit
     method exists, takes its options, works with the protocol and gets every resource it needs
-    (``provided``), the token method exists and takes its options. Raises ConfigError (one line)."""
+    (``provided``), the token method exists and takes its options; and the combinations a run cannot
+    take (``check_combinations``; ``task_given``: the run's task is given in Python,
+    ``Trainer(task=...)``). Raises ConfigError (one line)."""
     from teamplay.credit import get_credit
     from teamplay.credit.token.base import parse_token_options
 
@@ -57,7 +72,9 @@ def check_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) ->
     if cfg.credit.judge_model is not None and "judge" not in needs:
         raise ConfigError(f"credit.judge_model: credit method {cfg.credit.method!r} with these options uses no "
                           f"judge; remove judge_model, or use a judge (shapley with value: judge)")
-    check_engine_owner(cfg, needs)
+    if isinstance(cfg, TrainConfig):  # a federated run is synchronous, without curriculum or cluster
+        check_engine_owner(cfg, needs)
+        check_combinations(cfg, task_given)
     token = cfg.credit.token
     if token is None:
         return CheckedRun(cfg, options, needs)
@@ -67,10 +84,10 @@ def check_run(cfg: TrainConfig, provided: frozenset[str] = TRAINER_RESOURCES) ->
 
 def check_engine_owner(cfg: TrainConfig, needs: frozenset[str]) -> None:
     """Asynchronous rollouts on the vllm backend in one process give the engine to the generator
-    thread (``teamplay.training.run.async_generation``): a credit method that generates with the
+    thread (``teamplay.training.run.asynchronous.generation``): a credit method that generates with the
     run's backend on the learner's thread (re-executions, continuations, a judge on the base) is
     refused, in one line."""
-    if cfg.rollout.max_staleness is None or cfg.backend.name != "vllm" or cfg.distributed is not None:
+    if not asynchronous(cfg.rollout) or cfg.backend.name != "vllm" or cfg.distributed is not None:
         return
     generating = needs & {"backend", "replay"} | ({"judge"} & needs if cfg.credit.judge_model is None else set())
     if generating:
@@ -78,3 +95,63 @@ def check_engine_owner(cfg: TrainConfig, needs: frozenset[str]) -> None:
                           f"({', '.join(sorted(generating))}), which asynchronous rollouts give to the generator "
                           f"thread; use a credit method that does not re-generate, backend.name: hf, or drop "
                           f"rollout.max_staleness")
+
+
+def check_combinations(cfg: TrainConfig, task_given: bool) -> None:
+    """The combinations of sections a run refuses that need no registry, model or data: a curriculum
+    stage that changes the task of a run whose task is given in Python (``task_given``), and a CPU
+    count for a Ray cluster the run does not start."""
+    if task_given and cfg.curriculum is not None:
+        from teamplay.training.wiring.curriculum import stage_task
+
+        for i in range(len(cfg.curriculum.stages)):
+            if stage_task(cfg, i).model_dump(mode="json") != cfg.task.model_dump(mode="json"):
+                raise ConfigError(f"curriculum.stages[{i}].task: this run's task is given in Python "
+                                  f"(Trainer(task=...)), so a stage cannot change its options")
+    dist = cfg.distributed
+    if dist is not None and dist.address != "local" and dist.local_cpus is not None:
+        raise ConfigError(f"distributed.local_cpus: only for address 'local' (address is {dist.address!r}); "
+                          f"a running cluster's CPUs are set by `ray start --num-cpus`")
+
+
+def check_wired(cfg: TrainConfig, checked: CheckedRun, team_model, backend) -> None:
+    """The refusals that must see the wired run (``wired_run.build_run``): the team model
+    ``team_model`` (its dtype, its bases) and this process's generation ``backend``; run right after
+    the wiring, before any part of the run starts. A team over several bases has no one base for a
+    judge without ``credit.judge_model``, nor a warm start yet; asynchronous rollouts in one process
+    generate with a copy of the adapters (the hf or vllm backend over one base), and with
+    ``max_staleness`` > 0 must correct stale rollouts with the generation's log-probs. Raises
+    ConfigError (one line)."""
+    from teamplay.training.learn.update import old_logprob_source
+
+    several_bases = getattr(team_model, "parts", None) is not None
+    if several_bases and "judge" in checked.credit_needs and cfg.credit.judge_model is None:
+        raise ConfigError("credit.judge_model: this team has several base models, so the judge cannot be "
+                          "'the base model with adapters off'; name the judge's model in credit.judge_model")
+    if several_bases and cfg.warm_start is not None:
+        raise ConfigError("warm_start: a team whose roles use several base models is not supported yet; "
+                          "drop the warm_start section")
+    if not asynchronous(cfg.rollout):
+        return
+    if cfg.distributed is None and (hasattr(team_model, "part") or one_process_kind(backend) is None):
+        raise ConfigError("rollout.max_staleness: asynchronous rollouts in one process need the hf or vllm "
+                          "backend over one base model and no scripted role (the generator generates with "
+                          "its own copy of the adapters)")
+    if cfg.rollout.max_staleness > 0 and old_logprob_source(cfg, team_model) != "generation":
+        raise ConfigError("objective.old_logprobs: auto resolves to trainer for this model (half precision), "
+                          "which would leave stale rollouts uncorrected; with rollout.max_staleness > 0 set "
+                          "objective.old_logprobs: generation (or model.dtype: float32)")
+
+
+def one_process_kind(backend) -> str | None:
+    """``"hf"`` or ``"vllm"`` when ``backend`` is an ``HFBackend`` or a ``VLLMBackend`` (imported only
+    then: vLLM is optional), the backends a generator's copy of the adapters can be served by; else None."""
+    from teamplay.agents.backends.hf import HFBackend
+
+    if isinstance(backend, HFBackend):
+        return "hf"
+    if getattr(backend, "name", None) != "vllm":
+        return None
+    from teamplay.agents.backends.vllm import VLLMBackend
+
+    return "vllm" if isinstance(backend, VLLMBackend) else None

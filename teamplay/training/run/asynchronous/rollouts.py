@@ -3,15 +3,15 @@ steps' groups while the learner updates.
 
 The shape of a run. Step ``k`` trains on batch ``k``: the ``B`` problems the data order gives it
 (``data_order.next_problems``), ``G`` episodes each, seeded as the synchronous step (``step_jobs``,
-seed ``cfg.seed * 1_000_003 + k``). A generator thread makes the batches in order; it may begin
+seed ``data_order.step_seed(cfg.seed, k)``). A generator thread makes the batches in order; it may begin
 batch ``k`` once the learner has published the adapters of step ``k - N`` (``Snapshot``), and it
 generates with the newest snapshot it has then. So it is never more than ``N`` steps ahead, and with
 ``N = 0`` it waits for every update: batch ``k`` is generated with the adapters after ``k`` updates,
 exactly what the synchronous step would use (same weights, same seeds: the same episodes, and so
 the same metrics and adapters).
 
-Consistent adapters. Where the generator's rollouts come from is a ``Generation``: in one process
-a copy of the team model (``async_generation.generation_copy``: the frozen base tensors are shared,
+Consistent adapters. Where the generator's rollouts come from is an ``AheadGeneration``: in one process
+a copy of the team model (``generation.generation_copy``: the frozen base tensors are shared,
 the LoRA tensors are its own) with its own backend over it (hf, or a view of the vllm engine); on a
 cluster the pool of Ray rollout workers (``teamplay.distributed.async_pool``). The learner never
 touches what the generator generates with: after each update it publishes a ``Snapshot`` (a copy
@@ -64,7 +64,7 @@ import torch
 
 from teamplay.records import Episode, TaskItem
 from teamplay.training.play.rollout import RolloutJob, step_jobs
-from teamplay.training.run.data_order import next_problems
+from teamplay.training.run.data_order import next_problems, step_seed
 from teamplay.training.store.checkpoint import TrainerState
 
 
@@ -97,7 +97,7 @@ class Snapshot:
     Fields:
         step: trainer steps whose updates the adapters hold.
         versions: adapter -> its version (the steps that changed it, <= ``step``).
-        weights: the LoRA tensors, as the run's ``Generation.load`` takes them (``AdapterTensors`` in
+        weights: the LoRA tensors, as the run's ``AheadGeneration.load`` takes them (``AdapterTensors`` in
             one process, the learner's published ``AdapterWeights`` on a Ray pool); never changed
             after publishing.
     """
@@ -118,7 +118,7 @@ class RolloutBatch:
         snapshot_step: the ``Snapshot.step`` it was generated with (<= ``step``).
         versions: adapter -> version of the snapshot it was generated with.
         started, ended: ``time.perf_counter()`` around its generation.
-        runner_metrics: what its generation adds to the step's line (``Generation.batch_metrics``:
+        runner_metrics: what its generation adds to the step's line (``AheadGeneration.batch_metrics``:
             a Ray pool's adapter versions, restarts and sync bytes; none in one process), taken by
             the generator thread right after the batch.
     """
@@ -139,9 +139,10 @@ class EpisodeRun(Protocol):
     def run(self, jobs: Sequence[RolloutJob], seed: int = 0) -> list[Episode]: ...
 
 
-class Generation(Protocol):
-    """The generator's side of an asynchronous run: what it generates with, and how a snapshot
-    gets there. Implemented in one process by ``async_generation.CopyGeneration`` (hf, vllm) and on
+class AheadGeneration(Protocol):
+    """What the generator thread generates ahead with (not ``teamplay.records.Generation``, a
+    backend's output): the generator's side of an asynchronous run: what it generates with, and how a snapshot
+    gets there. Implemented in one process by ``generation.CopyGeneration`` (hf, vllm) and on
     a Ray pool by ``teamplay.distributed.async_pool.PoolGeneration``.
 
     ``weights()`` (the learner's thread) is the learner's adapters now, as ``load`` takes them: a copy
@@ -204,7 +205,7 @@ def split_stale(groups: Sequence, batch_versions: Mapping[str, int], current: Ma
 class AsyncRollouts:
     """The generator thread and what it hands the learner (see the module).
 
-    ``generation``: what the batches are generated with (``Generation``). ``lead``: how many steps
+    ``generation``: what the batches are generated with (``AheadGeneration``). ``lead``: how many steps
     ahead of the learner the generator may begin a batch (the run's ``max_staleness``). ``items``,
     ``seed``, ``problems_per_step``, ``group_size``, ``steps``: the run's data, seed and sizes; no
     batch is made for a step >= ``steps``.
@@ -217,7 +218,7 @@ class AsyncRollouts:
     busy intervals (``perf_counter`` pairs), for the overlap a benchmark measures.
     """
 
-    def __init__(self, generation: Generation, lead: int, items: Sequence[TaskItem], seed: int,
+    def __init__(self, generation: AheadGeneration, lead: int, items: Sequence[TaskItem], seed: int,
                  problems_per_step: int, group_size: int, steps: int) -> None:
         if lead < 0:
             raise ValueError(f"lead must be >= 0, got {lead}")
@@ -328,7 +329,7 @@ class AsyncRollouts:
                     self.generation.load(snapshot)
                     loaded = snapshot.step
                 problems, state = next_problems(state, self.items, self.seed, self.size)
-                episodes = self.runner.run(step_jobs(problems, k, self.group_size), seed=self.seed * 1_000_003 + k)
+                episodes = self.runner.run(step_jobs(problems, k, self.group_size), seed=step_seed(self.seed, k))
                 ended = time.perf_counter()
                 batch = RolloutBatch(k, tuple(problems), tuple(episodes), snapshot.step, dict(snapshot.versions),
                                      started, ended, self.generation.batch_metrics())

@@ -1,5 +1,5 @@
 """What an asynchronous run generates with in one process: a copy of the team model's adapters
-and a backend over that copy (``CopyGeneration``, the ``async_rollouts.Generation`` of an hf or
+and a backend over that copy (``CopyGeneration``, the ``rollouts.AheadGeneration`` of an hf or
 vllm run; a Ray run's is ``teamplay.distributed.async_pool.PoolGeneration``).
 
 hf: the generator's backend is a twin of the run's over the copy (``HFBackend.for_model``). Both
@@ -11,7 +11,9 @@ generator owns it: its view of the engine (``VLLMBackend.for_model``) serves the
 each loaded snapshot as new LoRA requests (a fresh adapter id per adapter and snapshot:
 ``lora_ids``), and the held-out evaluations, which use the run's own backend (the learner's
 adapters, written after each update), are handed to the generator thread. Nothing else of the run
-may generate with the engine while the generator runs (the config refuses what would).
+may generate with the engine while the generator runs (the config refuses what would). What a copy
+cannot serve (another backend, a team over several bases) is refused before with the run's other
+checks (``teamplay.training.wiring.checks.check_wired``).
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from teamplay.agents.backends.hf import HFBackend
-from teamplay.errors import ConfigError
 from teamplay.training.play.rollout import RolloutRunner
-from teamplay.training.run.async_rollouts import AdapterTensors, Snapshot
+from teamplay.training.run.asynchronous.rollouts import AdapterTensors, Snapshot
+from teamplay.training.wiring.checks import one_process_kind
 
 
 def generation_copy(team_model):
@@ -36,15 +37,6 @@ def generation_copy(team_model):
     shared = {id(t): t for t in itertools.chain(team_model.model.parameters(), team_model.model.buffers())
               if id(t) not in lora}
     return copy.deepcopy(team_model, shared)
-
-
-def _vllm_backend(backend) -> Any | None:
-    """``backend`` when it is a ``VLLMBackend`` (imported only then: vLLM is optional), else None."""
-    if getattr(backend, "name", None) != "vllm":
-        return None
-    from teamplay.agents.backends.vllm import VLLMBackend
-
-    return backend if isinstance(backend, VLLMBackend) else None
 
 
 class CopyGeneration:
@@ -61,11 +53,11 @@ class CopyGeneration:
     """
 
     def __init__(self, team_model, backend, make_env: Callable[[], Any], sampling, max_batch: int | None) -> None:
-        self.vllm = _vllm_backend(backend)
-        if hasattr(team_model, "part") or not (isinstance(backend, HFBackend) or self.vllm is not None):
-            raise ConfigError("rollout.max_staleness: asynchronous rollouts in one process need the hf or vllm "
-                              "backend over one base model and no scripted role (the generator generates with "
-                              "its own copy of the adapters)")
+        kind = one_process_kind(backend)
+        if hasattr(team_model, "part") or kind is None:  # a run's checks refused it already (``check_wired``)
+            raise ValueError("CopyGeneration needs an hf or vllm backend over one base model")
+        #: the run's ``VLLMBackend``, else None (hf)
+        self.vllm = backend if kind == "vllm" else None
         self.team_model, self.run_backend = team_model, backend
         self.make_env, self.sampling, self.max_batch = make_env, sampling, max_batch
         # built with the generator's runner (its first batch), so a run that never steps holds no copy
