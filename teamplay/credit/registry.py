@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args, get_origin
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from teamplay.credit.values.generative_judge import GenerativeJudge
 from teamplay.credit.values.listener_query import ListenerScorer
@@ -277,6 +277,14 @@ def check_protocol_fits(method: CreditMethod, options: BaseModel, protocol: Any)
         raise ConfigError(f"credit.method: {method.name!r}{with_options} needs a protocol where "
                           f"{describe(trait)} (trait {trait!r}); protocol {label!r} does not declare it "
                           f"(protocols that do: {', '.join(protocols_with([trait])) or 'none built in'})")
+
+
+class MethodOptions(BaseModel):
+    """The base of a credit method's options (message- or token-level): an unknown option is refused
+    (one ``ConfigError`` line through ``validate_options``) and a parsed instance is frozen, so the
+    options a method reads are the ones the config gave."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def parse_options(method: CreditMethod, options: BaseModel | Mapping[str, Any] | None) -> BaseModel:

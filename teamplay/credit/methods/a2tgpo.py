@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from teamplay.credit.methods.turn_arrays import ragged, spoken_only_mask
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 
 
 def information_gain(p: Sequence[Sequence[float]]) -> list[np.ndarray]:
@@ -96,10 +96,8 @@ def a2tgpo_advantage(IG: Sequence[Sequence[float]], gamma: float = 1.0, eps0: fl
     return A2TGPOResult(z=tuple(z), advantages=tuple(advantages), clip=tuple(clips))
 
 
-class A2TGPOOptions(BaseModel):
+class A2TGPOOptions(MethodOptions):
     """Options of the registered ``a2tgpo`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     gamma: float = Field(1.0, ge=0, le=1, description="Discount of the accumulated normalised gains.")
     outcome: bool = Field(False, description="Add the group-centred team reward at each episode's last "

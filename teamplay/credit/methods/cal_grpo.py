@@ -32,16 +32,14 @@ from collections import defaultdict
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 from teamplay.credit.values.group import group_advantage
 
 
-class CALGRPOOptions(BaseModel):
+class CALGRPOOptions(MethodOptions):
     """Options of the ``cal_grpo`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     attempt_roles: tuple[str, ...] = Field(("proposer", "debater"), description="Roles whose answer-bearing "
                                                                                 "messages are attempts.")

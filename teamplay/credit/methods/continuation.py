@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, need_replay_engine, replay_values
 from teamplay.records import Episode
 
@@ -53,10 +53,8 @@ def continuation_advantages(ep: Episode, values: Sequence[float]) -> np.ndarray:
     return out
 
 
-class ContinuationOptions(BaseModel):
+class ContinuationOptions(MethodOptions):
     """Options of the ``continuation`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     samples: int = Field(4, ge=1, le=256, description="Continuations k per message boundary.")
     budget: float | None = Field(

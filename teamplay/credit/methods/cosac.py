@@ -34,9 +34,9 @@ from collections.abc import Callable
 from typing import Literal, overload
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 
 PolicyFn = Callable[[int, np.ndarray], np.ndarray]
 
@@ -320,10 +320,8 @@ class EmpiricalPolicy:
         return counts / totals
 
 
-class CosacOptions(BaseModel):
+class CosacOptions(MethodOptions):
     """Options of the registered ``cosac`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     lam: float = Field(1e-2, gt=0, description="Ridge strength λ ([INFERRED] default 1e-2).")
     intercept: bool = Field(

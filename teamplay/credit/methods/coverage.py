@@ -10,18 +10,16 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from teamplay.credit.methods.assumptions import BROADCAST
 from teamplay.credit.methods.group_baseline import broadcast
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 from teamplay.credit.values.coverage import Embedder, TransformerEmbedder, coverage_advantages, coverage_shapley
 
 
-class CoverageOptions(BaseModel):
+class CoverageOptions(MethodOptions):
     """Options of the ``coverage`` method (GCPO)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     alpha: float = Field(1.0, gt=0, description="Kernel scale in log det(I + alpha L_S).")
     exact_max: int = Field(12, ge=1, le=16, description="Exact Shapley up to this group size.")

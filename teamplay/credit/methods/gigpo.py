@@ -13,10 +13,10 @@ from collections.abc import Hashable, Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from teamplay.credit.methods.turn_arrays import ragged, spoken_only_mask
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 from teamplay.records import Episode
 
 
@@ -109,10 +109,8 @@ def gigpo_advantage(rewards: Sequence[Sequence[float]], anchors: Sequence[Sequen
     return out
 
 
-class GiGPOOptions(BaseModel):
+class GiGPOOptions(MethodOptions):
     """Options of the registered ``gigpo`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     gamma: float = Field(0.95, ge=0, le=1, description="Discount of the step returns.")
     omega: float = Field(1.0, description="Weight of the step (anchor-group) advantage.")

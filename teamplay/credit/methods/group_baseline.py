@@ -11,16 +11,14 @@ from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CreditBatch
+from teamplay.credit.registry import CreditBatch, MethodOptions
 from teamplay.records import Episode
 
 
-class GroupOptions(BaseModel):
+class GroupOptions(MethodOptions):
     """Options of the group baseline shared by the methods built on it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ddof: Literal[0, 1] = Field(0, description="Std of the group: 0 population (TRACER), 1 unbiased.")
     mode: Literal["std", "mean_only"] = Field(

@@ -35,18 +35,16 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 from teamplay.credit.values.group import group_advantage
 from teamplay.credit.values.listener_query import ListenerQuery, ListenerScorer
 from teamplay.records import Episode
 
 
-class InfluenceOptions(BaseModel):
+class InfluenceOptions(MethodOptions):
     """Options of the ``influence`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     target: Literal["reference", "final"] = Field(
         "reference", description="The answer whose log-probability the listener's prompt is scored on: "

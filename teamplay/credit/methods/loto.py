@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from teamplay.credit.methods.assumptions import MASKING
 from teamplay.credit.methods.turn_arrays import spoken_only_mask
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 from teamplay.credit.values.characteristic import Transcript
 from teamplay.credit.values.replay_query import ReplayEngine, ReplayQuery, replay_values
 from teamplay.records import Episode
@@ -39,10 +39,8 @@ def loto_credit(V: Callable[[frozenset[int]], float], T: int) -> np.ndarray:
     return credit
 
 
-class LOTOOptions(BaseModel):
+class LOTOOptions(MethodOptions):
     """Options of the registered ``loto`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     value: Literal["masking", "replay"] = Field(
         "masking", description="V of a transcript without turn t: 'masking' (turn t's text withheld, "

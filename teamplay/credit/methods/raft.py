@@ -13,16 +13,14 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from teamplay.credit.methods.assumptions import BROADCAST
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 
 
-class RAFTOptions(BaseModel):
+class RAFTOptions(MethodOptions):
     """Options of ``raft``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     select: Literal["threshold", "best"] = Field(
         "threshold", description="'threshold': an episode is selected when its team reward is at least "

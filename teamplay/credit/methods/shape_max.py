@@ -6,17 +6,15 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from teamplay.credit.methods.group_baseline import broadcast
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 from teamplay.credit.values.shapley import shape_grpo_advantages
 
 
-class ShapeMaxOptions(BaseModel):
+class ShapeMaxOptions(MethodOptions):
     """Options of the ``shape_max`` method (ShapE-GRPO)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     base: float = Field(0.0, description="v(empty) of the max game; every agent score must be >= base.")
     ddof: Literal[0, 1] = Field(0, description="Std of the set rewards for non-candidate messages.")

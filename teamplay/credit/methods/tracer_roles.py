@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch, register_credit
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 
 
 def signed(correct: bool) -> float:
@@ -49,10 +49,8 @@ def reviewer_reward(text: str, pending_correct: bool | None) -> float:
     return 1.0 if verdict == pending_correct else -1.0
 
 
-class TracerRolesOptions(BaseModel):
+class TracerRolesOptions(MethodOptions):
     """Options of the registered ``tracer_roles`` method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     correct_threshold: float = Field(
         0.5, ge=0, le=1, description="A verifier score >= this counts as correct (scores lie in [0, 1]).")

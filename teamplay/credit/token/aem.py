@@ -28,16 +28,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions
 from teamplay.credit.token.base import TokenAdvantages, group_token_stats, register_token_credit
 
 
-class AEMOptions(BaseModel):
+class AEMOptions(MethodOptions):
     """Options of the ``aem`` token method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     strength: float = Field(1.0, ge=0.0, description="Exponent scale of the relative surprisal (0 = off).")
     max_scale: float = Field(2.0, ge=1.0, description="Clip of the modulation to [1/max_scale, max_scale].")

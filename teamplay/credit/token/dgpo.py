@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions
 from teamplay.credit.token.base import (
     TOKEN_SPLIT,
     TokenAdvantages,
@@ -50,10 +50,8 @@ from teamplay.credit.token.base import (
 )
 
 
-class DGPOOptions(BaseModel):
+class DGPOOptions(MethodOptions):
     """Options of the ``dgpo`` token method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     mix: float = Field(0.5, ge=0.0, le=1.0, description="Share of the advantage redistributed by the "
                                                         "gated deviation (0 = GRPO's uniform tokens).")

@@ -38,16 +38,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions
 from teamplay.credit.token.base import TOKEN_SPLIT, TokenAdvantages, conserve, per_message, register_token_credit
 
 
-class EPGRPOOptions(BaseModel):
+class EPGRPOOptions(MethodOptions):
     """Options of the ``ep_grpo`` token method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     mix: float = Field(0.5, ge=0.0, le=1.0, description="Share of the advantage spread by entropy (0 = uniform).")
     process: float = Field(0.5, ge=0.0, description="Weight of the divergence signal, in units of |A|.")

@@ -31,16 +31,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions
 from teamplay.credit.token.base import TOKEN_SPLIT, TokenAdvantages, conserve, per_message, register_token_credit
 
 
-class GEAROptions(BaseModel):
+class GEAROptions(MethodOptions):
     """Options of the ``gear`` token method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     threshold: float = Field(1.0, gt=0.0, description="Divergence (nats) above which a token starts a segment.")
     strength: float = Field(1.0, ge=0.0, description="Modulation scale (0 = GRPO's uniform tokens).")

@@ -28,16 +28,14 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions
 from teamplay.credit.token.base import TOKEN_SPLIT, TokenAdvantages, per_message, register_token_credit
 
 
-class STraceOptions(BaseModel):
+class STraceOptions(MethodOptions):
     """Options of the ``s_trace`` token method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     select: float = Field(0.2, gt=0.0, le=1.0, description="Share of tokens (highest entropy) that are decisions.")
     lam: float = Field(0.9, gt=0.0, le=1.0, description="Trace decay per later decision.")

@@ -34,9 +34,9 @@ from fractions import Fraction
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from teamplay.credit.registry import CardText, CreditBatch
+from teamplay.credit.registry import CardText, CreditBatch, MethodOptions
 from teamplay.credit.token.base import TokenAdvantages, group_token_stats, per_message, register_token_credit
 
 _NUM = r"-?\d+(?:\.\d+)?"
@@ -44,10 +44,8 @@ _OP = r"[-+*/x×÷]"
 CLAIM = re.compile(rf"(?<![\d.])({_NUM}(?:\s*{_OP}\s*{_NUM})+)\s*=\s*({_NUM})(?![\d.])")
 
 
-class VPROptions(BaseModel):
+class VPROptions(MethodOptions):
     """Options of the ``vpr`` token method."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     weight: float = Field(0.5, ge=0.0, description="Scale of the step advantage added to the message's.")
     normalise: Literal["group", "none"] = Field("group", description="'group': per claim position across "
