@@ -1,4 +1,4 @@
-"""A user protocol as a Python class: a planner writes a plan, solvers follow it, majority vote.
+"""A user protocol as a Python class: a planner writes a plan, solvers follow it, plurality vote.
 
 Load it by path: ``get_protocol("configs/protocols/example_protocol.py", n_solvers=3)``. A protocol
 file defines exactly one concrete ``Protocol`` subclass; it needs no registration.
@@ -12,7 +12,7 @@ from pydantic import Field
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols import Protocol, ProtocolOptions, ProtocolState, RoleSpec, TurnSpec
-from teamplay.envs.protocols.base import majority_of_latest
+from teamplay.envs.protocols.base import plurality_of_latest
 from teamplay.records import Message
 
 
@@ -21,7 +21,7 @@ class PlanSolveOptions(ProtocolOptions):
 
 
 class PlanSolve(Protocol):
-    """Planner writes a plan (no answer); solvers each follow it alone; majority of the solvers."""
+    """Planner writes a plan (no answer); solvers each follow it alone; plurality of the solvers."""
 
     name = "plan_solve"
     Options = PlanSolveOptions
@@ -52,4 +52,4 @@ class PlanSolve(Protocol):
         return "Follow the plan above to solve the problem, then give the final answer."
 
     def final_answer(self, state: ProtocolState) -> str | None:
-        return majority_of_latest(state, state.team.role("solver").agent_ids())
+        return plurality_of_latest(state, state.team.role("solver").agent_ids())

@@ -1,14 +1,16 @@
-"""Majority vote over agents' answers, shared by protocols and by credit characteristic functions.
+"""Votes over agents' answers, shared by protocols and by credit characteristic functions. Two rules,
+two names: ``plurality`` (most votes) and ``strict_majority`` (more than half of all voters).
 
-Rule of ``majority`` (the plurality rule, used everywhere): ``None`` answers (nothing parsable) do not vote; the answer
-with the most votes wins; a tie is broken in favour of the tied answer whose first vote came
-earliest in the given order. No votes at all gives ``None``.
+Rule of ``plurality`` (the team answer of ``vote``, ``debate`` and a YAML protocol's ``final: {rule:
+plurality}``): ``None`` answers (nothing parsable) do not vote; the answer with the most votes wins;
+a tie is broken in favour of the tied answer whose first vote came earliest in the given order. No
+votes at all gives ``None``.
 
->>> majority(["4", None, "5", "5", "4"])
+>>> plurality(["4", None, "5", "5", "4"])
 '4'
->>> majority(["7", "8", "8"])
+>>> plurality(["7", "8", "8"])
 '8'
->>> majority([None, None]) is None
+>>> plurality([None, None]) is None
 True
 
 ``strict_majority`` is the threshold rule of the ``vote`` protocol's ``rule: majority``: the answer
@@ -21,10 +23,13 @@ under it is ``[number of right voters > K / 2]`` whenever the right answers are 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 
-def majority(answers: Sequence[str | None]) -> str | None:
+def plurality(answers: Sequence[str | None]) -> str | None:
+    """The answer with the most votes, ties to the earliest voted (module docstring)."""
     counts: dict[str, int] = {}
     for answer in answers:
         if answer is not None:
@@ -44,3 +49,14 @@ def strict_majority(answers: Sequence[str | None]) -> str | None:
         if answer is not None:
             counts[answer] = counts.get(answer, 0) + 1
     return next((a for a, c in counts.items() if 2 * c > len(answers)), None)
+
+
+def __getattr__(name: str) -> Any:
+    # ``majority`` was the old name of ``plurality`` (it never meant more than half): read for one
+    # release with one warning line, then refused
+    if name == "majority":
+        warnings.warn(DeprecationWarning("teamplay.envs.voting.majority is now plurality (strict_majority is "
+                                         "the more-than-half rule); the old name is read until the next release, "
+                                         "then refused"), stacklevel=2)
+        return plurality
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from teamplay.credit.values.characteristic import (
     last_answer_scorer,
 )
 from teamplay.credit.values.shapley import shapley_exact
-from teamplay.envs.voting import majority
+from teamplay.envs.voting import plurality
 from teamplay.records import Episode, Message
 
 #: float64 machine epsilon, 2**-52; the unit roundoff of one rounded operation is EPS / 2
@@ -26,7 +26,7 @@ def vote_episode(answers):
     agents = tuple(f"solver_{i}" for i in range(len(answers)))
     msgs = tuple(Message(a, "solver", 0, "solve", f"... The answer is {x}.", answer=x)
                  for a, x in zip(agents, answers, strict=True))
-    return Episode("p1", "g1", agents, msgs, majority(answers), 0.0,
+    return Episode("p1", "g1", agents, msgs, plurality(answers), 0.0,
                    agent_answers=dict(zip(agents, answers, strict=True)))
 
 
@@ -61,7 +61,7 @@ def test_vectorised_vote_equals_majority_loop(answers):
     n = len(answers)
     expected = []
     for mask in range(2**n):
-        winner = majority([answers[j] for j in range(n) if (mask >> j) & 1])
+        winner = plurality([answers[j] for j in range(n) if (mask >> j) & 1])
         expected.append(0.0 if winner is None else scores[winner])
     assert cf.table().tolist() == expected  # exact: both pick the same score of the winner, no arithmetic
 

@@ -336,7 +336,7 @@ schedule:
   - {role: path_a, stage: solve, instruction: "Solve it.", sees: none}
   - {role: path_b, stage: solve, instruction: "Solve it.", sees: all}
   - {role: path_c, stage: solve, instruction: "Solve it.", sees: all}
-final: {rule: majority}
+final: {rule: plurality}
 """
 
 

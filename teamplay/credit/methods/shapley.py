@@ -46,7 +46,7 @@ class ShapleyOptions(GroupOptions):
     """Options of the ``shapley`` method."""
 
     value: Literal["vote", "masking", "replay", "judge"] = Field(
-        "vote", description="Characteristic function: 'vote' (majority of the coalition's answers, "
+        "vote", description="Characteristic function: 'vote' (plurality of the coalition's answers, "
                             "exact), 'masking' (withhold other agents' messages, score with "
                             "the transcript_scorer resource), 'replay' (the replay resource), 'judge' "
                             "(withhold other agents' messages; the judge resource writes an answer, the "
@@ -165,14 +165,14 @@ def agent_shapley(batch: CreditBatch, options: ShapleyOptions) -> np.ndarray:
 SHAPLEY_CARD = CardText(
     "phi_{g,i}: the Shapley value of agent i in the characteristic game v_g(S) of episode g, "
     "centred per agent across the group (A = n (phi - mean_g phi) / sigma) and broadcast to the "
-    "agent's spoken messages. v is vote (verifier score of the majority answer of S, v(empty) = "
+    "agent's spoken messages. v is vote (verifier score of the plurality answer of S, v(empty) = "
     "0), masking (transcript scorer on the transcript with other agents' messages withheld), "
     "replay (mean verifier score of k re-executions with only S playing) or judge (verifier score "
     "of the answer a generative judge writes after reading S's messages, v(empty) = 0 or the "
     "judge's question-only answer).",
     ("efficiency splits v(N) - v(empty) among the agents: a fair split of their interaction, an "
      "interventional effect only when v is additive",
-     "vote assumes the team's answer is a majority of answers the agents gave independently",
+     "vote assumes the team's answer is a plurality of answers the agents gave independently",
      MASKING,
      REPLAY,
      "judge: the judge's answer is a fair aggregate of the paths it reads; a bare copy of another "

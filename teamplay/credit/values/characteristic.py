@@ -4,7 +4,7 @@ Shapley credit needs a number for every coalition S of agents. Three ways to get
 interface, :class:`CharacteristicFunction`:
 
 * :class:`VoteCharacteristic`: exact for vote-type protocols (``vote``, ``debate``): ``v(S)`` is the
-  verifier score of the majority of the answers of the agents in S; ``v(empty) = 0``.
+  verifier score of the plurality answer of the agents in S; ``v(empty) = 0``.
 * :class:`MaskingCharacteristic`: no regeneration; messages of agents outside S are replaced by a
   placeholder (headers and order kept) and a :data:`TranscriptScorer` (a verifier on the last
   remaining answer, an :class:`LLMJudge`, ...) scores the masked transcripts in one batched call.
@@ -174,11 +174,11 @@ class CharacteristicFunction(ABC):
 
 
 class VoteCharacteristic(CharacteristicFunction):
-    """``v(S) = score_answer(majority(answers of the agents in S, in team order)))``, ``v(empty) = 0``.
+    """``v(S) = score_answer(plurality(answers of the agents in S, in team order)))``, ``v(empty) = 0``.
 
-    Uses the one majority rule of :func:`teamplay.envs.voting.majority` (``None`` does not vote,
+    Uses the one plurality rule of :func:`teamplay.envs.voting.plurality` (``None`` does not vote,
     ties go to the answer voted first in team order, no votes -> ``None``), vectorised over masks:
-    a test checks it equals the loop over ``majority`` on random answer lists. An agent missing from
+    a test checks it equals the loop over ``plurality`` on random answer lists. An agent missing from
     ``episode.agent_answers`` has answer ``None`` (a null player). ``score_answer(None)`` is never
     called: no answer scores 0. Each distinct answer is scored once.
     """
@@ -200,7 +200,7 @@ class VoteCharacteristic(CharacteristicFunction):
         return self._scores
 
     def winners(self, masks: np.ndarray) -> np.ndarray:
-        """Index into the distinct answers of each mask's majority, ``-1`` for no votes. [U]"""
+        """Index into the distinct answers of each mask's plurality winner, ``-1`` for no votes. [U]"""
         n, k = self.n_players, len(self._distinct)
         bits = ((masks[:, None] >> np.arange(n)) & 1).astype(bool)  # [U, n]
         if k == 0:

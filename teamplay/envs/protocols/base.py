@@ -36,6 +36,7 @@ fit.
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,7 +48,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from teamplay.agents.roles import Role, Team
 from teamplay.envs.tasks.base import Task
-from teamplay.envs.voting import majority
+from teamplay.envs.voting import plurality
 from teamplay.errors import ConfigError
 from teamplay.records import ChatMessage, ControllerDecision, Message, TaskItem, TurnRequest
 
@@ -453,9 +454,9 @@ class AnyRoleTeam(Protocol):
         return part.prompt
 
 
-class MajorityVote(Protocol):
+class PluralityVote(Protocol):
     """Base of protocols whose team answer is a vote of the agents of ``voting_role`` (``vote``,
-    ``debate``): each votes with the answer of its latest spoken message (``majority_of_latest``:
+    ``debate``): each votes with the answer of its latest spoken message (``plurality_of_latest``:
     agents without an answer do not vote, ties go to the earliest agent), and
     ``Episode.metadata["votes"]`` records every voter's answer (None: no vote)."""
 
@@ -467,7 +468,7 @@ class MajorityVote(Protocol):
         return team.role(self.voting_role).agent_ids()
 
     def final_answer(self, state: ProtocolState) -> str | None:
-        return majority_of_latest(state, self.voters(state.team))
+        return plurality_of_latest(state, self.voters(state.team))
 
     def episode_metadata(self, state: ProtocolState) -> dict[str, Any]:
         return {"votes": {a: state.answer_of_latest(a) for a in self.voters(state.team)}}
@@ -500,10 +501,10 @@ def latest_per_agent(state: ProtocolState, agents: Iterable[str], before_round: 
     return sorted(found, key=lambda m: order[id(m)])
 
 
-def majority_of_latest(state: ProtocolState, agents: Sequence[str]) -> str | None:
-    """Majority (``teamplay.envs.voting.majority``, ties to the earliest agent) over the answers of
-    each agent's latest spoken message; agents without one do not vote."""
-    return majority([state.answer_of_latest(a) for a in agents])
+def plurality_of_latest(state: ProtocolState, agents: Sequence[str]) -> str | None:
+    """Plurality (``teamplay.envs.voting.plurality``: most votes, ties to the earliest agent) over
+    the answers of each agent's latest spoken message; agents without one do not vote."""
+    return plurality([state.answer_of_latest(a) for a in agents])
 
 
 def check_count_option(protocol: Protocol, team: Team, role: str, option: int | None) -> None:
@@ -535,3 +536,16 @@ def _validate_options(protocol: str, model: type[ProtocolOptions],
                               f"(known options: {known})") from None
         raise ConfigError(f"protocol {protocol!r} option {field_name!r}: {err['msg']} "
                           f"(got {err.get('input')!r})") from None
+
+
+#: old names of this module -> their new names (both rules were called majority; now only the
+#: more-than-half rule is): read for one release with one warning line, then refused
+_RENAMED = {"majority_of_latest": "plurality_of_latest", "MajorityVote": "PluralityVote"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        warnings.warn(DeprecationWarning(f"teamplay.envs.protocols.base.{name} is now {_RENAMED[name]}; the old "
+                                         f"name is read until the next release, then refused"), stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

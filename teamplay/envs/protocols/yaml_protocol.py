@@ -16,8 +16,10 @@ Fields of a schedule entry: ``role`` (defined under ``roles``), ``stage`` (defau
 ``instruction``, ``sees`` (``all``: every earlier message, same round included; ``previous_round``;
 ``latest``: each agent's latest message from earlier rounds; ``none``), ``sees_roles`` (only
 messages of these roles), ``skippable`` (a speak/skip controller is asked first).
-Final rules: ``last`` (the answer of the last spoken message of ``roles``) or ``majority`` (majority
-over each agent of ``roles``: the answer of its latest message). ``roles`` defaults to all roles.
+Final rules: ``last`` (the answer of the last spoken message of ``roles``) or ``plurality`` (the
+answer with the most votes, ties to the earliest agent, over each agent of ``roles``: the answer of
+its latest message; ``teamplay.envs.voting.plurality``). ``roles`` defaults to all roles. The old
+name of ``plurality``, ``majority``, is read for one release with one warning line.
 
 ``traits`` (optional) lists what the protocol promises, by the names of
 ``teamplay.envs.protocols.traits.TRAITS`` (e.g. ``traits: [chain]``): credit methods that need a
@@ -30,6 +32,7 @@ A team given to the env must have exactly the YAML's roles; it may change their 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -45,10 +48,10 @@ from teamplay.envs.protocols.base import (
     SkippableOptions,
     TurnSpec,
     latest_per_agent,
-    majority_of_latest,
+    plurality_of_latest,
 )
 from teamplay.envs.protocols.traits import check_traits
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.records import Message
 
 
@@ -74,7 +77,8 @@ class YamlTurn(_Strict):
 
 
 class YamlFinal(_Strict):
-    rule: Literal["last", "majority"] = Field(description="How the final answer is chosen.")
+    rule: Literal["last", "plurality"] = Field(description="How the final answer is chosen: 'last' or "
+                                                           "'plurality' (most votes).")
     roles: list[str] | None = Field(None, description="Roles whose answers count (default: all).")
 
 
@@ -113,6 +117,7 @@ def parse_spec(data: Any, source: str = "protocol") -> ProtocolSpec:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: protocol: expected a mapping with name, roles, schedule, final; "
                           f"got {type(data).__name__}")
+    data = _renamed_final_rule(data, source)
     try:
         spec = ProtocolSpec.model_validate(data)
     except ValidationError as exc:
@@ -142,6 +147,18 @@ def parse_spec(data: Any, source: str = "protocol") -> ProtocolSpec:
         check(role, f"final.roles[{j}]")
     check_traits(spec.traits, f"{source}: protocol.traits")
     return spec
+
+
+def _renamed_final_rule(data: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """``data`` with ``final.rule: majority`` (the old name of ``plurality``: it never meant more than
+    half) read as ``plurality``, warning once; ``data`` itself otherwise."""
+    final = data.get("final")
+    if not (isinstance(final, Mapping) and final.get("rule") == "majority"):
+        return data
+    warnings.warn(TeamplayWarning(f"{source}: protocol.final.rule 'majority' is now 'plurality' (most votes; "
+                                  f"'majority' is kept for more than half); the old name is read until the next "
+                                  f"release, then refused"), stacklevel=3)
+    return {**data, "final": {**final, "rule": "plurality"}}
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -199,8 +216,8 @@ class YamlProtocol(Protocol):
 
     def final_answer(self, state: ProtocolState) -> str | None:
         roles = self.spec.final.roles or list(self.spec.roles)
-        if self.spec.final.rule == "majority":
+        if self.spec.final.rule == "plurality":
             agents = [a for a in self.agent_order(state.team) if state.team.role_of(a).name in roles]
-            return majority_of_latest(state, agents)
+            return plurality_of_latest(state, agents)
         last = next((m for m in reversed(state.messages) if m.spoke and m.role in roles), None)
         return last.answer if last is not None else None

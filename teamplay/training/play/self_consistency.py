@@ -12,7 +12,7 @@ problem p, with ``B_p`` = the completion tokens the team generated on it (``Epis
   until its samples' generated tokens reach ``B_p``: the number of samples ``n_p`` is the smallest
   n >= 1 with ``tokens_1 + ... + tokens_n >= B_p``, so it spends at least the team's tokens and at
   most one sample more (``max_samples`` caps ``n_p``, for an agent that writes nothing);
-* its answer is the majority of its ``n_p`` answers (``teamplay.envs.voting.majority``: no-answers
+* its answer is the majority of its ``n_p`` answers (``teamplay.envs.voting.plurality``: no-answers
   do not vote, ties go to the earliest), scored like the team's.
 
 Samples are drawn in rounds, each one batched ``run`` over every problem still under its budget,
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from teamplay.envs.voting import majority
+from teamplay.envs.voting import plurality
 from teamplay.records import Episode, TaskItem
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.play.team_metrics import Correct
@@ -93,7 +93,7 @@ def sample_at_budget(runner: RolloutRunner, episodes: Sequence[Episode], items: 
         for i, solo in zip(todo, runner.run(jobs, seed=round_seed), strict=True):
             answers[i].append(solo.final_answer)
             tokens[i].append(solo.tokens)
-    return [SoloVotes(b, tuple(a), tuple(t), majority(a)) for b, a, t in zip(budgets, answers, tokens, strict=True)]
+    return [SoloVotes(b, tuple(a), tuple(t), plurality(a)) for b, a, t in zip(budgets, answers, tokens, strict=True)]
 
 
 def self_consistency_metrics(votes: Sequence[SoloVotes], episodes: Sequence[Episode], correct: Correct,

@@ -19,7 +19,7 @@ made-up 0). Correctness of an answer is the task's ``score_answer(answer, item) 
 * ``correction_rate`` = episodes whose initial answer was wrong and final answer right / episodes
   whose initial answer was wrong; ``harm_rate`` = right -> wrong / initially right.
 * Debate (messages of stage ``debate``): for each revision turn, the majority of all debaters'
-  latest answers before that round (``teamplay.envs.voting.majority``); ``toward_majority`` = turns
+  latest answers before that round (``teamplay.envs.voting.plurality``); ``toward_majority`` = turns
   that changed the agent's answer to the majority from a non-majority answer / revision turns,
   ``away_from_majority`` = turns that left the majority answer for another / revision turns.
 
@@ -58,7 +58,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from teamplay.envs.voting import majority
+from teamplay.envs.voting import plurality
 from teamplay.records import Episode
 
 Correct = Callable[[str | None, str], bool]
@@ -118,7 +118,7 @@ def debate_metrics(episodes: Sequence[Episode], out: dict[str, Any]) -> None:
         rounds = sorted({m.round for m in ep.messages})
         for r in rounds:
             before = dict(latest)
-            crowd = majority([before.get(a) for a in ep.agents])
+            crowd = plurality([before.get(a) for a in ep.agents])
             for m in ep.messages:
                 if m.round != r:
                     continue

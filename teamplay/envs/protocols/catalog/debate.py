@@ -3,9 +3,9 @@
 Round 0: every debater answers alone. Rounds ``1..R``: every debater sees each debater's latest
 message from the earlier rounds (the others' as user messages, its own as an assistant message) and
 writes an updated solution. All turns of a round are simultaneous, so the Parallel API applies.
-Final answer: majority (``teamplay.envs.voting.majority``, ties to the earliest debater) over the
+Final answer: plurality (``teamplay.envs.voting.plurality``, ties to the earliest debater) over the
 answers of each debater's latest message; a debater that skipped the last round votes with its
-earlier message. Initial answer: the majority of round 0. Rounds ``>= 1`` are skippable by a
+earlier message. Initial answer: the plurality of round 0. Rounds ``>= 1`` are skippable by a
 speak/skip controller; round 0 always speaks.
 """
 
@@ -18,7 +18,7 @@ from pydantic import Field
 
 from teamplay.agents.roles import Team
 from teamplay.envs.protocols.base import (
-    MajorityVote,
+    PluralityVote,
     ProtocolState,
     RoleSpec,
     SkippableOptions,
@@ -38,14 +38,14 @@ DEBATE_INSTRUCTION = ("Above are the latest solutions of all agents, yours inclu
 
 class DebateOptions(SkippableOptions):
     rounds: int = Field(2, ge=0, le=16, description="Debate rounds R after the first answers "
-                                                    "(0 = plain majority vote).")
+                                                    "(0 = a plain plurality vote).")
     n_agents: int | None = Field(None, ge=2, le=16, description="Number of debaters. None: the team "
                                  "decides (default team: 3).")
 
 
 @register_protocol
-class Debate(MajorityVote):
-    """N debaters answer, then R rounds reading each other's latest answers; majority of the last."""
+class Debate(PluralityVote):
+    """N debaters answer, then R rounds reading each other's latest answers; plurality of the last."""
 
     name = "debate"
     traits = frozenset({"every_agent_answers", "revises"})

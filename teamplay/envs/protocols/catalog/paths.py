@@ -19,7 +19,7 @@ round is simultaneous (no turn sees its own round), so the Parallel API applies 
 
 Answers and scores: the team's answer is the judge's, and the team reward is the verifier's score of
 it (a judge without an answer, or a judge turn skipped by a replay, scores 0: the paths' answers
-never stand in for it). Before the judge's turn the team's answer is the majority of the paths'
+never stand in for it). Before the judge's turn the team's answer is the plurality of the paths'
 answers so far (ties to the earliest path), which is what the paths would answer without a judge
 (``vote``): the episode's ``initial_answer``, read after round 0, is the paths' vote under ``none``
 and the first path's answer under ``earlier``. ``Episode.agent_correct`` holds each path's own answer
@@ -56,7 +56,7 @@ from teamplay.envs.protocols.base import (
     RoleSpec,
     TurnSpec,
     instruction_option,
-    majority_of_latest,
+    plurality_of_latest,
 )
 from teamplay.envs.protocols.catalog.single import SOLVE_INSTRUCTION, SOLVER_PROMPT
 from teamplay.envs.protocols.registry import register_protocol
@@ -171,11 +171,11 @@ class Paths(Protocol):
 
     def final_answer(self, state: ProtocolState) -> str | None:
         """The judge's answer once its turn is recorded (None when it gave none or was skipped);
-        before, the paths' majority (module docstring)."""
+        before, the paths' plurality (module docstring)."""
         judge = self.judge(state.team)
         if any(m.agent == judge for m in state.messages):
             return state.answer_of_latest(judge)
-        return majority_of_latest(state, self.paths(state.team))
+        return plurality_of_latest(state, self.paths(state.team))
 
     def score_visible(self, task: Task, item: TaskItem, messages: Sequence[Message],
                       withheld: Sequence[bool]) -> float:

@@ -1,7 +1,7 @@
-"""``vote``: N independent solvers, majority vote (self-consistency over parallel reasoning paths).
+"""``vote``: N independent solvers, a plurality vote (self-consistency over parallel reasoning paths).
 
 All solvers answer in one simultaneous round and see nothing but the problem. The final answer is
-``teamplay.envs.voting.majority`` of their answers in agent order (unparsable answers do not vote;
+``teamplay.envs.voting.plurality`` of their answers in agent order (unparsable answers do not vote;
 ties go to the answer voted first).
 
 ``rule: majority`` makes the team answer the strict majority instead (``strict_majority``: the
@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import Field
 
 from teamplay.agents.roles import Team
-from teamplay.envs.protocols.base import MajorityVote, ProtocolState, ReplyPrefixOptions, TurnSpec, instruction_option
+from teamplay.envs.protocols.base import PluralityVote, ProtocolState, ReplyPrefixOptions, TurnSpec, instruction_option
 from teamplay.envs.protocols.catalog.single import IndependentSolvers
 from teamplay.envs.protocols.registry import register_protocol
 from teamplay.envs.tasks.base import Task
@@ -42,8 +42,8 @@ class VoteOptions(ReplyPrefixOptions):
 
 
 @register_protocol
-class Vote(MajorityVote, IndependentSolvers):
-    """N independent solvers in one simultaneous round; final answer = majority vote."""
+class Vote(PluralityVote, IndependentSolvers):
+    """N independent solvers in one simultaneous round; final answer = their plurality (or strict majority)."""
 
     name = "vote"
     traits = frozenset({"every_agent_answers", "independent_vote"})
