@@ -191,9 +191,11 @@ def list_command(
     table = Table(title="protocols")
     table.add_column("name", no_wrap=True)
     table.add_column("description")
+    table.add_column("traits (what credit methods ask for)")
     for name in protocol_names() + plugins["protocol"]:
-        doc = (get_protocol(name).__doc__ or "").strip().splitlines()
-        table.add_row(_short(name), doc[0] if doc else "")
+        protocol = get_protocol(name)
+        doc = (protocol.__doc__ or "").strip().splitlines()
+        table.add_row(_short(name), doc[0] if doc else "", ", ".join(sorted(protocol.traits)) or "-")
     console.print(table)
     table = Table(title="credit methods")
     table.add_column("name", no_wrap=True)

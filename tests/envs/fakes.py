@@ -10,13 +10,17 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from teamplay.envs.protocols import protocol_names
+from teamplay.envs.protocols.registry import PROTOCOLS
 from teamplay.envs.tasks.base import Task
 from teamplay.records import Episode, Generation, TaskItem, TurnRequest
 
 REPO = Path(__file__).resolve().parents[2]
 YAML_EXAMPLE = str(REPO / "configs" / "protocols" / "solver_checker.yaml")
 PYTHON_EXAMPLE = str(REPO / "configs" / "protocols" / "example_protocol.py")
-BUILTINS = ["single", "vote", "proposer_reviewer", "debate", "sequential", "paths", "review"]
+#: the registered protocols any task fits (``relay`` and ``split`` need items of their own shape: their
+#: ``example_task``); a new registered protocol joins the tests that use these without a list to edit
+BUILTINS = [name for name in protocol_names() if PROTOCOLS.get(name).example_task is None]
 ALL_PROTOCOLS = [*BUILTINS, YAML_EXAMPLE, PYTHON_EXAMPLE]
 
 _INT = re.compile(r"-?\d+")

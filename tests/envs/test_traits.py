@@ -119,3 +119,14 @@ def test_the_how_to_lists_every_trait_with_the_protocols_that_declare_it():
     assert sorted(rows) == sorted(TRAITS)
     for trait, listed in rows.items():
         assert sorted(p.strip() for p in listed.split(",")) == protocols_with([trait]), trait
+
+
+def test_teamplay_list_shows_each_protocols_traits():
+    from typer.testing import CliRunner
+
+    from teamplay.cli import app
+
+    result = CliRunner().invoke(app, ["list"], env={"COLUMNS": "240"})
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "proposer_reviewer" in line and "chain" in line)
+    assert "revises" in row and "verdicts" in row
