@@ -34,7 +34,7 @@ def parse_verdict(text: str) -> bool | None:
     >>> parse_verdict("I think it is right") is None
     True
     """
-    from teamplay.envs.protocols.catalog.proposer_reviewer import parse_verdict as protocol_verdict
+    from teamplay.envs.protocols.verdicts import parse_verdict as protocol_verdict
 
     verdict = protocol_verdict(text)
     return None if verdict is None else verdict == "RIGHT"
