@@ -103,6 +103,19 @@ def _legend(ax: Axes, n_series: int) -> None:
                   bbox_to_anchor=(0.0, 1.0), borderaxespad=0.2, handlelength=1.8)
 
 
+def _finished(fig, ax: Axes, drawn: int, key: str, title: str, out_dir: Path, axis_labels: tuple[str, str],
+              note: str, empty: str, legend_at_least: int = 1) -> Plot:
+    """The ``Plot`` of a figure of ``drawn`` series: no image and the ``empty`` note when nothing was
+    drawn, else the figure styled (``axis_labels``: x and y), with a legend for two series or more
+    (at least ``legend_at_least``), saved as ``out_dir/KEY.png`` and shown with ``note``."""
+    if not drawn:
+        plt.close(fig)
+        return Plot(key, title, None, empty)
+    _style(ax, *axis_labels)
+    _legend(ax, max(drawn, legend_at_least))
+    return Plot(key, title, _save(fig, out_dir / f"{key}.png"), note)
+
+
 def _steps_with(run: RunData, name: str) -> tuple[list[int], list[float]]:
     xs = [s.step for s in run.steps if s.get(name) is not None]
     return xs, [float(s.scalars[name]) for s in run.steps if s.get(name) is not None]
@@ -133,12 +146,7 @@ def scalar_plot(runs: RunSeries, out_dir: Path, key: str, title: str, series: Se
                                     [y + w for y, w in zip(ys, widths, strict=True)], color=color, alpha=0.12,
                                     linewidth=0)
             drawn += 1
-    if not drawn:
-        plt.close(fig)
-        return Plot(key, title, None, missing)
-    _style(ax, "training step", ylabel)
-    _legend(ax, drawn)
-    return Plot(key, title, _save(fig, out_dir / f"{key}.png"), "")
+    return _finished(fig, ax, drawn, key, title, out_dir, ("training step", ylabel), "", missing)
 
 
 def reward_plot(runs: RunSeries, out_dir: Path) -> Plot:
@@ -191,7 +199,6 @@ def tokens_plot(runs: RunSeries, out_dir: Path) -> Plot:
 def heldout_plot(runs: RunSeries, out_dir: Path) -> Plot:
     """Held-out team accuracy at every evaluation (step 0 = before training; the final one is a
     larger marker) and the fraction of problems any agent got right."""
-    key, title = "heldout", "Held-out accuracy"
     fig, ax = plt.subplots(figsize=FIGSIZE)
     drawn = 0
     for i, (label, run) in enumerate(runs):
@@ -209,15 +216,12 @@ def heldout_plot(runs: RunSeries, out_dir: Path) -> Plot:
             if finals:
                 ax.plot(*zip(*finals, strict=True), color=color, marker="*", markersize=11, linestyle="none")
             drawn += 1
-    if not drawn:
-        plt.close(fig)
-        return Plot(key, title, None, "no held-out evaluation in this run (eval_task is not set)")
     ax.set_ylim(-0.03, 1.03)
-    _style(ax, "training step (0 = before training, ★ = final)", "accuracy")
-    _legend(ax, drawn)
-    return Plot(key, title, _save(fig, out_dir / f"{key}.png"),
-                "Greedy held-out evaluation: team accuracy and the fraction of problems where at least "
-                "one agent's last answer was right (the headroom a better final-answer rule could use).")
+    return _finished(fig, ax, drawn, "heldout", "Held-out accuracy", out_dir,
+                     ("training step (0 = before training, ★ = final)", "accuracy"),
+                     "Greedy held-out evaluation: team accuracy and the fraction of problems where at least "
+                     "one agent's last answer was right (the headroom a better final-answer rule could use).",
+                     "no held-out evaluation in this run (eval_task is not set)")
 
 
 def _role_plot(runs: RunSeries, out_dir: Path, key: str, title: str, field: str, ylabel: str,
@@ -260,12 +264,8 @@ def _role_plot(runs: RunSeries, out_dir: Path, key: str, title: str, field: str,
                 drawn += 1
         if field == "adv_mean" and drawn:
             ax.axhline(0.0, color="#9ca3af", linewidth=0.8)
-    if not drawn:
-        plt.close(fig)
-        return Plot(key, title, None, "no credited step yet (every group had equal rewards, or no step ran)")
-    _style(ax, "training step", ylabel)
-    _legend(ax, max(drawn, 2))
-    return Plot(key, title, _save(fig, out_dir / f"{key}.png"), "")
+    return _finished(fig, ax, drawn, key, title, out_dir, ("training step", ylabel), "",
+                     "no credited step yet (every group had equal rewards, or no step ran)", legend_at_least=2)
 
 
 def credit_share_plot(runs: RunSeries, out_dir: Path) -> Plot:

@@ -12,7 +12,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from teamplay.report.data import _eval_metrics, _read_jsonl
-from teamplay.report.plots import FIGSIZE, PALETTE, Plot, _legend, _marker, _save, _style, mathtext_safe
+from teamplay.report.plots import FIGSIZE, PALETTE, Plot, _finished, _marker, mathtext_safe
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.run.warm_start import WARM_DIR
 
@@ -57,7 +57,6 @@ def load_warm_start(run_dir: Path) -> WarmStartLog | None:
 
 def loss_plot(runs: Sequence[tuple[str, WarmStartLog]], out_dir: Path) -> Plot:
     """The warm start's loss (mean NLL per completion token of a message) by step, one curve per run."""
-    key, title = "warm_start_loss", "Warm start: fine-tuning loss"
     fig, ax = plt.subplots(figsize=FIGSIZE)
     drawn = 0
     for i, (label, log) in enumerate(runs):
@@ -67,10 +66,7 @@ def loss_plot(runs: Sequence[tuple[str, WarmStartLog]], out_dir: Path) -> Plot:
         ax.plot(xs, ys, color=PALETTE[i % len(PALETTE)], marker=_marker(len(xs)), markersize=3.5, linewidth=1.8,
                 label=mathtext_safe(label))
         drawn += 1
-    if not drawn:
-        plt.close(fig)
-        return Plot(key, title, None, "no warm-start step logged yet")
-    _style(ax, "warm-start step", "NLL per token")
-    _legend(ax, drawn)
-    return Plot(key, title, _save(fig, out_dir / f"{key}.png"),
-                "Negative log-likelihood of each role's own completion tokens (prompt and other roles masked).")
+    return _finished(fig, ax, drawn, "warm_start_loss", "Warm start: fine-tuning loss", out_dir,
+                     ("warm-start step", "NLL per token"),
+                     "Negative log-likelihood of each role's own completion tokens (prompt and other roles masked).",
+                     "no warm-start step logged yet")
