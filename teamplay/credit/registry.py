@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -25,6 +25,9 @@ from teamplay.credit.values.replay_query import ReplayEngine
 from teamplay.errors import ConfigError, DataError, TeamplayError, TeamplayWarning
 from teamplay.records import Episode, TaskItem
 from teamplay.registry import Registry, decorated
+
+if TYPE_CHECKING:
+    from teamplay.envs.protocols.base import Protocol
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,7 @@ def get_credit(name: str) -> CreditMethod:
     return CREDIT.get(name)
 
 
-def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, protocol: Any,
+def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, protocol: Protocol | str | None,
                  provided: frozenset[str] | None) -> BaseModel:
     """Everything about a credit choice that can be known before a model loads: the method exists,
     its options parse, ``protocol`` (a ``Protocol``, a registered protocol's name, or None: not
@@ -258,7 +261,7 @@ def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, proto
     return parsed
 
 
-def check_protocol_fits(method: CreditMethod, options: BaseModel, protocol: Any) -> None:
+def check_protocol_fits(method: CreditMethod, options: BaseModel, protocol: Protocol | str) -> None:
     """ConfigError (one line) when ``protocol`` (a ``Protocol`` or a name) lacks a trait ``method``
     needs under ``options``: the line names the trait, what it promises and the protocols that
     declare it."""
