@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from teamplay.cli.app import command, console
+from teamplay.cli.tables import listing
 from teamplay.config import load_config
 from teamplay.errors import TeamplayError
 from teamplay.registry import is_plugin_spec
@@ -179,45 +180,38 @@ def list_command(
     from teamplay.envs.tasks import TASKS, get_task, task_names
 
     plugins = _load_plugins(plugin, CREDIT, TASKS, PROTOCOLS)
-
-    table = Table(title="tasks")
-    table.add_column("name", no_wrap=True)
-    table.add_column("splits")
-    table.add_column("how answers are read")
-    for name in task_names() + plugins["task"]:
-        t = get_task(name)
-        table.add_row(_short(name), ", ".join(t.splits), t.answer_instruction)
-    console.print(table)
-    table = Table(title="protocols")
-    table.add_column("name", no_wrap=True)
-    table.add_column("description")
-    table.add_column("traits (what credit methods ask for)")
-    for name in protocol_names() + plugins["protocol"]:
-        protocol = get_protocol(name)
-        doc = (protocol.__doc__ or "").strip().splitlines()
-        table.add_row(_short(name), doc[0] if doc else "", ", ".join(sorted(protocol.traits)) or "-")
-    console.print(table)
-    table = Table(title="credit methods")
-    table.add_column("name", no_wrap=True)
-    table.add_column("what it does")
-    table.add_column("needs")
+    tasks = {name: get_task(name) for name in task_names() + plugins["task"]}
+    console.print(listing("tasks", ("name", "splits", "how answers are read"),
+                          [(_short(name), ", ".join(t.splits), t.answer_instruction) for name, t in tasks.items()]))
+    protocols = {name: get_protocol(name) for name in protocol_names() + plugins["protocol"]}
+    console.print(listing("protocols", ("name", "description", "traits (what credit methods ask for)"),
+                          [(_short(name), _first_line(p.__doc__), ", ".join(sorted(p.traits)) or "-")
+                           for name, p in protocols.items()]))
     given = {spec: CREDIT.get(spec) for spec in plugins["credit method"]}
-    for name, method in _credit_rows(credit_methods(), given):
-        needs = sorted(method.requires(method.options()))
-        fitting = method.fitting_protocols()
-        if fitting is not None:
-            needs.append("protocol " + "/".join(fitting))
-        table.add_row(name, method.summary, ", ".join(needs) or "-")
-    console.print(table)
+    console.print(listing("credit methods", ("name", "what it does", "needs"),
+                          [(name, method.summary, ", ".join(_credit_needs(method)) or "-")
+                           for name, method in _credit_rows(credit_methods(), given)]))
     from teamplay.credit.token import token_methods
 
-    table = Table(title="token credit methods (credit.token: after the message method, per role)")
-    table.add_column("name")
-    table.add_column("what it does")
-    table.add_column("needs")
-    for name, tm in token_methods().items():
-        table.add_row(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
-    console.print(table)
+    console.print(listing("token credit methods (credit.token: after the message method, per role)",
+                          ("name", "what it does", "needs"),
+                          [(name, tm.summary, ", ".join(sorted(tm.needs)) or "behaviour log-probs")
+                           for name, tm in token_methods().items()]))
+
+
+def _first_line(doc: str | None) -> str:
+    """The first line of a docstring ("" without one)."""
+    lines = (doc or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _credit_needs(method) -> list[str]:
+    """What a credit method needs: its resources (with its default options) and the protocols it fits."""
+    needs = sorted(method.requires(method.options()))
+    fitting = method.fitting_protocols()
+    if fitting is not None:
+        needs.append("protocol " + "/".join(fitting))
+    return needs
 
 
 def _credit_rows(registered: dict, given: dict) -> list[tuple[str, object]]:

@@ -1,10 +1,22 @@
-"""The result tables the commands print (rich ``Table``s): a team's evaluation metrics, a
-controlled team beside the same team always speaking, a run's held-out figures before and after
-training, and a sweep's mean ± 95% CI per grid point."""
+"""The tables the commands print (rich ``Table``s): ``teamplay list``'s listings, a team's evaluation
+metrics, a controlled team beside the same team always speaking, a run's held-out figures before and
+after training, and a sweep's mean ± 95% CI per grid point."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from rich.table import Table
+
+
+def listing(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> Table:
+    """A table of ``teamplay list``: ``columns`` (the first, the name, never wraps) and one row per entry."""
+    table = Table(title=title)
+    for i, column in enumerate(columns):
+        table.add_column(column, no_wrap=i == 0)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def controller_table(title: str, mode: str, controlled, always) -> Table:
