@@ -139,24 +139,24 @@ def test_each_parallel_step_is_one_round(paths_see, steps):
 # ---- rewards and agent_correct with scripted paths ---------------------------------------------
 
 def test_the_reward_is_the_judges_answer_not_the_paths():
-    # oracle paths, a wrong judge: every path right (agent_correct 1), the team wrong
-    ep, _ = scripted_episode("oracle", "oracle", "oracle", judge="wrong")
+    # truthful paths, a wrong judge: every path right (agent_correct 1), the team wrong
+    ep, _ = scripted_episode("truthful", "truthful", "truthful", judge="wrong")
     assert ep.reward == 0.0 and ep.final_answer == "8"
     assert dict(ep.agent_correct) == {"a_0": 1.0, "b_0": 1.0, "c_0": 1.0, "judge_0": 0.0}
     assert ep.metadata["initial_answer"] == "7"  # the paths' vote was right: the judge broke it
     # a judge copying the one right path beats the paths' (wrong) majority
-    ep, _ = scripted_episode("oracle", "wrong", "wrong", judge="copier(agent=a_0)")
+    ep, _ = scripted_episode("truthful", "wrong", "wrong", judge="copier(agent=a_0)")
     assert ep.reward == 1.0 and ep.final_answer == "7" and ep.metadata["initial_answer"] == "8"
     assert dict(ep.agent_correct) == {"a_0": 1.0, "b_0": 0.0, "c_0": 0.0, "judge_0": 1.0}
     # a judge without an answer: reward 0; the paths' right answers do not stand in
-    ep, _ = scripted_episode("oracle", "oracle", "oracle", judge="silent")
+    ep, _ = scripted_episode("truthful", "truthful", "truthful", judge="silent")
     assert ep.reward == 0.0 and ep.final_answer is None and ep.agent_correct["judge_0"] == 0.0
 
 
 @pytest.mark.parametrize("paths_see,copier_right", [("none", 0.0), ("earlier", 1.0)])
 def test_a_copier_copies_only_what_it_can_see_and_a_silent_path_answers_nothing(paths_see, copier_right):
     # judge `copier`: the latest answer in its transcript (silent c gave none, so b's if any, else a's)
-    ep, _ = scripted_episode("oracle", "copier(agent=a_0)", "silent", judge="copier", paths_see=paths_see)
+    ep, _ = scripted_episode("truthful", "copier(agent=a_0)", "silent", judge="copier", paths_see=paths_see)
     assert [m.text for m in ep.messages][1] == ("The answer is \\boxed{7}." if copier_right else "I have no answer.")
     assert dict(ep.agent_correct) == {"a_0": 1.0, "b_0": copier_right, "c_0": 0.0, "judge_0": 1.0}
     assert ep.metadata["path_answers"] == {"a_0": "7", "b_0": "7" if copier_right else None, "c_0": None}
@@ -166,7 +166,7 @@ def test_a_copier_copies_only_what_it_can_see_and_a_silent_path_answers_nothing(
 # ---- the masked-transcript value ---------------------------------------------------------------
 
 def test_score_visible_is_the_judges_answer_when_visible_so_masking_credits_only_the_judge():
-    ep, env = scripted_episode("oracle", "copier(agent=a_0)", "silent", judge="copier", paths_see="earlier")
+    ep, env = scripted_episode("truthful", "copier(agent=a_0)", "silent", judge="copier", paths_see="earlier")
     protocol = env.protocol
     # masks: bit j = agent j of (a_0, b_0, c_0, judge_0); v(S) = R [judge_0 in S] = [judge_0 in S]
     table = [protocol.score_visible(FakeTask(), ITEM, ep.messages, [not (s >> j) & 1 for j in range(4)])
@@ -175,7 +175,7 @@ def test_score_visible_is_the_judges_answer_when_visible_so_masking_credits_only
     # the judge is the one player that changes v: it gets v(N) - v(empty) = 1, the paths none
     assert shapley_exact(4, np.array(table)) == pytest.approx([0, 0, 0, 1], abs=1e-12)
     # a wrong judge scores 0 even with every right path visible
-    wrong, _ = scripted_episode("oracle", "oracle", "oracle", judge="wrong")
+    wrong, _ = scripted_episode("truthful", "truthful", "truthful", judge="wrong")
     assert protocol.score_visible(FakeTask(), ITEM, wrong.messages, [False] * 4) == 0.0
     # a prefix without the judge's message has no team answer
     assert protocol.score_visible(FakeTask(), ITEM, ep.messages[:3], [False] * 3) == 0.0
@@ -238,7 +238,7 @@ def run_team(first_path: str):
 
 
 def test_judge_shapley_gives_the_silent_path_no_credit():
-    right, wrong = run_team("oracle"), run_team("wrong")
+    right, wrong = run_team("truthful"), run_team("wrong")
     assert [m.text for m in right.messages] == ["The answer is \\boxed{12}."] * 2 + [
         "I have nothing to add.", "The answer is \\boxed{12}."]
     assert right.reward == 1.0 and wrong.reward == 0.0 and wrong.final_answer == "13"
