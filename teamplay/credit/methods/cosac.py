@@ -20,8 +20,8 @@ an int array [B, k] (actions of agents 0..k-1, one row per query) and ``probs`` 
 function.
 
 The registered method ``cosac`` applies this to episodes with a fixed turn order: the protocols
-declaring the trait ``chain`` (sequential, proposer_reviewer, review; proposals labelled by their answers, reviews by their verdicts; see
-:func:`cosac_credit`).
+declaring the trait ``chain`` (sequential, proposer_reviewer, review; proposals labelled by their
+answers, reviews by their verdicts; see :func:`cosac_credit`).
 
 Invariants (tested): with exact expectations ``Σ_k Â_k = f̂(a) − E[f̂]`` (telescoping); adding a
 constant to every entry of one block ``φ̂_k`` changes no advantage; when no policy depends on its
