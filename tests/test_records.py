@@ -8,13 +8,13 @@ import pytest
 
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import ControllerDecision, Episode, Generation
-from tests.envs.fakes import ITEMS, FakeTask, oracle, play
+from tests.envs.fakes import ITEMS, FakeTask, play, truthful
 
 ITEM = ITEMS[3]  # reference "7"
 
 
 def _generation(request):
-    text = oracle(request)
+    text = truthful(request)
     n = 2 + request.round  # 2, 3, 4, ... tokens per turn
     return Generation(text=text, prompt_ids=(1, 2, 3), completion_ids=tuple(range(10, 10 + n)),
                       logprobs=tuple(-0.5 for _ in range(n)), adapter=request.adapter)
@@ -38,7 +38,7 @@ def test_generation_tokens_calls_and_answers():
 
 
 def test_string_actions_have_no_tokens_and_group_defaults_to_item():
-    ep = play(TeamEnv(FakeTask(), "vote"), oracle, item=ITEM)
+    ep = play(TeamEnv(FakeTask(), "vote"), truthful, item=ITEM)
     assert ep.tokens == 0 and ep.calls == 3 and ep.group_id == ITEM.id
     assert all(m.adapter is None and m.completion_ids == () for m in ep.messages)
 
@@ -72,8 +72,8 @@ def test_episode_before_the_end_raises_and_infos_at_the_end():
 
 def test_reset_starts_a_fresh_episode():
     env = TeamEnv(FakeTask(), "single", items=ITEMS)
-    first = play(env, oracle, item=ITEMS[0])
-    second = play(env, oracle, item=ITEMS[1])
+    first = play(env, truthful, item=ITEMS[0])
+    second = play(env, truthful, item=ITEMS[1])
     assert len(first.messages) == len(second.messages) == 1
     assert second.problem_id == ITEMS[1].id
 

@@ -18,7 +18,7 @@ from teamplay.training.experiments.controller_training import train_controllers
 from teamplay.training.play.controllers import TeamControllers, speak_rates
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.wiring.envs import env_factory
-from tests.envs.fakes import ITEMS, FakeTask, oracle
+from tests.envs.fakes import ITEMS, FakeTask, truthful
 
 REVIEW_STATE = ("controller", "vote_0", "last")  # the review of a 3-round dialogue (round 2 of 3)
 PR3 = ProtocolConfig(name="proposer_reviewer", options={"rounds": 3})
@@ -198,7 +198,7 @@ def _run(ctrl, mode, backend, n=3):
 
 
 def test_training_skip_generates_a_counterfactual_in_the_same_batch():
-    backend = CountingBackend(oracle)
+    backend = CountingBackend(truthful)
     episodes = _run(_skip_reviews(), "train", backend)
     # 3 lock-step turns (propose, review, propose), each ONE generate call for the 3 episodes
     assert [len(c) for c in backend.calls] == [3, 3, 3]
@@ -209,7 +209,7 @@ def test_training_skip_generates_a_counterfactual_in_the_same_batch():
         assert not review.spoke and review.text == "" and review.n_tokens == 0
         assert ep.calls == 2 and ep.metadata["skipped"] == 1
         [rev_entry] = [e for e in ep.decisions if e.stage == "review"]
-        # oracle review "RIGHT\nThe answer is R." = 5 words = 5 tokens, outside the team's count
+        # truthful review "RIGHT\nThe answer is R." = 5 words = 5 tokens, outside the team's count
         assert rev_entry.counterfactual_text.startswith("RIGHT") and rev_entry.counterfactual_tokens == 5
         assert ep.counterfactual_tokens == 5
         assert ep.tokens == sum(m.n_tokens for m in ep.messages)
@@ -220,7 +220,7 @@ def test_training_skip_generates_a_counterfactual_in_the_same_batch():
 def test_evaluation_skip_generates_nothing_and_learns_nothing():
     ctrl = _skip_reviews()
     before = json.dumps(ctrl.state_dict())
-    backend = CountingBackend(oracle)
+    backend = CountingBackend(truthful)
     episodes = _run(ctrl, "average_greedy", backend)
     assert [len(c) for c in backend.calls] == [3, 3]  # two proposal turns; the reviews are silent
     assert all(not e.has_counterfactual for ep in episodes for e in ep.decisions)

@@ -104,11 +104,11 @@ def test_listeners_are_the_later_turns_that_read_the_message():
     ep = episode(("My number is 3.", "It is 9."), item.reference)
     assert listeners(ep, lambda t, u: scorer.reads(ep, t, u)) == [2, 2, None]
     # debate: a round-0 message is read in round 1, not in round 2 (latest per agent only)
-    from tests.envs.fakes import FakeTask, oracle
+    from tests.envs.fakes import FakeTask, truthful
 
     make_debate, _ = env_factory(FakeTask(), ProtocolConfig(name="debate", options={"rounds": 2}), None)
     fake_item = TaskItem(id="fake/1", prompt="What is 1 + 2?", reference="3")
-    debate = play(make_debate(), oracle, item=fake_item)
+    debate = play(make_debate(), truthful, item=fake_item)
     by_turn = ListenerLogProb(None, make_debate, {fake_item.id: fake_item})
     found = listeners(debate, lambda t, u: by_turn.reads(debate, t, u))
     n = len({m.agent for m in debate.messages})

@@ -51,7 +51,7 @@ ITEMS = [TaskItem(id=f"fake/{i}", prompt=f"What is {i} + {i + 1}?", reference=st
 Policy = Callable[[TurnRequest], "str | Generation"]
 
 
-def oracle(request: TurnRequest) -> str:
+def truthful(request: TurnRequest) -> str:
     """Always the right answer; a reviewer judges the pending answer truthfully."""
     ref = request.item.reference
     if request.stage == "review":

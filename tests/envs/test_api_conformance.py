@@ -16,7 +16,7 @@ from teamplay.envs.tasks.catalog.relay_sum import RelaySumTask
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
 from tests.envs.conformance import check_conformance, matrix, matrix_id
-from tests.envs.fakes import ITEMS, FakeTask, oracle, play
+from tests.envs.fakes import ITEMS, FakeTask, play, truthful
 
 # PettingZoo's generic advice (use Box/Discrete spaces, NumPy observations) does not apply to text
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -114,8 +114,8 @@ def test_parallel_rewards_and_observations():
     observations, infos = par.reset(seed=0, options={"item": ITEMS[2]})
     assert set(observations) == {"debater_0", "debater_1", "debater_2"}
     assert all("[user]\nWhat is 2 + 3?" in o for o in observations.values())
-    _, rewards, terms, _, infos = par.step({a: oracle(i["turn"]) for a, i in infos.items()})
+    _, rewards, terms, _, infos = par.step({a: truthful(i["turn"]) for a, i in infos.items()})
     assert rewards == dict.fromkeys(rewards, 0.0) and not any(terms.values())
-    _, rewards, terms, _, _ = par.step({a: oracle(i["turn"]) for a, i in infos.items()})
+    _, rewards, terms, _, _ = par.step({a: truthful(i["turn"]) for a, i in infos.items()})
     assert rewards == dict.fromkeys(["debater_0", "debater_1", "debater_2"], 1.0)
     assert all(terms.values()) and par.agents == []

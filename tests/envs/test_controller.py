@@ -7,7 +7,7 @@ import pytest
 from teamplay.envs.protocols import get_protocol
 from teamplay.envs.team_env import TeamEnv
 from teamplay.errors import ConfigError
-from tests.envs.fakes import ITEMS, YAML_EXAMPLE, FakeTask, oracle, play, scripted
+from tests.envs.fakes import ITEMS, YAML_EXAMPLE, FakeTask, play, scripted, truthful
 
 ITEM = ITEMS[3]  # reference "7"
 
@@ -25,7 +25,7 @@ def test_skipped_reviews_cost_nothing_and_are_recorded():
 
     def policy(request):
         selected.append(request.agent)
-        return oracle(request)
+        return truthful(request)
 
     ep = play(env, policy, item=ITEM)
     assert selected == ["proposer_0"] * 3  # the reviewer is never asked to act
@@ -59,7 +59,7 @@ def test_debate_skip_keeps_the_earlier_vote():
 
 
 def test_yaml_skippable_entry():
-    ep = play(TeamEnv(FakeTask(), get_protocol(YAML_EXAMPLE, controller=lambda d: False)), oracle, item=ITEM)
+    ep = play(TeamEnv(FakeTask(), get_protocol(YAML_EXAMPLE, controller=lambda d: False)), truthful, item=ITEM)
     assert [m.stage for m in ep.messages if not m.spoke] == ["check"]
 
 
@@ -69,7 +69,7 @@ def test_stochastic_controller_reproduces_under_seed():
 
     def run(seed):
         env = TeamEnv(FakeTask(), get_protocol("proposer_reviewer", rounds=9, controller=coin), items=ITEMS)
-        return [m.spoke for m in play(env, oracle, seed=seed).messages]
+        return [m.spoke for m in play(env, truthful, seed=seed).messages]
 
     assert run(5) == run(5)
     assert len({tuple(run(s)) for s in range(6)}) > 1  # the coin does depend on the seed

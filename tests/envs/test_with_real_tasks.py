@@ -9,7 +9,7 @@ from pettingzoo.test import api_test
 
 from teamplay.envs.protocols import driver, verdicts
 from teamplay.envs.team_env import TeamEnv
-from tests.envs.fakes import ALL_PROTOCOLS, always_wrong, oracle, play
+from tests.envs.fakes import ALL_PROTOCOLS, always_wrong, play, truthful
 
 tasks = pytest.importorskip("teamplay.envs.tasks", reason="the task package is not importable")
 
@@ -25,7 +25,7 @@ def arith():
 def test_arith_oracle_wrong_and_api(arith, name):
     task, items = arith
     for item in items:
-        assert play(TeamEnv(task, name, items=items), oracle, item=item).reward == 1.0
+        assert play(TeamEnv(task, name, items=items), truthful, item=item).reward == 1.0
         assert play(TeamEnv(task, name, items=items), always_wrong, item=item).reward == 0.0
     api_test(TeamEnv(task, name, items=items), num_cycles=10)
 

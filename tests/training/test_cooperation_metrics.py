@@ -16,7 +16,7 @@ from teamplay.report.html import cooperation_table
 from teamplay.training.play.evaluation import EvalMetrics, evaluate, summarize
 from teamplay.training.play.rollout import RolloutRunner
 from teamplay.training.play.team_metrics import cooperation_metrics, episode_cooperation
-from tests.envs.fakes import ITEMS, FakeTask, oracle
+from tests.envs.fakes import ITEMS, FakeTask, truthful
 
 
 def correct(answer, _problem_id):
@@ -119,7 +119,7 @@ def test_eval_summary_table_and_report_show_them():
 
 def test_evaluate_writes_each_episodes_counts_into_its_transcript(tmp_path):
     task = FakeTask()
-    runner = RolloutRunner(lambda: TeamEnv(task, "sequential", items=ITEMS[:2]), ScriptedBackend(oracle),
+    runner = RolloutRunner(lambda: TeamEnv(task, "sequential", items=ITEMS[:2]), ScriptedBackend(truthful),
                            SamplingParams())
     _, metrics = evaluate(runner, task, ITEMS[:2], transcripts_path=tmp_path / "t.jsonl")
     rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]

@@ -23,7 +23,7 @@ from teamplay.training.play.rollout import RolloutRunner
 from teamplay.training.play.self_consistency import SoloBaseline, sample_at_budget
 from teamplay.training.wiring.envs import env_factory
 from teamplay.training.wiring.eval_team import EvalTeam
-from tests.envs.fakes import ITEMS, FakeTask, oracle
+from tests.envs.fakes import ITEMS, FakeTask, truthful
 from tests.training.fixtures import tiny_team_model
 
 
@@ -71,7 +71,7 @@ def test_budget_matching_on_a_tiny_model():
 def test_evaluate_reports_it_beside_the_team():
     task = FakeTask()
     items = ITEMS[:4]
-    team_runner = RolloutRunner(lambda: TeamEnv(task, "sequential", items=items), ScriptedBackend(oracle),
+    team_runner = RolloutRunner(lambda: TeamEnv(task, "sequential", items=items), ScriptedBackend(truthful),
                                 SamplingParams())
     built = eval_team(task, items, "single", ScriptedBackend("wrong"))
     make_solo, role = built.solo_env()
@@ -92,7 +92,7 @@ def test_a_scripted_answering_role_of_a_mixed_team_is_refused():
     team = TeamEnv(task, "proposer_reviewer").team
     scripted = team.model_copy(update={"roles": (team.roles[0].model_copy(
         update={"policy": "scripted:truthful", "adapter": None}), *team.roles[1:])})
-    built = eval_team(task, ITEMS[:1], "proposer_reviewer", ScriptedBackend(oracle), scripted)
+    built = eval_team(task, ITEMS[:1], "proposer_reviewer", ScriptedBackend(truthful), scripted)
     with pytest.raises(ConfigError, match="answering role 'proposer' is played by 'scripted:truthful'"):
         built.solo_env()
 

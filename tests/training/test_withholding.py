@@ -16,7 +16,7 @@ from teamplay.records import SamplingParams
 from teamplay.training.play.evaluation import evaluate
 from teamplay.training.play.rollout import RolloutRunner
 from teamplay.training.play.withholding import WithheldMessage, withholding_metrics
-from tests.envs.fakes import ITEMS, FakeTask, oracle
+from tests.envs.fakes import ITEMS, FakeTask, truthful
 
 
 def relay_runner(k: int, n_items: int = 4):
@@ -83,7 +83,8 @@ def test_relay_best_member_is_among_the_roles_that_answer():
 
 def test_a_single_solver_uses_no_information():
     task = FakeTask()
-    runner = RolloutRunner(lambda: TeamEnv(task, "single", items=ITEMS[:3]), ScriptedBackend(oracle), SamplingParams())
+    runner = RolloutRunner(lambda: TeamEnv(task, "single", items=ITEMS[:3]), ScriptedBackend(truthful),
+                           SamplingParams())
     _, metrics = evaluate(runner, task, ITEMS[:3], withhold=True)
     held = metrics.extra["cooperation"]["withholding"]
     # one message per episode, read by nobody: withheld, answer unchanged, nothing replayed
@@ -95,7 +96,7 @@ def test_a_chain_of_restaters_uses_what_it_reads():
     """``sequential`` with a first solver stating the reference and two ``approver``s restating the
     running answer: without message 1 (or 2) the next restater has nothing to restate."""
     task = FakeTask()
-    policies = {"solver_0": oracle}
+    policies = {"solver_0": truthful}
     approver = ScriptedBackend("approver")
 
     def policy(request):
