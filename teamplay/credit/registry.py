@@ -168,7 +168,7 @@ class CreditMethod:
     def fitting_protocols(self) -> tuple[str, ...] | None:
         """The registered protocols it works with under some options, sorted (None: any). With
         ``traits_of``, each value of each ``Literal`` option is tried (the others at their defaults)."""
-        from teamplay.envs.protocols.traits import protocols_with
+        from teamplay.envs.protocols.registry import protocols_with
 
         if self.protocols is not None:
             return tuple(sorted(self.protocols))
@@ -265,7 +265,8 @@ def check_protocol_fits(method: CreditMethod, options: BaseModel, protocol: Prot
     """ConfigError (one line) when ``protocol`` (a ``Protocol`` or a name) lacks a trait ``method``
     needs under ``options``: the line names the trait, what it promises and the protocols that
     declare it."""
-    from teamplay.envs.protocols.traits import describe, protocols_with, traits_of
+    from teamplay.envs.protocols.registry import protocols_with, traits_of
+    from teamplay.envs.protocols.traits import describe
 
     label = protocol if isinstance(protocol, str) else getattr(protocol, "name", type(protocol).__name__)
     if method.protocols is not None:  # a user's method registered with the old protocols=

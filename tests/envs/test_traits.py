@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from teamplay.credit import check_credit, credit_methods
 from teamplay.credit.registry import CREDIT, register_credit
 from teamplay.envs.protocols import get_protocol, protocol_names
-from teamplay.envs.protocols.registry import PROTOCOLS
-from teamplay.envs.protocols.traits import TRAITS, check_traits, protocols_with, traits_of
+from teamplay.envs.protocols.registry import PROTOCOLS, protocols_with, traits_of
+from teamplay.envs.protocols.traits import TRAITS, check_traits
 from teamplay.errors import ConfigError, TeamplayWarning
 
 CHAIN_YAML = """\

@@ -4,12 +4,16 @@
 ``get_protocol("configs/protocols/solver_checker.yaml")`` loads a YAML protocol and
 ``get_protocol("configs/protocols/example_protocol.py")`` a Python file that defines exactly one
 ``Protocol`` subclass (``file.py:ClassName`` picks one of several). Loading a Python file runs its
-code, by design. Every failure is a one-line ``ConfigError`` naming what to fix.
+code, by design. Every failure is a one-line ``ConfigError`` naming what to fix. A protocol's
+traits are checked when it is registered or loaded (``teamplay.envs.protocols.traits``);
+``traits_of`` reads what one declares and ``protocols_with`` finds the registered ones that declare
+some.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +85,20 @@ def load_python_protocol(path: Path) -> type[Protocol]:
                           f"subclass, found {len(found)} ({names})")
     check_traits(found[0].traits, f"{path}: {found[0].__name__}.traits")
     return found[0]
+
+
+def traits_of(protocol: Any) -> frozenset[str]:
+    """The traits a protocol declares: ``protocol`` is a ``Protocol`` (instance or class) or a name.
+
+    A registered name gives its class's traits; any other name (a YAML protocol named only by its
+    ``name:``) declares none: pass the protocol object to read a user protocol's traits.
+    """
+    if isinstance(protocol, str):
+        return frozenset(PROTOCOLS.get(protocol).traits) if protocol in PROTOCOLS.names() else frozenset()
+    return frozenset(getattr(protocol, "traits", frozenset()))
+
+
+def protocols_with(traits: Iterable[str]) -> list[str]:
+    """The registered protocols that declare every trait of ``traits``, sorted."""
+    needed = frozenset(traits)
+    return [name for name in PROTOCOLS.names() if needed <= frozenset(PROTOCOLS.get(name).traits)]

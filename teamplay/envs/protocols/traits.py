@@ -4,7 +4,9 @@ A protocol declares its traits as a class attribute (``traits = frozenset({"chai
 a YAML protocol as a ``traits:`` list); a credit method registers the traits it needs
 (``register_credit(..., traits=...)``) and a run whose protocol does not declare one of them is
 refused before a model loads, in one line naming the trait. No method tests a protocol's name, so a
-user's protocol that declares a trait gets every method that needs it.
+user's protocol that declares a trait gets every method that needs it. What a given protocol
+declares, and which registered protocols declare a trait: ``traits_of`` and ``protocols_with`` of
+``teamplay.envs.protocols.registry``.
 
 Each description completes "a protocol where ...". The set is what the credit methods need, no more:
 
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import MappingProxyType
-from typing import Any
 
 from teamplay.errors import ConfigError, did_you_mean
 
@@ -54,27 +55,6 @@ def check_traits(names: Iterable[str], where: str) -> frozenset[str]:
     return out
 
 
-def traits_of(protocol: Any) -> frozenset[str]:
-    """The traits a protocol declares: ``protocol`` is a ``Protocol`` (instance or class) or a name.
-
-    A registered name gives its class's traits; any other name (a YAML protocol named only by its
-    ``name:``) declares none: pass the protocol object to read a user protocol's traits.
-    """
-    if isinstance(protocol, str):
-        from teamplay.envs.protocols.registry import PROTOCOLS
-
-        return frozenset(PROTOCOLS.get(protocol).traits) if protocol in PROTOCOLS.names() else frozenset()
-    return frozenset(getattr(protocol, "traits", frozenset()))
-
-
 def describe(trait: str) -> str:
     """What ``trait`` promises (its description in ``TRAITS``)."""
     return TRAITS[trait]
-
-
-def protocols_with(traits: Iterable[str]) -> list[str]:
-    """The registered protocols that declare every trait of ``traits``, sorted."""
-    from teamplay.envs.protocols.registry import PROTOCOLS
-
-    needed = frozenset(traits)
-    return [name for name in PROTOCOLS.names() if needed <= frozenset(PROTOCOLS.get(name).traits)]
