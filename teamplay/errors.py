@@ -8,6 +8,7 @@ line and exits with status 2 instead of showing a traceback.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable
 
 
@@ -41,3 +42,14 @@ class ModelLoadError(TeamplayError):
 class TeamplayWarning(UserWarning):
     """Something the user should know that did not stop the run (a damaged checkpoint skipped on
     resume); the CLI shows it as one ``warning:`` line."""
+
+
+class DeprecatedNameWarning(TeamplayWarning):
+    """An old name (a config key, a scripted policy) was read as its new one; the next release
+    refuses it (``teamplay.config.deprecated`` moves a renamed config key)."""
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """The one warning line of a renamed name, naming both: ``OLD is now NEW; ...``."""
+    warnings.warn(DeprecatedNameWarning(f"{old} is now {new}; the old name is read until the next release, "
+                                        f"then refused"), stacklevel=3)

@@ -40,6 +40,7 @@ INNER_FLOORS = {
     },
     "config": {
         "base": 0, "loader": 0,  # the sections' base model; reading YAML and --set into any model
+        "deprecated": 0,  # renamed keys still read for one release
         # the sections, by what they configure
         "env": 1, "model": 1, "controllers": 1, "credit": 1, "learning": 1, "distributed": 1,
         "curriculum": 1,  # its stages override the task and protocol sections (env)

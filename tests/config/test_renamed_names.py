@@ -1,5 +1,6 @@
 """Renamed config names: the new name loads, the old one loads for one release with exactly one
-warning naming both, and both given is one error line (``teamplay.config.deprecated``)."""
+warning naming both, and both given is one error line (``teamplay.config.deprecated``,
+``teamplay.errors.warn_renamed``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from typing import Any
 import pytest
 
 from teamplay.config import EvalConfig, TrainConfig, build_config
-from teamplay.config.deprecated import DeprecatedNameWarning
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, DeprecatedNameWarning
 
 
 def _load(data: dict, overrides: tuple[str, ...] = (), model: type = TrainConfig) -> tuple[Any, list[str]]:

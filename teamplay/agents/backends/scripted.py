@@ -77,7 +77,7 @@ from typing import Any
 import yaml
 
 from teamplay.agents.backends.base import GenerationBackend
-from teamplay.errors import ConfigError
+from teamplay.errors import ConfigError, warn_renamed
 from teamplay.records import Generation, SamplingParams, TaskItem, TurnRequest
 
 Policy = Callable[[TurnRequest], str]
@@ -133,7 +133,7 @@ _SPEC = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 
 def canonical_policy(spec: str) -> str:
     """``spec`` with a renamed policy's old name (``RENAMED_POLICIES``) replaced by its new one,
-    warning once (``teamplay.config.deprecated``); any other spec as it is. Config sections store
+    warning once (``teamplay.errors.warn_renamed``); any other spec as it is. Config sections store
     what this returns, so a config warns once however often its policies are parsed again.
 
     >>> canonical_policy("noisy_proposer(p_right=0.25)")
@@ -142,9 +142,8 @@ def canonical_policy(spec: str) -> str:
     match = _SPEC.match(spec)
     if match is None or match.group(1) not in RENAMED_POLICIES:
         return spec
-    from teamplay.config.deprecated import renamed_value  # config imports this module's registry
-
-    new = renamed_value(match.group(1), match.group(1), RENAMED_POLICIES[match.group(1)], "scripted policy")
+    old, new = match.group(1), RENAMED_POLICIES[match.group(1)]
+    warn_renamed(f"scripted policy {old!r}", f"scripted policy {new!r}")
     return spec[:match.start(1)] + new + spec[match.end(1):]
 
 
