@@ -17,9 +17,9 @@ from tests.envs.fakes import (
     YAML_EXAMPLE,
     FakeTask,
     always_wrong,
-    oracle,
     play,
     scripted,
+    truthful,
 )
 
 ITEM = ITEMS[3]  # "What is 3 + 4?", reference "7"
@@ -28,7 +28,7 @@ ITEM = ITEMS[3]  # "What is 3 + 4?", reference "7"
 @pytest.mark.parametrize("name", ALL_PROTOCOLS)
 def test_oracle_scores_one_and_always_wrong_zero(name):
     for seed in range(3):
-        right = play(TeamEnv(FakeTask(), name, items=ITEMS), oracle, seed=seed)
+        right = play(TeamEnv(FakeTask(), name, items=ITEMS), truthful, seed=seed)
         assert right.reward == 1.0 and right.final_answer == ITEMS_BY_ID[right.problem_id].reference
         wrong = play(TeamEnv(FakeTask(), name, items=ITEMS), always_wrong, seed=seed)
         assert wrong.reward == 0.0 and wrong.final_answer is not None
@@ -39,8 +39,8 @@ ITEMS_BY_ID = {it.id: it for it in ITEMS}
 
 def test_reset_seed_picks_items_deterministically():
     env = TeamEnv(FakeTask(), "single", items=ITEMS)
-    picks = [play(env, oracle, seed=s).problem_id for s in range(8)]
-    assert picks == [play(env, oracle, seed=s).problem_id for s in range(8)]
+    picks = [play(env, truthful, seed=s).problem_id for s in range(8)]
+    assert picks == [play(env, truthful, seed=s).problem_id for s in range(8)]
     assert len(set(picks)) > 1  # 8 seeds over 6 items do not all land on one item
 
 
@@ -196,7 +196,7 @@ def test_sequential_accepts_any_roles_in_team_order():
     team = Team(roles=(Role(name="planner"), Role(name="solver", count=2, prompt="Solve it.")))
     env = TeamEnv(FakeTask(), "sequential", team=team)
     assert env.possible_agents == ["planner_0", "solver_0", "solver_1"]
-    ep = play(env, oracle, item=ITEM)
+    ep = play(env, truthful, item=ITEM)
     assert [m.stage for m in ep.messages] == ["solve", "refine", "refine"] and ep.reward == 1.0
 
 
