@@ -75,7 +75,7 @@ def measure(k: int, model: str, steps: int, seed: int) -> dict[str, Any]:
         items = run.items[:steps * problems]
         by_id = {item.id: item for item in items}
         runner = RolloutRunner(run.make_env, run.backend, run.sampling, max_batch=configs["grpo"].backend.max_batch)
-        stages = {m: CreditStage(configs[m], checked[m], run) for m in METHODS}
+        stages = {m: CreditStage(checked[m], run, configs[m].sampling, configs[m].backend, seed) for m in METHODS}
         adapters = [a for a in team_model.adapter_names if a not in team_model.frozen]
         params = team_model.trainable_parameters()  # the same adapters, in the same order
         grads: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}

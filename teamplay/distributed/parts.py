@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from teamplay.config import TrainConfig
+from teamplay.config import OptimConfig, TrainConfig
 from teamplay.distributed.async_pool import PoolGeneration
 from teamplay.distributed.cluster import check_capacity, connect, import_ray, ship_user_code
 from teamplay.distributed.groups import BaseGroupsPool
@@ -115,14 +115,15 @@ class DriverLearner(OptimizerOwner):
     Per-message token rules are applied inside the ranks' update, each sample's by the rank that
     scores it; ``resolved_tokens`` holds the rows of the last update, joined over the ranks.
 
+    ``optim`` and ``steps`` are the run's optimiser section and length (its ``OptimizerOwner``).
     ``published`` is the last adapters sent out (None before ``share_state``). With
     ``to_pool=False`` (asynchronous rollouts) they are only kept there: the generator thread
     publishes them to the pool itself, as the only thread calling into it (``async_pool``).
     """
 
-    def __init__(self, cfg: TrainConfig, group: LearnerGroup, pool: Pool, team_model,
+    def __init__(self, optim: OptimConfig, steps: int, group: LearnerGroup, pool: Pool, team_model,
                  trainable: Sequence[str], to_pool: bool = True) -> None:
-        super().__init__(cfg, team_model, trainable)
+        super().__init__(optim, steps, team_model, trainable)
         self.group, self.pool, self.team_model = group, pool, team_model
         self.to_pool = to_pool
         self.published: AdapterWeights | None = None
@@ -196,7 +197,8 @@ class RayParts:
         try:
             # asynchronous rollouts: the generator thread alone publishes to the pool (``async_pool``)
             to_pool = not asynchronous(cfg.rollout)
-            return runner, DriverLearner(cfg, LearnerGroup(cfg, run.team), pool, team_model, trainable, to_pool)
+            return runner, DriverLearner(cfg.optim, cfg.steps, LearnerGroup(cfg, run.team), pool, team_model,
+                                         trainable, to_pool)
         except BaseException:
             runner.close()
             raise

@@ -266,10 +266,9 @@ def test_a_scripted_proposer_plays_itself_and_the_reviewer_learns_faithful_verdi
     team = Team(roles=(Role(name="proposer", policy="scripted:noisy_proposer(p_right=0.5)"), Role(name="reviewer")))
     cfg = build_config(TrainConfig, tiny_train_config(tmp_path, tmp_path, protocol={"name": "review"},
                                                       team=team.model_dump(mode="json"), warm_start={}))
-    assert warm_roles(cfg, team) == ["reviewer"]
+    assert warm_roles(cfg.warm_start, "review", team) == ["reviewer"]
     with pytest.raises(ConfigError, match="proposer is played by a scripted policy"):
-        warm_roles(cfg.model_copy(update={"warm_start": cfg.warm_start.model_copy(update={"roles": ["proposer"]})}),
-                   team)
+        warm_roles(cfg.warm_start.model_copy(update={"roles": ["proposer"]}), "review", team)
     model = tiny_team_model(team)
     task = get_task("arith")
     items = task.load("test", limit=8)

@@ -20,10 +20,12 @@ import numpy as np
 from teamplay.config import CreditConfig, TrainConfig
 from teamplay.credit.audit.fidelity import Agreement, agreement
 from teamplay.errors import ConfigError
+from teamplay.training.play.judge import BackendJudge
 from teamplay.training.play.prefix_values import PrefixValues
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.step.credit_stage import CreditStage
 from teamplay.training.step.stages import GroupWork, StepContext, informative, make_groups
+from teamplay.training.wiring.backend import build_judge_backend
 from teamplay.training.wiring.checks import check_run
 from teamplay.training.wiring.wired_run import build_run
 
@@ -67,8 +69,13 @@ def check_fidelity(cfg: TrainConfig, methods: Sequence[str], problems: int = 8, 
         true = {id(ep): np.diff(v) for ep, v in zip(episodes, oracle.values(episodes, by_id), strict=True)}
         groups = make_groups(episodes, by_id)
         ctx = StepContext(0, frozenset(), tuple(episodes))  # as a run's first step sees them
-        rows = [_row(CreditStage(mcfg, mchecked, run), groups, ctx, true, seed)
-                for mcfg, mchecked in zip(configs, checked, strict=True)]
+        judge = None  # one judge for every method that asks for one (the run's base, adapters off)
+        if any("judge" in c.credit_needs for c in checked):
+            judge = BackendJudge(build_judge_backend(None, cfg.model, cfg.backend, cfg.distributed, run.team_model,
+                                                     run.backend))
+        rows = [_row(CreditStage(c, run, cfg.sampling, cfg.backend, cfg.seed,
+                                 judge if "judge" in c.credit_needs else None), groups, ctx, true, seed)
+                for c in checked]
     finally:  # the backend this check built (never one of the caller's: build_run made it)
         if run.owns_backend:
             run.backend.close()

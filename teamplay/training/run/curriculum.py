@@ -24,12 +24,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from teamplay.config import TrainConfig
-from teamplay.config.curriculum import CurriculumConfig
+from teamplay.agents.roles import Team
+from teamplay.config import ProtocolConfig, TaskConfig
+from teamplay.config.curriculum import CurriculumConfig, stage_sections
 from teamplay.envs.tasks.base import Task
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
-from teamplay.training.wiring.curriculum import stage_run, stage_task
+from teamplay.training.wiring.curriculum import stage_run
 from teamplay.training.wiring.envs import load_items
 from teamplay.training.wiring.wired_run import WiredRun
 
@@ -68,7 +69,9 @@ class CurriculumSchedule:
 
 
 class Curriculum:
-    """A run's curriculum: its ``schedule`` and the wiring of the stage it plays (``wired``).
+    """A run's curriculum: its ``schedule`` and the wiring of the stage it plays (``wired``), from the
+    ``curriculum`` section and the run's ``task``, ``protocol`` and ``team`` sections (which each
+    stage overrides) over the run's own wiring ``base``.
 
     ``play(wired, new_pass)`` is how the trainer takes a stage's wiring (``stage_run``) for the
     next step's episodes; ``new_pass``: the stage's items are new, so the data order starts a pass
@@ -79,13 +82,15 @@ class Curriculum:
     no stage that changes the task section (``wiring.checks.check_combinations`` refused it).
     """
 
-    def __init__(self, cfg: TrainConfig, base: WiredRun, play: Callable[[WiredRun, bool], None]) -> None:
-        assert cfg.curriculum is not None
-        self.cfg, self.base, self.play = cfg, base, play
-        self.schedule = CurriculumSchedule(cfg.curriculum)
-        self.metric = cfg.curriculum.metric
+    def __init__(self, curriculum: CurriculumConfig, task: TaskConfig, protocol: ProtocolConfig, team: Team | None,
+                 base: WiredRun, play: Callable[[WiredRun, bool], None]) -> None:
+        self.curriculum, self.base, self.play = curriculum, base, play
+        #: the run's own sections, which each stage overrides (``config.curriculum.stage_sections``)
+        self.sections = (task, protocol, team)
+        self.schedule = CurriculumSchedule(curriculum)
+        self.metric = curriculum.metric
         #: each distinct task section's task and items, by its JSON (the run's own: the items it loaded)
-        self._data: dict[str, tuple[Task, list[TaskItem]]] = {_key(cfg.task.model_dump(mode="json")):
+        self._data: dict[str, tuple[Task, list[TaskItem]]] = {_key(task.model_dump(mode="json")):
                                                               (base.task, base.items)}
         self.wired: WiredRun | None = None
 
@@ -110,12 +115,13 @@ class Curriculum:
         self._play(self.schedule.stage, restored=True)
 
     def _play(self, stage: int, restored: bool) -> None:
-        key = _key(stage_task(self.cfg, stage).model_dump(mode="json"))
+        task, protocol, team = stage_sections(*self.sections, self.curriculum.stages[stage])
+        key = _key(task.model_dump(mode="json"))
         if key not in self._data:
-            self._data[key] = load_items(stage_task(self.cfg, stage))
+            self._data[key] = load_items(task)
         data = self._data[key]
         new_items = self.wired is None or data[1] is not self.wired.items
-        self.wired = stage_run(self.cfg, self.base, stage, data)
+        self.wired = stage_run(self.base, protocol, team, data)
         self.play(self.wired, new_items and not restored)
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from teamplay.config import TrainConfig
+from teamplay.config import SamplingConfig, TrainConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import TaskItem
 from teamplay.training.play.evaluation import EvalMetrics, cached_untrained_eval, evaluate
@@ -44,14 +44,13 @@ from teamplay.training.wiring.sampling import sampling_params
 from teamplay.training.wiring.wired_run import WiredRun
 
 
-def solo_baseline(cfg: TrainConfig, run: WiredRun, answer_roles: Sequence[str] | None) -> SoloBaseline | None:
-    """The self-consistency baseline of a run's before/after evaluations (None without
-    ``eval_self_consistency``): the answering role alone on the held-out task, on the run's backend
-    (its adapters as trained so far), with the training decoding (``cfg.sampling``)."""
-    if not cfg.eval_self_consistency:
-        return None
+def solo_baseline(sampling: SamplingConfig, max_batch: int | None, run: WiredRun,
+                  answer_roles: Sequence[str] | None) -> SoloBaseline:
+    """The self-consistency baseline of a run's before/after evaluations (``eval_self_consistency``):
+    the answering role alone on the held-out task, on the run's backend (its adapters as trained so
+    far), with the training decoding (``sampling``) and the run's generate-call size (``max_batch``)."""
     make_env, role = solo_env_factory(run.eval_task, run.team, answer_roles)
-    runner = RolloutRunner(make_env, run.backend, sampling_params(cfg.sampling), max_batch=cfg.backend.max_batch)
+    runner = RolloutRunner(make_env, run.backend, sampling_params(sampling), max_batch=max_batch)
     return SoloBaseline(runner, role.name, role.adapter_name)
 
 

@@ -60,7 +60,7 @@ class LocalLearner(OptimizerOwner):
     model. A vLLM backend reloads the adapters after each update."""
 
     def __init__(self, cfg: TrainConfig, team_model, trainable: Sequence[str], backend) -> None:
-        super().__init__(cfg, team_model, trainable)
+        super().__init__(cfg.optim, cfg.steps, team_model, trainable)
         self.updater = PolicyUpdater(cfg, team_model, self.params, self.optimizer)
         self.backend = backend
 

@@ -108,10 +108,10 @@ def build_optimizer(optim: OptimConfig, params: Sequence[torch.nn.Parameter]) ->
     return torch.optim.AdamW(list(params), lr=optim.lr, weight_decay=optim.weight_decay)
 
 
-def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
+def lr_factor(optim: OptimConfig, steps: int) -> Callable[[int], float]:
     """The learning-rate multiplier of trainer step ``step``: linear warm-up over
-    ``optim.warmup_steps``, then constant, linear decay to 0 or half-cosine to 0 at ``cfg.steps``."""
-    optim, steps = cfg.optim, cfg.steps
+    ``optim.warmup_steps``, then constant, linear decay to 0 or half-cosine to 0 at ``steps`` (the
+    run's)."""
 
     def factor(step: int) -> float:
         if optim.warmup_steps and step < optim.warmup_steps:
@@ -137,12 +137,13 @@ def advance(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
 # ------------------------------------------------------------------------------ what every learner owns
 class OptimizerOwner:
     """What every learner owns: the trainable adapters' parameters of the trainer's team model (by
-    adapter, ``trainable`` order), their AdamW and the learning-rate schedule."""
+    adapter, ``trainable`` order), their AdamW (``optim``) and the learning-rate schedule over the
+    run's ``steps``."""
 
-    def __init__(self, cfg: TrainConfig, team_model, trainable: Sequence[str]) -> None:
+    def __init__(self, optim: OptimConfig, steps: int, team_model, trainable: Sequence[str]) -> None:
         self.params = {a: team_model.adapter_parameters(a) for a in trainable}
-        self.optimizer = build_optimizer(cfg.optim, [p for a in trainable for p in self.params[a]])
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
+        self.optimizer = build_optimizer(optim, [p for a in trainable for p in self.params[a]])
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(optim, steps))
 
     @property
     def lr(self) -> float:

@@ -42,7 +42,7 @@ import torch
 
 from teamplay.atomic import write_atomically
 from teamplay.config import OptimConfig, TrainConfig
-from teamplay.config.warm_start import untaught_roles
+from teamplay.config.warm_start import WarmStartConfig, untaught_roles
 from teamplay.envs.teachers import teacher_of
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem, derived_seed
@@ -95,12 +95,11 @@ class WarmStartResult:
     ran: bool = True
 
 
-def warm_roles(cfg: TrainConfig, team) -> list[str]:
-    """The roles a warm start fine-tunes: ``warm_start.roles`` or every model-played role. A role
-    that is not the team's or is scripted is a ConfigError naming it, and so (``source: teacher``)
-    is a model-played role without a teacher: every role plays in the teacher team."""
-    ws = cfg.warm_start
-    assert ws is not None
+def warm_roles(ws: WarmStartConfig, protocol: str, team) -> list[str]:
+    """The roles the warm start ``ws`` fine-tunes: ``ws.roles`` or every model-played role of
+    ``team``. A role that is not the team's or is scripted is a ConfigError naming it, and so
+    (``source: teacher``) is a model-played role without a teacher in ``protocol`` (its name):
+    every role plays in the teacher team."""
     played = [r.name for r in team.roles if not r.scripted]
     if ws.roles is None:
         roles = played
@@ -115,7 +114,7 @@ def warm_roles(cfg: TrainConfig, team) -> list[str]:
                               f"no adapter to fine-tune")
         roles = list(ws.roles)
     if ws.source == "teacher":
-        refusal = untaught_roles(ws, cfg.protocol.name, played)
+        refusal = untaught_roles(ws, protocol, played)
         if refusal is not None:
             raise ConfigError(refusal)
     return roles
@@ -143,7 +142,7 @@ class WarmStart:
         self.team_model, self.team, self.make_env = team_model, team, make_env
         self.runner, self.evaluate, self.sync = runner, evaluate, sync
         self.folder = Path(cfg.output_dir) / WARM_DIR
-        self.roles = warm_roles(cfg, team)
+        self.roles = warm_roles(self.ws, cfg.protocol.name, team)
         adapters = {r.adapter_name for r in team.roles if r.name in self.roles}
         self.adapters = [a for a in trainable if a in adapters]
         if not self.adapters:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from teamplay.config import TrainConfig
+from teamplay.config import BackendConfig, SamplingConfig
 from teamplay.credit import CreditBatch, CreditResources, assign
 from teamplay.credit.values.characteristic import Transcript, TranscriptScorer
 from teamplay.envs.protocols.base import Protocol
@@ -22,7 +22,6 @@ from teamplay.training.play.judge import BackendJudge
 from teamplay.training.play.listener_logprob import ListenerLogProb
 from teamplay.training.play.replay import RolloutReplayEngine
 from teamplay.training.step.stages import GroupWork, StepContext
-from teamplay.training.wiring.backend import build_judge_backend
 from teamplay.training.wiring.checks import CheckedRun
 from teamplay.training.wiring.sampling import sampling_params
 from teamplay.training.wiring.wired_run import WiredRun
@@ -43,32 +42,43 @@ def protocol_scorer(protocol: Protocol, task: Task, item: TaskItem) -> Transcrip
 
 class CreditStage:
     """Turns groups into credited groups (``__call__``) and says how an episode was valued
-    (``record``). Built once per run from the checked config and its wiring; it owns the replay
-    engine (``replay``, when the method re-executes), the answer-probability scorer and the
-    generative judge (``judge``: ``wiring.backend.build_judge_backend``'s backend, adapters off), each only when
-    the method asks for it."""
+    (``record``). Built once per run from the checked config (``checked``: the method, its options
+    and the resources it needs), the run's wiring (``run``), the training decoding (``sampling``:
+    replays sample as the rollouts do), the ``backend`` section (its generate-call size and prompt
+    bound) and the run's ``seed``. It owns the replay engine (``replay``, when the method
+    re-executes), the answer-probability scorer and the listener scorer, each only when the method
+    asks for it; the generative ``judge`` (``play.judge.BackendJudge`` on
+    ``wiring.backend.build_judge_backend``'s backend) is the wiring's, passed in when the method asks
+    for one. ``played(run)`` is the stage over a curriculum stage's wiring, with the same judge."""
 
-    def __init__(self, cfg: TrainConfig, checked: CheckedRun, run: WiredRun) -> None:
-        self.method, self.options = cfg.credit.method, checked.credit_options
+    def __init__(self, checked: CheckedRun, run: WiredRun, sampling: SamplingConfig, backend: BackendConfig,
+                 seed: int, judge: BackendJudge | None = None) -> None:
+        if ("judge" in checked.credit_needs) != (judge is not None):
+            raise ValueError(f"credit method {checked.credit_method!r}: pass a judge exactly when it needs one")
+        self.checked, self.sampling, self.backend_cfg, self.seed = checked, sampling, backend, seed
+        self.method, self.options = checked.credit_method, checked.credit_options
         self.task: Task = run.task
         self.protocol: Protocol = run.make_env().protocol  # its rule scores masked transcripts
         self.backend = run.backend
         self.replay: RolloutReplayEngine | None = None
         if "replay" in checked.credit_needs:  # counterfactual re-executions with the current policies
-            self.replay = RolloutReplayEngine(run.make_env, run.backend, sampling_params(cfg.sampling),
-                                              max_batch=cfg.backend.max_batch, seed=cfg.seed)
+            self.replay = RolloutReplayEngine(run.make_env, run.backend, sampling_params(sampling),
+                                              max_batch=backend.max_batch, seed=seed)
         self.answer_probability: AnswerProbability | None = None
         if "answer_probability" in checked.credit_needs:
             self.answer_probability = AnswerProbability(
                 run.team_model, run.team, {it.id: it for it in run.items}, run.task.answer_instruction,
-                max_prompt_tokens=cfg.backend.max_prompt_tokens)
+                max_prompt_tokens=backend.max_prompt_tokens)
         self.listener: ListenerLogProb | None = None
         if "listener" in checked.credit_needs:  # influence: the listeners' teacher-forced answer log-probs
             self.listener = ListenerLogProb(run.team_model, run.make_env, {it.id: it for it in run.items},
-                                            max_prompt_tokens=cfg.backend.max_prompt_tokens)
-        self.judge: BackendJudge | None = None
-        if "judge" in checked.credit_needs:
-            self.judge = BackendJudge(build_judge_backend(cfg, run.team_model, run.backend))
+                                            max_prompt_tokens=backend.max_prompt_tokens)
+        self.judge = judge
+
+    def played(self, run: WiredRun) -> CreditStage:
+        """This stage over ``run``'s task, items and envs (a curriculum stage's wiring), with the same
+        method, settings and judge."""
+        return CreditStage(self.checked, run, self.sampling, self.backend_cfg, self.seed, self.judge)
 
     def __call__(self, groups: Sequence[GroupWork], ctx: StepContext) -> list[GroupWork]:
         """The method's advantages for each group, times the group's scale; an advantage beyond

@@ -7,7 +7,7 @@ from __future__ import annotations
 from teamplay.agents.backends import get_backend
 from teamplay.agents.backends.base import GenerationBackend
 from teamplay.agents.roles import Team
-from teamplay.config import BackendConfig, ModelConfig, TrainConfig
+from teamplay.config import BackendConfig, DistributedConfig, ModelConfig
 from teamplay.training.wiring.model import build_team_model
 from teamplay.training.wiring.placement import Placement, driver_placement, model_device
 
@@ -59,21 +59,24 @@ def _model_backend(model_cfg: ModelConfig, backend_cfg: BackendConfig, team: Tea
                        sampler=backend_cfg.sampler)
 
 
-def build_judge_backend(cfg: TrainConfig, team_model, backend: GenerationBackend) -> GenerationBackend:
+def build_judge_backend(judge_model: str | None, model_cfg: ModelConfig, backend_cfg: BackendConfig,
+                        distributed: DistributedConfig | None, team_model,
+                        backend: GenerationBackend) -> GenerationBackend:
     """The backend of the generative judge (the ``judge`` credit resource; its requests name no adapter):
     the run's own ``backend`` (on ``team_model``), so the team's base model with every adapter off, or, with
-    ``credit.judge_model``, an hf backend on that model (no adapters, ``model.dtype``, the driver's
-    device, the run's prompt bound and micro-batch). A team with several base models has no one
-    base to judge with: it must name a judge model (refused before: ``checks.check_wired``)."""
+    ``judge_model`` (``credit.judge_model``), an hf backend on that model (no adapters, ``model.dtype``,
+    the driver's device (``distributed``: the run's section), the run's prompt bound and micro-batch).
+    A team with several base models has no one base to judge with: it must name a judge model (refused
+    before: ``checks.check_wired``)."""
     from teamplay.agents.models import load_configured_model
     from teamplay.agents.team_model import TeamModel
 
-    if cfg.credit.judge_model is None:
+    if judge_model is None:
         return backend
-    device = model_device(driver_placement(cfg.distributed), cfg.model)
-    model, tokenizer = load_configured_model(cfg.credit.judge_model, cfg.model.dtype, device)
+    device = model_device(driver_placement(distributed), model_cfg)
+    model, tokenizer = load_configured_model(judge_model, model_cfg.dtype, device)
     if device is not None and str(device) != "cpu":
         model.to(device)
     return get_backend("hf", team_model=TeamModel(model, tokenizer, adapters=()),
-                       max_prompt_tokens=cfg.backend.max_prompt_tokens,
-                       micro_batch_size=cfg.backend.micro_batch_size)
+                       max_prompt_tokens=backend_cfg.max_prompt_tokens,
+                       micro_batch_size=backend_cfg.micro_batch_size)

@@ -32,14 +32,14 @@ class CheckedRun:
     what those checks parsed, so no later stage parses the config again.
 
     Fields:
-        cfg: the config.
+        credit_method: the credit method, as the config names it (``credit.method``).
         credit_options: the credit method's options, parsed by the method's own model.
         credit_needs: the resources the method asks for with those options (``"replay"``, ...).
         token_method: the token-level credit method (``credit.token``), or None.
         token_options: its options, parsed (None without ``credit.token``).
     """
 
-    cfg: TeamTrainingConfig
+    credit_method: str
     credit_options: Any
     credit_needs: frozenset[str]
     token_method: Any = None
@@ -77,9 +77,9 @@ def check_run(cfg: TeamTrainingConfig, provided: frozenset[str] = TRAINER_RESOUR
         check_combinations(cfg, task_given)
     token = cfg.credit.token
     if token is None:
-        return CheckedRun(cfg, options, needs)
+        return CheckedRun(cfg.credit.method, options, needs)
     method = get_token_credit(token.method)
-    return CheckedRun(cfg, options, needs, method, parse_token_options(method, token.options))
+    return CheckedRun(cfg.credit.method, options, needs, method, parse_token_options(method, token.options))
 
 
 def check_engine_owner(cfg: TrainConfig, needs: frozenset[str]) -> None:
@@ -102,10 +102,11 @@ def check_combinations(cfg: TrainConfig, task_given: bool) -> None:
     stage that changes the task of a run whose task is given in Python (``task_given``), and a CPU
     count for a Ray cluster the run does not start."""
     if task_given and cfg.curriculum is not None:
-        from teamplay.training.wiring.curriculum import stage_task
+        from teamplay.config.curriculum import stage_sections
 
-        for i in range(len(cfg.curriculum.stages)):
-            if stage_task(cfg, i).model_dump(mode="json") != cfg.task.model_dump(mode="json"):
+        for i, stage in enumerate(cfg.curriculum.stages):
+            task = stage_sections(cfg.task, cfg.protocol, cfg.team, stage)[0]
+            if task.model_dump(mode="json") != cfg.task.model_dump(mode="json"):
                 raise ConfigError(f"curriculum.stages[{i}].task: this run's task is given in Python "
                                   f"(Trainer(task=...)), so a stage cannot change its options")
     dist = cfg.distributed

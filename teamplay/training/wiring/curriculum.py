@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from teamplay.agents.backends.mixed import MixedBackend
-from teamplay.config import TaskConfig, TrainConfig
-from teamplay.config.curriculum import stage_sections
+from teamplay.agents.roles import Team
+from teamplay.config import ProtocolConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import TaskItem
 from teamplay.training.wiring.backend import mixed_backend
@@ -16,21 +16,15 @@ from teamplay.training.wiring.envs import env_factory
 from teamplay.training.wiring.wired_run import WiredRun
 
 
-def stage_task(cfg: TrainConfig, stage: int) -> TaskConfig:
-    """The task section curriculum stage ``stage`` plays (``cfg.task`` with the stage's options)."""
-    assert cfg.curriculum is not None
-    return stage_sections(cfg.task, cfg.protocol, cfg.team, cfg.curriculum.stages[stage])[0]
-
-
-def stage_run(cfg: TrainConfig, base: WiredRun, stage: int, data: tuple[Task, list[TaskItem]]) -> WiredRun:
-    """The wiring of stage ``stage``'s training episodes: ``base`` (the run's own, ``build_run``)
-    with the stage's task and items ``data`` (the caller loads them: ``load_items(stage_task(...))``),
-    a factory of envs with the stage's protocol options and team (the controllers' training mode
-    as in ``base``) and, when the stage's scripted policies differ from the run's, a backend that
-    plays them beside the run's model backend (same model, same adapters). The held-out side
-    (``eval_task``, ``eval_items``, ``make_eval_env``) stays the run's own."""
-    assert cfg.curriculum is not None
-    _, protocol, team = stage_sections(cfg.task, cfg.protocol, cfg.team, cfg.curriculum.stages[stage])
+def stage_run(base: WiredRun, protocol: ProtocolConfig, team: Team | None,
+              data: tuple[Task, list[TaskItem]]) -> WiredRun:
+    """The wiring of a curriculum stage's training episodes: ``base`` (the run's own, ``build_run``)
+    with the stage's task and items ``data`` (the caller loads them from the stage's task section:
+    ``load_items``), a factory of envs with the stage's ``protocol`` and ``team`` sections
+    (``teamplay.config.curriculum.stage_sections``; the controllers' training mode as in ``base``)
+    and, when the stage's scripted policies differ from the run's, a backend that plays them beside
+    the run's model backend (same model, same adapters). The held-out side (``eval_task``,
+    ``eval_items``, ``make_eval_env``) stays the run's own."""
     task, items = data
     controller = base.controllers.controller("train") if base.controllers is not None else None
     make_env, played = env_factory(task, protocol, team, controller=controller)
