@@ -34,6 +34,11 @@ class WarmStartConfig(Section):
         default_factory=dict, description="Role -> scripted policy spec ('truthful', "
                                           "'noisy_proposer(p_right=0.5)'): replaces the protocol's teacher of "
                                           "that role, or gives one to a role that has none. source teacher only.")
+    answer_format: Literal["boxed", "plain"] = Field(
+        "boxed", description="source teacher: the sentence a teacher states an answer in, as the role's "
+                             "target. boxed: 'The answer is \\boxed{18}.'; plain: 'The answer is 18.', two to "
+                             "four tokens shorter, for a short reply budget (sampling.max_new_tokens), where a "
+                             "boxed answer is cut before its box closes.")
     roles: list[str] | None = Field(None, description="Roles whose adapters are fine-tuned (their own messages "
                                                       "only); None = every model-played role of the team.")
     steps: int = Field(20, ge=1, description="Optimiser steps (TRL's max_steps).")
@@ -69,6 +74,9 @@ class WarmStartConfig(Section):
         if self.source == "rejection" and self.teachers:
             raise ValueError("warm_start.teachers: only a teacher team (source: teacher) plays scripted "
                              "teachers; remove them or set source: teacher")
+        if self.source == "rejection" and self.answer_format != "boxed":
+            raise ValueError("warm_start.answer_format: rewrites a teacher's answers (source: teacher); the "
+                             "team's own episodes are kept as written; remove it or set source: teacher")
         return self
 
 

@@ -30,12 +30,12 @@ from tests.training.fixtures import tiny_team_model
 cli = CliRunner()
 
 
-def relay_teacher_episodes(team_model, n: int = 3):
+def relay_teacher_episodes(team_model, n: int = 3, answer_format: str = "boxed"):
     """``n`` relay (K = 3) episodes of a team of adders, with the tiny model's token ids."""
     task = RelaySumTask(n_operands=2)
     items = task.load("test", limit=n)
     backend = TeacherBackend(team_model.tokenizer, {"informant": "adder", "answerer": "adder"}, 2048,
-                             stop_token(team_model))
+                             stop_token(team_model), answer_format=answer_format)
     runner = RolloutRunner(lambda: TeamEnv(task, "relay", team=get_protocol("relay").default_team()), backend,
                            SamplingParams())
     return runner.run([RolloutJob(item=item, group_id=f"g{k}") for k, item in enumerate(items)]), items
@@ -61,6 +61,30 @@ def test_teacher_episodes_solve_the_relay_and_carry_the_models_tokens(relay_mode
         # the answerer's prompt holds both informants' messages: context, never targets
         answer_prompt = tok.decode(ep.messages[2].prompt_ids)
         assert all(m.text in answer_prompt for m in ep.messages[:2])
+
+
+def test_plain_teachers_state_the_same_answers_unboxed_and_still_solve_the_relay(relay_model):
+    """answer_format plain: the same episodes, each answer sentence without its box (the targets two
+    to four tokens shorter), still parsed: the adders' team is still right on every problem."""
+    boxed, items = relay_teacher_episodes(relay_model)
+    plain, _ = relay_teacher_episodes(relay_model, answer_format="plain")
+    tok = relay_model.tokenizer
+    assert [ep.reward for ep in plain] == [1.0, 1.0, 1.0]
+    for b, p, item in zip(boxed, plain, items, strict=True):
+        assert p.final_answer == item.reference
+        for mb, mp in zip(b.messages, p.messages, strict=True):
+            assert "\\boxed{" in mb.text and "\\boxed" not in mp.text
+            assert mp.text == mb.text.replace("\\boxed{", "").replace("}", "")
+            assert len(mp.completion_ids) < len(mb.completion_ids)
+            assert tok.decode(mp.completion_ids[:-1]) == mp.text
+
+
+def test_answer_format_is_a_teachers_option_only(tiny_path, tmp_path):
+    with pytest.raises(ConfigError, match="warm_start.answer_format: rewrites a teacher's answers"):
+        build_config(TrainConfig, relay_config(tiny_path, tmp_path, warm_start={
+            "source": "rejection", "answer_format": "plain"}))
+    cfg = build_config(TrainConfig, relay_config(tiny_path, tmp_path, warm_start={"answer_format": "plain"}))
+    assert cfg.warm_start.answer_format == "plain"
 
 
 def test_only_the_warm_roles_messages_are_samples(relay_model):

@@ -12,6 +12,7 @@ so a teacher's episode is built like a model's and ``sft_samples`` turns both al
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from teamplay.agents.backends.mixed import MixedBackend
 from teamplay.agents.prompts import build_reply_ids
 from teamplay.records import Episode, Generation, SamplingParams, TurnRequest
 from teamplay.training.learn.samples import PolicySample, build_samples
+
+#: the answer box of a scripted policy's answer sentence (``teamplay.agents.backends.scripted``)
+BOX = "\\boxed{"
 
 
 class TeacherBackend(GenerationBackend):
@@ -32,6 +36,10 @@ class TeacherBackend(GenerationBackend):
         max_prompt_tokens: the prompt budget of the run's backend (``backend.max_prompt_tokens``).
         stop_id: the token that ends a completion (the model's eos).
         seed: seed of the policies' randomness (``noisy_proposer``'s coin).
+        answer_format: ``"boxed"`` keeps a teacher's answer sentence as its policy writes it
+            (``"The answer is \\boxed{18}."``); ``"plain"`` writes it unboxed (``"The answer is 18."``,
+            ``unbox``), two to four tokens shorter: what a model with a short reply budget
+            (``sampling.max_new_tokens``) can learn to finish.
 
     A request without an adapter (a scripted role of the team) gets the text alone, as it would in
     training: nothing of it is ever a target.
@@ -40,14 +48,21 @@ class TeacherBackend(GenerationBackend):
     name = "teacher"
 
     def __init__(self, tokenizer, policies: Mapping[str, str], max_prompt_tokens: int, stop_id: int,
-                 seed: int = 0) -> None:
+                 seed: int = 0, answer_format: Literal["boxed", "plain"] = "boxed") -> None:
+        if answer_format not in ("boxed", "plain"):
+            raise ValueError(f"answer_format: 'boxed' or 'plain', got {answer_format!r}")
         self.tokenizer, self.max_prompt_tokens, self.stop_id = tokenizer, max_prompt_tokens, stop_id
         self.policies = MixedBackend(None, policies, seed=seed)
+        self.answer_format = answer_format
 
     def generate(self, requests: Sequence[TurnRequest], sampling: SamplingParams) -> list[Generation]:
         out = []
         for request, said in zip(requests, self.policies.generate(requests, sampling), strict=True):
-            out.append(said if request.adapter is None else self._tokens(request, said.text))
+            if request.adapter is None:  # a scripted role of the team speaks as it does in training
+                out.append(said)
+                continue
+            text = unbox(said.text) if self.answer_format == "plain" else said.text
+            out.append(self._tokens(request, text))
         return out
 
     def _tokens(self, request: TurnRequest, text: str) -> Generation:
@@ -65,6 +80,30 @@ class TeacherBackend(GenerationBackend):
         ids = list(self.tokenizer(body, add_special_tokens=False)["input_ids"]) + [self.stop_id]
         return Generation(text=prefix + body, prompt_ids=tuple(prompt), completion_ids=tuple(ids),
                           adapter=request.adapter, truncated=truncated)
+
+
+def unbox(text: str) -> str:
+    r"""``text`` with every ``\boxed{...}`` replaced by what the box holds (braces balanced, so a
+    LaTeX answer's own braces stay).
+
+    >>> unbox("The answer is \\boxed{18}.")
+    'The answer is 18.'
+    >>> unbox("The answer is \\boxed{\\frac{1}{2}}.")
+    'The answer is \\frac{1}{2}.'
+    >>> unbox("The answer is \\boxed{18")  # an unclosed box is left as it is
+    'The answer is \\boxed{18'
+    """
+    out, rest = [], text
+    while (start := rest.find(BOX)) >= 0:
+        depth, end = 1, start + len(BOX)
+        while end < len(rest) and depth:
+            depth += {"{": 1, "}": -1}.get(rest[end], 0)
+            end += 1
+        if depth:  # unclosed: nothing more to unbox
+            break
+        out.append(rest[:start] + rest[start + len(BOX):end - 1])
+        rest = rest[end:]
+    return "".join(out) + rest
 
 
 def stop_token(team_model) -> int:

@@ -275,7 +275,7 @@ class WarmStart:
                 raise ConfigError(untaught_roles(self.ws, self.cfg.protocol.name, [role.name]) or role.name)
             policies[role.name] = spec
         return TeacherBackend(self.team_model.tokenizer, policies, self.cfg.backend.max_prompt_tokens,
-                              stop_token(self.team_model), seed=self.cfg.seed)
+                              stop_token(self.team_model), seed=self.cfg.seed, answer_format=self.ws.answer_format)
 
     # ----------------------------------------------------------------------------- evaluation and state
     def _evaluate(self, label: str, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics | None:
