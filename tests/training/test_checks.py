@@ -65,3 +65,12 @@ def test_a_team_over_several_bases_refuses_a_warm_start(tmp_path):
     several = SimpleNamespace(parts={"a": one_base(), "b": one_base()})
     with pytest.raises(ConfigError, match="warm_start: a team whose roles use several base models"):
         check_wired(cfg, check_run(cfg), several, hf_backend())
+
+
+def test_sections_that_name_roles_name_the_teams_before_anything_loads(tmp_path):
+    """The default protocol's default team plays a single solver: other names are refused by
+    ``check_run``, before a data set or model loads."""
+    with pytest.raises(ConfigError, match="credit.token.roles: nobody is not a role of the team"):
+        check_run(config(tmp_path, credit={"token": {"method": "aem", "roles": ["nobody"]}}))
+    with pytest.raises(ConfigError, match="warm_start.roles: nobody is not a role of the team"):
+        check_run(config(tmp_path, warm_start={"roles": ["nobody"]}))

@@ -286,13 +286,15 @@ def test_a_scripted_proposer_plays_itself_and_the_reviewer_learns_faithful_verdi
     from teamplay.agents.roles import Role, Team
     from teamplay.envs.tasks import get_task
     from teamplay.training.run.warm_start import warm_roles
+    from teamplay.training.wiring.checks import check_warm_start
 
     team = Team(roles=(Role(name="proposer", policy="scripted:noisy_proposer(p_right=0.5)"), Role(name="reviewer")))
     cfg = build_config(TrainConfig, tiny_train_config(tmp_path, tmp_path, protocol={"name": "review"},
                                                       team=team.model_dump(mode="json"), warm_start={}))
-    assert warm_roles(cfg.warm_start, "review", team) == ["reviewer"]
+    check_warm_start(cfg.warm_start, "review", team)
+    assert warm_roles(cfg.warm_start, team) == ["reviewer"]
     with pytest.raises(ConfigError, match="proposer is played by a scripted policy"):
-        warm_roles(cfg.warm_start.model_copy(update={"roles": ["proposer"]}), "review", team)
+        check_warm_start(cfg.warm_start.model_copy(update={"roles": ["proposer"]}), "review", team)
     model = tiny_team_model(team)
     task = get_task("arith")
     items = task.load("test", limit=8)

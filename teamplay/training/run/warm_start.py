@@ -95,29 +95,11 @@ class WarmStartResult:
     ran: bool = True
 
 
-def warm_roles(ws: WarmStartConfig, protocol: str, team) -> list[str]:
+def warm_roles(ws: WarmStartConfig, team) -> list[str]:
     """The roles the warm start ``ws`` fine-tunes: ``ws.roles`` or every model-played role of
-    ``team``. A role that is not the team's or is scripted is a ConfigError naming it, and so
-    (``source: teacher``) is a model-played role without a teacher in ``protocol`` (its name):
-    every role plays in the teacher team."""
-    played = [r.name for r in team.roles if not r.scripted]
-    if ws.roles is None:
-        roles = played
-    else:
-        unknown = [r for r in ws.roles if r not in {role.name for role in team.roles}]
-        if unknown:
-            raise ConfigError(f"warm_start.roles: {', '.join(unknown)} is not a role of the team; roles: "
-                              f"{', '.join(r.name for r in team.roles)}")
-        scripted = [r for r in ws.roles if r not in played]
-        if scripted:
-            raise ConfigError(f"warm_start.roles: {', '.join(scripted)} is played by a scripted policy and has "
-                              f"no adapter to fine-tune")
-        roles = list(ws.roles)
-    if ws.source == "teacher":
-        refusal = untaught_roles(ws, protocol, played)
-        if refusal is not None:
-            raise ConfigError(refusal)
-    return roles
+    ``team`` (the run's checks refused roles that are not the team's, scripted, untaught or frozen:
+    ``wiring.checks.check_warm_start``)."""
+    return list(ws.roles) if ws.roles is not None else [r.name for r in team.roles if not r.scripted]
 
 
 class WarmStart:
@@ -142,12 +124,9 @@ class WarmStart:
         self.team_model, self.team, self.make_env = team_model, team, make_env
         self.runner, self.evaluate, self.sync = runner, evaluate, sync
         self.folder = Path(cfg.output_dir) / WARM_DIR
-        self.roles = warm_roles(self.ws, cfg.protocol.name, team)
+        self.roles = warm_roles(self.ws, team)
         adapters = {r.adapter_name for r in team.roles if r.name in self.roles}
         self.adapters = [a for a in trainable if a in adapters]
-        if not self.adapters:
-            raise ConfigError(f"warm_start.roles: {', '.join(self.roles)} write only with frozen adapters; "
-                              f"nothing to fine-tune")
         params = {a: team_model.adapter_parameters(a) for a in self.adapters}
         self.optimizer = build_optimizer(OptimConfig(lr=self.ws.lr, weight_decay=cfg.optim.weight_decay),
                                          [p for a in self.adapters for p in params[a]])
@@ -271,7 +250,7 @@ class WarmStart:
         for role in self.team.roles:
             spec = role.scripted_spec if role.scripted else teacher_of(self.cfg.protocol.name, role.name,
                                                                         self.ws.teachers)
-            if spec is None:  # warm_roles refused this team
+            if spec is None:  # the run's checks refused this team (``wiring.checks.check_warm_start``)
                 raise ConfigError(untaught_roles(self.ws, self.cfg.protocol.name, [role.name]) or role.name)
             policies[role.name] = spec
         return TeacherBackend(self.team_model.tokenizer, policies, self.cfg.backend.max_prompt_tokens,

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from teamplay.config import RolloutConfig, TeamTrainingConfig, TrainConfig
+from teamplay.agents.roles import Team
+from teamplay.config import RolloutConfig, TeamTrainingConfig, TokenCreditConfig, TrainConfig
+from teamplay.config.warm_start import WarmStartConfig, untaught_roles
 from teamplay.credit import check_credit
 from teamplay.credit.token import get_token_credit
 from teamplay.envs.protocols import get_protocol
@@ -57,9 +59,10 @@ def check_run(cfg: TeamTrainingConfig, provided: frozenset[str] = TRAINER_RESOUR
     """The one validation pass of a training run after the config model's own (pydantic) checks and
     before a model or data set loads: the task and protocol exist and take their options, the credit
     method exists, takes its options, works with the protocol and gets every resource it needs
-    (``provided``), the token method exists and takes its options; and the combinations a run cannot
-    take (``check_combinations``; ``task_given``: the run's task is given in Python,
-    ``Trainer(task=...)``). Raises ConfigError (one line)."""
+    (``provided``), the token method exists and takes its options; the sections that name roles name
+    the team's (``team:``, or the protocol's default team: ``check_token_roles``, ``check_warm_start``);
+    and the combinations a run cannot take (``check_combinations``; ``task_given``: the run's task is
+    given in Python, ``Trainer(task=...)``). Raises ConfigError (one line)."""
     from teamplay.credit import get_credit
     from teamplay.credit.token.base import parse_token_options
 
@@ -72,9 +75,13 @@ def check_run(cfg: TeamTrainingConfig, provided: frozenset[str] = TRAINER_RESOUR
     if cfg.credit.judge_model is not None and "judge" not in needs:
         raise ConfigError(f"credit.judge_model: credit method {cfg.credit.method!r} with these options uses no "
                           f"judge; remove judge_model, or use a judge (shapley with value: judge)")
-    if isinstance(cfg, TrainConfig):  # a federated run is synchronous, without curriculum or cluster
+    team = cfg.team if cfg.team is not None else protocol.default_team()  # the team the run's envs play
+    check_token_roles(cfg.credit.token, team)
+    if isinstance(cfg, TrainConfig):  # a federated run is synchronous, without curriculum, cluster or warm start
         check_engine_owner(cfg, needs)
         check_combinations(cfg, task_given)
+        if cfg.warm_start is not None:
+            check_warm_start(cfg.warm_start, protocol.name, team)
     token = cfg.credit.token
     if token is None:
         return CheckedRun(cfg.credit.method, options, needs)
@@ -113,6 +120,44 @@ def check_combinations(cfg: TrainConfig, task_given: bool) -> None:
     if dist is not None and dist.address != "local" and dist.local_cpus is not None:
         raise ConfigError(f"distributed.local_cpus: only for address 'local' (address is {dist.address!r}); "
                           f"a running cluster's CPUs are set by `ray start --num-cpus`")
+
+
+def check_token_roles(token: TokenCreditConfig | None, team: Team) -> None:
+    """``credit.token.roles`` names roles of ``team`` (ConfigError naming the others)."""
+    if token is None or token.roles is None:
+        return
+    names = {role.name for role in team.roles}
+    unknown = sorted(set(token.roles) - names)
+    if unknown:
+        raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
+                          f"roles: {', '.join(sorted(names))}")
+
+
+def check_warm_start(ws: WarmStartConfig, protocol: str, team: Team) -> None:
+    """The roles a warm start ``ws`` fine-tunes (``ws.roles``, or every model-played role of ``team``)
+    are the team's, played by the model, taught (``source: teacher``: each model-played role has a
+    teacher in ``protocol``, its name, since every role plays in the teacher team), and write with at
+    least one trainable adapter. Raises ConfigError naming the roles."""
+    played = [r.name for r in team.roles if not r.scripted]
+    roles = played if ws.roles is None else list(ws.roles)
+    if ws.roles is not None:
+        unknown = [r for r in ws.roles if r not in {role.name for role in team.roles}]
+        if unknown:
+            raise ConfigError(f"warm_start.roles: {', '.join(unknown)} is not a role of the team; roles: "
+                              f"{', '.join(r.name for r in team.roles)}")
+        scripted = [r for r in ws.roles if r not in played]
+        if scripted:
+            raise ConfigError(f"warm_start.roles: {', '.join(scripted)} is played by a scripted policy and has "
+                              f"no adapter to fine-tune")
+    if ws.source == "teacher":
+        refusal = untaught_roles(ws, protocol, played)
+        if refusal is not None:
+            raise ConfigError(refusal)
+    # an adapter trains unless every role writing with it is frozen (``TeamModel.from_team``)
+    trainable = {r.adapter_name for r in team.roles if not r.scripted and r.trainable}
+    if not any(r.adapter_name in trainable for r in team.roles if r.name in roles):
+        raise ConfigError(f"warm_start.roles: {', '.join(roles)} write only with frozen adapters; "
+                          f"nothing to fine-tune")
 
 
 def check_wired(cfg: TrainConfig, checked: CheckedRun, team_model, backend) -> None:

@@ -97,12 +97,6 @@ def build_run(cfg: TrainConfig, team_model=None, backend: GenerationBackend | No
     else:
         make_eval_env = make_env
     team.require_trainable()  # the protocol's default team too, before the model loads
-    if cfg.credit.token is not None and cfg.credit.token.roles is not None:  # before the model loads
-        names = {role.name for role in team.roles}
-        unknown = sorted(set(cfg.credit.token.roles) - names)
-        if unknown:
-            raise ConfigError(f"credit.token.roles: {', '.join(unknown)} is not a role of the team; "
-                              f"roles: {', '.join(sorted(names))}")
     if team_model is None:
         where = driver_placement(cfg.distributed) if placement is None else placement
         team_model = build_team_model(cfg.model, team, cfg.seed, device=model_device(where, cfg.model))
