@@ -23,6 +23,10 @@ Readings, in this order (the first that holds):
 * *worse*: the t interval lies below 0;
 * *null*: neither, and the MDE says what difference the seeds could have found.
 
+A cooperation comparison still short of its planned seeds (split over sittings: ``benchmarks.cooperation
+--seeds N`` adds the ones it lacks) is one row, *in progress*, with no reading: a difference read off
+the first seeds of a comparison would be read again at every sitting.
+
 Settings that failed their calibration (``benchmarks/results/cooperation/calibration.json``: the
 untrained team never produced the event a credit method learns from) are rows too, *null by
 calibration*, with the exact one-sided 95% upper bound on the event's rate (``1 - 0.05^(1/n)`` for 0
@@ -40,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.arena_results import RESULTS as ARENA_RESULTS
-from benchmarks.arena_results import load_result, mde
+from benchmarks.arena_results import load_result, mde, seeds_held
 from benchmarks.cooperation import RESULTS as COOPERATION_RESULTS
+from benchmarks.cooperation import SIZES as COOPERATION_SIZES
 from benchmarks.cooperation import sign_flip_p
 from benchmarks.credit_arena import _cell, _values, mean_ci, paired_difference
 
@@ -146,6 +151,16 @@ def calibration_rows() -> list[list[str]]:
     return out
 
 
+def planned_seeds(path: Path, result: dict[str, Any]) -> int:
+    """The paired seeds a stored comparison is planned to hold: a cooperation setting's default size
+    (its sittings add seeds until then, ``benchmarks.cooperation --seeds N``); an arena comparison
+    is whole as stored (its own seeds)."""
+    if path.parent == COOPERATION_RESULTS and result.get("size", "default") == "default" \
+            and result["setting"] in COOPERATION_SIZES and "--rerun" not in result.get("command", ""):
+        return COOPERATION_SIZES[result["setting"]]["default"][4]
+    return 0
+
+
 def rows(superseded: bool = True) -> list[list[str]]:
     """One row per (stored comparison, method other than grpo), then the calibration rows;
     ``superseded=False`` leaves out the comparisons in ``SUPERSEDED``."""
@@ -154,6 +169,13 @@ def rows(superseded: bool = True) -> list[list[str]]:
         if not superseded and path.parent == ARENA_RESULTS and path.stem in SUPERSEDED:
             continue
         setting = result["setting"]
+        where = path.relative_to(ROOT).as_posix()
+        names = COOPERATION_TEAMS if path.parent == COOPERATION_RESULTS and setting in COOPERATION_TEAMS else TEAMS
+        held, planned = len(seeds_held(result)), planned_seeds(path, result)
+        if held < planned:  # a comparison split over sittings, not finished: no reading yet
+            out.append([f"[{names.get(setting, setting)}]({where})", "all", str(held), "—", "—", "—",
+                        f"in progress: {held} of {planned} paired seeds stored"])
+            continue
         gains = list(_values(result, "grpo", GAIN).values())
         floor = mean_ci(gains)
         for label in sorted(result["per_seed"]):
@@ -163,8 +185,6 @@ def rows(superseded: bool = True) -> list[list[str]]:
             diffs = [mine[s] - base[s] for s in sorted(set(mine) & set(base))]
             mean, half, n = paired_difference(mine, base)
             p, power = sign_flip_p(diffs), mde(diffs)
-            where = path.relative_to(ROOT).as_posix()
-            names = COOPERATION_TEAMS if path.parent == COOPERATION_RESULTS and setting in COOPERATION_TEAMS else TEAMS
             out.append([
                 f"[{names.get(setting, setting)}]({where})", label, str(n), _cell(*floor, signed=True),
                 _cell(mean, half, signed=True), _p(p),

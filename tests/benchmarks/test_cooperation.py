@@ -231,3 +231,19 @@ def test_cooperation_settings_named_like_arena_ones_get_rows_of_their_own():
     for setting, name in credit_paid.COOPERATION_TEAMS.items():
         assert setting in cooperation.SETTINGS
         assert name != credit_paid.TEAMS.get(setting)
+
+
+def test_a_comparison_short_of_its_planned_seeds_is_one_row_in_progress(monkeypatch):
+    """A sitting's first seeds are stored so the next sitting can add the rest; until the planned 8
+    are in, "Where credit paid" shows the comparison as in progress, with no difference read off it."""
+    def result(seeds):
+        per_seed = {m: {s: {"heldout/team_accuracy": 0.5, "heldout_gain/team_accuracy": 0.1} for s in seeds}
+                    for m in cooperation.CHAIN_METHODS}
+        return {"setting": "chain_k4", "size": "default", "per_seed": per_seed, "command": "c"}
+
+    path = cooperation.RESULTS / "chain_k4.json"
+    monkeypatch.setattr(credit_paid, "stored_results", lambda: [(path, result([0, 1]))])
+    assert credit_paid.rows() == [["[chain, K = 4 (one step a step)](benchmarks/results/cooperation/chain_k4.json)",
+                                   "all", "2", "—", "—", "—", "in progress: 2 of 8 paired seeds stored"]]
+    monkeypatch.setattr(credit_paid, "stored_results", lambda: [(path, result(range(8)))])
+    assert [row[1] for row in credit_paid.rows()] == ["loto (masking)", "shapley (masking)"]
