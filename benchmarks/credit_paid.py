@@ -30,8 +30,10 @@ the first seeds of a comparison would be read again at every sitting.
 Settings that failed their calibration (``benchmarks/results/cooperation/calibration.json``: the
 untrained team never produced the event a credit method learns from) are rows too, *null by
 calibration*, with the exact one-sided 95% upper bound on the event's rate (``1 - 0.05^(1/n)`` for 0
-of n, about 3/n). The README leaves out the arena's first sittings of settings the cooperation
-benchmark reran clean (``SUPERSEDED``); the docs page keeps every row.
+of n, about 3/n). A probe that names the share a comparison ``needed`` (the groups with unequal rewards
+a credit method learns from, 20%) and reaches it is *calibrated*: its comparison can be run. The
+README leaves out the arena's first sittings of settings the cooperation benchmark reran clean
+(``SUPERSEDED``); the docs page keeps every row.
 """
 
 from __future__ import annotations
@@ -146,8 +148,12 @@ def calibration_rows() -> list[list[str]]:
     out = []
     for probe in json.loads(CALIBRATION.read_text(encoding="utf-8"))["probes"]:
         k, n = probe["successes"], probe["trials"]
-        out.append([f"[{probe['team']}]({where})", "any", "—", f"untrained: {probe['event']} {k} of {n}", "—", "—",
-                    f"null by calibration (rate ≤ {upper_bound_95(k, n):.1%})"])
+        seen = f"{probe.get('state', 'untrained')}: {probe['event']} {k} of {n}"
+        if "needed" in probe and k / n >= probe["needed"]:  # the event a comparison needs is common enough
+            verdict = f"calibrated ({k / n:.0%} ≥ {probe['needed']:.0%})"
+        else:
+            verdict = f"null by calibration (rate ≤ {upper_bound_95(k, n):.1%})"
+        out.append([f"[{probe['team']}]({where})", "any", "—", seen, "—", "—", verdict])
     return out
 
 

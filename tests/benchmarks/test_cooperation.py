@@ -5,6 +5,7 @@ hold exactly the table the committed per-seed results give."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -247,3 +248,19 @@ def test_a_comparison_short_of_its_planned_seeds_is_one_row_in_progress(monkeypa
                                    "all", "2", "—", "—", "—", "in progress: 2 of 8 paired seeds stored"]]
     monkeypatch.setattr(credit_paid, "stored_results", lambda: [(path, result(range(8)))])
     assert [row[1] for row in credit_paid.rows()] == ["loto (masking)", "shapley (masking)"]
+
+
+def test_a_probe_that_reaches_the_share_it_needs_is_calibrated_and_one_that_does_not_is_null(tmp_path, monkeypatch):
+    probes = [{"team": "t1", "event": "groups with unequal rewards", "successes": 4, "trials": 16, "needed": 0.25,
+               "state": "warm-started"},
+              {"team": "t2", "event": "groups with unequal rewards", "successes": 3, "trials": 16, "needed": 0.25},
+              {"team": "t3", "event": "answerer right", "successes": 0, "trials": 64}]
+    path = cooperation.RESULTS / "calibration-test.json"  # only its name is read off the folder
+    monkeypatch.setattr(credit_paid, "CALIBRATION", path)
+    monkeypatch.setattr(type(path), "is_file", lambda self: True)
+    monkeypatch.setattr(type(path), "read_text", lambda self, encoding=None: json.dumps({"probes": probes}))
+    rows = credit_paid.calibration_rows()
+    assert [r[3] for r in rows] == ["warm-started: groups with unequal rewards 4 of 16",
+                                    "untrained: groups with unequal rewards 3 of 16", "untrained: answerer right 0 of 64"]
+    assert rows[0][6] == "calibrated (25% ≥ 25%)"  # 4 of 16 is exactly the share needed
+    assert rows[1][6].startswith("null by calibration") and rows[2][6] == "null by calibration (rate ≤ 4.6%)"
