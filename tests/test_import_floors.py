@@ -56,6 +56,14 @@ INNER_FLOORS = {
         "catalog": 3,  # the built-in tasks
         "__init__": 4,
     },
+    "envs/protocols": {
+        "traits": 0,  # what a protocol may promise; knows no protocol
+        "base": 1,  # the Protocol interface, turns, the reply-prefix type
+        "verdicts": 2, "driver": 2, "yaml_protocol": 2,  # verdict helpers, the turn driver, YAML protocols
+        "registry": 3,  # names and files -> protocols
+        "catalog": 4,  # the built-in rule books
+        "__init__": 5,
+    },
     "training": {
         # the bottom three import no other room: what a run keeps on disk, the policy update, playing episodes
         "store": 0, "learn": 0, "play": 0,

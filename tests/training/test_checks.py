@@ -4,6 +4,7 @@ needs the wired model or backend), each one line."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -74,3 +75,15 @@ def test_sections_that_name_roles_name_the_teams_before_anything_loads(tmp_path)
         check_run(config(tmp_path, credit={"token": {"method": "aem", "roles": ["nobody"]}}))
     with pytest.raises(ConfigError, match="warm_start.roles: nobody is not a role of the team"):
         check_run(config(tmp_path, warm_start={"roles": ["nobody"]}))
+
+
+def test_a_protocol_files_own_traits_decide_which_credit_methods_a_run_takes(tmp_path):
+    """A YAML protocol declares its traits; the run's check reads them off the loaded protocol, not
+    off the registry (which does not hold a file's protocol): shape_max needs every_agent_answers."""
+    text = (Path(__file__).resolve().parents[2] / "configs/protocols/solver_checker.yaml").read_text()
+    plain, answering = tmp_path / "plain.yaml", tmp_path / "answering.yaml"
+    plain.write_text(text)
+    answering.write_text(text + "traits: [every_agent_answers]\n")
+    with pytest.raises(ConfigError, match="needs a protocol where"):
+        check_run(config(tmp_path, protocol={"name": str(plain)}, credit={"method": "shape_max"}))
+    check_run(config(tmp_path, protocol={"name": str(answering)}, credit={"method": "shape_max"}))

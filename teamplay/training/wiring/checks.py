@@ -70,7 +70,7 @@ def check_run(cfg: TeamTrainingConfig, provided: frozenset[str] = TRAINER_RESOUR
     if cfg.eval_task is not None:
         TASKS.get(cfg.eval_task.name)
     protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)
-    options = check_credit(cfg.credit.method, cfg.credit.options, protocol.name, provided)
+    options = check_credit(cfg.credit.method, cfg.credit.options, protocol, provided)
     needs = frozenset(get_credit(cfg.credit.method).requires(options))
     if cfg.credit.judge_model is not None and "judge" not in needs:
         raise ConfigError(f"credit.judge_model: credit method {cfg.credit.method!r} with these options uses no "
