@@ -120,3 +120,18 @@ def test_a_config_error_comes_before_torch_is_imported(tmp_path, command):
     assert "exit 2" in done.stdout, done.stdout + done.stderr
     assert "error:" in done.stderr and "Traceback" not in done.stderr
     assert "heavy []" in done.stdout
+
+
+@pytest.mark.slow
+def test_sft_to_a_file_prints_one_line_per_warm_start_step(tmp_path):
+    model = save_tiny(tmp_path / "tiny")
+    config = tmp_path / "sft.yaml"
+    config.write_text(json.dumps(tiny_train_config(  # JSON is YAML
+        model, tmp_path / "run", task_name="relay_sum", protocol={"name": "relay"}, steps=1,
+        warm_start={"steps": 2, "episodes": 2, "batch_size": 2, "lr": 0.01, "evaluate": False})))
+    log = tmp_path / "sft.log"
+    proc = teamplay(["sft", "--config", config], log, tmp_path)
+    assert proc.wait(timeout=600) == 0, log.read_text()
+    lines = [line for line in log.read_text().splitlines() if line.startswith("sft step ")]
+    assert [line.split(":")[0] for line in lines] == ["sft step 1/2", "sft step 2/2"]
+    assert all(", loss " not in line and " loss " in line and line.endswith(" s") for line in lines), lines

@@ -78,9 +78,10 @@ class TrainProgress(_Progress):
             self.bar.update(self.job, completed=step)
 
     def step(self, step: int, metrics: dict[str, Any]) -> None:
-        """After training step ``step`` (1-based) with its ``metrics`` (``reward_mean``, ``seconds``)."""
-        reward, seconds = metrics.get("reward_mean"), metrics.get("seconds")
-        shown = [f"reward {reward:.2f}" if reward is not None else "",
+        """After training step ``step`` (1-based) with its ``metrics`` (``reward_mean``, or a warm
+        start's ``loss``; ``seconds``)."""
+        reward, loss, seconds = metrics.get("reward_mean"), metrics.get("loss"), metrics.get("seconds")
+        shown = [f"reward {reward:.2f}" if reward is not None else f"loss {loss:.3f}" if loss is not None else "",
                  f"{seconds:.0f} s" if seconds is not None else ""]
         if self.bar is not None:
             self.bar.update(self.job, completed=step,

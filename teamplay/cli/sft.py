@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from teamplay.cli.app import ConfigOpt, RunFolderOpt, SetOpt, command, console, err_console, shortcut_overrides
+from teamplay.cli.progress import TrainProgress
 from teamplay.cli.tables import held_out_table
 from teamplay.config import TrainConfig, build_config, read_yaml
 
@@ -52,11 +53,14 @@ def sft_command(
     with RunLock(run_dir):  # one trainer at a time, a warm start's too
         if overwrite:
             shutil.rmtree(run_dir / WARM_DIR, ignore_errors=True)
-        trainer = make_trainer(cfg, on_eval=lambda label: err_console.print(f"held-out evaluation ({label}) ..."))
+        # a bar on a terminal, else a line per step and per held-out batch
+        progress = TrainProgress(err_console, cfg.warm_start.steps, name="sft")
+        trainer = make_trainer(cfg, on_eval=progress.evaluation, on_eval_batch=progress.eval_batch)
         try:
             assert trainer.warm_start is not None
-            with preemption_handlers() as preemption:
-                result = trainer.warm_start.run(trainer.items, trainer.eval_items, preemption.check, preemption)
+            with preemption_handlers() as preemption, progress:
+                result = trainer.warm_start.run(trainer.items, trainer.eval_items, preemption.check, preemption,
+                                                on_step=progress.step)
         finally:
             trainer.close()
     if not result.ran:

@@ -142,20 +142,24 @@ class WarmStart:
     # ----------------------------------------------------------------------------- the loop
     def run(self, items: Sequence[TaskItem], eval_items: Sequence[TaskItem] = (),
             check: Callable[[], None] = lambda: None, preemption: Preemption | None = None,
-            steps: int | None = None) -> WarmStartResult:
+            steps: int | None = None,
+            on_step: Callable[[int, dict[str, Any]], None] | None = None) -> WarmStartResult:
         """Run the warm start on the training problems ``items`` to its end, or for at most ``steps``
         more steps in this call (a pause: the next call continues it exactly); see the module.
         ``eval_items``: the held-out problems. ``check`` is called at the evaluations'
         safe points, ``preemption`` (a SIGTERM or SIGINT) is read between steps: the last step is
-        checkpointed and ``Preempted`` raised. The global RNG states are restored when it returns."""
+        checkpointed and ``Preempted`` raised. The global RNG states are restored when it returns.
+        ``on_step(step, metrics)`` is called after each step is logged (its metrics line plus
+        ``seconds``, the step's wall time, which the file does not hold: a resumed run's lines equal
+        a straight run's)."""
         start, outer = time.perf_counter(), rng_state()
         try:
-            return self._run(list(items), eval_items, check, preemption, steps, start)
+            return self._run(list(items), eval_items, check, preemption, steps, start, on_step)
         finally:
             set_rng_state(outer)
             self.sync()
 
-    def _run(self, items, eval_items, check, preemption, steps, start) -> WarmStartResult:
+    def _run(self, items, eval_items, check, preemption, steps, start, on_step) -> WarmStartResult:
         self.folder.mkdir(parents=True, exist_ok=True)
         done = self._restore()
         if done >= self.ws.steps:
@@ -179,6 +183,7 @@ class WarmStart:
                     written = checkpoint_dir(Path(WARM_DIR), done).as_posix()
                     raise Preempted(preemption.signum or 15,
                                     f"in the warm start after step {done}; checkpoint {written} written")
+                t0 = time.perf_counter()
                 metrics = self._step(samples, done)
                 done, taken = done + 1, taken + 1
                 if done == self.ws.steps:
@@ -188,6 +193,8 @@ class WarmStart:
                 logger.log(done, metrics)
                 if done == self.ws.steps or done % self.ws.checkpoint_every == 0 or taken == steps:
                     self._save(done)
+                if on_step is not None:
+                    on_step(done, {**metrics, "seconds": time.perf_counter() - t0})
         finally:
             logger.close()
         return WarmStartResult(self.folder, done, len(samples), before, after, time.perf_counter() - start)
