@@ -527,7 +527,6 @@ def main(argv: list[str] | None = None) -> None:
                      *([f"--rerun {args.rerun}"] if again else []),
                      *([f"--seeds {args.seeds}"] if args.seeds is not None else [])]
             result = {**result, "command": " ".join(["python -m benchmarks.cooperation", *flags])}
-            result.setdefault("machine", line)
             if not args.quick and seeds_held(result):
                 save_result(result, path)
         if again:  # its table is the comparison's, with the spread in its notes

@@ -32,17 +32,15 @@ METHOD_FILE = textwrap.dedent('''
     from __future__ import annotations
 
     import numpy as np
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import Field
 
     from teamplay.credit.methods.assumptions import BROADCAST
     from teamplay.credit.methods.group_baseline import broadcast
-    from teamplay.credit.registry import CardText, CreditBatch, register_credit
+    from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 
 
-    class ConstantBaselineOptions(BaseModel):
+    class ConstantBaselineOptions(MethodOptions):
         """Options of ``constant_baseline``."""
-
-        model_config = ConfigDict(extra="forbid", frozen=True)
 
         baseline: float = Field(0.5, description="The constant b subtracted from every team reward.")
 

@@ -76,14 +76,12 @@ METHOD_FILE = textwrap.dedent('''
     from __future__ import annotations
 
     import numpy as np
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import Field
 
-    from teamplay.credit.registry import CardText, CreditBatch, register_credit
+    from teamplay.credit.registry import CardText, CreditBatch, MethodOptions, register_credit
 
 
-    class LastLinkOptions(BaseModel):
-        model_config = ConfigDict(extra="forbid", frozen=True)
-
+    class LastLinkOptions(MethodOptions):
         baseline: float = Field(0.5, description="The constant b subtracted from every team reward.")
 
 
