@@ -107,6 +107,7 @@ def time_variants(trainer, samples, repeats: int) -> dict[str, Any]:
 
     from teamplay.agents.lora_product import fuse_lora_layers, unfuse_lora_layers
     from teamplay.training.learn.update import PolicyUpdater
+    from teamplay.training.run.sections import update_settings
 
     tm = trainer.team_model
     params = trainer.update.learner.updater.params
@@ -123,7 +124,7 @@ def time_variants(trainer, samples, repeats: int) -> dict[str, Any]:
             cfg = trainer.cfg.model_copy(deep=True)
             cfg.objective.old_logprobs = "trainer" if variant.endswith("trainer old") else "generation"
             optimizer = torch.optim.AdamW([p for ps in params.values() for p in ps], lr=cfg.optim.lr)
-            updater = PolicyUpdater(cfg, tm, params, optimizer)
+            updater = PolicyUpdater(update_settings(cfg), tm, params, optimizer)
             updater.share_prompts = variant != "before"
             # the model's own forward, head on every kept position (TeamModel's path for other architectures)
             tm.__dict__["_body_and_head"] = None if variant == "shared, head on every position" else split

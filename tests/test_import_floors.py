@@ -80,6 +80,7 @@ INNER_FLOORS = {
         "run_state": 1, "held_out": 1, "update_stage": 1, "warm_start": 1,  # what the trainer composes
         "asynchronous": 1,  # the generator thread, what it generates with, the asynchronous rollout source
         "local_parts": 2, "rollout_source": 2,  # the in-process parts; the one interface the step takes episodes from
+        "sections": 2,  # the config cut into the settings of the parts above
         "step_stages": 2,  # the step's credit, token and update stages, built in one place
         "trainer": 3,
         "__init__": 0,  # imports nothing

@@ -63,6 +63,10 @@ def sft_command(
                                                 on_step=progress.step)
         finally:
             trainer.close()
+    if result.cached:
+        console.print(f"the warm start was finished by a run with the same settings: copied from "
+                      f"{cfg.warm_start.cache} into {result.folder} ({result.steps} steps)")
+        return
     if not result.ran:
         console.print(f"the warm start in {result.folder} is finished ({result.steps} steps); nothing to do")
         return

@@ -202,7 +202,8 @@ class TrainConfig(TeamTrainingConfig):
         if self.warm_start is None:
             return self
         # both would keep a copy of the adapters built before the warm start changed them
-        for name, value in {"distributed": self.distributed, "rollout.max_staleness": self.rollout.max_staleness}.items():
+        ahead = {"distributed": self.distributed, "rollout.max_staleness": self.rollout.max_staleness}
+        for name, value in ahead.items():
             if value is not None:
                 raise ValueError(f"warm_start: not supported with {name} yet; drop one of them")
         check_teachers(self.warm_start, self.protocol, self.team)

@@ -47,6 +47,12 @@ class WarmStartConfig(Section):
                                                  "is reshuffled after every pass over the set.")
     checkpoint_every: int = Field(10, ge=1, description="Checkpoint every N steps (and at the end), into "
                                                         "RUN/warm_start/checkpoints.")
+    cache: str | None = Field(
+        None, description="A folder runs share (a sweep's): a finished warm start is kept there under a key "
+                          "of everything it depends on (this section, model, team, protocol, task, seed, "
+                          "sampling, backend), and a run whose warm start has the same key copies it instead "
+                          "of fine-tuning again, so the credit methods of one seed fine-tune once. The "
+                          "adapters are the ones the run would have trained (same seed, same operations).")
     evaluate: bool = Field(True, description="Evaluate the team on `eval_task` (greedy, `eval_sampling`) "
                                              "before and after the warm start, into RUN/warm_start/metrics.jsonl "
                                              "(skipped without an eval_task).")

@@ -243,12 +243,13 @@ def get_credit(name: str) -> CreditMethod:
 
 
 def check_credit(name: str, options: BaseModel | Mapping[str, Any] | None, protocol: Protocol | str | None,
-                 provided: frozenset[str] | None) -> BaseModel:
+                 provided: frozenset[str] | None, method: CreditMethod | None = None) -> BaseModel:
     """Everything about a credit choice that can be known before a model loads: the method exists,
     its options parse, ``protocol`` (a ``Protocol``, a registered protocol's name, or None: not
     checked) declares every trait the method needs and the resources it needs are in ``provided``
-    (None: not checked). Returns the parsed options; raises ConfigError."""
-    method = get_credit(name)
+    (None: not checked). ``method``: what ``name`` resolves to, where the caller looked it up already
+    (no second lookup). Returns the parsed options; raises ConfigError."""
+    method = get_credit(name) if method is None else method
     parsed = parse_options(method, options)
     if protocol is not None:
         check_protocol_fits(method, parsed, protocol)
@@ -316,11 +317,13 @@ class CreditOutputError(TeamplayError, RuntimeError):
     one ``error:`` line (a bad plugin is the user's to fix, not a teamplay traceback)."""
 
 
-def assign(name: str, batch: CreditBatch, options: BaseModel | Mapping[str, Any] | None = None
-           ) -> list[np.ndarray]:
+def assign(name: str, batch: CreditBatch, options: BaseModel | Mapping[str, Any] | None = None,
+           method: CreditMethod | None = None) -> list[np.ndarray]:
     """Run credit method ``name`` on ``batch``; checks the output contract (one finite [T_g] array per
-    episode) here, the one place every method's output passes, and raises ``CreditOutputError``."""
-    method = get_credit(name)
+    episode) here, the one place every method's output passes, and raises ``CreditOutputError``.
+    ``method``: what ``name`` resolves to, where the caller resolved it once for every batch (the
+    trainer's credit stage carries the method ``check_run`` looked up); ``name`` still labels errors."""
+    method = get_credit(name) if method is None else method
     validate_batch(batch.episodes)
     out = method.fn(batch, parse_options(method, options))
     label = repr(method.name) if method.name == name else f"{method.name!r} ({name})"

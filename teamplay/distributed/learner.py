@@ -35,18 +35,21 @@ import os
 import re
 import socket
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from teamplay.agents.roles import Team
-from teamplay.config import TrainConfig
+from teamplay.config import DistributedConfig, ModelConfig
 from teamplay.distributed.actors import ActorGroup
 from teamplay.distributed.cluster import import_ray
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import TeamplayError
 from teamplay.training.learn.samples import PolicySample
+
+if TYPE_CHECKING:  # imported where a rank builds its updater
+    from teamplay.training.learn.update import UpdateSettings
 
 #: what gloo / NCCL report when a peer process is gone
 _LOST_PEER = re.compile(r"gloo|nccl|connection (closed|reset)|peer|broken pipe", re.IGNORECASE)
@@ -104,20 +107,21 @@ class ShardedGroup(TorchGroup):
 
 
 class LearnerRank:
-    """One rank of the learner (the body of a Ray actor)."""
+    """One rank of the learner (the body of a Ray actor): rank ``rank`` of ``world``, updating as
+    ``update`` says (its seed seeds the rank) a team model of ``team`` built from ``model``; its
+    parameters sharded (FSDP2) when ``strategy`` is ``fsdp`` and there are several ranks."""
 
-    def __init__(self, cfg: TrainConfig, team: Team, rank: int, world: int) -> None:
+    def __init__(self, update: UpdateSettings, model: ModelConfig, strategy: str, team: Team, rank: int,
+                 world: int) -> None:
         from teamplay.training.wiring.model import build_team_model
         from teamplay.training.wiring.placement import Placement, model_device
 
         torch.set_num_threads(1)
-        torch.manual_seed(cfg.seed)
-        self.cfg = cfg
+        torch.manual_seed(update.seed)
+        self.settings = update
         self.rank, self.world = rank, world
-        assert cfg.distributed is not None
-        self.sharded = cfg.distributed.learner_strategy == "fsdp" and world > 1
-        self.team_model = build_team_model(cfg.model, team, cfg.seed,
-                                           device=model_device(Placement.RAY_LEARNER, cfg.model))
+        self.sharded = strategy == "fsdp" and world > 1
+        self.team_model = build_team_model(model, team, update.seed, device=model_device(Placement.RAY_LEARNER, model))
         self.trainable = [a for a in self.team_model.adapter_names if a not in self.team_model.frozen]
         # the optimiser and updater are built in init_group, after FSDP2 (if any) replaced the parameters
 
@@ -125,12 +129,12 @@ class LearnerRank:
         from teamplay.training.learn.update import PolicyUpdater
         from teamplay.training.run.parts import build_optimizer
 
-        cfg, trainable = self.cfg, self.trainable
+        trainable = self.trainable
         params = {a: self.team_model.adapter_parameters(a) for a in trainable}
         self.params = [p for a in trainable for p in params[a]]  # the single-process trainer's order
-        self.optimizer = build_optimizer(cfg.optim, self.params)
+        self.optimizer = build_optimizer(self.settings.optim, self.params)
         self.group = ShardedGroup(self.rank, self.world) if self.sharded else TorchGroup(self.rank, self.world)
-        self.updater = PolicyUpdater(cfg, self.team_model, params, self.optimizer,
+        self.updater = PolicyUpdater(self.settings, self.team_model, params, self.optimizer,
                                      group=self.group if self.world > 1 else None)
 
     def pid(self) -> int:
@@ -197,16 +201,17 @@ class LearnerRank:
 
 
 class LearnerGroup:
-    """``world`` learner ranks as Ray actors, joined in one torch.distributed group."""
+    """``world`` learner ranks as Ray actors, joined in one torch.distributed group: the
+    ``distributed:`` section's ``learner_workers`` ranks with its strategy and resources, each a
+    ``LearnerRank`` of ``update``, ``model`` and ``team``."""
 
-    def __init__(self, cfg: TrainConfig, team: Team) -> None:
+    def __init__(self, update: UpdateSettings, model: ModelConfig, dist_cfg: DistributedConfig, team: Team) -> None:
         self.ray = import_ray()
-        dist_cfg = cfg.distributed
-        assert dist_cfg is not None
         world = dist_cfg.learner_workers
-        self.sharded = dist_cfg.learner_strategy == "fsdp" and world > 1
+        strategy = dist_cfg.learner_strategy
+        self.sharded = strategy == "fsdp" and world > 1
         # ranks are never replaced: a dead one stops the run (``LearnerDied``)
-        self.actors = ActorGroup(LearnerRank, lambda rank: (cfg, team, rank, world), world,
+        self.actors = ActorGroup(LearnerRank, lambda rank: (update, model, strategy, team, rank, world), world,
                                  dist_cfg.resources.learner)
         self.ranks, self.pids = self.actors.actors, self.actors.pids
         #: the token rows the ranks' last update resolved (per-message token rules), by sample index

@@ -40,6 +40,7 @@ from teamplay.records import Episode, SamplingParams
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.play.rollout import RolloutJob
 from teamplay.training.run.parts import OptimizerOwner
+from teamplay.training.run.sections import update_settings
 from teamplay.training.wiring.checks import asynchronous
 from teamplay.training.wiring.wired_run import WiredRun
 
@@ -197,8 +198,8 @@ class RayParts:
         try:
             # asynchronous rollouts: the generator thread alone publishes to the pool (``async_pool``)
             to_pool = not asynchronous(cfg.rollout)
-            return runner, DriverLearner(cfg.optim, cfg.steps, LearnerGroup(cfg, run.team), pool, team_model,
-                                         trainable, to_pool)
+            ranks = LearnerGroup(update_settings(cfg), cfg.model, dist, run.team)
+            return runner, DriverLearner(cfg.optim, cfg.steps, ranks, pool, team_model, trainable, to_pool)
         except BaseException:
             runner.close()
             raise

@@ -261,6 +261,7 @@ def test_a_probe_that_reaches_the_share_it_needs_is_calibrated_and_one_that_does
     monkeypatch.setattr(type(path), "read_text", lambda self, encoding=None: json.dumps({"probes": probes}))
     rows = credit_paid.calibration_rows()
     assert [r[3] for r in rows] == ["warm-started: groups with unequal rewards 4 of 16",
-                                    "untrained: groups with unequal rewards 3 of 16", "untrained: answerer right 0 of 64"]
+                                    "untrained: groups with unequal rewards 3 of 16",
+                                    "untrained: answerer right 0 of 64"]
     assert rows[0][6] == "calibrated (25% ≥ 25%)"  # 4 of 16 is exactly the share needed
     assert rows[1][6].startswith("null by calibration") and rows[2][6] == "null by calibration (rate ≤ 4.6%)"

@@ -25,6 +25,7 @@ from teamplay.distributed.weights import AdapterWeights
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.learn.update import PolicyUpdater
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
+from teamplay.training.run.sections import update_settings
 from teamplay.training.wiring.model import build_team_model
 from teamplay.training.wiring.sampling import sampling_params
 from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
@@ -76,7 +77,7 @@ def learner_pair(trainer):
 
     cfg = trainer.cfg.model_copy(update={"distributed": trainer.cfg.distributed.model_copy(
         update={"learner_workers": 2})})
-    group = LearnerGroup(cfg, trainer.team)
+    group = LearnerGroup(update_settings(cfg), cfg.model, cfg.distributed, trainer.team)
     yield group
     group.shutdown()
 

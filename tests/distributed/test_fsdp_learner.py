@@ -10,6 +10,7 @@ from teamplay.config import TrainConfig, build_config
 from teamplay.distributed.weights import AdapterWeights
 from teamplay.errors import ConfigError
 from teamplay.training.learn.update import PolicyUpdater
+from teamplay.training.run.sections import update_settings
 from teamplay.training.wiring.model import build_team_model
 from tests.distributed.conftest import RANKS_VS_ONE_PROCESS_TOL, random_samples
 
@@ -55,7 +56,7 @@ def test_two_fsdp_ranks_equal_one_process_and_share_its_checkpoint_format(ray_cl
     assert [updater.update(samples, step=s)["optimizer_steps"] for s in (0, 1)] == [1, 1]
     expected, expected_optim = AdapterWeights.of(tm, version=2), optimizer.state_dict()
 
-    group = LearnerGroup(cfg, cfg.team)
+    group = LearnerGroup(update_settings(cfg), cfg.model, cfg.distributed, cfg.team)
     try:
         # each rank holds half the rows of a base weight (tiny MLP 32 -> 64: rows 64 -> 32 per rank)
         shapes = ray.get([r.__ray_call__.remote(_local_rows) for r in group.ranks])
@@ -130,7 +131,7 @@ def test_fsdp_ranks_take_the_reference_pass_of_a_kl_term_in_lock_step(ray_cluste
     # prompts, one process's default, run other products: 1.03e-6 apart under AVX2 kernels at 1 thread)
     one_process.share_prompts = False
     assert one_process.update(samples, step=0)["optimizer_steps"] == 1
-    group = LearnerGroup(cfg, cfg.team)
+    group = LearnerGroup(update_settings(cfg), cfg.model, cfg.distributed, cfg.team)
     try:
         group.load_state(before, fresh)
         assert group.update(samples, step=0, lr=cfg.optim.lr)["optimizer_steps"] == 1

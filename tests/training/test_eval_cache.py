@@ -61,6 +61,18 @@ def test_the_key_ignores_what_cannot_change_an_untrained_team():
     assert untrained_eval_key(base) != untrained_eval_key({**base, "eval_task": {"name": "gsm8k"}})
 
 
+def test_a_warm_started_team_is_not_the_cold_team():
+    # its evaluation "before" the first step is of the fine-tuned adapters: never a cold run's cache entry
+    base = {"model": {"name": "m"}, "seed": 0, "eval_task": {"name": "arith"}, "warm_start": None}
+    warm = {**base, "warm_start": {"source": "teacher", "steps": 20}}
+    assert untrained_eval_key(base) == untrained_eval_key({k: v for k, v in base.items() if k != "warm_start"})
+    assert untrained_eval_key(warm) != untrained_eval_key(base)
+    assert untrained_eval_key(warm) != untrained_eval_key({**warm, "warm_start": {"source": "teacher", "steps": 40}})
+    # what the warm start samples and steps with is part of it; the credit method is not
+    assert untrained_eval_key(warm) != untrained_eval_key({**warm, "optim": {"weight_decay": 0.1}})
+    assert untrained_eval_key(warm) == untrained_eval_key({**warm, "credit": {"method": "shapley"}})
+
+
 def test_an_unreadable_cache_entry_is_evaluated_again_with_a_warning(tmp_path):
     import pytest
 

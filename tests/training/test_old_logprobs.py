@@ -30,6 +30,11 @@ def config(source: str, minibatch: int = 16, epochs: int = 1, grad_accum: int = 
         "optim": {"lr": 0.1, "minibatch_size": minibatch, "epochs": epochs, "grad_accum": grad_accum}, **extra})
 
 
+def source_of(cfg: TrainConfig, tm) -> str:
+    """``old_logprob_source`` of the sections ``cfg`` sets."""
+    return old_logprob_source(cfg.objective, cfg.backend, tm)
+
+
 def run(cfg: TrainConfig, shift: float = 0.0, group=None) -> tuple[dict, list[torch.Tensor]]:
     """One update of 16 fresh samples whose generation log-probs are the adapters' own, each moved
     by ``shift`` (a generation that rounds differently from the trainer); the metrics and the
@@ -94,7 +99,7 @@ def test_bfloat16_ratio_of_the_first_pass_is_one():
     # before any step (lr 0: no step moves), the gap logged; the generation's numbers would give exp(-0.3)
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     tm = TeamModel(model.to(torch.bfloat16), tokenizer, ("proposer", "reviewer"), r=4, alpha=8)
-    assert old_logprob_source(config("auto"), tm) == "trainer"
+    assert source_of(config("auto"), tm) == "trainer"
     ratios = {}
     for source in ("auto", "generation"):
         params = {a: tm.adapter_parameters(a) for a in tm.adapter_names}
@@ -112,8 +117,8 @@ def test_bfloat16_ratio_of_the_first_pass_is_one():
 
 def test_auto_reads_the_generation_of_a_float32_hf_model_and_the_trainer_elsewhere():
     tm = team()
-    assert old_logprob_source(config("auto"), tm) == "generation"
-    assert old_logprob_source(config("trainer"), tm) == "trainer"
+    assert source_of(config("auto"), tm) == "generation"
+    assert source_of(config("trainer"), tm) == "trainer"
     vllm = config("auto", model={"dtype": "bfloat16"}, backend={"name": "vllm"})
-    assert old_logprob_source(vllm, tm) == "trainer"  # the vllm backend samples with its own kernels
-    assert old_logprob_source(config("generation", model={"dtype": "bfloat16"}), tm) == "generation"
+    assert source_of(vllm, tm) == "trainer"  # the vllm backend samples with its own kernels
+    assert source_of(config("generation", model={"dtype": "bfloat16"}), tm) == "generation"

@@ -310,3 +310,40 @@ def test_a_scripted_proposer_plays_itself_and_the_reviewer_learns_faithful_verdi
         right = proposal.answer == items[int(ep.group_id[1:])].reference
         assert review.text == "Verdict: " + ("RIGHT" if right else "WRONG")
         assert proposal.completion_ids == ()  # the scripted proposer writes text only: never a target
+
+
+def test_a_shared_cache_fine_tunes_once_and_the_runs_equal_runs_without_it(tiny_path, tmp_path):
+    """warm_start.cache: the first run fine-tunes and stores its warm start; a run of another credit
+    method with the same warm start copies it, and both end exactly as runs without the cache."""
+    cache = tmp_path / "warm_cache"
+
+    def config(out: str, method: str, shared: bool) -> TrainConfig:
+        raw = relay_config(tiny_path, tmp_path / out, credit={"method": method})
+        if shared:
+            raw["warm_start"] = {**raw["warm_start"], "cache": str(cache)}
+        return build_config(TrainConfig, raw)
+
+    first = Trainer(config("a", "grpo", True))
+    assert first.warm_start.run(first.items).ran  # nothing cached yet: it fine-tunes
+    first.close()
+    assert len(list(cache.iterdir())) == 1  # one finished warm start, no partial copy left
+    second = Trainer(config("b", "loto", True))
+    taken = second.warm_start.run(second.items)
+    second.close()
+    assert taken.cached and not taken.ran and taken.steps == 4
+    a, b = adapters_of(latest(tmp_path / "a/warm_start")), adapters_of(latest(tmp_path / "b/warm_start"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact: the same files
+    # whole runs: with the cache (the warm start copied) and without it (fine-tuned again), the same RL
+    Trainer(config("c", "loto", True)).train()
+    Trainer(config("d", "loto", False)).train()
+    assert rl_lines(tmp_path / "c") == rl_lines(tmp_path / "d")
+    c, d = adapters_of(latest(tmp_path / "c")), adapters_of(latest(tmp_path / "d"))
+    assert all(torch.equal(c[k], d[k]) for k in c)  # exact: same seed and operations
+    # another warm start (other steps) is another entry; where the cache lives is not part of the run
+    other = build_config(TrainConfig, relay_config(tiny_path, tmp_path / "e", warm_start={
+        "steps": 2, "episodes": 4, "batch_size": 3, "lr": 0.01, "checkpoint_every": 2, "evaluate": False,
+        "cache": str(cache)}))
+    trainer = Trainer(other)
+    assert trainer.warm_start.run(trainer.items).ran
+    trainer.close()
+    assert len(list(cache.iterdir())) == 2

@@ -44,9 +44,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from teamplay.config import BackendConfig, ObjectiveConfig, OptimConfig, SamplingConfig
 from teamplay.credit.token import TokenStats, get_token_credit
 from teamplay.credit.token.base import message_tokens
-from teamplay.training.learn.losses import objective_loss
+from teamplay.training.learn.losses import SftObjective, objective_loss
 from teamplay.training.learn.nonfinite import SkippedUpdate, finite_gradient_flags
 from teamplay.training.learn.samples import PolicySample
 from teamplay.training.learn.token_stats import stats_from_distributions
@@ -90,9 +91,28 @@ class _UpdateLog:
     optimizer_steps: int = 0
 
 
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The config sections an update reads, and nothing else of the run's config.
+
+    Fields: optim (epochs, minibatch size, gradient accumulation and clipping); objective (the loss,
+    its KL weight, where the old log-probs come from; a warm start's ``SftObjective``); sampling (the
+    temperature the log-probs are scored at, ``max_new_tokens`` for the token-sum normalisation);
+    backend (its ``name``: a vllm backend's log-probs are never the trainer's); seed (the minibatch
+    shuffles). A ``TrainConfig`` has the same five fields, so a test may pass one where these are
+    asked for; the trainer's wiring passes this (``teamplay.training.run.sections``).
+    """
+
+    optim: OptimConfig
+    objective: ObjectiveConfig | SftObjective
+    sampling: SamplingConfig
+    backend: BackendConfig
+    seed: int
+
+
 class PolicyUpdater:
-    """Holds what an update needs: the config, the team model, the trainable parameters by adapter,
-    the optimizer, and an optional data-parallel group."""
+    """Holds what an update needs: the update's sections (``UpdateSettings``), the team model, the
+    trainable parameters by adapter, the optimizer, and an optional data-parallel group."""
 
     #: score each adapter's share with its prompts shared (``TeamModel.completion_logprobs``
     #: ``share_prompts``): a group's samples of one question run their prompt once, and the prompts'
@@ -102,9 +122,9 @@ class PolicyUpdater:
     #: lock-step group keeps the plain path (one pass per adapter on every rank).
     share_prompts: bool = True
 
-    def __init__(self, cfg, team_model, params: dict[str, list[torch.nn.Parameter]],
+    def __init__(self, settings: UpdateSettings, team_model, params: dict[str, list[torch.nn.Parameter]],
                  optimizer: torch.optim.Optimizer, group: DataParallel | None = None) -> None:
-        self.cfg = cfg
+        self.settings = settings
         self.team_model = team_model
         self.params = params
         self.optimizer = optimizer
@@ -112,7 +132,7 @@ class PolicyUpdater:
         #: token advantages the last update computed for samples with a ``token_rule``, by index
         self.resolved_tokens: dict[int, tuple[float, ...]] = {}
         #: where the ratio's old log-probs come from (``objective.old_logprobs``, ``auto`` resolved)
-        self.old_source = old_logprob_source(cfg, team_model)
+        self.old_source = old_logprob_source(settings.objective, settings.backend, team_model)
         #: the trainer's old log-probs of the current update, by sample index (``old_source`` trainer)
         self._old: dict[int, torch.Tensor] = {}
 
@@ -124,13 +144,13 @@ class PolicyUpdater:
         A sample with a ``token_rule`` gets its token advantages the first time the update scores
         it (epoch 1, its minibatch), from that forward pass's distributions; they are kept for the
         later epochs and left in ``resolved_tokens`` for the trainer's logs."""
-        optim = self.cfg.optim
+        optim = self.settings.optim
         self.resolved_tokens = {}
         epochs = [self._minibatches(len(samples), step, epoch) for epoch in range(optim.epochs)]
         self._old = {}
         if self.old_source == "trainer":
             rank, world = self._rank_world()
-            self._trainer_old(samples, epochs, self.cfg.sampling.temperature, rank, world, self._lockstep())
+            self._trainer_old(samples, epochs, self.settings.sampling.temperature, rank, world, self._lockstep())
         rules = any(s.token_rule is not None for s in samples)
         log = _UpdateLog()
         for epoch, minibatches in enumerate(epochs):
@@ -179,10 +199,10 @@ class PolicyUpdater:
             # lock step: the whole minibatch's share of this adapter decides the reference pass
             reference = self._needs_reference(samples, [int(i) for i in mb if samples[i].adapter == adapter]) \
                 if lockstep else None
-            loss, loss_stats, entropy = self.loss(adapter, share, self.cfg.sampling.temperature, indices,
+            loss, loss_stats, entropy = self.loss(adapter, share, self.settings.sampling.temperature, indices,
                                                   resolve=adapter not in placeholders, reference=reference)
             # len(mb): the whole minibatch; a placeholder pass only keeps the ranks in step
-            weight = 0.0 if adapter in placeholders else len(share) / len(mb) / self.cfg.optim.grad_accum
+            weight = 0.0 if adapter in placeholders else len(share) / len(mb) / self.settings.optim.grad_accum
             if not torch.isfinite(loss):
                 finite = False
                 bad_loss.append(adapter)
@@ -206,7 +226,7 @@ class PolicyUpdater:
         if self.group is not None:
             self.group.all_reduce_gradients(params)
         flags = finite_gradient_flags(self.params)  # read only if the norm is not finite
-        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip or float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(params, self.settings.optim.grad_clip or float("inf"))
         if not torch.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             bad = tuple(a for a, ok in flags.items() if not bool(ok))
@@ -238,8 +258,8 @@ class PolicyUpdater:
 
     def _minibatches(self, n: int, step: int, epoch: int) -> list[np.ndarray]:
         """The seeded minibatches of one epoch: a permutation of the ``n`` samples, cut in ``minibatch_size``."""
-        order = np.random.default_rng([self.cfg.seed, step, epoch]).permutation(n)
-        size = self.cfg.optim.minibatch_size
+        order = np.random.default_rng([self.settings.seed, step, epoch]).permutation(n)
+        size = self.settings.optim.minibatch_size
         return [order[i:i + size] for i in range(0, n, size)]
 
     @staticmethod
@@ -269,14 +289,14 @@ class PolicyUpdater:
         in (the same rows, so the same float rounding as the pass that would score them unchanged),
         then any sample a later epoch hands this rank, by adapter. A lock-step group runs the same
         passes on every rank: every sample, by adapter, in minibatch-sized chunks."""
-        size = self.cfg.optim.minibatch_size
+        size = self.settings.optim.minibatch_size
         if lockstep:
             chunks = _adapter_chunks(samples, range(len(samples)), size)
         else:
             def rank_share(mb: np.ndarray) -> dict[str, list[int]]:
                 return self._shares(samples, mb, rank, world, False)[0]
 
-            first_step = min(self.cfg.optim.grad_accum, len(epochs[0]))
+            first_step = min(self.settings.optim.grad_accum, len(epochs[0]))
             chunks = [chunk for mb in epochs[0][first_step:] for chunk in sorted(rank_share(mb).items())]
             # epoch 1 scores these itself: the first minibatches for free, the others in ``chunks``
             scored = {i for mb in epochs[0] for ix in rank_share(mb).values() for i in ix}
@@ -324,7 +344,7 @@ class PolicyUpdater:
         a lock-step group's decision over the whole minibatch, and the reference then takes the
         plain path (one forward pass, where the shared-prompt path's count depends on the prompts).
         """
-        obj = self.cfg.objective
+        obj = self.settings.objective
         indices = list(indices) if indices is not None else list(range(len(share)))
         prompts = [list(s.prompt_ids) for s in share]
         completions = [list(s.completion_ids) for s in share]
@@ -357,7 +377,7 @@ class PolicyUpdater:
             fmask = mask.to(logp.dtype)
             entropy = float(-(torch.where(mask.bool(), logp, 0.0) * fmask).sum() / fmask.sum())
         loss, stats = objective_loss(obj, logp, old, ref if obj.kl_beta > 0 else None, adv, mask,
-                                     norm_tokens=self.cfg.sampling.max_new_tokens)
+                                     norm_tokens=self.settings.sampling.max_new_tokens)
         return loss, stats, entropy
 
     def _pending(self, share: Sequence[PolicySample], indices: Sequence[int]) -> list[int]:
@@ -367,7 +387,7 @@ class PolicyUpdater:
     def _wants_reference(self, pending: Sequence[PolicySample]) -> bool:
         """Whether a pass runs the reference policy: for the KL term, or for a rule of ``pending`` that reads it."""
         needs = set().union(*(get_token_credit(s.token_rule.method).needs for s in pending if s.token_rule))
-        return self.cfg.objective.kl_beta > 0 or bool(needs & REFERENCE_NEEDS)
+        return self.settings.objective.kl_beta > 0 or bool(needs & REFERENCE_NEEDS)
 
     def _needs_reference(self, samples: Sequence[PolicySample], indices: Sequence[int]) -> bool:
         """A lock-step group's reference decision for one adapter's pass: over ``samples[indices]``,
@@ -411,18 +431,18 @@ class PolicyUpdater:
             self.resolved_tokens[indices[k]] = tuple(float(x) for x in row)
 
 
-def old_logprob_source(cfg, team_model) -> str:
+def old_logprob_source(objective: ObjectiveConfig | SftObjective, backend: BackendConfig, team_model) -> str:
     """``objective.old_logprobs`` with ``auto`` resolved: ``trainer`` where the generation's log-probs
     cannot equal the trainer's (a half-precision base: cached bfloat16 decoding and one forward pass
     round differently, by up to 0.5 nats on a token of the embedded model; the vllm backend's own
     kernels), ``generation`` elsewhere (a float32 hf model: equal to 1e-5, so a pass would buy nothing)."""
-    chosen = cfg.objective.old_logprobs
+    chosen = objective.old_logprobs
     if chosen != "auto":
         return chosen
     parts = getattr(team_model, "parts", None)  # a multi-base team: one TeamModel per base
     models = [part.model for part in parts.values()] if parts else [team_model.model]
     half = any(p.dtype in (torch.bfloat16, torch.float16) for m in models for p in m.parameters())
-    return "trainer" if half or cfg.backend.name == "vllm" else "generation"
+    return "trainer" if half or backend.name == "vllm" else "generation"
 
 
 def _adapter_chunks(samples: Sequence[PolicySample], indices: Iterable[int], size: int) -> list[tuple[str, list[int]]]:

@@ -328,7 +328,10 @@ UNTRAINED_EVAL_SECTIONS = ("model", "team", "protocol", "controllers", "task", "
 
 #: opt-in measurements that add to the untrained team's evaluation, with the sections they also read:
 #: in the key only when switched on, so the keys of evaluations without them stay as they were
-UNTRAINED_EVAL_OPT_INS = {"eval_withhold_messages": (), "eval_self_consistency": ("sampling",)}
+UNTRAINED_EVAL_OPT_INS = {"eval_withhold_messages": (), "eval_self_consistency": ("sampling",),
+                          # the "untrained" team of a warm-started run is the fine-tuned one: its evaluation
+                          # depends on the warm start, and on what that samples and steps with
+                          "warm_start": ("warm_start", "sampling", "optim")}
 
 
 def untrained_eval_key(config: dict[str, Any]) -> str:

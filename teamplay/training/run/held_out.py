@@ -2,7 +2,7 @@
 ``eval_every`` steps, the trained team at the end.
 
 Each evaluation plays every held-out problem once with the evaluation decoding
-(``cfg.eval_sampling``) through the runner's held-out source (``Runner.held_out``), seeded by the
+(``eval_sampling``) through the runner's held-out source (``Runner.held_out``), seeded by the
 run's seed. With ``eval_curve_limit = N``, the learning curve (``heldout_curve`` in metrics.jsonl)
 is measured on the first N held-out problems: before and after training on them in addition to all
 problems, and every ``eval_every`` steps on them only (cheap enough to run often). The untrained
@@ -10,7 +10,7 @@ team's evaluations are read from ``eval_cache`` when a run of the same untrained
 (``evaluation.cached_untrained_eval``).
 
 With ``eval_samples = k`` the untrained and the trained team also play every held-out problem k
-times with the training decoding (``cfg.sampling``): pass@k and the distinct right solutions
+times with the training decoding (``sampling``): pass@k and the distinct right solutions
 (``evaluation.sample_metrics``), logged as ``heldout_sampled`` in the step-0 line and
 ``heldout_sampled_final`` in the last one (not every ``eval_every`` steps: k times the cost).
 
@@ -28,11 +28,13 @@ raises ``StopRequested`` to abandon the evaluation (a SIGTERM or SIGINT; the ``P
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from teamplay.config import SamplingConfig, TrainConfig
+from teamplay.config import SamplingConfig
 from teamplay.envs.tasks.base import Task
 from teamplay.records import TaskItem
 from teamplay.training.play.evaluation import EvalMetrics, cached_untrained_eval, evaluate
@@ -54,16 +56,43 @@ def solo_baseline(sampling: SamplingConfig, max_batch: int | None, run: WiredRun
     return SoloBaseline(runner, role.name, role.adapter_name)
 
 
-class HeldOutEvaluation:
-    """Evaluates the team on held-out problems of ``task`` through ``runner`` (see the module).
+@dataclass(frozen=True)
+class HeldOutSettings:
+    """What a run's held-out evaluations read of its config (the trainer's wiring builds it:
+    ``teamplay.training.run.sections.held_out_settings``).
 
-    ``items`` are given to each call (the trainer's ``eval_items``, which a caller may replace);
-    the learning curve's problems are their first ``eval_curve_limit``.
+    Fields: eval_sampling (the evaluation decoding); sampling (the training decoding, for the
+    sampled evaluations); seed (the run's); curve_limit (``eval_curve_limit``); samples
+    (``eval_samples``); withhold_messages (``eval_withhold_messages``); cache (``eval_cache``'s folder,
+    None without one or with ``model.checkpoint``: adapters that are not fresh are never cached);
+    cache_key (the run's config as JSON: what a cached untrained evaluation is stored under).
     """
 
-    def __init__(self, cfg: TrainConfig, runner: Runner, task: Task, prepare: Callable[[str], None],
+    eval_sampling: SamplingConfig
+    sampling: SamplingConfig
+    seed: int
+    curve_limit: int | None
+    samples: int | None
+    withhold_messages: bool
+    cache: Path | None
+    cache_key: Mapping[str, Any]
+
+    def key(self) -> dict[str, Any]:
+        """A copy of ``cache_key`` for one cached evaluation to add its own fields to."""
+        return json.loads(json.dumps(self.cache_key))
+
+
+class HeldOutEvaluation:
+    """Evaluates the team on held-out problems of ``task`` through ``runner`` (see the module), as
+    ``settings`` says.
+
+    ``items`` are given to each call (the trainer's ``eval_items``, which a caller may replace);
+    the learning curve's problems are their first ``settings.curve_limit``.
+    """
+
+    def __init__(self, settings: HeldOutSettings, runner: Runner, task: Task, prepare: Callable[[str], None],
                  answer_roles: Sequence[str] | None = None, solo: SoloBaseline | None = None) -> None:
-        self.cfg, self.runner, self.task, self.prepare = cfg, runner, task, prepare
+        self.settings, self.runner, self.task, self.prepare = settings, runner, task, prepare
         #: the protocol's roles whose answers can be the team's (``evaluate``'s ``answer_roles``)
         self.answer_roles = answer_roles
         #: the self-consistency baseline of the before/after evaluations (``eval_self_consistency``)
@@ -72,7 +101,7 @@ class HeldOutEvaluation:
     def curve(self, items: Sequence[TaskItem]) -> list[TaskItem] | None:
         """The learning curve's problems: the first ``eval_curve_limit`` of ``items`` (``None``
         without a limit or without items)."""
-        limit = self.cfg.eval_curve_limit
+        limit = self.settings.curve_limit
         return None if limit is None or not items else list(items[:limit])
 
     def before(self, items: Sequence[TaskItem], check: Callable[[], None]) -> tuple[EvalMetrics, dict[str, Any]]:
@@ -83,7 +112,7 @@ class HeldOutEvaluation:
         curve = self.curve(items)
         if curve is not None:
             line["heldout_curve"] = self.untrained(items, check, curve).to_dict()
-        if self.cfg.eval_samples is not None:
+        if self.settings.samples is not None:
             line["heldout_sampled"] = self.untrained_sampled(items, check).to_dict()
         return metrics, line
 
@@ -102,7 +131,7 @@ class HeldOutEvaluation:
         curve = self.curve(items)
         if curve is not None:
             line["heldout_curve"] = self.run("after (curve)", curve, check).to_dict()
-        if self.cfg.eval_samples is not None:
+        if self.settings.samples is not None:
             line["heldout_sampled_final"] = self.sampled("after (sampled)", items, check).to_dict()
         return metrics, line
 
@@ -114,33 +143,33 @@ class HeldOutEvaluation:
         label = "before" if curve is None else "before (curve)"
         problems = items if curve is None else curve
         whole = curve is None  # the cooperation measurements are of the whole held-out set only
-        if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
+        if self.settings.cache is None:
             return self.run(label, problems, check, cooperation=whole)
-        config = self.cfg.model_dump(mode="json")
+        config = self.settings.key()
         if curve is not None:  # the first N distinct problems: the same evaluation as eval_task.limit = N
             config["eval_task"] = {**(config.get("eval_task") or {}), "limit": len(curve), "curve": True}
             config["eval_withhold_messages"] = config["eval_self_consistency"] = False
-        return cached_untrained_eval(Path(self.cfg.eval_cache), config,
+        return cached_untrained_eval(self.settings.cache, config,
                                      lambda: self.run(label, problems, check, cooperation=whole))
 
     def untrained_sampled(self, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
         """The untrained team's sampled evaluation (``eval_samples``), read from ``eval_cache`` as
         ``untrained`` is, under a key of its own (the training decoding, k episodes per problem)."""
-        if self.cfg.eval_cache is None or self.cfg.model.checkpoint is not None:
+        if self.settings.cache is None:
             return self.sampled("before (sampled)", items, check)
-        config = self.cfg.model_dump(mode="json")
+        config = self.settings.key()
         config["eval_sampling"] = config["sampling"]
         config["eval_withhold_messages"] = config["eval_self_consistency"] = False  # sampled: never measured
-        config["eval_task"] = {**(config.get("eval_task") or {}), "samples": self.cfg.eval_samples}
-        return cached_untrained_eval(Path(self.cfg.eval_cache), config,
+        config["eval_task"] = {**(config.get("eval_task") or {}), "samples": self.settings.samples}
+        return cached_untrained_eval(self.settings.cache, config,
                                      lambda: self.sampled("before (sampled)", items, check))
 
     def sampled(self, label: str, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics:
         """``eval_samples`` episodes of every problem of ``items`` with the training decoding, as
         ``run`` plays one greedy episode each."""
         self.prepare(label)
-        runner = self.runner.held_out(sampling_params(self.cfg.sampling), check)
-        return evaluate(runner, self.task, items, samples=self.cfg.eval_samples, seed=self.cfg.seed,
+        runner = self.runner.held_out(sampling_params(self.settings.sampling), check)
+        return evaluate(runner, self.task, items, samples=self.settings.samples, seed=self.settings.seed,
                         answer_roles=self.answer_roles)[1]
 
     def run(self, label: str, items: Sequence[TaskItem], check: Callable[[], None],
@@ -149,7 +178,7 @@ class HeldOutEvaluation:
         at each safe point (see the module). ``cooperation``: also withhold messages and run the
         self-consistency baseline where the config asks for them (the before/after evaluations)."""
         self.prepare(label)
-        runner = self.runner.held_out(sampling_params(self.cfg.eval_sampling), check)
-        return evaluate(runner, self.task, items, seed=self.cfg.seed, answer_roles=self.answer_roles,
-                        withhold=cooperation and self.cfg.eval_withhold_messages,
+        runner = self.runner.held_out(sampling_params(self.settings.eval_sampling), check)
+        return evaluate(runner, self.task, items, seed=self.settings.seed, answer_roles=self.answer_roles,
+                        withhold=cooperation and self.settings.withhold_messages,
                         solo=self.solo if cooperation else None)[1]

@@ -12,10 +12,11 @@ from teamplay.config import TrainConfig
 from teamplay.envs.team_env import TeamEnv
 from teamplay.records import SamplingParams
 from teamplay.training.learn.samples import PolicySample
-from teamplay.training.learn.update import PolicyUpdater
+from teamplay.training.learn.update import PolicyUpdater, UpdateSettings
 from teamplay.training.play.rollout import RolloutRunner
 from teamplay.training.run.asynchronous.generation import CopyGeneration
 from teamplay.training.run.parts import Learner, OptimizerOwner
+from teamplay.training.run.sections import update_settings
 
 
 class LocalRunner(RolloutRunner):
@@ -59,9 +60,9 @@ class LocalLearner(OptimizerOwner):
     """The in-process learner: ``PolicyUpdater`` on the trainable adapters of the trainer's own team
     model. A vLLM backend reloads the adapters after each update."""
 
-    def __init__(self, cfg: TrainConfig, team_model, trainable: Sequence[str], backend) -> None:
-        super().__init__(cfg.optim, cfg.steps, team_model, trainable)
-        self.updater = PolicyUpdater(cfg, team_model, self.params, self.optimizer)
+    def __init__(self, settings: UpdateSettings, steps: int, team_model, trainable: Sequence[str], backend) -> None:
+        super().__init__(settings.optim, steps, team_model, trainable)
+        self.updater = PolicyUpdater(settings, team_model, self.params, self.optimizer)
         self.backend = backend
 
     @property
@@ -89,7 +90,7 @@ class LocalParts:
     def __call__(self, cfg: TrainConfig, run: Any, trainable: Sequence[str]) -> tuple[LocalRunner, LocalLearner]:
         runner = LocalRunner(run.make_env, run.make_eval_env, run.backend, run.sampling,
                              max_batch=cfg.backend.max_batch, owns_backend=run.owns_backend)
-        return runner, LocalLearner(cfg, run.team_model, trainable, run.backend)
+        return runner, LocalLearner(update_settings(cfg), cfg.steps, run.team_model, trainable, run.backend)
 
 
 local_parts = LocalParts()

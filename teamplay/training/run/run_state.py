@@ -36,7 +36,6 @@ from typing import Any
 
 import torch
 
-from teamplay.config import TrainConfig
 from teamplay.errors import ConfigError
 from teamplay.records import TaskItem
 from teamplay.training.learn.nonfinite import check_finite_adapters
@@ -54,22 +53,27 @@ from teamplay.training.store.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from teamplay.training.store.record import RunRecord
 from teamplay.training.store.resume import checkpoint_to_resume
 
 
 class RunState:
-    """The state of the run ``cfg`` describes and its checkpoints (see the module): ``team_model``
-    holds the adapters, ``learner`` the optimiser and schedule, ``controllers`` the speak/skip tables
-    (or None), ``curriculum`` the difficulty stage (or None). A fresh run starts at step 0, at the
-    start of a pass over ``size`` training problems.
+    """The state of one run and its checkpoints (see the module): ``record`` is what its files record
+    (its folder, its config as JSON), ``seed`` orders its data, and it is finished after ``steps``
+    steps or ``token_budget`` generated tokens (None: no budget). ``team_model`` holds the adapters,
+    ``learner`` the optimiser and schedule, ``controllers`` the speak/skip tables (or None),
+    ``curriculum`` the difficulty stage (or None). A fresh run starts at step 0, at the start of a
+    pass over ``size`` training problems.
     """
 
-    def __init__(self, cfg: TrainConfig, team_model, learner: Learner, controllers: TeamControllers | None,
-                 size: int, curriculum: Curriculum | None = None) -> None:
-        self.cfg, self.run_dir = cfg, Path(cfg.output_dir)
+    def __init__(self, record: RunRecord, seed: int, steps: int, token_budget: int | None, team_model,
+                 learner: Learner, controllers: TeamControllers | None, size: int,
+                 curriculum: Curriculum | None = None) -> None:
+        self.record, self.run_dir = record, record.folder
+        self.seed, self.steps, self.token_budget = seed, steps, token_budget
         self.team_model, self.learner, self.controllers = team_model, learner, controllers
         self.curriculum = curriculum
-        self.state: TrainerState = first_state(cfg.seed, size)
+        self.state: TrainerState = first_state(seed, size)
         self.extra_state: dict[str, Any] = {}
         self.extra_tensors: dict[str, torch.Tensor] = {}
         self._saved_step: int | None = None  # the step of the checkpoint written or restored last
@@ -79,19 +83,19 @@ class RunState:
     @property
     def finished(self) -> bool:
         """True once ``steps`` steps ran or the generated tokens reached ``token_budget``."""
-        budget = self.cfg.token_budget
-        return self.state.step >= self.cfg.steps or (budget is not None and self.state.generated_tokens >= budget)
+        budget = self.token_budget
+        return self.state.step >= self.steps or (budget is not None and self.state.generated_tokens >= budget)
 
     def next_problems(self, items: Sequence[TaskItem], n: int) -> list[TaskItem]:
         """The next ``n`` of ``items`` in the run's data order; the position moves past them at once
         (before the step that uses them runs)."""
-        problems, self.state = next_problems(self.state, items, self.cfg.seed, n)
+        problems, self.state = next_problems(self.state, items, self.seed, n)
         return problems
 
     def new_pass(self, size: int) -> None:
         """Start a pass over ``size`` new training problems (a curriculum stage's items), at the step
         and token count the run has reached."""
-        self.state = dataclasses.replace(self.state, data_order=data_order(self.cfg.seed, size, 0), data_cursor=0,
+        self.state = dataclasses.replace(self.state, data_order=data_order(self.seed, size, 0), data_cursor=0,
                                          data_epoch=0)
 
     def end_step(self, generated: int) -> int:
@@ -149,8 +153,8 @@ class RunState:
             self.extra_state["curriculum"] = self.curriculum.state_dict()
         optimizer, scheduler = self.learner.checkpoint_state()
         path = save_checkpoint(self.run_dir, self.state, self.team_model, optimizer, scheduler,
-                               {**self.extra_state, **(extra or {})}, self.cfg.model_dump(mode="json"),
-                               self.cfg.keep_checkpoints if prune else None,
+                               {**self.extra_state, **(extra or {})}, self.record.config_json(),
+                               self.record.keep_checkpoints if prune else None,
                                extra_tensors={**self.extra_tensors, **(tensors or {})}, number=number)
         self._saved_step = self.state.step
         return path
@@ -158,7 +162,7 @@ class RunState:
     def resume(self, resume: str) -> bool:
         """Restore the checkpoint ``resume`` names ("auto" or a folder; ``teamplay.training.store.resume``
         checks its config against the run's); False when ``resume="auto"`` finds none (a fresh run)."""
-        data = checkpoint_to_resume(self.run_dir, resume, self.cfg)
+        data = checkpoint_to_resume(self.record, resume)
         if data is None:
             return False
         self.restore(data)

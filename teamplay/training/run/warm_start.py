@@ -30,7 +30,11 @@ draw what they would have drawn without it.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,14 +45,14 @@ import numpy as np
 import torch
 
 from teamplay.atomic import write_atomically
-from teamplay.config import OptimConfig, TrainConfig
+from teamplay.config import OptimConfig
 from teamplay.config.warm_start import WarmStartConfig, untaught_roles
 from teamplay.envs.teachers import teacher_of
 from teamplay.errors import ConfigError
 from teamplay.records import Episode, TaskItem, derived_seed
 from teamplay.training.learn.losses import SftObjective
 from teamplay.training.learn.samples import PolicySample
-from teamplay.training.learn.update import PolicyUpdater
+from teamplay.training.learn.update import PolicyUpdater, UpdateSettings
 from teamplay.training.play.evaluation import EvalMetrics
 from teamplay.training.play.rollout import RolloutJob, RolloutRunner
 from teamplay.training.play.warm_data import TeacherBackend, passing, sft_samples, stop_token
@@ -64,6 +68,7 @@ from teamplay.training.store.checkpoint import (
     set_rng_state,
 )
 from teamplay.training.store.metrics import MetricsLogger
+from teamplay.training.store.record import RunRecord
 
 #: ``evaluate(label, items, check)``: the team as it is now on held-out ``items`` (the trainer's)
 Evaluate = Callable[[str, Sequence[TaskItem], Callable[[], None]], EvalMetrics]
@@ -84,6 +89,8 @@ class WarmStartResult:
             ``evaluate: false``, or when this call found the warm start finished).
         seconds: wall time of this call.
         ran: False when the warm start was finished already and only its adapters were loaded.
+        cached: the finished warm start was copied from ``warm_start.cache`` (a run of the same
+            fingerprint fine-tuned it); ``ran`` is then False.
     """
 
     folder: Path
@@ -93,6 +100,7 @@ class WarmStartResult:
     eval_after: EvalMetrics | None
     seconds: float
     ran: bool = True
+    cached: bool = False
 
 
 def warm_roles(ws: WarmStartConfig, team) -> list[str]:
@@ -106,7 +114,13 @@ class WarmStart:
     """The warm start of one run (see the module), on the trainer's own parts.
 
     Args:
-        cfg: the run's config (``cfg.warm_start`` set).
+        ws: the run's ``warm_start:`` section.
+        update: the run's update sections (``UpdateSettings``): the warm start's own update takes them
+            with the NLL objective, its learning rate and batch, and temperature 1; its seed orders
+            the warm start's problems and batches.
+        record: what the run's files record (its folder holds the warm start's; its config, the
+            fingerprint a continued warm start must match).
+        protocol: the run's protocol's name (each role's teacher is looked up under it).
         team_model: the team model whose adapters are fine-tuned in place.
         team: the run's team; ``trainable``: its adapters being trained (frozen ones never are).
         make_env: the training env factory.
@@ -115,29 +129,29 @@ class WarmStart:
         sync: called after the adapters changed (a vllm backend reloads them).
     """
 
-    def __init__(self, cfg: TrainConfig, team_model, team, trainable: Sequence[str], make_env, runner,
-                 evaluate: Evaluate, sync: Callable[[], None] = lambda: None) -> None:
-        if cfg.warm_start is None:
-            raise ValueError("WarmStart needs cfg.warm_start")
+    def __init__(self, ws: WarmStartConfig, update: UpdateSettings, record: RunRecord, protocol: str, team_model,
+                 team, trainable: Sequence[str], make_env, runner, evaluate: Evaluate,
+                 sync: Callable[[], None] = lambda: None) -> None:
         # a team over several bases was refused before (``wiring.checks.check_wired``)
-        self.cfg, self.ws = cfg, cfg.warm_start
+        self.ws, self.record, self.protocol, self.seed = ws, record, protocol, update.seed
+        self.max_prompt_tokens = update.backend.max_prompt_tokens
         self.team_model, self.team, self.make_env = team_model, team, make_env
         self.runner, self.evaluate, self.sync = runner, evaluate, sync
-        self.folder = Path(cfg.output_dir) / WARM_DIR
+        self.folder = record.folder / WARM_DIR
         self.roles = warm_roles(self.ws, team)
         adapters = {r.adapter_name for r in team.roles if r.name in self.roles}
         self.adapters = [a for a in trainable if a in adapters]
         params = {a: team_model.adapter_parameters(a) for a in self.adapters}
-        self.optimizer = build_optimizer(OptimConfig(lr=self.ws.lr, weight_decay=cfg.optim.weight_decay),
+        self.optimizer = build_optimizer(OptimConfig(lr=self.ws.lr, weight_decay=update.optim.weight_decay),
                                          [p for a in self.adapters for p in params[a]])
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _step: 1.0)
         # the trainer's update with the NLL objective: one minibatch of batch_size messages per step
-        update_cfg = cfg.model_copy(update={
-            "objective": SftObjective(),
-            "optim": cfg.optim.model_copy(update={"lr": self.ws.lr, "epochs": 1, "minibatch_size": self.ws.batch_size,
+        sft = dataclasses.replace(
+            update, objective=SftObjective(),
+            optim=update.optim.model_copy(update={"lr": self.ws.lr, "epochs": 1, "minibatch_size": self.ws.batch_size,
                                                   "grad_accum": 1}),
-            "sampling": cfg.sampling.model_copy(update={"temperature": 1.0})})
-        self.updater = PolicyUpdater(update_cfg, team_model, params, self.optimizer)
+            sampling=update.sampling.model_copy(update={"temperature": 1.0}))
+        self.updater = PolicyUpdater(sft, team_model, params, self.optimizer)
 
     # ----------------------------------------------------------------------------- the loop
     def run(self, items: Sequence[TaskItem], eval_items: Sequence[TaskItem] = (),
@@ -161,10 +175,12 @@ class WarmStart:
 
     def _run(self, items, eval_items, check, preemption, steps, start, on_step) -> WarmStartResult:
         self.folder.mkdir(parents=True, exist_ok=True)
+        cached = self._take_cached()
         done = self._restore()
         if done >= self.ws.steps:
+            self._store_cached()  # a warm start finished before the run named a cache is shared too
             return WarmStartResult(self.folder, done, self._set_size(), None, None, time.perf_counter() - start,
-                                   ran=False)
+                                   ran=False, cached=cached)
         logger = MetricsLogger(self.folder, tensorboard=False)
         logger.truncate_after(done if done else -1)
         try:
@@ -197,11 +213,13 @@ class WarmStart:
                     on_step(done, {**metrics, "seconds": time.perf_counter() - t0})
         finally:
             logger.close()
+        if done >= self.ws.steps:
+            self._store_cached()
         return WarmStartResult(self.folder, done, len(samples), before, after, time.perf_counter() - start)
 
     def _step(self, samples: Sequence[PolicySample], step: int) -> dict[str, Any]:
         """One optimiser step on the batch of ``step`` (``batch_positions``); its metrics line."""
-        batch = [samples[i] for i in batch_positions(len(samples), step, self.ws.batch_size, self.cfg.seed)]
+        batch = [samples[i] for i in batch_positions(len(samples), step, self.ws.batch_size, self.seed)]
         out = self.updater.update(batch, step)
         metrics = {"loss": out.get("loss"), "grad_norm": out.get("grad_norm"), "lr": self.ws.lr,
                    "optimizer_steps": out["optimizer_steps"], "tokens": sum(len(s.completion_ids) for s in batch)}
@@ -214,7 +232,7 @@ class WarmStart:
     def _build_set(self, items: Sequence[TaskItem]) -> dict[str, Any]:
         """Play the episodes of step 2 (see the module), write ``episodes.jsonl``; the step-0 line."""
         jobs = [RolloutJob(item=item, group_id=f"warm:{k}:{item.id}") for k, item in enumerate(self._problems(items))]
-        seed = derived_seed(self.cfg.seed, "warm_start") % (2**31)
+        seed = derived_seed(self.seed, "warm_start") % (2**31)
         if self.ws.source == "teacher":
             played = RolloutRunner(self.make_env, self._teachers(), self.runner.sampling).run(jobs, seed=seed)
             kept = played
@@ -248,20 +266,19 @@ class WarmStart:
     def _problems(self, items: Sequence[TaskItem]) -> list[TaskItem]:
         """The first ``episodes`` training problems in a seeded order of the warm start's own (cycled
         when there are fewer)."""
-        order = np.random.default_rng([self.cfg.seed, 0x5EED]).permutation(len(items))
+        order = np.random.default_rng([self.seed, 0x5EED]).permutation(len(items))
         return [items[int(order[k % len(order)])] for k in range(self.ws.episodes)]
 
     def _teachers(self) -> TeacherBackend:
         """The teacher team's backend: each model-played role's teacher, each scripted role's own policy."""
         policies = {}
         for role in self.team.roles:
-            spec = role.scripted_spec if role.scripted else teacher_of(self.cfg.protocol.name, role.name,
-                                                                        self.ws.teachers)
+            spec = role.scripted_spec if role.scripted else teacher_of(self.protocol, role.name, self.ws.teachers)
             if spec is None:  # the run's checks refused this team (``wiring.checks.check_warm_start``)
-                raise ConfigError(untaught_roles(self.ws, self.cfg.protocol.name, [role.name]) or role.name)
+                raise ConfigError(untaught_roles(self.ws, self.protocol, [role.name]) or role.name)
             policies[role.name] = spec
-        return TeacherBackend(self.team_model.tokenizer, policies, self.cfg.backend.max_prompt_tokens,
-                              stop_token(self.team_model), seed=self.cfg.seed, answer_format=self.ws.answer_format)
+        return TeacherBackend(self.team_model.tokenizer, policies, self.max_prompt_tokens,
+                              stop_token(self.team_model), seed=self.seed, answer_format=self.ws.answer_format)
 
     # ----------------------------------------------------------------------------- evaluation and state
     def _evaluate(self, label: str, items: Sequence[TaskItem], check: Callable[[], None]) -> EvalMetrics | None:
@@ -270,16 +287,52 @@ class WarmStart:
         return self.evaluate(label, items, check)
 
     def _fingerprint(self) -> dict[str, Any]:
-        """What a warm start's checkpoints must have been written with to be continued."""
-        dump = self.cfg.model_dump(mode="json")
-        return {key: dump[key] for key in ("warm_start", "model", "team", "protocol", "task", "seed", "sampling",
-                                           "backend")}
+        """What a warm start's checkpoints must have been written with to be continued (where a finished
+        one is shared, ``cache``, is not part of it)."""
+        dump = self.record.config_json()
+        found = {key: dump[key] for key in ("warm_start", "model", "team", "protocol", "task", "seed", "sampling",
+                                            "backend")}
+        found["warm_start"] = {k: v for k, v in found["warm_start"].items() if k != "cache"}
+        return found
+
+    # ----------------------------------------------------------------------------- the shared cache
+    def _cache_entry(self) -> Path | None:
+        """The folder of ``warm_start.cache`` that holds this warm start once finished (None without a cache)."""
+        if self.ws.cache is None:
+            return None
+        key = hashlib.sha256(json.dumps(self._fingerprint(), sort_keys=True).encode()).hexdigest()[:20]
+        return Path(self.ws.cache) / f"warm-{key}"
+
+    def _take_cached(self) -> bool:
+        """Copy a finished warm start with this fingerprint from the cache into the run's folder, when
+        the folder holds no checkpoint of its own; whether it did. The copy is checked as any checkpoint
+        is (``_restore``: its manifest and its fingerprint)."""
+        entry = self._cache_entry()
+        if entry is None or not entry.is_dir() or newest_intact_checkpoint(self.folder)[0] is not None:
+            return False
+        shutil.copytree(entry, self.folder, dirs_exist_ok=True)
+        return True
+
+    def _store_cached(self) -> None:
+        """Put the finished warm start into the cache (once: a run that finds the entry there leaves it).
+        Written beside the entry and renamed into place, so a reader never sees half of one."""
+        entry = self._cache_entry()
+        if entry is None or entry.is_dir():
+            return
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        partial = entry.parent / f".{entry.name}.{os.getpid()}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(self.folder, partial)
+        try:
+            partial.rename(entry)
+        except OSError:  # another run stored it first: theirs is the same warm start
+            shutil.rmtree(partial, ignore_errors=True)
 
     def _save(self, step: int) -> Path:
         state = TrainerState(step=step, data_order=(), data_cursor=0, data_epoch=0)
         return save_checkpoint(self.folder, state, self.team_model, self.optimizer, self.scheduler,
-                               {"warm_start": self._fingerprint()}, self.cfg.model_dump(mode="json"),
-                               keep=self.cfg.keep_checkpoints)
+                               {"warm_start": self._fingerprint()}, self.record.config_json(),
+                               keep=self.record.keep_checkpoints)
 
     def _restore(self) -> int:
         """Continue the latest intact checkpoint of the folder (its adapters, AdamW state and RNG

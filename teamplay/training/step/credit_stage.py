@@ -57,6 +57,8 @@ class CreditStage:
             raise ValueError(f"credit method {checked.credit_method!r}: pass a judge exactly when it needs one")
         self.checked, self.sampling, self.backend_cfg, self.seed = checked, sampling, backend, seed
         self.method, self.options = checked.credit_method, checked.credit_options
+        #: the method ``check_run`` resolved ``method`` to (None: looked up by name in each ``assign``)
+        self.resolved = checked.credit
         self.task: Task = run.task
         self.protocol: Protocol = run.make_env().protocol  # its rule scores masked transcripts
         self.backend = run.backend
@@ -95,14 +97,15 @@ class CreditStage:
             resources=dataclasses.replace(self.resources(g.item), batch_rewards=step_rewards))) for g in groups]
         if self.replay is not None:
             self.replay.begin_step(ctx.step, sum(ep.tokens for ep in episodes))
-            self.replay.prefetch(lambda batch: assign(self.method, batch, self.options), [g.batch for g in groups])
+            self.replay.prefetch(lambda batch: assign(self.method, batch, self.options, self.resolved),
+                                 [g.batch for g in groups])
         if self.judge is not None:
             self.judge.begin_step()
         if self.listener is not None:
             self.listener.begin_step()
         out = []
         for g in groups:
-            advantages = assign(self.method, g.batch, self.options)
+            advantages = assign(self.method, g.batch, self.options, self.resolved)
             check_advantage_size(self.method, advantages)  # finite yet absurd: stop here, naming the method
             if g.scale != 1.0:
                 advantages = [a * g.scale for a in advantages]

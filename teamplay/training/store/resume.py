@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from teamplay.config import TrainConfig, format_validation_error
+from teamplay.config import format_validation_error
 from teamplay.errors import ConfigError, TeamplayWarning
 from teamplay.training.store.checkpoint import (
     TRAINER_FILES,
@@ -24,6 +24,7 @@ from teamplay.training.store.checkpoint import (
     load_checkpoint,
     newest_intact_checkpoint,
 )
+from teamplay.training.store.record import RunRecord
 
 
 class CheckpointWarning(TeamplayWarning):
@@ -49,15 +50,16 @@ def resume_path(run_dir: Path, resume: str, required: Sequence[str] = TRAINER_FI
     return path
 
 
-def checkpoint_to_resume(run_dir: Path, resume: str, cfg: TrainConfig) -> LoadedCheckpoint | None:
-    """The checkpoint ``resume`` names (``resume_path``), loaded and checked against ``cfg``; None
-    when ``auto`` finds no checkpoint. A damaged explicit path or a config that differs from the
-    checkpoint's in a field that shapes the run is a ``TeamplayError``."""
-    path = resume_path(run_dir, resume)
+def checkpoint_to_resume(record: RunRecord, resume: str) -> LoadedCheckpoint | None:
+    """The checkpoint ``resume`` names in the run folder of ``record`` (``resume_path``), loaded and
+    checked against the run's config (``record.config``); None when ``auto`` finds no checkpoint. A
+    damaged explicit path or a config that differs from the checkpoint's in a field that shapes the
+    run is a ``TeamplayError``."""
+    path = resume_path(record.folder, resume)
     if path is None:
         return None
     data = load_checkpoint(path)
-    check_resumable(cfg.model_dump(mode="json"), with_defaults(type(cfg), data.config, path), path)
+    check_resumable(record.config_json(), with_defaults(record.schema, data.config, path), path)
     return data
 
 
@@ -65,6 +67,8 @@ def checkpoint_to_resume(run_dir: Path, resume: str, cfg: TrainConfig) -> Loaded
 RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_task", "eval_sampling", "eval_every",
                      "eval_curve_limit", "eval_samples",
                      "checkpoint_every", "keep_checkpoints", "log_episodes", "tensorboard", "wandb_project",
+                     # where a finished warm start is shared, not what it trains
+                     "warm_start.cache",
                      # when a run gives up on non-finite steps, not what it learns
                      "optim.max_nonfinite_steps",
                      # the checkpoint format is the same with or without Ray
@@ -73,7 +77,7 @@ RESUMABLE_CHANGES = ("steps", "token_budget", "output_dir", "eval_cache", "eval_
                      "backend.engine")
 
 
-def with_defaults(config_class: type[TrainConfig], saved: dict[str, Any], path: Path) -> dict[str, Any]:
+def with_defaults(config_class: type[BaseModel], saved: dict[str, Any], path: Path) -> dict[str, Any]:
     """A checkpoint's config with the fields added since it was written at their defaults (a new
     field's default keeps the old behaviour), so a newer version resumes an older run. A config that
     no longer validates (a retired field, a value now refused) is one ``ConfigError`` line naming

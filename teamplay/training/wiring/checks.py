@@ -39,6 +39,8 @@ class CheckedRun:
         credit_needs: the resources the method asks for with those options (``"replay"``, ...).
         token_method: the token-level credit method (``credit.token``), or None.
         token_options: its options, parsed (None without ``credit.token``).
+        credit: the registered method ``credit_method`` resolved to, looked up once here (a user's
+            file is loaded once); every later stage runs this one.
     """
 
     credit_method: str
@@ -46,6 +48,7 @@ class CheckedRun:
     credit_needs: frozenset[str]
     token_method: Any = None
     token_options: Any = None
+    credit: Any = None
 
 
 def asynchronous(rollout: RolloutConfig) -> bool:
@@ -70,8 +73,9 @@ def check_run(cfg: TeamTrainingConfig, provided: frozenset[str] = TRAINER_RESOUR
     if cfg.eval_task is not None:
         TASKS.get(cfg.eval_task.name)
     protocol = get_protocol(cfg.protocol.name, **cfg.protocol.options)
-    options = check_credit(cfg.credit.method, cfg.credit.options, protocol, provided)
-    needs = frozenset(get_credit(cfg.credit.method).requires(options))
+    credit = get_credit(cfg.credit.method)  # the one lookup of the method's name
+    options = check_credit(cfg.credit.method, cfg.credit.options, protocol, provided, method=credit)
+    needs = frozenset(credit.requires(options))
     if cfg.credit.judge_model is not None and "judge" not in needs:
         raise ConfigError(f"credit.judge_model: credit method {cfg.credit.method!r} with these options uses no "
                           f"judge; remove judge_model, or use a judge (shapley with value: judge)")
@@ -84,9 +88,10 @@ def check_run(cfg: TeamTrainingConfig, provided: frozenset[str] = TRAINER_RESOUR
             check_warm_start(cfg.warm_start, protocol.name, team)
     token = cfg.credit.token
     if token is None:
-        return CheckedRun(cfg.credit.method, options, needs)
+        return CheckedRun(cfg.credit.method, options, needs, credit=credit)
     method = get_token_credit(token.method)
-    return CheckedRun(cfg.credit.method, options, needs, method, parse_token_options(method, token.options))
+    return CheckedRun(cfg.credit.method, options, needs, method, parse_token_options(method, token.options),
+                      credit=credit)
 
 
 def check_engine_owner(cfg: TrainConfig, needs: frozenset[str]) -> None:
@@ -183,7 +188,7 @@ def check_wired(cfg: TrainConfig, checked: CheckedRun, team_model, backend) -> N
         raise ConfigError("rollout.max_staleness: asynchronous rollouts in one process need the hf or vllm "
                           "backend over one base model and no scripted role (the generator generates with "
                           "its own copy of the adapters)")
-    if cfg.rollout.max_staleness > 0 and old_logprob_source(cfg, team_model) != "generation":
+    if cfg.rollout.max_staleness > 0 and old_logprob_source(cfg.objective, cfg.backend, team_model) != "generation":
         raise ConfigError("objective.old_logprobs: auto resolves to trainer for this model (half precision), "
                           "which would leave stale rollouts uncorrected; with rollout.max_staleness > 0 set "
                           "objective.old_logprobs: generation (or model.dtype: float32)")
