@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from teamplay.config import EvalConfig, TrainConfig, build_config, read_yaml
-from teamplay.credit import CreditBatch, CreditResources, assign, check_credit
+from teamplay.credit import CreditBatch, CreditResources, assign, check_credit, get_credit
 from teamplay.credit.values.characteristic import last_answer_scorer
 from teamplay.envs.tasks import get_task
 from teamplay.envs.tasks.base import Task
@@ -56,7 +56,8 @@ def credit_saved(folder: str | Path, method: str, options: Mapping[str, Any] | N
     """Run ``method`` (with ``options``) on every group of the episodes saved in ``folder``."""
     folder = Path(folder)
     task, episodes, items = _read_folder(folder)
-    check_credit(method, options, None, SAVED_RESOURCES)
+    resolved = get_credit(method)  # looked up once (a user's file loaded once), run on every group
+    parsed = check_credit(method, options, None, SAVED_RESOURCES, method=resolved)
     groups: dict[str, list[Episode]] = defaultdict(list)
     for ep in episodes:
         groups[ep.group_id].append(ep)
@@ -67,7 +68,7 @@ def credit_saved(folder: str | Path, method: str, options: Mapping[str, Any] | N
                             resources=CreditResources(transcript_scorer=last_answer_scorer(
                                 lambda answer, item=item: task.score_answer(answer, item))))
         try:
-            advantages = assign(method, batch, options)
+            advantages = assign(method, batch, parsed, method=resolved)
         except ValueError as exc:  # the method refuses this group (e.g. a protocol it cannot read)
             raise ConfigError(f"credit method {method!r} on group {group_id}: {exc}") from None
         for g, (ep, adv) in enumerate(zip(group, advantages, strict=True)):
