@@ -66,8 +66,10 @@ KERNELS: dict[str, dict[str, str]] = {
 }
 #: new tokens decoded for every prompt (the demo's max_new_tokens)
 NEW_TOKENS = 48
-#: forward FLOP of one token of SmolLM2-135M: 2 x (30 layers x 3,538,944 weights) + 2 x 576 x 49,152 (head)
-FLOP_PER_TOKEN = 2 * 30 * 3_538_944 + 2 * 576 * 49_152
+#: forward FLOP of one token through SmolLM2-135M's body: 2 x (30 layers x 3,538,944 weights)
+BODY_FLOP_PER_TOKEN = 2 * 30 * 3_538_944
+#: forward FLOP of one decoded token: the body and the output head (2 x 576 x 49,152)
+FLOP_PER_TOKEN = BODY_FLOP_PER_TOKEN + 2 * 576 * 49_152
 #: torch.mm shapes (m, k, n): the machine's limit, one decode step's MLP at batch 32, an update's MLP
 SHAPES = {"square 1024": (1024, 1024, 1024), "decode, batch 32": (32, 576, 1536),
           "update, 3,200 tokens": (3200, 576, 1536)}
@@ -274,12 +276,21 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, threads: int = 2, keep
             kept.write_text(json.dumps(data["kernels"][kernels]), encoding="utf-8")
     prompts = data["kernels"]["native"].pop("prompts")
     data["kernels"]["avx2"].pop("prompts", None)
+    data["prompt_tokens"] = sum(len(p) for p in prompts)
     data["llama_cpp"] = llama_cpp_rows(prompts, threads, 1 if quick else 3)
     return result_of(data)
 
 
 def tokens_per_second(row: dict[str, Any]) -> float:
     return row["tokens"] / row["seconds"]
+
+
+def generation_gflops(data: dict[str, Any], row: dict[str, Any]) -> float:
+    """The work of one generation row per second: every prompt token once through the body (the
+    prefill; its head runs on the last position only, counted with the decoded tokens) and every
+    decoded token through body and head, over the row's seconds."""
+    work = data["prompt_tokens"] * BODY_FLOP_PER_TOKEN + row["tokens"] * data["flop_per_token"]
+    return work / row["seconds"] / 1e9
 
 
 def result_of(data: dict[str, Any]) -> Result:
@@ -292,24 +303,28 @@ def result_of(data: dict[str, Any]) -> Result:
         for name, row in got["generation"].items():
             tps = tokens_per_second(row)
             rows.append((f"{name}", kernels, f"batch {got['batch']}", f"{tps:.0f} tokens/s",
-                         f"{tps * data['flop_per_token'] / 1e9:.1f}", f"{limit:.0f}"))
+                         f"{generation_gflops(data, row):.1f}", f"{limit:.0f}"))
         upd = got["update"]
         rows.append(("update of one demo step", kernels, f"{upd['samples']} samples, {upd['tokens']} tokens",
                      f"{upd['seconds']:.1f} s", f"{upd['nominal_gflop'] / upd['seconds']:.1f} (nominal)",
                      f"{got['matmul_gflops']['update, 3,200 tokens']:.0f}"))
         rows.append(("torch.mm, square 1024", kernels, "", "", f"{got['matmul_gflops']['square 1024']:.0f}", ""))
     llama = data["llama_cpp"]
-    notes = [f"GFLOP/s of a generator: tokens/s x {data['flop_per_token'] / 1e9:.2f} GFLOP per token (forward); "
-             "the limit column: float32 torch.mm at the shape of that work (decode: [32, 576] x [576, 1536]; "
-             "update: [3200, 576] x [576, 1536]). Every engine decodes "
-             f"{data['new_tokens']} tokens for each of the {batch} prompts (stops ignored)."]
+    notes = [f"Every engine decodes {data['new_tokens']} tokens for each of the {batch} prompts "
+             f"({data['prompt_tokens']} prompt tokens in all; stops ignored); speed counts the decoded tokens. "
+             "GFLOP/s of a generator: its "
+             f"forward work per second ({data['flop_per_token'] / 1e9:.2f} GFLOP per decoded token, body and head; "
+             f"{BODY_FLOP_PER_TOKEN / 1e9:.2f} per prompt token, body only); of the update: 3 x the forward work "
+             "of every sample's prompt and completion (the shared-prompt path runs less). The limit column: "
+             "float32 torch.mm at the shape of that work (decode: [32, 576] x [576, 1536]; update: [3200, 576] x "
+             "[576, 1536])."]
     headline = "llama.cpp not measured"
     if isinstance(llama, dict):
         for name, label in (("base", "llama.cpp (Q4_1 GGUF, greedy)"), ("lora", "llama.cpp + LoRA adapter")):
             got = llama[name]
             tps = tokens_per_second(got)
             rows.append((label, "its build", f"{got['sequences']} sequences", f"{tps:.0f} tokens/s",
-                         f"{tps * data['flop_per_token'] / 1e9:.1f}", ""))
+                         f"{generation_gflops(data, got):.1f}", ""))
         ours = tokens_per_second(native["generation"]["teamplay backend"])
         theirs = tokens_per_second(llama["lora"])
         headline = (f"teamplay's backend (float32, its adapter merged) makes {ours:.0f} tokens/s at batch {batch}; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 
-from benchmarks.anchors import FLOP_PER_TOKEN, result_of
+from benchmarks.anchors import BODY_FLOP_PER_TOKEN, FLOP_PER_TOKEN, result_of
 from benchmarks.llama_cpp_decode import SMOLLM2_LAYERS, SMOLLM2_LINEARS, write_random_lora
 
 
@@ -20,7 +20,8 @@ def numbers(llama) -> dict:
                "update": {"seconds": 40.0, "samples": 40, "tokens": 4000, "completion_tokens": 1000,
                           "nominal_gflop": 3 * FLOP_PER_TOKEN * 4000 / 1e9}}
         for name in ("native", "avx2")}
-    return {"machine": {}, "new_tokens": 48, "flop_per_token": FLOP_PER_TOKEN, "kernels": kernels, "llama_cpp": llama}
+    return {"machine": {}, "new_tokens": 48, "flop_per_token": FLOP_PER_TOKEN, "kernels": kernels, "llama_cpp": llama,
+            "prompt_tokens": 3200}
 
 
 def test_the_table_reads_tokens_per_second_and_the_ratio_to_llama_cpp():
@@ -30,6 +31,9 @@ def test_the_table_reads_tokens_per_second_and_the_ratio_to_llama_cpp():
     assert "| teamplay backend | native | batch 32 | 154 tokens/s |" in result.table
     assert "| llama.cpp + LoRA adapter | its build | 32 sequences | 256 tokens/s |" in result.table
     assert "154 tokens/s at batch 32" in result.headline and "256 (0.60x" in result.headline
+    # a generator's work: 3,200 prompt tokens through the body and 1,536 decoded tokens through body and head
+    work = 3200 * BODY_FLOP_PER_TOKEN + 1536 * FLOP_PER_TOKEN
+    assert f"| raw generate, plain | avx2 | batch 32 | 96 tokens/s | {work / 16.0 / 1e9:.1f} | 90 |" in result.table
     # the update's nominal rate: 3 x forward FLOP over its tokens per second
     nominal = 3 * FLOP_PER_TOKEN * 4000 / 1e9 / 40.0
     assert f"| update of one demo step | avx2 | 40 samples, 4000 tokens | 40.0 s | {nominal:.1f} (nominal) |" in \
