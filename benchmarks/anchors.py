@@ -277,6 +277,8 @@ def run(quick: bool = False, model: str = EMBEDDED_MODEL, threads: int = 2, keep
     prompts = data["kernels"]["native"].pop("prompts")
     data["kernels"]["avx2"].pop("prompts", None)
     data["prompt_tokens"] = sum(len(p) for p in prompts)
+    # a group's episodes share their first prompt: teamplay's backend (and llama.cpp here) prefill it once
+    data["distinct_prompt_tokens"] = sum(len(p) for p in dict.fromkeys(tuple(p) for p in prompts))
     data["llama_cpp"] = llama_cpp_rows(prompts, threads, 1 if quick else 3)
     return result_of(data)
 
@@ -285,11 +287,18 @@ def tokens_per_second(row: dict[str, Any]) -> float:
     return row["tokens"] / row["seconds"]
 
 
-def generation_gflops(data: dict[str, Any], row: dict[str, Any]) -> float:
-    """The work of one generation row per second: every prompt token once through the body (the
-    prefill; its head runs on the last position only, counted with the decoded tokens) and every
-    decoded token through body and head, over the row's seconds."""
-    work = data["prompt_tokens"] * BODY_FLOP_PER_TOKEN + row["tokens"] * data["flop_per_token"]
+#: the generators that run each distinct prompt once (``HFBackend.dedupe_prompts``; the llama.cpp
+#: anchor shares a prompt's cache cells between its sequences); raw ``generate`` runs every row's
+PREFILL_ONCE = frozenset({"teamplay backend"})
+
+
+def generation_gflops(data: dict[str, Any], name: str, row: dict[str, Any]) -> float:
+    """The work of one generation row per second: the prompt tokens it prefills through the body
+    (each distinct prompt once, or every row's; the head runs on the last position only, counted
+    with the decoded tokens) and every decoded token through body and head, over the row's seconds."""
+    prefilled = row.get("prefill_tokens") or data["distinct_prompt_tokens" if name in PREFILL_ONCE
+                                                  else "prompt_tokens"]
+    work = prefilled * BODY_FLOP_PER_TOKEN + row["tokens"] * data["flop_per_token"]
     return work / row["seconds"] / 1e9
 
 
@@ -303,7 +312,7 @@ def result_of(data: dict[str, Any]) -> Result:
         for name, row in got["generation"].items():
             tps = tokens_per_second(row)
             rows.append((f"{name}", kernels, f"batch {got['batch']}", f"{tps:.0f} tokens/s",
-                         f"{generation_gflops(data, row):.1f}", f"{limit:.0f}"))
+                         f"{generation_gflops(data, name, row):.1f}", f"{limit:.0f}"))
         upd = got["update"]
         rows.append(("update of one demo step", kernels, f"{upd['samples']} samples, {upd['tokens']} tokens",
                      f"{upd['seconds']:.1f} s", f"{upd['nominal_gflop'] / upd['seconds']:.1f} (nominal)",
@@ -311,8 +320,11 @@ def result_of(data: dict[str, Any]) -> Result:
         rows.append(("torch.mm, square 1024", kernels, "", "", f"{got['matmul_gflops']['square 1024']:.0f}", ""))
     llama = data["llama_cpp"]
     notes = [f"Every engine decodes {data['new_tokens']} tokens for each of the {batch} prompts "
-             f"({data['prompt_tokens']} prompt tokens in all; stops ignored); speed counts the decoded tokens. "
-             "GFLOP/s of a generator: its "
+             f"({data['prompt_tokens']} prompt tokens in all, {data['distinct_prompt_tokens']} in the distinct "
+             "prompts: "
+             "a group's episodes share theirs; stops ignored); speed counts the decoded tokens. teamplay's backend "
+             "and llama.cpp prefill each distinct prompt once (the backend's dedupe_prompts; llama.cpp's cache "
+             "cells owned by every sequence of the prompt), raw generate every row's. GFLOP/s of a generator: its "
              f"forward work per second ({data['flop_per_token'] / 1e9:.2f} GFLOP per decoded token, body and head; "
              f"{BODY_FLOP_PER_TOKEN / 1e9:.2f} per prompt token, body only); of the update: 3 x the forward work "
              "of every sample's prompt and completion (the shared-prompt path runs less). The limit column: "
@@ -324,7 +336,7 @@ def result_of(data: dict[str, Any]) -> Result:
             got = llama[name]
             tps = tokens_per_second(got)
             rows.append((label, "its build", f"{got['sequences']} sequences", f"{tps:.0f} tokens/s",
-                         f"{generation_gflops(data, got):.1f}", ""))
+                         f"{generation_gflops(data, label, got):.1f}", ""))
         ours = tokens_per_second(native["generation"]["teamplay backend"])
         theirs = tokens_per_second(llama["lora"])
         headline = (f"teamplay's backend (float32, its adapter merged) makes {ours:.0f} tokens/s at batch {batch}; "

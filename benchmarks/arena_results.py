@@ -21,7 +21,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "credit_arena"
 
 #: the fields of a result that are stored (the rest of a run_setting result is rebuilt or local)
 STORED = ("setting", "size", "sizes", "config", "refused", "per_seed", "curves", "tokens", "runs_total",
-          "command", "machine", "machines")
+          "command", "machine", "machines", "dtype")
 
 
 def result_path(setting: str, size: str = "default", more: bool = False, folder: Path = RESULTS) -> Path:

@@ -301,7 +301,8 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
         f"{decoding}"
         f", every {eval_every} steps on a fixed subset and after training. "
         f"One minibatch per training step (one optimiser step, none when every group is dropped); LoRA r 8 on q "
-        f"and v, lr {LR}, {NEW_TOKENS} new tokens, temperature {TEMPERATURE}. {done} of {result['runs_total']} "
+        f"and v, lr {LR}, {NEW_TOKENS} new tokens, temperature {TEMPERATURE}; the base model in "
+        f"{result.get('dtype') or model_dtype(result['config'])}. {done} of {result['runs_total']} "
         "runs finished. Cells: mean ± 95% t interval over seeds; Δ: mean of per-seed differences with its "
         "t interval; exact p: the two-sided sign-flip test of the same differences (smallest possible at n "
         "seeds: 2 / 2^n); MDE: the paired difference a two-sided 95% t test finds with 80% power at these seeds.",
@@ -414,7 +415,17 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
             tokens[label_of[r.label]][r.seed] = step_tokens(run_dir)
     return {"setting": setting, "size": size, "sizes": sizes, "config": base, "refused": {},
             "per_seed": per_seed, "curves": curves, "tokens": tokens, "folder": str(out),
-            "runs_total": len(sweep.runs)}
+            "runs_total": len(sweep.runs), "dtype": model_dtype(base)}
+
+
+def model_dtype(base: dict[str, Any]) -> str:
+    """The dtype the setting's runs hold the base model in on this machine (``model.dtype`` resolved:
+    ``auto`` is bfloat16 only where the CPU has native units), recorded in every result file."""
+    from teamplay.agents.models import resolve_dtype
+    from teamplay.config import ModelConfig
+
+    default = ModelConfig.model_fields["dtype"].default  # a stored config leaves the default unwritten
+    return resolve_dtype((base.get("model") or {}).get("dtype", default))
 
 
 def untrained_metrics(run_dir: Path) -> dict[str, float]:

@@ -24,7 +24,7 @@ import teamplay.credit.methods  # noqa: F401  (registers the methods)
 from teamplay.credit.registry import CreditBatch, assign
 from teamplay.credit.values.characteristic import VoteCharacteristic
 from teamplay.credit.values.shapley import shapley_exact
-from teamplay.envs.voting import majority
+from teamplay.envs.voting import plurality
 from teamplay.records import Episode, Message, TaskItem
 
 
@@ -34,7 +34,7 @@ def _episode(rng: np.random.Generator, n_agents: int, problem: str, rounds: int 
     msgs = tuple(Message(a, "solver", r, "solve", f"Round {r}: the answer is {x}.", answer=x,
                          completion_ids=(1,) * 40, logprobs=(-1.0,) * 40)
                  for r in range(rounds) for a, x in zip(agents, answers, strict=True))
-    final = majority(answers)
+    final = plurality(answers)
     return Episode(problem, "g", agents, msgs, final, 1.0 if final == "4" else 0.0,
                    agent_answers=dict(zip(agents, answers, strict=True)))
 

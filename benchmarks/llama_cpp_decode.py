@@ -39,10 +39,16 @@ def batched_greedy(gguf: Path, prompts: list[list[int]], new_tokens: int, thread
     model = _first(llama_cpp, "llama_model_load_from_file", "llama_load_model_from_file")(str(gguf).encode(), mparams)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {gguf}")
-    prompt_total = sum(len(p) for p in prompts)
     cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = prompt_total + n_seq * new_tokens + 64
-    cparams.n_batch = max(prompt_total, n_seq)
+    # each distinct prompt is prefilled once, its cells shared by every sequence that starts with it
+    # (a token of the batch may belong to several sequences), as teamplay's backend runs a group's
+    # prompt once; the sequences then decode in one batch over the shared cache
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+    owners = {p: [s for s, q in enumerate(prompts) if tuple(q) == p] for p in distinct}
+    prefill_tokens = sum(len(p) for p in distinct)
+    cparams.kv_unified = True  # one cache whose cells several sequences own (a stream each could not share)
+    cparams.n_ctx = -(-(prefill_tokens + n_seq * new_tokens + 64) // 256) * 256
+    cparams.n_batch = max(prefill_tokens, n_seq)
     cparams.n_ubatch = min(512, cparams.n_batch)
     cparams.n_seq_max = n_seq
     cparams.n_threads = cparams.n_threads_batch = threads
@@ -57,30 +63,33 @@ def batched_greedy(gguf: Path, prompts: list[list[int]], new_tokens: int, thread
         llama_cpp.llama_set_adapter_lora(ctx, adapter, lora_scale)
     vocab = llama_cpp.llama_model_get_vocab(model) if hasattr(llama_cpp, "llama_model_get_vocab") else model
     n_vocab = _first(llama_cpp, "llama_vocab_n_tokens", "llama_n_vocab")(vocab)
-    batch = llama_cpp.llama_batch_init(max(prompt_total, n_seq), 0, n_seq)
+    batch = llama_cpp.llama_batch_init(max(prefill_tokens, n_seq), 0, n_seq)
     try:
         start = time.perf_counter()
-        # prefill: every prompt's tokens, each sequence's last position asks for logits
+        # prefill: every distinct prompt's tokens once, owned by its sequences; its last asks for logits
         n = 0
-        last = []
-        for s, ids in enumerate(prompts):
+        last = [0] * n_seq
+        for ids in distinct:
             for pos, token in enumerate(ids):
-                _put(batch, n, token, pos, s, pos == len(ids) - 1)
+                _put(batch, n, token, pos, owners[ids], pos == len(ids) - 1)
                 n += 1
-            last.append(n - 1)
+            for s in owners[ids]:
+                last[s] = n - 1
         batch.n_tokens = n
         _decode(llama_cpp, ctx, batch)
         prefill = time.perf_counter() - start
         positions = [len(p) for p in prompts]
         rows = last
         made = 0
-        for _ in range(new_tokens):
+        for step in range(new_tokens):
             logits = np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,))
                                for i in rows])  # [n_seq, vocab]
             tokens = logits.argmax(axis=1)
             made += n_seq
+            if step == new_tokens - 1:  # the last token needs no forward pass of its own
+                break
             for s in range(n_seq):
-                _put(batch, s, int(tokens[s]), positions[s], s, True)
+                _put(batch, s, int(tokens[s]), positions[s], [s], True)
                 positions[s] += 1
             batch.n_tokens = n_seq
             rows = list(range(n_seq))
@@ -91,7 +100,8 @@ def batched_greedy(gguf: Path, prompts: list[list[int]], new_tokens: int, thread
         llama_cpp.llama_free(ctx)
         _first(llama_cpp, "llama_model_free", "llama_free_model")(model)
     info = llama_cpp.llama_print_system_info()
-    return {"seconds": seconds, "prefill_seconds": prefill, "tokens": made, "sequences": n_seq,
+    return {"seconds": seconds, "prefill_seconds": prefill, "prefill_tokens": prefill_tokens, "tokens": made,
+            "sequences": n_seq,
             "threads": threads, "lora": lora is not None, "llama_cpp_python": llama_cpp.__version__,
             "system_info": info.decode() if isinstance(info, bytes) else str(info)}
 
@@ -138,12 +148,14 @@ def _quiet(llama_cpp: Any) -> None:
         llama_cpp.llama_log_set(_SILENT[0], ctypes.c_void_p(0))
 
 
-def _put(batch: Any, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
-    """Slot ``i`` of ``batch``: ``token`` at ``pos`` of sequence ``seq``, its logits kept or not."""
+def _put(batch: Any, i: int, token: int, pos: int, seqs: list[int], logits: bool) -> None:
+    """Slot ``i`` of ``batch``: ``token`` at ``pos`` of the sequences ``seqs`` (one cell they share),
+    its logits kept or not."""
     batch.token[i] = token
     batch.pos[i] = pos
-    batch.n_seq_id[i] = 1
-    batch.seq_id[i][0] = seq
+    batch.n_seq_id[i] = len(seqs)
+    for k, seq in enumerate(seqs):
+        batch.seq_id[i][k] = seq
     batch.logits[i] = ctypes.c_int8(1 if logits else 0).value
 
 
