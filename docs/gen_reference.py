@@ -207,7 +207,8 @@ def methods_page() -> str:
         needs = ", ".join(sorted(method.requires(method.options()))) if _default_ok(method.options) else "see its page"
         fitting = method.fitting_protocols()
         protocols = "any" if fitting is None else ", ".join(fitting)
-        out.append(f"| [`{name}`]({_link(entry)}) | {cell(method.summary)} | {cell(needs or '-')} | {cell(protocols)} |")
+        row = (f"[`{name}`]({_link(entry)})", cell(method.summary), cell(needs or "-"), cell(protocols))
+        out.append("| " + " | ".join(row) + " |")
     out += ["", "## Token-level methods", "",
             "| method | what it does | needs | conserves the message total |", "|---|---|---|---|"]
     for entry in (e for e in listed if e.level == "token"):

@@ -273,14 +273,16 @@ NOTES: dict[str, Note] = {
         "its step gets a verifiable process reward added to the message advantage. For arithmetic "
         "reasoning; a message without parsable claims keeps its advantage.",
         (Paper("VPR: verifiable process rewards", arxiv("2605.10325"),
-               {"credit": {"method": "grpo", "token": {"method": "vpr", "options": {"weight": 0.5, "normalise": "group"}}}},
+               {"credit": {"method": "grpo",
+                           "token": {"method": "vpr", "options": {"weight": 0.5, "normalise": "group"}}}},
                "Exact claim rewards, normalised per claim position across the group."),)),
     "aem": Note(
         "A token method: rescales message advantages by relative surprisal, favouring surprising "
         "messages while the group mostly fails (explore) and typical ones while it mostly succeeds "
         "(exploit). Changes the size of advantages, not their sign.",
         (Paper("AEM: surprisal-modulated advantages", arxiv("2605.00425"),
-               {"credit": {"method": "grpo", "token": {"method": "aem", "options": {"strength": 1.0, "max_scale": 2.0}}}},
+               {"credit": {"method": "grpo",
+                           "token": {"method": "aem", "options": {"strength": 1.0, "max_scale": 2.0}}}},
                "The surprisal modulation over a GRPO message advantage."),)),
 }
 
