@@ -28,7 +28,7 @@ raises ``StopRequested`` to abandon the evaluation (a SIGTERM or SIGINT; the ``P
 
 from __future__ import annotations
 
-import json
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +79,7 @@ class HeldOutSettings:
 
     def key(self) -> dict[str, Any]:
         """A copy of ``cache_key`` for one cached evaluation to add its own fields to."""
-        return json.loads(json.dumps(self.cache_key))
+        return copy.deepcopy(dict(self.cache_key))
 
 
 class HeldOutEvaluation:

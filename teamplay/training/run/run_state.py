@@ -153,7 +153,7 @@ class RunState:
             self.extra_state["curriculum"] = self.curriculum.state_dict()
         optimizer, scheduler = self.learner.checkpoint_state()
         path = save_checkpoint(self.run_dir, self.state, self.team_model, optimizer, scheduler,
-                               {**self.extra_state, **(extra or {})}, self.record.config_json(),
+                               {**self.extra_state, **(extra or {})}, dict(self.record.config),
                                self.record.keep_checkpoints if prune else None,
                                extra_tensors={**self.extra_tensors, **(tensors or {})}, number=number)
         self._saved_step = self.state.step

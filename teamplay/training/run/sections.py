@@ -25,11 +25,12 @@ def run_record(cfg: TrainConfig) -> RunRecord:
                      keep_checkpoints=cfg.keep_checkpoints)
 
 
-def held_out_settings(cfg: TrainConfig) -> HeldOutSettings:
-    """What the run's held-out evaluations read (``HeldOutEvaluation``); no cache with
-    ``model.checkpoint`` (adapters that are not fresh are not the untrained team)."""
+def held_out_settings(cfg: TrainConfig, record: RunRecord) -> HeldOutSettings:
+    """What the run's held-out evaluations read (``HeldOutEvaluation``), keyed by the run's ``record``
+    of its config; no cache with ``model.checkpoint`` (adapters that are not fresh are not the
+    untrained team)."""
     cache = None if cfg.eval_cache is None or cfg.model.checkpoint is not None else Path(cfg.eval_cache)
     return HeldOutSettings(eval_sampling=cfg.eval_sampling, sampling=cfg.sampling, seed=cfg.seed,
                            curve_limit=cfg.eval_curve_limit, samples=cfg.eval_samples,
                            withhold_messages=cfg.eval_withhold_messages, cache=cache,
-                           cache_key=cfg.model_dump(mode="json"))
+                           cache_key=record.config)

@@ -291,8 +291,8 @@ class Trainer:
         answer_roles = run.make_eval_env().protocol.answer_roles
         solo = (solo_baseline(cfg.sampling, cfg.backend.max_batch, run, answer_roles)
                 if cfg.eval_self_consistency else None)
-        self.held_out = HeldOutEvaluation(held_out_settings(cfg), self.rollouts.evaluation_runner(), self.eval_task,
-                                          self._before_evaluation, answer_roles, solo)
+        self.held_out = HeldOutEvaluation(held_out_settings(cfg, record), self.rollouts.evaluation_runner(),
+                                          self.eval_task, self._before_evaluation, answer_roles, solo)
         if self.curriculum is not None:  # the first stage's training episodes, from the first step
             self.curriculum.start()
         #: the supervised warm start a fresh run takes before its first step (``warm_start:``), else None

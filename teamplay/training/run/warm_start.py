@@ -289,7 +289,7 @@ class WarmStart:
     def _fingerprint(self) -> dict[str, Any]:
         """What a warm start's checkpoints must have been written with to be continued (where a finished
         one is shared, ``cache``, is not part of it)."""
-        dump = self.record.config_json()
+        dump = self.record.config
         found = {key: dump[key] for key in ("warm_start", "model", "team", "protocol", "task", "seed", "sampling",
                                             "backend")}
         found["warm_start"] = {k: v for k, v in found["warm_start"].items() if k != "cache"}
@@ -331,7 +331,7 @@ class WarmStart:
     def _save(self, step: int) -> Path:
         state = TrainerState(step=step, data_order=(), data_cursor=0, data_epoch=0)
         return save_checkpoint(self.folder, state, self.team_model, self.optimizer, self.scheduler,
-                               {"warm_start": self._fingerprint()}, self.record.config_json(),
+                               {"warm_start": self._fingerprint()}, dict(self.record.config),
                                keep=self.record.keep_checkpoints)
 
     def _restore(self) -> int:

@@ -23,7 +23,7 @@ class RunRecord:
     Fields:
         folder: the run folder (``output_dir``); checkpoints go in it.
         config: the run's config as JSON (``model_dump(mode="json")``), written into every checkpoint
-            and compared on resume; never mutated.
+            and compared on resume; read only (a reader that adds fields copies it first).
         schema: the config's class, which validates a checkpoint's saved config (fields added since it
             was written take their defaults: ``resume.with_defaults``).
         keep_checkpoints: how many checkpoints the folder keeps (None: every one).
@@ -33,15 +33,3 @@ class RunRecord:
     config: Mapping[str, Any]
     schema: type[BaseModel]
     keep_checkpoints: int | None
-
-    def config_json(self) -> dict[str, Any]:
-        """A fresh copy of ``config`` (a caller may change its copy: the evaluation cache adds fields)."""
-        return _copy(self.config)
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copy(item) for item in value]
-    return value

@@ -59,7 +59,7 @@ def checkpoint_to_resume(record: RunRecord, resume: str) -> LoadedCheckpoint | N
     if path is None:
         return None
     data = load_checkpoint(path)
-    check_resumable(record.config_json(), with_defaults(record.schema, data.config, path), path)
+    check_resumable(dict(record.config), with_defaults(record.schema, data.config, path), path)
     return data
 
 
