@@ -43,6 +43,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -406,11 +407,14 @@ def flatten_evaluation(data: Mapping[str, Any], prefix: str) -> dict[str, float]
     return flat
 
 
+@lru_cache(maxsize=None)
 def t_quantile_975(df: int) -> float:
     """The 0.975 quantile of Student's t with ``df`` degrees of freedom (two-sided 95%).
 
     Found by bisection on the CDF, which is integrated with Simpson's rule from the density
-    ``Γ((ν+1)/2) / (sqrt(νπ) Γ(ν/2)) (1 + x²/ν)^(-(ν+1)/2)``; accurate to 1e-6.
+    ``Γ((ν+1)/2) / (sqrt(νπ) Γ(ν/2)) (1 + x²/ν)^(-(ν+1)/2)``; accurate to 1e-6. About 0.2 s of pure
+    Python a call, so each ``df`` is computed once per process (a sweep's tables ask for the same few
+    thousands of times: uncached, writing a small sweep's results took minutes).
 
     >>> round(t_quantile_975(1), 3), round(t_quantile_975(2), 3), round(t_quantile_975(30), 3)
     (12.706, 4.303, 2.042)
