@@ -12,6 +12,7 @@ from teamplay.credit.audit.fidelity import (
     advantages_from_values,
     agreement,
     centred_within,
+    cluster_codes,
     noisy_teammate_values,
     paired_difference,
     pearson,
@@ -65,6 +66,28 @@ def test_pearson_matches_numpy(pairs) -> None:
 
 def test_pearson_of_a_constant_is_undefined() -> None:
     assert np.isnan(pearson(np.ones(5), np.arange(5.0)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-3, 3).map(float), max_size=12))
+def test_ranks_are_the_mean_position_of_equal_values(values: list[float]) -> None:
+    # the definition, counted by hand: below(v) values sort before v, equal(v) share positions
+    # below .. below + equal - 1, whose mean is below + (equal - 1) / 2 (halves: exact)
+    expected = [sum(u < v for u in values) + (sum(u == v for u in values) - 1) / 2 for v in values]
+    assert ranks(np.array(values, dtype=np.float64)).tolist() == expected  # exact: halves of small integers
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(floats, st.sampled_from("abc")), min_size=1, max_size=12))
+def test_centring_by_codes_equals_centring_by_labels(pairs: list[tuple[float, str]]) -> None:
+    x = np.array([v for v, _ in pairs])
+    labels = np.array([g for _, g in pairs])
+    codes = cluster_codes(labels)
+    assert codes.tolist() == [sorted(set(labels.tolist())).index(g) for g in labels.tolist()]
+    # exact: the same sums over the same entries in the same order, divided by the same counts
+    assert centred_within(x, codes).tolist() == centred_within(x, labels).tolist()
+    # codes with a gap (a cluster no entry has, as in a bootstrap resample) centre the same way
+    assert centred_within(x, codes * 2).tolist() == centred_within(x, labels).tolist()  # exact: as above
 
 
 def test_ranks_average_ties() -> None:

@@ -21,6 +21,7 @@ differences between two methods on the same resamples. Estimating ``V`` by re-ex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -63,12 +64,14 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
         raise ValueError(f"correlation of arrays of shapes {x.shape} and {y.shape}")
     if x.size < 2:
         return float("nan")
-    dx, dy = x - x.mean(), y - y.mean()
-    denom = np.sqrt(np.dot(dx, dx) * np.dot(dy, dy))
+    # sum / size is the mean numpy computes (the same pairwise sum, one division), without the
+    # overhead of ndarray.mean: a cluster bootstrap calls this about a million times
+    dx, dy = x - x.sum() / x.size, y - y.sum() / y.size
+    denom = math.sqrt(float(np.dot(dx, dx)) * float(np.dot(dy, dy)))
     # a relative test: values equal up to rounding count as constant
     if denom <= 1e-12 * max(1.0, float(np.abs(x).max()) * float(np.abs(y).max())) * x.size:
         return float("nan")
-    return float(np.clip(np.dot(dx, dy) / denom, -1.0, 1.0))
+    return min(1.0, max(-1.0, float(np.dot(dx, dy)) / denom))
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
@@ -78,16 +81,17 @@ def ranks(x: np.ndarray) -> np.ndarray:
     [2.5, 0.0, 2.5, 1.0]
     """
     x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        return np.empty(0, dtype=np.float64)
     order = np.argsort(x, kind="mergesort")
-    out = np.empty(x.size, dtype=np.float64)
     sorted_x = x[order]
-    start = 0
-    while start < x.size:
-        end = start
-        while end + 1 < x.size and sorted_x[end + 1] == sorted_x[start]:
-            end += 1
-        out[order[start:end + 1]] = (start + end) / 2.0
-        start = end + 1
+    starts_run = np.empty(x.size, dtype=bool)  # where a run of equal values starts (NaN equals nothing)
+    starts_run[0] = True
+    np.not_equal(sorted_x[1:], sorted_x[:-1], out=starts_run[1:])
+    starts = np.flatnonzero(starts_run)
+    ends = np.append(starts[1:], x.size) - 1
+    out = np.empty(x.size, dtype=np.float64)
+    out[order] = ((starts + ends) / 2.0)[np.cumsum(starts_run) - 1]  # a tie's ranks all get their mean
     return out
 
 
@@ -107,15 +111,27 @@ def sign_agreement(method: np.ndarray, oracle: np.ndarray, threshold: float) -> 
 
 
 def centred_within(x: np.ndarray, clusters: np.ndarray) -> np.ndarray:
-    """``x`` minus the mean of its cluster, shape [n].
+    """``x`` minus the mean of its cluster, shape [n]. ``clusters``: labels, or non-negative integer
+    codes (``cluster_codes``), each summed as its own cluster.
 
     >>> centred_within(np.array([1.0, 3.0, 5.0]), np.array(["a", "a", "b"])).tolist()
     [-1.0, 1.0, 0.0]
     """
     x = np.asarray(x, dtype=np.float64)
-    _, index = np.unique(np.asarray(clusters), return_inverse=True)
-    means = np.bincount(index, weights=x) / np.bincount(index)
+    clusters = np.asarray(clusters)
+    if clusters.dtype.kind in "iu" and (clusters.size == 0 or clusters.min() >= 0):
+        index = clusters  # already codes: bincount takes them as they are (empty codes have no mean)
+    else:
+        _, index = np.unique(clusters, return_inverse=True)
+    sums, counts = np.bincount(index, weights=x), np.bincount(index)
+    means = sums / np.maximum(counts, 1)  # a code no entry has: sum 0, mean 0 (never read)
     return x - means[index]
+
+
+def cluster_codes(labels: np.ndarray) -> np.ndarray:
+    """Each label's cluster as a code 0..k-1 (the sorted labels' order): what ``centred_within``
+    takes directly, so a bootstrap resample does not sort its labels again."""
+    return np.unique(np.asarray(labels), return_inverse=True)[1].reshape(-1)
 
 
 def within_pearson(x: np.ndarray, y: np.ndarray, clusters: np.ndarray) -> float:
@@ -174,16 +190,17 @@ def agreement(method: Sequence[float], oracle: Sequence[float], clusters: Sequen
     if not (m.shape == o.shape == labels.shape) or m.ndim != 1:
         raise ValueError(f"agreement: method {m.shape}, oracle {o.shape} and clusters {labels.shape} "
                          "must be 1-D of one length")
+    codes = cluster_codes(labels)
     draws: dict[str, list[float]] = {"pearson": [], "within": [], "spearman": [], "sign": []}
     for picked in _resampled(labels, resamples, seed):
         draws["pearson"].append(pearson(m[picked], o[picked]))
         # a cluster drawn twice counts as one cluster of twice the members: its mean is unchanged
-        draws["within"].append(within_pearson(m[picked], o[picked], labels[picked]))
+        draws["within"].append(within_pearson(m[picked], o[picked], codes[picked]))
         draws["spearman"].append(spearman(m[picked], o[picked]))
         draws["sign"].append(sign_agreement(m[picked], o[picked], threshold))
     return Agreement(
         pearson=pearson(m, o), pearson_ci=_interval(draws["pearson"]),
-        within=within_pearson(m, o, labels), within_ci=_interval(draws["within"]),
+        within=within_pearson(m, o, codes), within_ci=_interval(draws["within"]),
         spearman=spearman(m, o), spearman_ci=_interval(draws["spearman"]),
         sign=sign_agreement(m, o, threshold), sign_ci=_interval(draws["sign"]),
         variance=float(np.var(m)) if m.size else float("nan"), n=int(m.size),
@@ -215,9 +232,10 @@ def paired_difference(method: Sequence[float], baseline: Sequence[float], oracle
     if not (m.shape == b.shape == o.shape == labels.shape) or m.ndim != 1:
         raise ValueError(f"paired difference: method {m.shape}, baseline {b.shape}, oracle {o.shape} and "
                          f"clusters {labels.shape} must be 1-D of one length")
+    codes = cluster_codes(labels)
 
     def both(idx: np.ndarray | slice) -> tuple[float, float]:
-        lab = labels[idx]
+        lab = codes[idx]
         return (pearson(m[idx], o[idx]) - pearson(b[idx], o[idx]),
                 within_pearson(m[idx], o[idx], lab) - within_pearson(b[idx], o[idx], lab))
 
