@@ -18,7 +18,10 @@ most N tasks in flight, so N bounds the runs at once even on a bigger cluster. `
 as is. Run folders must be on storage every node sees.
 
 A run that fails stops the sweep with its own error; the runs still in flight are cancelled (their
-checkpoints let the next invocation resume them).
+checkpoints let the next invocation resume them). A run whose worker process died (killed by the
+kernel's out-of-memory killer or a signal, its node lost: not the run's own error) is started again
+from its latest checkpoint, up to ``WORKER_LOSS_RETRIES`` times; after that the sweep stops with one
+line naming the run, and the same command resumes it.
 
 SIGTERM or SIGINT to the driver stops the sweep cleanly (``teamplay.training.run.preemption``): no run
 is started after it, and the driver writes the file ``SWEEP/stop.request`` (the signal number),
@@ -40,7 +43,7 @@ from typing import Any
 from teamplay.config import DistributedConfig, TrainConfig, build_config
 from teamplay.distributed.cluster import connect, import_ray
 from teamplay.errors import ConfigError, TeamplayError
-from teamplay.training.experiments.sweep import Sweep, SweepRun, finish_run, pending_runs
+from teamplay.training.experiments.sweep import Sweep, SweepRun, finish_run, pending_runs, prepare_run
 from teamplay.training.run.preemption import Preempted, Preemption, preemption_handlers
 
 #: the file in the sweep folder by which the driver asks its tasks to stop (holds the signal number)
@@ -50,6 +53,21 @@ STOP_POLL_S = 0.2
 #: how long a stopping driver waits for the runs in flight to checkpoint and stop (seconds)
 STOP_WAIT_S = 600.0
 AGAIN = "run the same teamplay sweep command again to continue"
+#: how many times a run whose worker died is started again from its latest checkpoint in one
+#: invocation (a worker killed once, e.g. by the out-of-memory killer beside other work, is not the
+#: run's fault; a run that kills its worker every time stops the sweep instead of looping)
+WORKER_LOSS_RETRIES = 1
+#: Ray's errors that mean the task's process or node is gone, not that the run raised
+WORKER_LOST = ("WorkerCrashedError", "RayActorError", "NodeDiedError", "OutOfMemoryError", "ObjectLostError",
+               "LocalRayletDiedError")
+
+
+class WorkerLost(Exception):
+    """A run's Ray task ended without a result because its worker process (or node) died."""
+
+    def __init__(self, run: SweepRun, kind: str) -> None:
+        super().__init__(f"{run.name}: its worker process died ({kind})")
+        self.kind = kind
 
 
 def _stop_requested(stop_file: Path) -> int | None:
@@ -121,6 +139,7 @@ def run_sweep_parallel(sweep: Sweep, parallel: int, address: str = "local", thre
             task = ray.remote(num_cpus=1, max_calls=1, max_retries=0)(_train_one)
             in_flight: dict[Any, SweepRun] = {}
             trained: list[SweepRun] = []
+            losses: dict[str, int] = {}  # run name -> its workers that died in this invocation
             try:
                 while todo or in_flight:
                     if preemption.requested:
@@ -138,6 +157,9 @@ def run_sweep_parallel(sweep: Sweep, parallel: int, address: str = "local", thre
                     except Preempted as exc:  # the worker itself was signalled (a Ctrl-C to the group)
                         _stop(ray, sweep, preemption.signum or exc.signum, in_flight, trained, stop_file, on_done,
                               len(todo), [_where(run, exc)])
+                    except WorkerLost as exc:
+                        todo.insert(0, _again_after_loss(sweep, run, exc, losses, on_run))
+                        continue
                     finish_run(sweep, run)
                     trained.append(run)
                     if on_done is not None:
@@ -171,6 +193,9 @@ def _stop(ray: Any, sweep: Sweep, signum: int, in_flight: dict[Any, SweepRun], t
         except Preempted as exc:
             stopped.append(_where(run, exc))
             continue
+        except WorkerLost as exc:
+            stopped.append(f"{exc} (its earlier checkpoints are kept)")
+            continue
         finish_run(sweep, run)  # it finished before it saw the request
         trained.append(run)
         if on_done is not None:
@@ -185,15 +210,35 @@ def _stop(ray: Any, sweep: Sweep, signum: int, in_flight: dict[Any, SweepRun], t
     raise Preempted(signum, "; ".join(parts), AGAIN)
 
 
+def _again_after_loss(sweep: Sweep, run: SweepRun, exc: WorkerLost, losses: dict[str, int],
+                      on_run: Callable[[SweepRun, str], None] | None) -> tuple[SweepRun, str | None]:
+    """The run whose worker died, readied to start again (``(run, resume)`` as ``pending_runs``
+    gives: from its latest checkpoint, or from the start if it had none); a ``TeamplayError`` (one
+    line) once it has lost more than ``WORKER_LOSS_RETRIES`` workers in this invocation."""
+    losses[run.name] = losses.get(run.name, 0) + 1
+    if losses[run.name] > WORKER_LOSS_RETRIES:
+        raise TeamplayError(f"sweep run {run.name}: its worker process died {losses[run.name]} times ({exc.kind}); "
+                            f"its checkpoints and the finished runs are kept: {AGAIN} (if the kernel killed "
+                            "it for memory, run fewer at once with --parallel)")
+    status = prepare_run(sweep, run)
+    if on_run is not None:
+        on_run(run, status)
+    return run, "auto" if status == "resume" else None
+
+
 def _where(run: SweepRun, exc: Preempted) -> str:
     """``"NAME after step 1, checkpoint step-000001 written"``: where one run of the sweep stopped."""
     return f"{run.name} {exc.where.replace('; ', ', ')}"
 
 
 def _result(ray: Any, ref: Any, run: SweepRun) -> Any:
-    """The task's value, or the run's own error (a TeamplayError is re-raised as itself)."""
+    """The task's value, or the run's own error (a TeamplayError is re-raised as itself);
+    ``WorkerLost`` when the task's process died under it."""
+    lost = tuple(getattr(ray.exceptions, name) for name in WORKER_LOST if hasattr(ray.exceptions, name))
     try:
         return ray.get(ref)
+    except lost as exc:
+        raise WorkerLost(run, type(exc).__name__) from None
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, Preempted):  # stopped at the driver's request: the caller says where
