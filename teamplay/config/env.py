@@ -38,7 +38,8 @@ class ProtocolConfig(Section):
     channel: bool = Field(True, description=(
         "False: the no-channel control arm: every message is withheld from the other agents (each sees "
         "the problem, its role's prompt and its own earlier messages only; the transcript, final answer "
-        "and reward are unchanged). Shows whether a result needs the agents to read each other."))
+        "and reward are unchanged). Shows whether a result needs the agents to read each other. A teacher "
+        "warm start still demonstrates with the channel, so the arm starts from its channel arm's warm start."))
     score_cut_messages: bool = Field(True, description=(
         "A message cut at sampling.max_new_tokens before it ended: true reads and grades the answer its "
         "cut text holds (the last number of '3. 14 +' is 14); false leaves it unscored (no answer, as a "

@@ -138,8 +138,8 @@ def tiny_path(tmp_path_factory):
 
 
 def relay_config(model: Path, out: Path, **fields) -> dict:
-    return tiny_train_config(model, out, task_name="relay_sum", protocol={"name": "relay"}, steps=2,
-                             **{"warm_start": {"steps": 4, "episodes": 4, "batch_size": 3, "lr": 0.01,
+    return tiny_train_config(model, out, task_name="relay_sum", steps=2,
+                             **{"protocol": {"name": "relay"}, "warm_start": {"steps": 4, "episodes": 4, "batch_size": 3, "lr": 0.01,
                                                "checkpoint_every": 2, "evaluate": False}, **fields})
 
 
@@ -175,6 +175,25 @@ def test_warm_start_changes_only_the_warm_roles_adapters(tiny_path, tmp_path):
     assert lines[0]["examples_by_role"] == {"answerer": 4}
     # the loss falls on a set this small at lr 0.01 (a teacher's text is deterministic)
     assert lines[-1]["loss"] < lines[1]["loss"]
+
+
+def test_teachers_demonstrate_through_the_channel_in_a_no_channel_arm(tiny_path, tmp_path):
+    """protocol.channel false withholds messages from the run's own episodes (tested with the
+    driver), not from the warm start's teachers: the arm fine-tunes on the demonstrations its channel
+    arm fine-tunes on, the same episodes giving the same adapters."""
+    for name, channel in (("with", True), ("without", False)):
+        config = relay_config(tiny_path, tmp_path / name, protocol={"name": "relay", "channel": channel})
+        trainer = Trainer(build_config(TrainConfig, config))
+        assert trainer.make_env().driver.channel is channel  # the run's own episodes follow the config
+        trainer.warm_start.run(trainer.items)
+        trainer.close()
+    episodes = {name: (tmp_path / name / "warm_start/episodes.jsonl").read_text() for name in ("with", "without")}
+    assert episodes["without"] == episodes["with"]
+    # the teachers' answerer read both informants' numbers and was right on every problem
+    lines = [json.loads(x) for x in (tmp_path / "without/warm_start/metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["reward_played"] == 1.0
+    a, b = adapters_of(latest(tmp_path / "with/warm_start")), adapters_of(latest(tmp_path / "without/warm_start"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # exact: same samples, same steps
 
 
 def test_paused_and_resumed_warm_start_equals_one_straight_run(tiny_path, tmp_path):

@@ -8,7 +8,11 @@ What it really does:
        its own): with ``source: teacher`` a team of the protocol's scripted teachers
        (``teamplay.envs.teachers``; ``play.warm_data.TeacherBackend`` records the token ids the model
        would have written their texts as), with ``source: rejection`` the team itself, sampled with
-       the training decoding, keeping the episodes whose team reward reaches ``threshold``;
+       the training decoding, keeping the episodes whose team reward reaches ``threshold``. Teachers
+       always play with the channel on, also in a no-channel arm (``protocol.channel: false``): a
+       teacher demonstrates the protocol (the relay's answerer sums the numbers it reads), and the arm
+       withholds messages from its RL episodes and evaluations, so the channel arm and its control
+       start from the same demonstrations;
     3. for ``steps`` steps, draw ``batch_size`` messages of the warm-started roles (a seeded order,
        reshuffled after each pass) and take one AdamW step on the negative log-likelihood of their
        completion tokens (``learn.losses.sft_loss``, through the trainer's ``PolicyUpdater``: each
@@ -38,6 +42,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +239,8 @@ class WarmStart:
         jobs = [RolloutJob(item=item, group_id=f"warm:{k}:{item.id}") for k, item in enumerate(self._problems(items))]
         seed = derived_seed(self.seed, "warm_start") % (2**31)
         if self.ws.source == "teacher":
-            played = RolloutRunner(self.make_env, self._teachers(), self.runner.sampling).run(jobs, seed=seed)
+            with_channel = partial(self.make_env, channel=True)  # teachers demonstrate through it (module)
+            played = RolloutRunner(with_channel, self._teachers(), self.runner.sampling).run(jobs, seed=seed)
             kept = played
         else:
             played = self.runner.run(jobs, seed=seed)
