@@ -86,6 +86,9 @@ ANSWERS_PER_STEP = 32
 #: ``dr_mas`` is not among them: every solver speaks once in every episode of a chain, so its
 #: per-agent statistics are the group's and it equals ``grpo`` message for message
 CHAIN_METHODS = ("grpo", "shapley (masking)", "loto (masking)")
+#: the warm relay's first sitting: every method without replays that takes the relay (``dr_mas``
+#: differs from grpo here: the two informants share an adapter, the answerer has its own)
+RELAY_WARM_METHODS = ("grpo", "dr_mas", "shapley (masking)", "loto (masking)", "influence")
 #: setting -> (team size K, method labels run by default)
 SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
     "relay_k2": (2, ("grpo", "shapley (masking)", "continuation")),
@@ -96,7 +99,21 @@ SETTINGS: dict[str, tuple[int, tuple[str, ...]]] = {
     # methods, whose runs cost 2-4x the tokens, in a sitting of their own); no closed-form oracle
     "chain_k4": (4, CHAIN_METHODS),
     "chain_k8": (8, CHAIN_METHODS),
+    # the relay of three after a teacher warm start (WARM_START), first sitting: the methods with one
+    # forward pass of credit or none (the replay methods, continuation and shapley (replay), in a
+    # sitting of their own, as the chain's); and its no-channel arm, grpo alone: is the channel needed?
+    "relay_k3_warm": (3, RELAY_WARM_METHODS),
+    "relay_k3_warm_nochannel": (3, ("grpo",)),
 }
+#: the warm start of the warm relay settings (calibrated: benchmarks/results/cooperation/probes/
+#: relay_k3_warm.yaml): 64 teacher episodes with plain answers (a boxed two-digit sum does not fit 6
+#: tokens), 24 steps of 8 messages; the methods of one seed share it (``warm_start.cache``)
+WARM_START = {"source": "teacher", "episodes": 64, "steps": 24, "batch_size": 8, "lr": LR,
+              "checkpoint_every": 12, "answer_format": "plain"}
+#: settings trained after WARM_START, and those of them whose messages are all withheld (the
+#: no-channel arm: the same warm start, since teachers demonstrate through the channel)
+WARM_SETTINGS = frozenset({"relay_k3_warm", "relay_k3_warm_nochannel"})
+NO_CHANNEL = frozenset({"relay_k3_warm_nochannel"})
 
 #: held-out sums of the chain settings: distinct test sums (operands up to 40), none in the training pool
 CHAIN_HELDOUT = 200
@@ -105,6 +122,9 @@ CHAIN_HELDOUT = 200
 SIZES = {
     "relay_k2": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 6, 4)},
     "relay_k3": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 6, 4)},
+    # the relay_k3 sizes at 8 paired seeds
+    "relay_k3_warm": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 8, 4)},
+    "relay_k3_warm_nochannel": {"quick": (2, 2, 2, 4, 2, 1), "default": (12, 4, 4, 100, 8, 4)},
     "split_k4_fair": {"quick": (2, 1, 2, 2, 2, 1), "default": (12, 2, 4, FAIR_HELDOUT_ANSWERS // 4, 6, 4)},
     "split_k8_fair": {"quick": (2, 1, 2, 1, 2, 1), "default": (12, 1, 4, FAIR_HELDOUT_ANSWERS // 8, 6, 4)},
     # the arena's chain sizes (one sum for the whole chain), at 8 paired seeds: the exact test's
@@ -114,7 +134,8 @@ SIZES = {
 }
 #: the relay's largest operand: at K = 2 the one informant's number is the answer, so the problem space
 #: is the operands themselves; 999 leaves about 200 test numbers (40 would leave 8)
-RELAY_MAX_OPERAND = {"relay_k2": 999, "relay_k3": TASK["max_operand"]}
+RELAY_MAX_OPERAND = {"relay_k2": 999, "relay_k3": TASK["max_operand"], "relay_k3_warm": TASK["max_operand"],
+                     "relay_k3_warm_nochannel": TASK["max_operand"]}
 #: settings whose held-out evaluation samples at the training temperature instead of greedy decoding:
 #: greedy, the untrained K = 2 relay is already right on all 100 held-out numbers (the informant
 #: states its number, the answerer copies it), sampled at 0.7 on 37.5% of training numbers, so only
@@ -171,7 +192,9 @@ def base_config(setting: str, model: str, sizes: tuple[int, ...]) -> dict[str, A
             **common,
             "task": {"name": "relay_sum", "split": "train", "options": task, "limit": 2000},
             "eval_task": {"name": "relay_sum", "split": "test", "limit": heldout, "distinct": True, "options": task},
-            "protocol": {"name": "relay", "options": {"n_agents": k, "reply_prefix": REPLY_PREFIX}},
+            "protocol": {"name": "relay", "options": {"n_agents": k, "reply_prefix": REPLY_PREFIX},
+                         **({"channel": False} if setting in NO_CHANNEL else {})},
+            **({"warm_start": dict(WARM_START)} if setting in WARM_SETTINGS else {}),
             "team": {"roles": [{"name": "informant", "count": k - 1}, {"name": "answerer"}]},
             # an episode is K messages; one minibatch holds a whole step's
             "optim": {"lr": LR, "minibatch_size": problems * group * k},
@@ -249,6 +272,17 @@ def _p(p: float) -> str:
     return "—" if not math.isfinite(p) else f"{p:.3f}"
 
 
+def relay_start(setting: str) -> str:
+    """What a relay setting starts from and withholds, as a clause of its table's notes."""
+    if setting not in WARM_SETTINGS:
+        return ""
+    ws = WARM_START
+    start = (f"; every method starts from a teacher warm start ({ws['episodes']} teacher episodes with plain "
+             f"answers, {ws['steps']} steps of {ws['batch_size']} messages, shared by a seed's methods)")
+    return start + ("; no channel: every message is withheld from the other agents in training and "
+                    "evaluation (the teachers of the warm start read each other)" if setting in NO_CHANNEL else "")
+
+
 def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
     """(table, notes, headline) of one setting, from its stored result alone."""
     setting = result["setting"]
@@ -285,7 +319,7 @@ def table(result: dict[str, Any]) -> tuple[str, list[str], str]:
             f"K = {k}: {k - 1} informants (one shared adapter) each see one operand of a sum (operands up to "
             f"{RELAY_MAX_OPERAND[setting]}), the answerer (its own adapter) sees none; team reward the answerer's "
             f"correctness. {steps} steps of {problems} sums x {group} episodes; held-out: {heldout} distinct sums "
-            "(no reordering of one in the training pool)" if setting.startswith("relay") else
+            f"(no reordering of one in the training pool){relay_start(setting)}" if setting.startswith("relay") else
             f"K = {k} solvers of one shared adapter answer one sum (operands up to {TASK['max_operand']}) in turn, "
             "each reading the earlier answers and keeping or revising the running one; team reward the last "
             f"answer's score. {steps} steps of {problems} sums x {group} episodes; held-out: {heldout} distinct test "
@@ -399,6 +433,8 @@ def run_setting(setting: str, model: str = EMBEDDED_MODEL, size: str = "default"
                                     f"{'' if tag is None else '-' + tag}{'' if rerun is None else f'-rerun{rerun}'}"
                                     f"{f'-seeds{min(seeds)}-{max(seeds)}' if chosen and seeds else ''}")
     seeds = (rerun,) if rerun is not None else tuple(seeds) if chosen else tuple(range(sizes[4]))
+    if "warm_start" in base:  # the methods of one seed fine-tune once (the key holds the seed)
+        base["warm_start"]["cache"] = str(out / "warm-starts")
     sweep = plan(out, base, {"credit": tuple(METHODS[label] for label in labels)}, seeds).seeds_first()
 
     if train:

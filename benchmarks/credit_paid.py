@@ -74,6 +74,8 @@ TEAMS = {
 #: the cooperation benchmark's settings whose names the arena also uses, by what differs
 COOPERATION_TEAMS = {
     "chain_k4": "chain, K = 4 (one step a step)", "chain_k8": "chain, K = 8 (one step a step)",
+    "relay_k3_warm": "relay, K = 3, after a warm start",
+    "relay_k3_warm_nochannel": "relay, K = 3, after a warm start, no channel",
 }
 
 

@@ -226,6 +226,34 @@ def test_seeds_train_only_the_seeds_a_stored_comparison_lacks_and_join_it(tiny_m
     assert planned["folder"].endswith("cooperation-chain_k4-quick-seeds3-4") and planned["per_seed"]["grpo"] == {}
 
 
+def test_the_warm_relay_and_its_no_channel_arm_differ_in_the_channel_only(tiny_model, tmp_path):
+    """Both arms fine-tune the same warm start (a seed's methods share it through the sweep's cache)
+    and train and evaluate the same way; the arm withholds every message."""
+    warm = cooperation.run_setting("relay_k3_warm", tiny_model, size="quick", folder=tmp_path / "w", train=False)
+    arm = cooperation.run_setting("relay_k3_warm_nochannel", tiny_model, size="quick", folder=tmp_path / "n",
+                                  train=False)
+    assert warm["config"]["warm_start"]["cache"] == str(tmp_path / "w" / "warm-starts")
+    assert arm["config"]["protocol"].pop("channel") is False and "channel" not in warm["config"]["protocol"]
+    for config in (warm["config"], arm["config"]):
+        config["warm_start"].pop("cache")
+    assert warm["config"] == arm["config"]
+    assert warm["config"]["warm_start"]["answer_format"] == "plain"  # 6 tokens hold a plain two-digit sum
+    assert set(cooperation.SETTINGS["relay_k3_warm"][1]) >= {"grpo", "dr_mas", "shapley (masking)", "influence"}
+    assert cooperation.SETTINGS["relay_k3_warm_nochannel"][1] == ("grpo",)
+    assert "no channel" in cooperation.relay_start("relay_k3_warm_nochannel")
+
+
+@pytest.mark.slow  # two tiny seeds of grpo, each after a warm start of 24 steps (about 25 s)
+def test_the_no_channel_arm_trains_after_its_warm_start(tiny_model, tmp_path):
+    result = cooperation.run_setting("relay_k3_warm_nochannel", tiny_model, size="quick", folder=tmp_path / "n")
+    assert sorted(result["per_seed"]["grpo"]) == [0, 1]
+    for seed in (0, 1):
+        warm = tmp_path / "n" / "runs" / f"credit.method=grpo__seed{seed}" / "warm_start"
+        steps = [json.loads(line)["step"] for line in (warm / "metrics.jsonl").read_text().splitlines()]
+        assert steps[-1] == cooperation.WARM_START["steps"]  # the whole warm start ran before RL
+    assert len(list((tmp_path / "n" / "warm-starts").iterdir())) == 2  # one shared warm start per seed
+
+
 def test_cooperation_settings_named_like_arena_ones_get_rows_of_their_own():
     """The arena's chain_k4 and the cooperation benchmark's are different comparisons (about 19
     updates a run against one optimiser step a step): their rows in "Where credit paid" must differ."""
