@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,7 @@ def machine_summary(result: Mapping[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------- statistics
-@lru_cache(maxsize=None)
+@cache
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom, by bisection
     on the CDF (the density integrated with Simpson's rule, 2000 panels: error far below 1e-6).

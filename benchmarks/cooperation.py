@@ -511,6 +511,22 @@ def region(result: dict[str, Any], tag: str | None = None) -> str:
         result["command"], machine_summary(result))
 
 
+#: the tag of a comparison trained again on new seeds (``--replicate``): its file, folder and region
+REPLICATION = "replication"
+
+
+def seed_range(text: str) -> range:
+    """``"100-107"`` -> seeds 100..107 (``--replicate``); a bad range is argparse's one-line error."""
+    first, _, last = text.partition("-")
+    try:
+        seeds = range(int(first), int(last) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FIRST-LAST seeds (e.g. 100-107), got {text!r}") from None
+    if len(seeds) < 2 or seeds.start < 0:
+        raise argparse.ArgumentTypeError(f"a replication needs at least 2 seeds from 0 up, got {text!r}")
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m benchmarks.cooperation --setting S [--parallel N] [--quick | --table-only]``."""
     from benchmarks.common import DEFAULT_OUTPUT, machine_info, machine_line, write_regions
@@ -531,6 +547,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rerun", type=int, default=None, metavar="SEED",
                         help="train seed SEED again (every method, a folder of its own) and store it beside the "
                              "comparison: its within-seed spread")
+    parser.add_argument("--replicate", type=seed_range, default=None, metavar="FIRST-LAST",
+                        help="train the setting's methods again on seeds FIRST..LAST, never used before (a "
+                             "folder of their own, resumable), stored as <setting>-replication.json: does "
+                             "the first sitting hold on new seeds?")
     parser.add_argument("--seeds", type=int, default=None, metavar="N",
                         help="bring the stored comparison to N paired seeds: train only the seeds below N it lacks "
                              "(a sweep folder of their own, resumable) and add them to it; a comparison split over "
@@ -538,6 +558,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.seeds is not None and (args.seeds < 1 or args.rerun is not None or args.quick or args.table_only):
         parser.error("--seeds N needs N >= 1, and goes with neither --rerun, --quick nor --table-only")
+    if args.replicate is not None and (args.seeds is not None or args.rerun is not None or args.methods):
+        parser.error("--replicate goes with neither --seeds, --rerun nor --methods")
     set_threads(args.threads)
     size = "quick" if args.quick else "default"
     only = None if args.methods is None else tuple(m.strip() for m in args.methods.split(","))
@@ -546,6 +568,8 @@ def main(argv: list[str] | None = None) -> None:
         tag, again = (None if only is None else args.tag or "more"), args.rerun is not None
         if args.tag is not None and only is None:
             parser.error("--tag names a --methods comparison: give --methods too")
+        if args.replicate is not None:
+            tag = REPLICATION
         path = result_path(setting, size, tag=tag, rerun=again)
         if args.table_only:
             if not path.is_file():
@@ -554,7 +578,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             out = None if args.output is None else args.output / setting
             stored = load_result(path) if args.seeds is not None and path.is_file() else None
-            seeds = None if args.seeds is None else [
+            seeds = list(args.replicate) if args.replicate is not None else None if args.seeds is None else [
                 s for s in range(args.seeds) if stored is None or s not in seeds_held(stored)]
             if seeds == []:
                 print(f"{setting}: the stored comparison holds seeds {sorted(seeds_held(stored))} already")
@@ -572,7 +596,8 @@ def main(argv: list[str] | None = None) -> None:
                      *([f"--methods '{args.methods}'"] if args.methods else []),
                      *([f"--tag {args.tag}"] if args.tag else []),
                      *([f"--rerun {args.rerun}"] if again else []),
-                     *([f"--seeds {args.seeds}"] if args.seeds is not None else [])]
+                     *([f"--seeds {args.seeds}"] if args.seeds is not None else []),
+                     *([f"--replicate {args.replicate[0]}-{args.replicate[-1]}"] if args.replicate else [])]
             result = {**result, "command": " ".join(["python -m benchmarks.cooperation", *flags])}
             if not args.quick and seeds_held(result):
                 save_result(result, path)

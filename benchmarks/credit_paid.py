@@ -27,6 +27,11 @@ A cooperation comparison still short of its planned seeds (split over sittings: 
 --seeds N`` adds the ones it lacks) is one row, *in progress*, with no reading: a difference read off
 the first seeds of a comparison would be read again at every sitting.
 
+A comparison trained again on seeds never used before (``benchmarks.cooperation --replicate
+100-107``, stored as ``<setting>-replication.json``) is rows of its own, read as any comparison,
+then one *pooled* row per method over both sittings' seeds (disjoint, so the pooled test has their
+sum), whose reading says whether the first sitting *held*: the replication alone reads *paid* again.
+
 Settings that failed their calibration (``benchmarks/results/cooperation/calibration.json``: the
 untrained team never produced the event a credit method learns from) are rows too, *null by
 calibration*, with the exact one-sided 95% upper bound on the event's rate (``1 - 0.05^(1/n)`` for 0
@@ -47,9 +52,9 @@ from typing import Any
 
 from benchmarks.arena_results import RESULTS as ARENA_RESULTS
 from benchmarks.arena_results import load_result, mde, seeds_held
+from benchmarks.cooperation import REPLICATION, sign_flip_p
 from benchmarks.cooperation import RESULTS as COOPERATION_RESULTS
 from benchmarks.cooperation import SIZES as COOPERATION_SIZES
-from benchmarks.cooperation import sign_flip_p
 from benchmarks.credit_arena import _cell, _values, mean_ci, paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,13 +165,50 @@ def calibration_rows() -> list[list[str]]:
 
 
 def planned_seeds(path: Path, result: dict[str, Any]) -> int:
-    """The paired seeds a stored comparison is planned to hold: a cooperation setting's default size
-    (its sittings add seeds until then, ``benchmarks.cooperation --seeds N``); an arena comparison
-    is whole as stored (its own seeds)."""
+    """The paired seeds a stored comparison is planned to hold: a replication's range
+    (``--replicate FIRST-LAST``), else a cooperation setting's default size (its sittings add seeds
+    until then, ``benchmarks.cooperation --seeds N``); an arena comparison is whole as stored."""
+    replicated = replicated_seeds(result)
+    if replicated:
+        return len(replicated)
     if path.parent == COOPERATION_RESULTS and result.get("size", "default") == "default" \
             and result["setting"] in COOPERATION_SIZES and "--rerun" not in result.get("command", ""):
         return COOPERATION_SIZES[result["setting"]]["default"][4]
     return 0
+
+
+def replicated_seeds(result: dict[str, Any]) -> range | None:
+    """The seeds a replication was planned on (its command's ``--replicate FIRST-LAST``), else None."""
+    found = re.search(r"--replicate (\d+)-(\d+)", result.get("command", ""))
+    return range(int(found[1]), int(found[2]) + 1) if found else None
+
+
+def first_sitting(path: Path) -> Path | None:
+    """The comparison a replication file trained again (``S-replication.json`` -> ``S.json``)."""
+    if not path.stem.endswith(f"-{REPLICATION}"):
+        return None
+    first = path.with_name(path.stem.removesuffix(f"-{REPLICATION}") + ".json")
+    return first if first.is_file() else None
+
+
+def comparison_row(name: str, label: str, result: dict[str, Any]) -> list[str]:
+    """One table row: ``label`` against grpo in ``result`` (its seeds paired), with its reading."""
+    floor = mean_ci(list(_values(result, "grpo", GAIN).values()))
+    mine, base = _values(result, label, ACCURACY), _values(result, "grpo", ACCURACY)
+    diffs = [mine[s] - base[s] for s in sorted(set(mine) & set(base))]
+    mean, half, n = paired_difference(mine, base)
+    p, power = sign_flip_p(diffs), mde(diffs)
+    return [name, label, str(n), _cell(*floor, signed=True), _cell(mean, half, signed=True), _p(p),
+            reading(floor, (mean, half), p, power, mean_steps(result, label), diffs)]
+
+
+def pooled(first: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """Both sittings' per-seed results as one comparison (their seeds are disjoint)."""
+    held = seeds_held(first) & seeds_held(again)
+    if held:
+        raise ValueError(f"a replication must use new seeds; both sittings hold {sorted(held)}")
+    return {**again, "per_seed": {label: {**first["per_seed"].get(label, {}), **seeds}
+                                  for label, seeds in again["per_seed"].items()}}
 
 
 def rows(superseded: bool = True) -> list[list[str]]:
@@ -184,20 +226,19 @@ def rows(superseded: bool = True) -> list[list[str]]:
             out.append([f"[{names.get(setting, setting)}]({where})", "all", str(held), "—", "—", "—",
                         f"in progress: {held} of {planned} paired seeds stored"])
             continue
-        gains = list(_values(result, "grpo", GAIN).values())
-        floor = mean_ci(gains)
+        first = first_sitting(path)
+        seeds = replicated_seeds(result)
+        name = names.get(setting, setting) + (f", new seeds {seeds.start}-{seeds[-1]}" if first and seeds else "")
         for label in sorted(result["per_seed"]):
             if label == "grpo":
                 continue
-            mine, base = _values(result, label, ACCURACY), _values(result, "grpo", ACCURACY)
-            diffs = [mine[s] - base[s] for s in sorted(set(mine) & set(base))]
-            mean, half, n = paired_difference(mine, base)
-            p, power = sign_flip_p(diffs), mde(diffs)
-            out.append([
-                f"[{names.get(setting, setting)}]({where})", label, str(n), _cell(*floor, signed=True),
-                _cell(mean, half, signed=True), _p(p),
-                reading(floor, (mean, half), p, power, mean_steps(result, label), diffs),
-            ])
+            out.append(comparison_row(f"[{name}]({where})", label, result))
+            if first is not None:  # both sittings pooled, and whether the first held
+                again = out[-1][-1]
+                both = comparison_row(f"[{names.get(setting, setting)}, both sittings pooled]({where})", label,
+                                      pooled(load_result(first), result))
+                both[-1] += "; first sitting " + ("held" if again == "**paid**" else "did not hold")
+                out.append(both)
     return out
 
 

@@ -4,6 +4,7 @@ hold exactly the table the committed per-seed results give."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import math
@@ -276,6 +277,58 @@ def test_a_comparison_short_of_its_planned_seeds_is_one_row_in_progress(monkeypa
                                    "all", "2", "—", "—", "—", "in progress: 2 of 8 paired seeds stored"]]
     monkeypatch.setattr(credit_paid, "stored_results", lambda: [(path, result(range(8)))])
     assert [row[1] for row in credit_paid.rows()] == ["loto (masking)", "shapley (masking)"]
+
+
+def split_result(differences: dict[int, float], command: str) -> dict:
+    """A stored split_k4_fair comparison whose oracle - grpo difference on seed s is differences[s]
+    (grpo at 0.25 on every seed, gaining 0.1 over the untrained team)."""
+    def seed(accuracy: float) -> dict[str, float]:
+        return {"heldout/team_accuracy": accuracy, "heldout_gain/team_accuracy": 0.1, "train/updates": 12.0}
+    per_seed = {"grpo": {s: seed(0.25) for s in differences},
+                "oracle": {s: seed(0.25 + d) for s, d in differences.items()}}
+    return {"setting": "split_k4_fair", "size": "default", "sizes": (12, 2, 4, 40, 6, 4), "per_seed": per_seed,
+            "curves": {}, "tokens": {}, "command": command, "machine": "m"}
+
+
+@pytest.mark.parametrize(("again", "held"), [
+    ({100: 0.02, 101: 0.04, 102: 0.03, 103: 0.02, 104: 0.05}, True),  # every new seed up: p 0.0625 at 5 ...
+    ({100: 0.02, 101: -0.04, 102: 0.0, 103: 0.01, 104: -0.02}, False),  # a wash
+])
+def test_a_replication_on_new_seeds_says_whether_the_first_sitting_held(tmp_path, monkeypatch, again, held):
+    """The replication's own row, then both sittings pooled (disjoint seeds, so n adds up), whose
+    reading says whether the first sitting held (the replication alone paid again)."""
+    folder = tmp_path / "benchmarks" / "results" / "cooperation"
+    first = save_result(split_result({s: 0.03 for s in range(6)}, "python -m benchmarks.cooperation"),
+                        folder / "split_k4_fair.json")
+    if held:  # ... so the held case needs 6 new seeds for the exact test to reach 0.031
+        again = {**again, 105: 0.03}
+    command = f"python -m benchmarks.cooperation --setting split_k4_fair --replicate 100-{max(again)}"
+    replication = save_result(split_result(again, command), folder / "split_k4_fair-replication.json")
+    monkeypatch.setattr(credit_paid, "ROOT", tmp_path)
+    monkeypatch.setattr(credit_paid, "COOPERATION_RESULTS", folder)
+    monkeypatch.setattr(credit_paid, "stored_results", lambda: [(p, load_result(p)) for p in (first, replication)])
+    rows = credit_paid.rows()
+    assert [(r[0].split("](")[0], r[2]) for r in rows] == [
+        ("[additive, K = 4 (clean rerun)", "6"),
+        (f"[additive, K = 4 (clean rerun), new seeds 100-{max(again)}", str(len(again))),
+        ("[additive, K = 4 (clean rerun), both sittings pooled", str(6 + len(again)))]
+    assert rows[0][-1] == "**paid**"  # the first sitting: every seed +0.03, exact p 2 / 2^6
+    assert (rows[1][-1] == "**paid**") is held
+    assert rows[2][-1].endswith("first sitting held" if held else "first sitting did not hold")
+    pooled_mean = (0.03 * 6 + sum(again.values())) / (6 + len(again))
+    assert rows[2][4].startswith(f"{pooled_mean:+.3f}")
+
+
+def test_replicate_takes_a_range_of_at_least_two_seeds():
+    assert cooperation.seed_range("100-107") == range(100, 108)
+    for bad in ("100", "100-100", "a-b", "107-100"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cooperation.seed_range(bad)
+
+
+def test_a_replication_that_reuses_a_seed_is_refused():
+    with pytest.raises(ValueError, match="new seeds"):
+        credit_paid.pooled(split_result({0: 0.1, 1: 0.1}, "c"), split_result({1: 0.0, 100: 0.0}, "c"))
 
 
 def test_a_probe_that_reaches_the_share_it_needs_is_calibrated_and_one_that_does_not_is_null(tmp_path, monkeypatch):

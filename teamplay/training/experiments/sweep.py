@@ -43,7 +43,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -407,7 +407,7 @@ def flatten_evaluation(data: Mapping[str, Any], prefix: str) -> dict[str, float]
     return flat
 
 
-@lru_cache(maxsize=None)
+@cache
 def t_quantile_975(df: int) -> float:
     """The 0.975 quantile of Student's t with ``df`` degrees of freedom (two-sided 95%).
 
