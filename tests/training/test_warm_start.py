@@ -138,9 +138,9 @@ def tiny_path(tmp_path_factory):
 
 
 def relay_config(model: Path, out: Path, **fields) -> dict:
+    warm = {"steps": 4, "episodes": 4, "batch_size": 3, "lr": 0.01, "checkpoint_every": 2, "evaluate": False}
     return tiny_train_config(model, out, task_name="relay_sum", steps=2,
-                             **{"protocol": {"name": "relay"}, "warm_start": {"steps": 4, "episodes": 4, "batch_size": 3, "lr": 0.01,
-                                               "checkpoint_every": 2, "evaluate": False}, **fields})
+                             **{"protocol": {"name": "relay"}, "warm_start": warm, **fields})
 
 
 def adapters_of(checkpoint: Path) -> dict[str, torch.Tensor]:
