@@ -182,18 +182,22 @@ def test_dead_learner_rank_fails_cleanly(learner_pair):
         learner_pair.update([sample, sample], step=0, lr=0.01)
 
 
+def resumable_trainer(model: Path, run: Path, address: str):
+    """The distributed trainer of the kill-and-resume run in ``run`` (its task never pauses)."""
+    from teamplay.distributed.compose import make_trainer
+
+    task = PausingTask(PRINTABLE, arm_file=f"{run}.never")
+    return make_trainer(train_config(model, run, address), task=task, items=task.load("train", limit=6))
+
+
 RUN_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     sys.path.insert(0, {repo!r})
-    from teamplay.distributed.compose import make_trainer
-    from tests.distributed.test_distributed import PRINTABLE, PausingTask, train_config
-    cfg = train_config(Path({model!r}), Path(sys.argv[1]), {address!r})
-    task = PausingTask(PRINTABLE, arm_file=sys.argv[1] + ".never")
-    trainer = make_trainer(cfg, task=task, items=task.load("train", limit=6))
-    kill_after = int(os.environ.get("KILL_AFTER", "0"))
+    from tests.distributed.test_distributed import resumable_trainer
+    trainer = resumable_trainer(Path({model!r}), Path(sys.argv[1]), {address!r})
     def on_step(step, metrics):
-        if step == kill_after:
+        if step == {kill_after}:
             os.kill(os.getpid(), signal.SIGKILL)   # the driver dies: no cleanup, no final checkpoint
     trainer.on_step = on_step
     trainer.train(resume="auto")
@@ -245,21 +249,21 @@ def test_worker_killed_mid_step_then_whole_run_killed_and_resumed(trainer, ray_c
     assert [h["rollout_weights_version"] for h in history] == [[0], [1], [2]]
     reference = trainer.run_dir
 
-    # 2. The same run as a subprocess, killed with SIGKILL after step 2's checkpoint, then resumed.
+    # 2. The same run as a subprocess, killed with SIGKILL after step 2's checkpoint, then resumed
+    #    (in this process: another one than the killed driver, without a second interpreter start-up).
     script = tmp_path / "run.py"
-    script.write_text(RUN_SCRIPT.format(repo=str(REPO), model=str(tiny_model_dir), address=ray_cluster))
+    script.write_text(RUN_SCRIPT.format(repo=str(REPO), model=str(tiny_model_dir), address=ray_cluster,
+                                        kill_after=2))
     run = tmp_path / "run"
-
-    def launch(kill_after: int) -> subprocess.CompletedProcess:
-        env = {**os.environ, "KILL_AFTER": str(kill_after), "PYTHONWARNINGS": "ignore"}
-        return subprocess.run([sys.executable, str(script), str(run)], env=env, capture_output=True, text=True,
-                              timeout=400)
-
-    first = launch(kill_after=2)
+    first = subprocess.run([sys.executable, str(script), str(run)], env={**os.environ, "PYTHONWARNINGS": "ignore"},
+                           capture_output=True, text=True, timeout=400)
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
-    second = launch(kill_after=0)
-    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = resumable_trainer(tiny_model_dir, run, ray_cluster)
+    try:
+        assert [h["step"] for h in resumed.train(resume="auto").history] == [3]
+    finally:
+        resumed.close()
     a, b = _adapters(reference, 3), _adapters(run, 3)
     assert a.keys() == b.keys() and a
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
@@ -277,8 +281,11 @@ def test_teamplay_train_runs_a_distributed_config_and_overwrites(ray_cluster, ti
     from teamplay.cli import app
 
     run_dir = tmp_path / "run"
+    # one rollout worker: what is checked is the command's handling of the run folder, and each
+    # worker is a process that imports torch and loads the model (seconds, twice here)
     cfg = train_config(tiny_model_dir, run_dir, ray_cluster, steps=1,
-                       task={"name": "arith", "split": "train", "limit": 8})
+                       task={"name": "arith", "split": "train", "limit": 8},
+                       distributed={"address": ray_cluster, "rollout_workers": 1, "learner_workers": 1})
     path = tmp_path / "ray.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
     runner = CliRunner()
