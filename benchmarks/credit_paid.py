@@ -227,18 +227,35 @@ def rows(superseded: bool = True) -> list[list[str]]:
                         f"in progress: {held} of {planned} paired seeds stored"])
             continue
         first = first_sitting(path)
-        seeds = replicated_seeds(result)
-        name = names.get(setting, setting) + (f", new seeds {seeds.start}-{seeds[-1]}" if first and seeds else "")
+        if first is not None:  # read right after the comparison it trained again
+            continue
         for label in sorted(result["per_seed"]):
-            if label == "grpo":
-                continue
-            out.append(comparison_row(f"[{name}]({where})", label, result))
-            if first is not None:  # both sittings pooled, and whether the first held
-                again = out[-1][-1]
-                both = comparison_row(f"[{names.get(setting, setting)}, both sittings pooled]({where})", label,
-                                      pooled(load_result(first), result))
-                both[-1] += "; first sitting " + ("held" if again == "**paid**" else "did not hold")
-                out.append(both)
+            if label != "grpo":
+                out.append(comparison_row(f"[{names.get(setting, setting)}]({where})", label, result))
+        again = path.with_name(f"{path.stem}-{REPLICATION}.json")
+        if path.parent == COOPERATION_RESULTS and again.is_file():
+            out += replication_rows(names.get(setting, setting), again, result)
+    return out
+
+
+def replication_rows(name: str, path: Path, first: dict[str, Any]) -> list[list[str]]:
+    """A replication's rows (``--replicate``): per method, its own comparison, then both sittings
+    pooled, read with whether the first sitting held (the replication alone *paid* again), was not
+    confirmed (the same sign, but the new seeds alone do not settle it) or did not hold."""
+    result = load_result(path)
+    where, seeds = path.relative_to(ROOT).as_posix(), replicated_seeds(result)
+    out = []
+    for label in sorted(result["per_seed"]):
+        if label == "grpo":
+            continue
+        alone = comparison_row(f"[{name}, new seeds {seeds.start}-{seeds[-1]}]({where})", label, result)
+        both = comparison_row(f"[{name}, both pooled]({where})", label, pooled(first, result))
+        first_mean = paired_difference(_values(first, label, ACCURACY), _values(first, "grpo", ACCURACY))[0]
+        again_mean = paired_difference(_values(result, label, ACCURACY), _values(result, "grpo", ACCURACY))[0]
+        both[-1] += "; first sitting " + ("held" if alone[-1] == "**paid**" else
+                                          "not confirmed (same sign)" if first_mean * again_mean > 0 else
+                                          "did not hold")
+        out += [alone, both]
     return out
 
 

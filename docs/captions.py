@@ -43,21 +43,37 @@ def oracle_rows() -> dict[str, dict[str, str]]:
         if label != "oracle":
             continue
         path = re.search(r"\(([^)]+\.json)\)", setting).group(1)
+        if ", both pooled]" in setting or ", new seeds " in setting:  # a replication's two rows
+            path += "#pooled" if ", both pooled]" in setting else "#alone"
         out[path] = {"seeds": seeds, "floor": floor, "diff": diff, "p": p,
                      "reading": reading.replace("*", "")}
     return out
+
+
+def replicated(rows: dict[str, dict[str, str]], path: str) -> dict[str, str]:
+    """A rerun's ``oracle`` row: pooled with its replication on new seeds where one is stored (the
+    pooled reading, its verdict on the first sitting cut off, and the replication's own row as
+    ``alone``), else its own."""
+    again = path.removesuffix(".json") + "-replication.json"
+    if f"{again}#pooled" not in rows:
+        return rows[path]
+    pooled = dict(rows[f"{again}#pooled"])
+    pooled["reading"] = pooled["reading"].split(";")[0] + " pooled with new seeds"
+    return {**pooled, "alone": rows[f"{again}#alone"]}
 
 
 def split_gain_caption() -> str:
     """The caption of ``credit_arena_split_gain.png`` on the home page (one paragraph, in italics)."""
     rows = oracle_rows()
     first = {k: rows[p] for k, p in FIRST_SITTINGS.items()}
-    rerun = {k: rows[p] for k, p in RERUNS.items()}
-    settled = [k for k, r in rerun.items() if r["reading"] == "paid"]
-    open_ = [k for k, r in rerun.items() if r["reading"] != "paid"]
+    rerun = {k: replicated(rows, p) for k, p in RERUNS.items()}
+    settled = [k for k, r in rerun.items() if r["reading"].startswith("paid")]
+    open_ = [k for k, r in rerun.items() if not r["reading"].startswith("paid")]
     reruns = "; ".join(
         f"K = {k}: {r['reading']} ({r['diff']}, exact p {r['p']}, {r['seeds']} seeds"
-        + (f"; `grpo`'s own gain {r['floor']}" if r["reading"] == "floor fails" else "") + ")"
+        + (f"; `grpo`'s own gain {r['floor']}" if r["reading"] == "floor fails" else "")
+        + (f"; alone, the {r['alone']['seeds']} new seeds read {r['alone']['reading']}, {r['alone']['diff']}"
+           if "alone" in r else "") + ")"
         for k, r in rerun.items())
     k2 = "level" if first[2]["reading"].startswith("null") else first[2]["reading"]
     verdict = (f"Broadcast's cost is settled at K = {', '.join(map(str, settled))}"
