@@ -30,7 +30,9 @@ the first seeds of a comparison would be read again at every sitting.
 A comparison trained again on seeds never used before (``benchmarks.cooperation --replicate
 100-107``, stored as ``<setting>-replication.json``) is rows of its own, read as any comparison,
 then one *pooled* row per method over both sittings' seeds (disjoint, so the pooled test has their
-sum), whose reading says whether the first sitting *held*: the replication alone reads *paid* again.
+sum), whose reading says whether the first sitting *held* (the replication alone reads *paid*
+again), was *not confirmed* (the same sign, not settled alone) or *did not hold*; where the first
+sitting was not paid, it says whether the new seeds settle it alone.
 
 Settings that failed their calibration (``benchmarks/results/cooperation/calibration.json``: the
 untrained team never produced the event a credit method learns from) are rows too, *null by
@@ -38,7 +40,7 @@ calibration*, with the exact one-sided 95% upper bound on the event's rate (``1 
 of n, about 3/n). A probe that names the share a comparison ``needed`` (the groups with unequal rewards
 a credit method learns from, 20%) and reaches it is *calibrated*: its comparison can be run. The
 README leaves out the arena's first sittings of settings the cooperation benchmark reran clean
-(``SUPERSEDED``); the docs page keeps every row.
+(``SUPERSEDED``) and the controls of the K = 8 audit (``AUDIT_CONTROLS``); the docs page keeps every row.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ COOPERATION_TEAMS = {
 #: arena comparisons rerun on a clean held-out set with equal optimiser steps (``split_kK_fair``): the
 #: README shows the reruns, the docs page both
 SUPERSEDED = frozenset({"split_k4", "split_k8", "split_k8-more"})
+#: the controls an audit of the K = 8 additive team asked for (``--methods`` comparisons beside
+#: ``split_k8_fair``): the README leaves them out as it leaves out SUPERSEDED, the docs page keeps them
+AUDIT_CONTROLS = frozenset({"split_k8_fair-baseline", "split_k8_fair-controls", "split_k8_fair-more"})
 CALIBRATION = COOPERATION_RESULTS / "calibration.json"
 
 
@@ -213,10 +218,11 @@ def pooled(first: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
 
 def rows(superseded: bool = True) -> list[list[str]]:
     """One row per (stored comparison, method other than grpo), then the calibration rows;
-    ``superseded=False`` leaves out the comparisons in ``SUPERSEDED``."""
+    ``superseded=False`` leaves out the comparisons in ``SUPERSEDED`` and ``AUDIT_CONTROLS``."""
     out = []
     for path, result in stored_results():
-        if not superseded and path.parent == ARENA_RESULTS and path.stem in SUPERSEDED:
+        if not superseded and ((path.parent == ARENA_RESULTS and path.stem in SUPERSEDED)
+                               or (path.parent == COOPERATION_RESULTS and path.stem in AUDIT_CONTROLS)):
             continue
         setting = result["setting"]
         where = path.relative_to(ROOT).as_posix()
@@ -252,9 +258,12 @@ def replication_rows(name: str, path: Path, first: dict[str, Any]) -> list[list[
         both = comparison_row(f"[{name}, both pooled]({where})", label, pooled(first, result))
         first_mean = paired_difference(_values(first, label, ACCURACY), _values(first, "grpo", ACCURACY))[0]
         again_mean = paired_difference(_values(result, label, ACCURACY), _values(result, "grpo", ACCURACY))[0]
-        both[-1] += "; first sitting " + ("held" if alone[-1] == "**paid**" else
-                                          "not confirmed (same sign)" if first_mean * again_mean > 0 else
-                                          "did not hold")
+        if comparison_row("", label, first)[-1] != "**paid**":  # nothing to hold: did the new seeds settle it?
+            both[-1] += "; new seeds " + ("settle it alone" if alone[-1] == "**paid**" else "do not settle it alone")
+        else:
+            both[-1] += "; first sitting " + ("held" if alone[-1] == "**paid**" else
+                                              "not confirmed (same sign)" if first_mean * again_mean > 0 else
+                                              "did not hold")
         out += [alone, both]
     return out
 

@@ -319,6 +319,21 @@ def test_a_replication_on_new_seeds_says_whether_the_first_sitting_held(tmp_path
     assert rows[2][4].startswith(f"{pooled_mean:+.3f}")
 
 
+def test_a_replication_of_an_unsettled_comparison_says_whether_the_new_seeds_settle_it(tmp_path, monkeypatch):
+    folder = tmp_path / "benchmarks" / "results" / "cooperation"
+    first = save_result(split_result({0: 0.05, 1: -0.02, 2: 0.0, 3: 0.01, 4: -0.01, 5: 0.02}, "c"),
+                        folder / "split_k4_fair.json")
+    again = {100 + s: 0.03 for s in range(6)}
+    command = "python -m benchmarks.cooperation --setting split_k4_fair --replicate 100-105"
+    replication = save_result(split_result(again, command), folder / "split_k4_fair-replication.json")
+    monkeypatch.setattr(credit_paid, "ROOT", tmp_path)
+    monkeypatch.setattr(credit_paid, "COOPERATION_RESULTS", folder)
+    monkeypatch.setattr(credit_paid, "stored_results", lambda: [(p, load_result(p)) for p in (first, replication)])
+    rows = credit_paid.rows()
+    assert rows[0][-1] != "**paid**" and rows[1][-1] == "**paid**"  # 6 mixed seeds; 6 new ones all up
+    assert rows[2][-1].endswith("; new seeds settle it alone")
+
+
 def test_replicate_takes_a_range_of_at_least_two_seeds():
     assert cooperation.seed_range("100-107") == range(100, 108)
     for bad in ("100", "100-100", "a-b", "107-100"):

@@ -85,13 +85,15 @@ def test_the_home_page_caption_is_the_one_the_stored_results_give(captions):
 def test_the_caption_follows_the_readings_not_a_fixed_story(captions, monkeypatch):
     rows = captions.oracle_rows()
     rerun8 = captions.RERUNS[8]
-    assert rows[rerun8]["reading"] == "floor fails"  # the clean K = 8 rerun as stored today
+    again8 = rerun8.removesuffix(".json") + "-replication.json"
+    assert rows[rerun8]["reading"] == "floor fails"  # the clean K = 8 rerun's first sitting as stored
+    assert rows[f"{again8}#pooled"]["reading"].startswith("paid")  # and pooled with its new seeds
     caption = captions.split_gain_caption()
-    assert "open at K = 8" in caption and "costs much" not in caption
-    # had the K = 8 rerun paid, the caption would say so
-    paid = {**rows, rerun8: {**rows[rerun8], "reading": "paid"}}
-    monkeypatch.setattr(captions, "oracle_rows", lambda: paid)
-    assert "settled at K = 4, 8" in captions.split_gain_caption()
+    assert "settled at K = 4, 8" in caption and "costs much" not in caption
+    # had the pooled K = 8 row not paid, the caption would say it is open
+    unpaid = {**rows, f"{again8}#pooled": {**rows[f"{again8}#pooled"], "reading": "null"}}
+    monkeypatch.setattr(captions, "oracle_rows", lambda: unpaid)
+    assert "open at K = 8" in captions.split_gain_caption()
 
 
 @pytest.mark.parametrize("page", ["docs/index.md", "README.md"])
