@@ -232,23 +232,30 @@ def rows(superseded: bool = True) -> list[list[str]]:
             out.append([f"[{names.get(setting, setting)}]({where})", "all", str(held), "—", "—", "—",
                         f"in progress: {held} of {planned} paired seeds stored"])
             continue
-        first = first_sitting(path)
-        if first is not None:  # read right after the comparison it trained again
+        if first_sitting(path) is not None:  # read right after the comparison it trained again
             continue
-        for label in sorted(result["per_seed"]):
-            if label != "grpo":
-                out.append(comparison_row(f"[{names.get(setting, setting)}]({where})", label, result))
+        name = names.get(setting, setting)
+        mine = {label: comparison_row(f"[{name}]({where})", label, result)
+                for label in sorted(result["per_seed"]) if label != "grpo"}
+        out += mine.values()
         again = path.with_name(f"{path.stem}-{REPLICATION}.json")
         if path.parent == COOPERATION_RESULTS and again.is_file():
-            out += replication_rows(names.get(setting, setting), again, result)
+            out += replication_rows(name, again, load_result(again), result, mine)
     return out
 
 
-def replication_rows(name: str, path: Path, first: dict[str, Any]) -> list[list[str]]:
-    """A replication's rows (``--replicate``): per method, its own comparison, then both sittings
-    pooled, read with whether the first sitting held (the replication alone *paid* again), was not
-    confirmed (the same sign, but the new seeds alone do not settle it) or did not hold."""
-    result = load_result(path)
+def mean_difference(result: dict[str, Any], label: str) -> float:
+    """The mean over paired seeds of ``label``'s held-out accuracy minus grpo's."""
+    return paired_difference(_values(result, label, ACCURACY), _values(result, "grpo", ACCURACY))[0]
+
+
+def replication_rows(name: str, path: Path, result: dict[str, Any], first: dict[str, Any],
+                     first_rows: dict[str, list[str]]) -> list[list[str]]:
+    """A replication's rows (``--replicate``, stored at ``path`` as ``result``): per method, its own
+    comparison, then both sittings pooled, read with whether the first sitting (``first``, whose
+    rows by method are ``first_rows``) held (the replication alone *paid* again), was not confirmed
+    (the same sign, but the new seeds alone do not settle it) or did not hold; where the first was
+    not paid, whether the new seeds settle it alone."""
     where, seeds = path.relative_to(ROOT).as_posix(), replicated_seeds(result)
     out = []
     for label in sorted(result["per_seed"]):
@@ -256,14 +263,13 @@ def replication_rows(name: str, path: Path, first: dict[str, Any]) -> list[list[
             continue
         alone = comparison_row(f"[{name}, new seeds {seeds.start}-{seeds[-1]}]({where})", label, result)
         both = comparison_row(f"[{name}, both pooled]({where})", label, pooled(first, result))
-        first_mean = paired_difference(_values(first, label, ACCURACY), _values(first, "grpo", ACCURACY))[0]
-        again_mean = paired_difference(_values(result, label, ACCURACY), _values(result, "grpo", ACCURACY))[0]
-        if comparison_row("", label, first)[-1] != "**paid**":  # nothing to hold: did the new seeds settle it?
-            both[-1] += "; new seeds " + ("settle it alone" if alone[-1] == "**paid**" else "do not settle it alone")
+        paid_again = alone[-1] == "**paid**"
+        if first_rows[label][-1] != "**paid**":  # nothing to hold: did the new seeds settle it?
+            both[-1] += "; new seeds " + ("settle it alone" if paid_again else "do not settle it alone")
         else:
-            both[-1] += "; first sitting " + ("held" if alone[-1] == "**paid**" else
-                                              "not confirmed (same sign)" if first_mean * again_mean > 0 else
-                                              "did not hold")
+            same_sign = mean_difference(first, label) * mean_difference(result, label) > 0
+            both[-1] += "; first sitting " + ("held" if paid_again else
+                                              "not confirmed (same sign)" if same_sign else "did not hold")
         out += [alone, both]
     return out
 
